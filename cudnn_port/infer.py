@@ -1,0 +1,140 @@
+"""Which specs fit a buffer of a given size, and which of them the rest of a checkpoint points at.
+
+A buffer's size fixes I once mode, L, D and H are chosen (layout.py's formula is linear in I)::
+
+    size = D * G*H*(I + H + 2)  +  (L-1) * D * G*H*(D*H + H + 2)
+
+so the candidates are enumerated over (mode, L, D, H) and each yields at most one I. Clues from the checkpoint
+rank them: a mode named in the variable's scope (``cudnn_lstm``), a 2-D neighbour whose last dimension equals I
+(an embedding feeding the stack), and one whose first dimension equals D*H (a dense layer reading it).
+"""
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .errors import CudnnPortError
+from .layout import MODES, RNNSpec
+
+MAX_LAYERS = 8
+MAX_UNITS = 8192
+
+
+@dataclass
+class Clues:
+    """Hints from the checkpoint around one buffer."""
+
+    mode: str = None  # from the variable's name
+    input_dims: set = field(default_factory=set)  # last dims of 2-D neighbours
+    output_dims: set = field(default_factory=set)  # first dims of 2-D neighbours
+    exact: RNNSpec = None  # a spec read off canonical tensors stored beside the buffer
+
+    @property
+    def max_score(self):
+        return 2 * bool(self.mode) + bool(self.input_dims) + bool(self.output_dims)
+
+    def score(self, spec):
+        s = 2 * (spec.mode == self.mode)
+        s += spec.input_size in self.input_dims
+        s += spec.num_dirs * spec.num_units in self.output_dims
+        return s
+
+    def reasons(self, spec):
+        out = []
+        if spec.mode == self.mode:
+            out.append(f"the name says {spec.mode}")
+        if spec.input_size in self.input_dims:
+            out.append(f"a neighbour ends in {spec.input_size} (input size)")
+        if spec.num_dirs * spec.num_units in self.output_dims:
+            out.append(f"a neighbour starts with {spec.num_dirs * spec.num_units} (output width)")
+        return out
+
+
+def clues_from(name, shapes):
+    """Clues for the buffer ``name`` from ``shapes`` (variable name -> shape) of the same checkpoint."""
+    lowered = name.lower()
+    mode = "lstm" if "lstm" in lowered else "gru" if "gru" in lowered else None
+    clues = Clues(mode=mode)
+    for other, shape in shapes.items():
+        if other == name or other.startswith(name + "/") or len(shape) != 2:
+            continue
+        clues.input_dims.add(int(shape[-1]))
+        clues.output_dims.add(int(shape[0]))
+    return clues
+
+
+def candidates(size, *, mode=None, num_layers=None, num_units=None, input_size=None, bidirectional=None,
+               dtype="float32"):
+    """Every RNNSpec whose buffer has exactly ``size`` elements and that agrees with the given fields."""
+    found = []
+    modes = [mode] if mode else sorted(MODES)
+    layer_range = [num_layers] if num_layers else range(1, MAX_LAYERS + 1)
+    dir_range = [2 if bidirectional else 1] if bidirectional is not None else (1, 2)
+    H = np.array([num_units]) if num_units else np.arange(1, MAX_UNITS + 1)
+    H = H.astype(np.int64)
+    for m in modes:
+        G = MODES[m]
+        for L in layer_range:
+            for D in dir_range:
+                deeper = (L - 1) * D * G * H * (D * H + H + 2)
+                rest = size - deeper - D * G * H * (H + 2)
+                per_input = D * G * H
+                ok = (rest > 0) & (rest % per_input == 0)
+                for h, i in zip(H[ok], (rest[ok] // per_input)):
+                    if input_size and i != input_size:
+                        continue
+                    found.append(RNNSpec(m, int(L), int(h), int(i), D == 2, dtype))
+    return found
+
+
+def choose(name, size, dtype, clues, **flags):
+    """The one spec for buffer ``name``: fixed by flags, by canonical tensors beside it, or by unanimous clues.
+
+    Returns ``(spec, how)``; raises CudnnPortError listing the candidates and the flags that settle it.
+    """
+    given = {k: v for k, v in flags.items() if v is not None}
+    if clues.exact is not None:
+        exact = replace(clues.exact, dtype=dtype)
+        if exact.param_count == size and all(getattr(exact, k) == v for k, v in given.items()):
+            return exact, "read off the canonical tensors stored beside it"
+    found = candidates(size, dtype=dtype, **flags)
+    if not found:
+        wanted = " ".join(f"{k}={v}" for k, v in given.items())
+        hint = ""
+        if given and len(given) >= 4:
+            try:
+                full = RNNSpec(**{**{"mode": "lstm", "num_layers": 1, "num_units": 1, "input_size": 1,
+                                     "bidirectional": False}, **given}, dtype=dtype)
+                hint = f" (those flags expect {full.param_count} elements)"
+            except CudnnPortError:
+                pass
+        loose = candidates(size, dtype=dtype)
+        listing = "; ".join(s.flags() for s in _ranked(loose, clues)[:4]) or "none up to 8 layers and 8192 units"
+        raise CudnnPortError(
+            f"{name} has {size} elements, which no {wanted or 'cuDNN'} spec fits{hint}; "
+            f"specs that fit: {listing}")
+    if len(found) == 1:
+        return found[0], "the only spec of that size" if not given else "fixed by the flags given"
+    ranked = _ranked(found, clues)
+    best = clues.score(ranked[0])
+    top = [s for s in ranked if clues.score(s) == best]
+    if len(top) == 1 and best == clues.max_score and best >= 3:
+        return top[0], "chosen by clues: " + ", ".join(clues.reasons(top[0]))
+    raise CudnnPortError(ambiguity_message(name, size, ranked))
+
+
+def _ranked(specs, clues):
+    return sorted(specs, key=lambda s: (-clues.score(s), s.num_layers, -s.num_units, s.mode, s.bidirectional))
+
+
+def differing_flags(specs):
+    """The CLI flags whose values differ among ``specs``: passing them narrows the choice."""
+    names = {"mode": "--mode", "num_layers": "--num-layers", "num_units": "--num-units",
+             "input_size": "--input-size", "bidirectional": "--bidirectional"}
+    return [flag for key, flag in names.items() if len({getattr(s, key) for s in specs}) > 1]
+
+
+def ambiguity_message(name, size, ranked):
+    shown = "; ".join(s.describe() for s in ranked[:5])
+    more = f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
+    return (f"{name} ({size} elements) fits {len(ranked)} specs: {shown}{more}; "
+            f"pass {', '.join(differing_flags(ranked))} to choose")

@@ -1,0 +1,10 @@
+"""Helpers every target module uses."""
+
+
+def bias_sum(b_W, b_R, slot):
+    """The single bias of formats that store b_W + b_R (for an optimizer slot: b_W's slot)."""
+    return b_W if slot else b_W + b_R
+
+
+def join(prefix, name):
+    return f"{prefix}/{name}" if prefix else name

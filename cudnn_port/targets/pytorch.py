@@ -1,0 +1,48 @@
+"""PyTorch ``nn.LSTM`` / ``nn.GRU`` state_dict (gate order = cuDNN's; biases kept separate)::
+
+    weight_ih_l{k}[_reverse] [G*H, I_l] = vstack_g(W_g)    weight_hh_l{k}[_reverse] [G*H, H] = vstack_g(R_g)
+    bias_ih_l{k}[_reverse]   [G*H]      = b_W              bias_hh_l{k}[_reverse]   [G*H]    = b_R
+
+In a checkpoint the keys sit under the buffer's scope (``{prefix}/weight_ih_l0``); in the safetensors file
+written by :func:`save_file` they are bare, as ``load_state_dict`` wants them.
+"""
+import numpy as np
+
+from ..canonical import CanonicalRNN, LayerParams
+from .common import join
+
+KEYS = (("W", "weight_ih"), ("R", "weight_hh"), ("b_W", "bias_ih"), ("b_R", "bias_hh"))
+
+
+def _suffix(layer, direction):
+    return f"_l{layer}" + ("_reverse" if direction else "")
+
+
+def write(canon, prefix, slot=False):
+    out = {}
+    for layer, direction, p in canon.pseudo_layers():
+        for kind, key in KEYS:
+            value = getattr(p, kind)
+            out[join(prefix, key + _suffix(layer, direction))] = value.reshape(-1, *value.shape[2:])
+    return out
+
+
+def read(tensors, prefix, spec):
+    G, H, layers = spec.num_gates, spec.num_units, []
+    for p in range(spec.num_pseudo_layers):
+        layer, direction = divmod(p, spec.num_dirs)
+        arrays = {kind: np.asarray(tensors[join(prefix, key + _suffix(layer, direction))]) for kind, key in KEYS}
+        layers.append(LayerParams(**{k: v.reshape(G, H, *v.shape[1:]) for k, v in arrays.items()}))
+    return CanonicalRNN(spec, layers)
+
+
+def detect(shapes, prefix):
+    return None
+
+
+def save_file(canon, path):
+    """Write the state_dict as safetensors (contiguous arrays: safetensors writes raw bytes of views)."""
+    from safetensors.numpy import save_file as _save
+
+    _save({k: np.ascontiguousarray(v) for k, v in write(canon, "").items()}, str(path),
+          metadata={"format": "pt", "mode": canon.spec.mode, "spec": repr(canon.spec.to_dict())})

@@ -1,0 +1,104 @@
+"""TF1 ``tf.contrib.cudnn_rnn`` CPU cells: CudnnCompatibleLSTMCell / CudnnCompatibleGRUCell.
+
+Names (prefix = scope of the buffer, e.g. ``cudnn_lstm``)::
+
+    uni  {prefix}/rnn/multi_rnn_cell/cell_{l}/{cell}/...
+    bi   {prefix}/stack_bidirectional_rnn/cell_{l}/bidirectional_rnn/{fw,bw}/{cell}/...
+
+LSTM (``cudnn_compatible_lstm_cell``, = LSTMBlockCell with forget_bias=0)::
+
+    kernel [I_l + H, 4H] = concat_g([W_g R_g]).T  in gate order i, c, f, o      bias [4H] = b_W + b_R (i, c, f, o)
+
+GRU (``cudnn_compatible_gru_cell``)::
+
+    gates/kernel [I_l + H, 2H] = concat_g([W_g R_g]).T for g in r, z       gates/bias = b_W + b_R (r, z)
+    candidate/input_projection/kernel  = W_h.T    candidate/input_projection/bias  = b_W_h
+    candidate/hidden_projection/kernel = R_h.T    candidate/hidden_projection/bias = b_R_h
+"""
+import re
+
+import numpy as np
+
+from ..canonical import CanonicalRNN, LayerParams
+from ..gates import CUDNN_GRU, CUDNN_LSTM, TF1_LSTM, reorder
+from ..layout import RNNSpec
+from .common import bias_sum, join
+
+CELL = {"lstm": "cudnn_compatible_lstm_cell", "gru": "cudnn_compatible_gru_cell"}
+
+
+def cell_scope(prefix, spec, layer, direction):
+    """The variable scope of the cell of (layer, direction)."""
+    if spec.bidirectional:
+        scope = f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'fw' if direction == 0 else 'bw'}"
+    else:
+        scope = f"rnn/multi_rnn_cell/cell_{layer}"
+    return join(prefix, f"{scope}/{CELL[spec.mode]}")
+
+
+def _rows(params, order_src, order_dst):
+    """concat over gates of [W_g R_g] as [G*H, I_l + H], gates reordered."""
+    stacked = np.concatenate([params.W, params.R], axis=2)  # [G, H, I_l + H]
+    return reorder(stacked, order_src, order_dst).reshape(-1, stacked.shape[2])
+
+
+def write(canon, prefix, slot=False):
+    spec, out = canon.spec, {}
+    for layer, direction, p in canon.pseudo_layers():
+        scope = cell_scope(prefix, spec, layer, direction)
+        if spec.mode == "lstm":
+            out[f"{scope}/kernel"] = _rows(p, CUDNN_LSTM, TF1_LSTM).T
+            out[f"{scope}/bias"] = reorder(bias_sum(p.b_W, p.b_R, slot), CUDNN_LSTM, TF1_LSTM).reshape(-1)
+        else:
+            out[f"{scope}/gates/kernel"] = _rows(p, CUDNN_GRU, "rz").T
+            out[f"{scope}/gates/bias"] = bias_sum(p.b_W[:2], p.b_R[:2], slot).reshape(-1)
+            out[f"{scope}/candidate/input_projection/kernel"] = p.W[2].T
+            out[f"{scope}/candidate/input_projection/bias"] = p.b_W[2]
+            out[f"{scope}/candidate/hidden_projection/kernel"] = p.R[2].T
+            out[f"{scope}/candidate/hidden_projection/bias"] = p.b_R[2]
+    return out
+
+
+def read(tensors, prefix, spec):
+    H, layers = spec.num_units, []
+    for p in range(spec.num_pseudo_layers):
+        layer, direction = divmod(p, spec.num_dirs)
+        scope, width = cell_scope(prefix, spec, layer, direction), spec.layer_input_size(layer)
+        if spec.mode == "lstm":
+            rows = reorder(np.asarray(tensors[f"{scope}/kernel"]).T.reshape(4, H, width + H), TF1_LSTM, CUDNN_LSTM)
+            b_W = reorder(np.asarray(tensors[f"{scope}/bias"]).reshape(4, H), TF1_LSTM, CUDNN_LSTM)
+            b_R = np.zeros_like(b_W)
+        else:
+            gates = np.asarray(tensors[f"{scope}/gates/kernel"]).T.reshape(2, H, width + H)
+            cand = np.concatenate([np.asarray(tensors[f"{scope}/candidate/input_projection/kernel"]).T,
+                                   np.asarray(tensors[f"{scope}/candidate/hidden_projection/kernel"]).T], axis=1)
+            rows = np.concatenate([gates, cand[None]], axis=0)
+            gate_bias = np.asarray(tensors[f"{scope}/gates/bias"]).reshape(2, H)
+            b_W = np.concatenate([gate_bias, np.asarray(tensors[f"{scope}/candidate/input_projection/bias"])[None]])
+            b_R = np.concatenate([np.zeros_like(gate_bias),
+                                  np.asarray(tensors[f"{scope}/candidate/hidden_projection/bias"])[None]])
+        layers.append(LayerParams(W=rows[:, :, :width], R=rows[:, :, width:], b_W=b_W, b_R=b_R))
+    return CanonicalRNN(spec, layers)
+
+
+_CELL_RE = re.compile(r"^(?:rnn/multi_rnn_cell/cell_(\d+)|stack_bidirectional_rnn/cell_(\d+)/bidirectional_rnn/(fw|bw))"
+                      r"/(cudnn_compatible_lstm_cell/kernel|cudnn_compatible_gru_cell/gates/kernel)$")
+
+
+def detect(shapes, prefix):
+    """The spec of the TF1 canonical tensors stored under ``prefix``, or None if there are none."""
+    start = join(prefix, "")
+    cells = {}
+    for name, shape in shapes.items():
+        if not name.startswith(start):
+            continue
+        m = _CELL_RE.match(name[len(start):])
+        if m:
+            layer = int(m.group(1) or m.group(2))
+            cells[(layer, m.group(3) or "fw")] = (("lstm" if "lstm" in m.group(4) else "gru"), tuple(shape))
+    if not cells or 0 not in {layer for layer, _ in cells}:
+        return None
+    mode, (rows, cols) = cells[(0, "fw")] if (0, "fw") in cells else next(iter(cells.values()))
+    H = cols // (4 if mode == "lstm" else 2)
+    num_layers = 1 + max(layer for layer, _ in cells)
+    return RNNSpec(mode, num_layers, H, rows - H, bidirectional=any(d == "bw" for _, d in cells))
