@@ -79,7 +79,7 @@ def candidates(size, *, mode=None, num_layers=None, num_units=None, input_size=N
                 rest = size - deeper - D * G * H * (H + 2)
                 per_input = D * G * H
                 ok = (rest > 0) & (rest % per_input == 0)
-                for h, i in zip(H[ok], (rest[ok] // per_input)):
+                for h, i in zip(H[ok], rest[ok] // per_input[ok]):
                     if input_size and i != input_size:
                         continue
                     found.append(RNNSpec(m, int(L), int(h), int(i), D == 2, dtype))

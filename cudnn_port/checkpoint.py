@@ -1,0 +1,152 @@
+"""Read TensorFlow checkpoints (TF1 name-based and TF2 object-based) and write name-based ones.
+
+Reading is lazy: shapes and dtypes come from the index; a tensor is read only when asked for. Object-based
+keys (``model/rnn/opaque_kernel/.ATTRIBUTES/VARIABLE_VALUE``) are shown by their logical name
+(``model/rnn/opaque_kernel``); the object graph itself is not a variable and is not carried over.
+
+Writing goes through TensorFlow's own SaveV2 in shards of bounded size, merged into one checkpoint at the end,
+so memory stays near one shard above what the caller holds. TensorFlow is imported only here, and lazily.
+"""
+import glob
+import hashlib
+import os
+
+import numpy as np
+
+from .errors import CudnnPortError
+
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+ATTRIBUTE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+SHARD_BYTES = 64 << 20
+
+
+def _tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    return tf
+
+
+def resolve_prefix(path):
+    """The checkpoint prefix for ``path``: a prefix, its ``.index`` or data file, or a folder holding one."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        state = os.path.join(path, "checkpoint")
+        if os.path.isfile(state):
+            latest = _tf().train.latest_checkpoint(path)
+            if latest:
+                return latest
+        found = sorted(glob.glob(os.path.join(path, "*.index")))
+        if len(found) == 1:
+            return found[0][:-len(".index")]
+        if found:
+            raise CudnnPortError(f"{path} holds {len(found)} checkpoints; pass one prefix, e.g. {found[0][:-6]}")
+        raise CudnnPortError(f"{path} holds no TensorFlow checkpoint (no *.index file); pass a checkpoint prefix")
+    for suffix in (".index",):
+        if path.endswith(suffix):
+            path = path[:-len(suffix)]
+    if ".data-" in os.path.basename(path):
+        path = path[:path.rindex(".data-")]
+    if not os.path.isfile(path + ".index"):
+        raise CudnnPortError(f"checkpoint not found: {path} (no {os.path.basename(path)}.index); "
+                             "pass the prefix, e.g. path/model.ckpt, or the folder holding it")
+    return path
+
+
+class Checkpoint:
+    """A checkpoint opened for reading. ``shapes`` and ``dtypes`` map logical names to shape / dtype name."""
+
+    def __init__(self, path):
+        self.prefix = resolve_prefix(path)
+        tf = _tf()
+        try:
+            self._reader = tf.train.load_checkpoint(self.prefix)
+            shapes = self._reader.get_variable_to_shape_map()
+            dtypes = self._reader.get_variable_to_dtype_map()
+        except (tf.errors.OpError, ValueError) as e:
+            raise CudnnPortError(f"cannot read checkpoint {self.prefix}: {_first_line(e)}; "
+                                 "is it a complete TensorFlow checkpoint (prefix.index + prefix.data-*)?") from None
+        self.object_based = OBJECT_GRAPH_KEY in shapes
+        self.keys, self.shapes, self.dtypes = {}, {}, {}
+        for key in sorted(shapes):
+            if key == OBJECT_GRAPH_KEY:
+                continue
+            name = key[:-len(ATTRIBUTE_SUFFIX)] if key.endswith(ATTRIBUTE_SUFFIX) else key
+            self.keys[name] = key
+            self.shapes[name] = tuple(int(d) for d in shapes[key])
+            self.dtypes[name] = dtypes[key].name
+
+    @property
+    def names(self):
+        return list(self.shapes)
+
+    def get(self, name):
+        """The value of variable ``name`` as a NumPy array."""
+        if name not in self.keys:
+            raise CudnnPortError(f"unknown variable {name} in {self.prefix}; run cudnn-port inspect to list them")
+        tf = _tf()
+        try:
+            value = self._reader.get_tensor(self.keys[name])
+        except (tf.errors.OpError, ValueError) as e:
+            raise CudnnPortError(f"cannot read {name} from {self.prefix}: {_first_line(e)}; "
+                                 "the checkpoint's data file is corrupt or truncated") from None
+        return np.asarray(value)
+
+    def files(self):
+        """The files that make up this checkpoint (index and data shards)."""
+        return sorted(glob.glob(glob.escape(self.prefix) + ".index") + glob.glob(glob.escape(self.prefix) + ".data-*"))
+
+
+def _first_line(error):
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def write_checkpoint(directory, items, name="model.ckpt", progress=None):
+    """Write ``items`` (iterable of (name, array, dtype name)) as a name-based checkpoint ``directory/name``.
+
+    Writes the ``checkpoint`` state file too, so ``tf.train.latest_checkpoint(directory)`` finds it. Arrays are
+    consumed one shard (~64 MiB) at a time. ``progress(done_bytes)`` is called after each shard.
+    """
+    tf = _tf()
+    os.makedirs(directory, exist_ok=True)
+    prefix = os.path.join(directory, name)
+    shard_prefixes, names, tensors, pending, done, seen = [], [], [], 0, 0, set()
+
+    def flush():
+        nonlocal names, tensors, pending, done
+        if not names:
+            return
+        shard = os.path.join(directory, f".shard{len(shard_prefixes)}")
+        tf.raw_ops.SaveV2(prefix=shard, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+        shard_prefixes.append(shard)
+        done += pending
+        names, tensors, pending = [], [], 0
+        if progress:
+            progress(done)
+
+    for key, value, dtype in items:
+        if key in seen:
+            raise CudnnPortError(f"two tensors would be written as {key}; rename one (e.g. with a different --style)")
+        seen.add(key)
+        names.append(key)
+        tensors.append(tf.constant(value, dtype=tf.as_dtype(dtype)))
+        pending += np.asarray(value).nbytes
+        if pending >= SHARD_BYTES:
+            flush()
+    flush()
+    if not shard_prefixes:
+        raise CudnnPortError("nothing to write: the checkpoint would be empty")
+    tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=shard_prefixes, destination_prefix=prefix,
+                                  delete_old_dirs=False)
+    with open(os.path.join(directory, "checkpoint"), "w") as f:
+        f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+    return prefix
+
+
+def sha256(path, chunk=1 << 22):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()

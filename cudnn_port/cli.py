@@ -1,0 +1,152 @@
+"""``cudnn-port``: the command line, a thin shell over :mod:`cudnn_port.converter`.
+
+Exit codes: 0 ok, 2 bad input or usage (one line saying what and how to fix it), 1 internal error.
+"""
+import argparse
+import json
+import os
+import sys
+
+from . import __version__
+from .errors import CudnnPortError
+
+EPILOG = """examples:
+  cudnn-port inspect train/model.ckpt
+  cudnn-port convert train/model.ckpt out/ --mode lstm --num-layers 2 --num-units 512 --bidirectional
+  cudnn-port convert train/model.ckpt out/ --style pytorch --json
+exit codes: 0 ok, 2 bad input or usage, 1 internal error"""
+
+
+def _spec_flags(parser):
+    group = parser.add_argument_group("spec (only needed when the buffer's size fits several specs)")
+    group.add_argument("--variable", metavar="NAME", help="the buffer to use (default: every *opaque_kernel)")
+    group.add_argument("--mode", choices=("lstm", "gru"))
+    group.add_argument("--num-layers", type=int, metavar="N")
+    group.add_argument("--num-units", type=int, metavar="H")
+    group.add_argument("--input-size", type=int, metavar="I")
+    group.add_argument("--bidirectional", action="store_true", default=None,
+                       help="two directions (give --unidirectional to rule them out)")
+    group.add_argument("--unidirectional", dest="bidirectional", action="store_false")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="cudnn-port", description="Convert cuDNN RNN weights (opaque buffers) into canonical per-cell "
+        "weights that CPU TensorFlow, Keras and PyTorch load. Needs no GPU.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"cudnn-port {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("inspect", help="list variables, cuDNN buffers and the specs that fit them",
+                       description="List a checkpoint's variables, each cuDNN buffer, and every spec that fits "
+                       "its size, ranked by clues from the rest of the checkpoint.")
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint prefix, its .index file, or its folder")
+    _spec_flags(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("convert", help="write canonical weights, artifacts and a manifest to OUT/",
+                       description="Convert every cuDNN buffer of CKPT into canonical per-cell tensors. Writes "
+                       "OUT/checkpoint/ (name-based, other variables copied unchanged), the chosen --formats and "
+                       "OUT/manifest.json. OUT appears whole or not at all; CKPT is never modified.")
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint prefix, its .index file, or its folder")
+    p.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty, unless --force)")
+    _spec_flags(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--style", choices=("tf1", "keras", "pytorch"), default="tf1",
+                     help="names and layout of the converted tensors in OUT/checkpoint (default tf1: "
+                     "CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope)")
+    out.add_argument("--formats", metavar="LIST", help="comma-separated artifacts: checkpoint, keras "
+                     "(OUT/keras/*.keras), pytorch (OUT/pytorch/*.safetensors); default: checkpoint plus the style's own")
+    out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output")
+    out.add_argument("--drop-optimizer-slots", action="store_true",
+                     help="leave out the buffer's optimizer slots (…/Adam, …/Adam_1) instead of converting them")
+    out.add_argument("--allow-nonfinite", action="store_true", help="convert buffers holding NaN/Inf as they are")
+    out.add_argument("--json", action="store_true", help="print the manifest as JSON on stdout")
+    out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return parser
+
+
+def _flags(args):
+    return dict(mode=args.mode, num_layers=args.num_layers, num_units=args.num_units, input_size=args.input_size,
+                bidirectional=args.bidirectional)
+
+
+def _print_inspect(report):
+    print(f"{report['checkpoint']}  [{report['format']}]")
+    print(f"{len(report['variables'])} variables:")
+    for v in report["variables"]:
+        print(f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}")
+    for s in report["stacks"]:
+        print(f"\ncuDNN buffer {s['variable']}: {s['size']} elements, {s['dtype']}"
+              + (f", slots {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}" if s["slots"] else ""))
+        if s["spec"]:
+            print(f"  converts as: {_describe(s['spec'])}  ({s['how']})\n  flags: {s['flags']}")
+        else:
+            print(f"  {s['candidate_count']} specs fit; best first:")
+            for c in s["candidates"][:8]:
+                why = f"  <- {', '.join(c['reasons'])}" if c["reasons"] else ""
+                print(f"    {_describe(c)}{why}")
+            print(f"  to choose, pass {', '.join(s['settle_with']) or 'the spec flags'}")
+
+
+def _describe(spec):
+    direction = "bidirectional" if spec["bidirectional"] else "unidirectional"
+    return (f"{spec['num_layers']}-layer {direction} {spec['mode'].upper()}, input {spec['input_size']}, "
+            f"hidden {spec['num_units']}")
+
+
+def _print_convert(manifest, out):
+    stacks = manifest["stacks"]
+    print(f"converted {len(stacks)} cuDNN stack{'s' if len(stacks) != 1 else ''} from {manifest['source']['checkpoint']}")
+    for s in stacks:
+        print(f"  {s['variable']}: {_describe(s['spec'])}, {s['spec']['dtype']} ({s['spec_source']})")
+        print(f"    -> {len(s['targets'])} tensors, e.g. {s['targets'][0]}")
+        if s["slots"]:
+            print(f"    optimizer slots converted: {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}")
+        for kind, rel in s["artifacts"].items():
+            print(f"    {kind}: {os.path.join(out, rel)}")
+    print(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
+          + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
+    print(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    args = build_parser().parse_args(argv)
+    want_json = getattr(args, "json", False)
+    try:
+        from . import converter as api
+
+        if args.command == "inspect":
+            report = api.inspect_checkpoint(args.checkpoint, variable=args.variable, **_flags(args))
+            print(json.dumps(report, indent=2)) if want_json else _print_inspect(report)
+        else:
+            progress = None if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+            formats = [f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else None
+            manifest = api.convert(args.checkpoint, args.out, style=args.style, formats=formats,
+                                   variable=args.variable, force=args.force,
+                                   drop_optimizer_slots=args.drop_optimizer_slots,
+                                   allow_nonfinite=args.allow_nonfinite, progress=progress, **_flags(args))
+            print(json.dumps(manifest, indent=2)) if want_json else _print_convert(manifest, args.out)
+        return 0
+    except CudnnPortError as e:
+        return _fail(f"cudnn-port: error: {e}", 2, want_json)
+    except KeyboardInterrupt:
+        return _fail("cudnn-port: interrupted; nothing was written", 130, want_json)
+    except Exception as e:  # internals never leak tracebacks to CLI users
+        if os.environ.get("CUDNN_PORT_DEBUG"):
+            raise
+        return _fail(f"cudnn-port: internal error: {type(e).__name__}: {e} "
+                     "(rerun with CUDNN_PORT_DEBUG=1 for the traceback, and report it)", 1, want_json)
+
+
+def _fail(message, code, want_json):
+    print(" ".join(message.split()), file=sys.stderr)
+    if want_json:
+        print(json.dumps({"error": message, "exit_code": code}))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

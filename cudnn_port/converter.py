@@ -1,0 +1,289 @@
+"""Find the cuDNN buffers of a checkpoint, work out their specs, and convert them.
+
+Library entry points (the CLI is a thin shell over them)::
+
+    report = inspect_checkpoint("train/model.ckpt")                  # what is there, what fits
+    manifest = convert("train/model.ckpt", "out/", style="tf1")      # writes out/checkpoint/, out/manifest.json
+
+A buffer is a variable whose name ends in ``opaque_kernel`` (or the one named by ``variable=``). Variables
+``{buffer}/…`` of the buffer's shape are its optimizer slots (``/Adam``, ``/Adam_1``, ``/Momentum``, object-based
+``/.OPTIMIZER_SLOT/…``) and are converted with the same mapping. Everything else is copied unchanged.
+"""
+import datetime
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import __version__
+from .checkpoint import Checkpoint, sha256, write_checkpoint
+from .errors import CudnnPortError
+from .infer import _ranked, candidates, choose, clues_from, differing_flags
+from .layout import FLOAT_DTYPES, unpack
+from .targets import STYLES
+
+FORMATS = ("checkpoint", "keras", "pytorch")
+DEFAULT_FORMATS = {"tf1": ("checkpoint",), "keras": ("checkpoint", "keras"), "pytorch": ("checkpoint", "pytorch")}
+SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
+               "summed bias b_W + b_R, its slot is b_W's slot: cuDNN's b_W and b_R always receive identical "
+               "gradients, so their slots are identical too (the largest difference found is recorded per slot).")
+BUFFER_SUFFIX = "opaque_kernel"
+
+
+@dataclass
+class Stack:
+    """One cuDNN buffer of a checkpoint and what belongs to it."""
+
+    variable: str
+    size: int
+    dtype: str
+    slots: list = field(default_factory=list)
+    spec: object = None
+    how: str = ""
+
+    @property
+    def prefix(self):
+        return self.variable.rsplit("/", 1)[0] if "/" in self.variable else ""
+
+    @property
+    def label(self):
+        return self.prefix.replace("/", "__") or "rnn"
+
+
+def find_stacks(ckpt, variable=None):
+    """The Stacks of ``ckpt``: every buffer, or just ``variable``. Specs are not chosen yet."""
+    if variable is not None:
+        if variable not in ckpt.shapes:
+            near = [n for n in ckpt.names if n.endswith(BUFFER_SUFFIX)] or ckpt.names[:5]
+            raise CudnnPortError(f"unknown variable {variable}; the checkpoint has e.g. {', '.join(near)} "
+                                 "(cudnn-port inspect lists them all)")
+        names = [variable]
+    else:
+        names = [n for n in ckpt.names if n.endswith(BUFFER_SUFFIX)
+                 and not any(n.startswith(other + "/") for other in ckpt.names if other.endswith(BUFFER_SUFFIX))]
+        if not names:
+            raise CudnnPortError(f"no cuDNN buffer in {ckpt.prefix}: no variable name ends in {BUFFER_SUFFIX}; "
+                                 "name it with --variable NAME (cudnn-port inspect lists the variables)")
+    stacks = []
+    for name in names:
+        shape, dtype = ckpt.shapes[name], ckpt.dtypes[name]
+        if len(shape) != 1:
+            raise CudnnPortError(f"{name} has shape {list(shape)}, but a cuDNN buffer is a flat vector; "
+                                 "pick the buffer with --variable NAME")
+        if dtype not in FLOAT_DTYPES:
+            raise CudnnPortError(f"{name} has dtype {dtype}, but a cuDNN buffer is one of {', '.join(FLOAT_DTYPES)}; "
+                                 "pick the buffer with --variable NAME")
+        slots = [n for n in ckpt.names if n.startswith(name + "/") and ckpt.shapes[n] == shape]
+        stacks.append(Stack(name, shape[0], dtype, slots))
+    return stacks
+
+
+def _clues(ckpt, stack):
+    clues = clues_from(stack.variable, {n: s for n, s in ckpt.shapes.items() if n not in stack.slots})
+    for style in STYLES.values():
+        clues.exact = clues.exact or style.detect(ckpt.shapes, stack.prefix)
+    return clues
+
+
+def inspect_checkpoint(path, variable=None, **flags):
+    """What ``path`` holds and how each buffer would convert; a JSON-ready dict.
+
+    flags: mode, num_layers, num_units, input_size, bidirectional (None = not given).
+    """
+    ckpt = Checkpoint(path)
+    report = {"checkpoint": ckpt.prefix, "format": "object-based (TF2)" if ckpt.object_based else "name-based (TF1)",
+              "variables": [{"name": n, "shape": list(ckpt.shapes[n]), "dtype": ckpt.dtypes[n]} for n in ckpt.names],
+              "stacks": []}
+    for stack in find_stacks(ckpt, variable):
+        clues = _clues(ckpt, stack)
+        found = _ranked(candidates(stack.size, dtype=stack.dtype, **flags), clues)
+        entry = {"variable": stack.variable, "size": stack.size, "dtype": stack.dtype, "slots": stack.slots,
+                 "candidate_count": len(found),
+                 "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}
+        try:
+            spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
+            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags())
+        except CudnnPortError as e:
+            entry.update(spec=None, problem=str(e), settle_with=differing_flags(found))
+        report["stacks"].append(entry)
+    return report
+
+
+def _read_buffer(ckpt, name, allow_nonfinite):
+    value = ckpt.get(name)
+    if not allow_nonfinite and not np.isfinite(value).all():
+        bad = int(np.size(value) - np.isfinite(value).sum())
+        raise CudnnPortError(f"{name} holds {bad} NaN/Inf values; the training run diverged, or pass "
+                             "--allow-nonfinite to convert them as they are")
+    return value
+
+
+def _prepare_out(out, force):
+    """Refuse to overwrite anything but an earlier cudnn-port output (and that only with force)."""
+    out = os.path.abspath(out)
+    if os.path.exists(out):
+        if not os.path.isdir(out):
+            raise CudnnPortError(f"{out} exists and is a file; choose a folder name for the output")
+        if os.listdir(out):
+            if not force:
+                raise CudnnPortError(f"{out} exists and is not empty; choose a new folder, or pass --force to "
+                                     "replace an earlier cudnn-port output")
+            if not _is_ours(out):
+                raise CudnnPortError(f"{out} is not a cudnn-port output (no manifest.json of ours), so --force "
+                                     "will not replace it; choose a new folder")
+    parent = os.path.dirname(out)
+    if not os.path.isdir(parent):
+        raise CudnnPortError(f"the parent folder of {out} does not exist; create it first")
+    return out
+
+
+def _is_ours(folder):
+    try:
+        with open(os.path.join(folder, "manifest.json")) as f:
+            return json.load(f).get("tool") == "cudnn-port"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _publish(tmp, out):
+    """Move the finished ``tmp`` into place at ``out`` (an earlier output of ours is replaced whole)."""
+    old = None
+    if os.path.exists(out):
+        if os.listdir(out):
+            old = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(out, old)
+        else:
+            os.rmdir(out)
+    os.rename(tmp, out)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None, num_layers=None, num_units=None,
+            input_size=None, bidirectional=None, force=False, drop_optimizer_slots=False, allow_nonfinite=False,
+            progress=None):
+    """Convert every cuDNN buffer of checkpoint ``source`` into ``style``'s canonical tensors under ``out``.
+
+    Writes ``out/checkpoint/`` (name-based; ``tf.train.latest_checkpoint`` finds it; other variables copied
+    unchanged), the artifacts in ``formats`` (``keras``: ``out/keras/<stack>.keras``; ``pytorch``:
+    ``out/pytorch/<stack>.safetensors``) and ``out/manifest.json``. Output appears whole or not at all.
+    Returns the manifest dict. ``progress(message)`` receives progress lines.
+    """
+    if style not in STYLES:
+        raise CudnnPortError(f"unknown style {style!r}; choose one of {', '.join(STYLES)}")
+    formats = tuple(formats or DEFAULT_FORMATS[style])
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise CudnnPortError(f"unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
+    say = progress or (lambda message: None)
+    ckpt = Checkpoint(source)
+    out = _prepare_out(out, force)
+    flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
+                 bidirectional=bidirectional)
+    stacks = find_stacks(ckpt, variable)
+    for stack in stacks:
+        stack.spec, stack.how = choose(stack.variable, stack.size, stack.dtype, _clues(ckpt, stack), **flags)
+        say(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
+
+    tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
+    os.makedirs(tmp)
+    try:
+        manifest = _write(ckpt, stacks, tmp, STYLES[style], style, formats, drop_optimizer_slots, allow_nonfinite, say)
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"wrote {out}")
+    return manifest
+
+
+def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, allow_nonfinite, say):
+    owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
+    manifest = {"tool": "cudnn-port", "version": __version__,
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "source": {"checkpoint": os.path.abspath(ckpt.prefix),
+                           "format": "object-based (TF2)" if ckpt.object_based else "name-based (TF1)",
+                           "files": {os.path.basename(f): sha256(f) for f in ckpt.files()}},
+                "style": style, "formats": list(formats), "slot_policy": SLOT_POLICY,
+                "stacks": [], "name_map": {}, "copied": [], "dropped": [], "replaced": {}, "files": {}}
+    converted = {}  # target name -> (array, dtype)
+    for stack in stacks:
+        blob = _read_buffer(ckpt, stack.variable, allow_nonfinite)
+        canon = unpack(stack.spec, blob)
+        tensors = target.write(canon, stack.prefix)
+        entry = {"variable": stack.variable, "prefix": stack.prefix, "spec": stack.spec.to_dict(),
+                 "param_count": stack.size, "spec_source": stack.how, "targets": list(tensors), "slots": {},
+                 "artifacts": {}}
+        manifest["name_map"][stack.variable] = list(tensors)
+        converted.update({k: (v, stack.dtype) for k, v in tensors.items()})
+        if "keras" in formats:
+            from .targets import keras as keras_target
+
+            rel = f"keras/{stack.label}.keras"
+            os.makedirs(os.path.join(tmp, "keras"), exist_ok=True)
+            say(f"writing {rel}")
+            keras_target.save_model(canon, os.path.join(tmp, rel), name=stack.label)
+            entry["artifacts"]["keras"] = rel
+        if "pytorch" in formats:
+            from .targets import pytorch as torch_target
+
+            rel = f"pytorch/{stack.label}.safetensors"
+            os.makedirs(os.path.join(tmp, "pytorch"), exist_ok=True)
+            torch_target.save_file(canon, os.path.join(tmp, rel))
+            entry["artifacts"]["pytorch"] = rel
+        for slot in stack.slots:
+            if drop_slots:
+                manifest["dropped"].append(slot)
+                continue
+            suffix = slot[len(stack.variable) + 1:]
+            slot_canon = unpack(stack.spec, ckpt.get(slot))
+            slot_tensors = target.write(slot_canon, stack.prefix, slot=True)
+            names = [f"{k}/{suffix}" for k in slot_tensors]
+            converted.update({f"{k}/{suffix}": (v, ckpt.dtypes[slot]) for k, v in slot_tensors.items()})
+            gap = max(float(np.max(np.abs(p.b_W - p.b_R), initial=0.0)) for p in slot_canon.layers)
+            entry["slots"][slot] = {"targets": names, "max_abs_b_W_minus_b_R": gap}
+            manifest["name_map"][slot] = names
+        manifest["stacks"].append(entry)
+
+    def items():
+        for name in ckpt.names:
+            if name in owned:
+                continue
+            if name in converted:
+                value = ckpt.get(name)
+                manifest["replaced"][name] = _agreement(value, converted[name][0])
+                continue
+            manifest["copied"].append(name)
+            manifest["name_map"][name] = [name]
+            yield name, ckpt.get(name), ckpt.dtypes[name]
+        for name, (value, dtype) in converted.items():
+            yield name, np.ascontiguousarray(value), dtype
+
+    total = sum(np.prod(ckpt.shapes[n], dtype=np.int64) * np.dtype(_np_dtype(ckpt.dtypes[n])).itemsize
+                for n in ckpt.names if not (drop_slots and n in manifest["dropped"]))
+    say("writing checkpoint/")
+    write_checkpoint(os.path.join(tmp, "checkpoint"), items(),
+                     progress=lambda done: say(f"checkpoint: {done / 2**20:.0f} of ~{total / 2**20:.0f} MiB") if total > 2**27 else None)
+    for root, _, files in os.walk(tmp):
+        for f in sorted(files):
+            path = os.path.join(root, f)
+            manifest["files"][os.path.relpath(path, tmp)] = sha256(path)
+    with open(os.path.join(tmp, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest
+
+
+def _np_dtype(name):
+    return {"string": "object", "bfloat16": "float16", "resource": "object", "variant": "object"}.get(name, name)
+
+
+def _agreement(stored, converted):
+    """How far a canonical tensor already in the source is from the one converted from the buffer."""
+    stored, converted = np.asarray(stored, dtype=np.float64), np.asarray(converted, dtype=np.float64)
+    if stored.shape != converted.shape:
+        return {"agrees": False, "reason": f"shape {list(stored.shape)} vs {list(converted.shape)}"}
+    diff = float(np.max(np.abs(stored - converted), initial=0.0))
+    return {"agrees": diff <= 1e-6 * max(1.0, float(np.max(np.abs(converted), initial=0.0))), "max_abs_diff": diff}
