@@ -17,7 +17,7 @@ from .errors import CudnnPortError
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 ATTRIBUTE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
-SHARD_BYTES = 64 << 20
+SHARD_BYTES = 32 << 20
 
 
 def _tf():
@@ -63,7 +63,7 @@ class Checkpoint:
             self._reader = tf.train.load_checkpoint(self.prefix)
             shapes = self._reader.get_variable_to_shape_map()
             dtypes = self._reader.get_variable_to_dtype_map()
-        except (tf.errors.OpError, ValueError) as e:
+        except (tf.errors.OpError, ValueError, IndexError, RuntimeError, OSError) as e:
             raise CudnnPortError(f"cannot read checkpoint {self.prefix}: {_first_line(e)}; "
                                  "is it a complete TensorFlow checkpoint (prefix.index + prefix.data-*)?") from None
         self.object_based = OBJECT_GRAPH_KEY in shapes
@@ -87,7 +87,7 @@ class Checkpoint:
         tf = _tf()
         try:
             value = self._reader.get_tensor(self.keys[name])
-        except (tf.errors.OpError, ValueError) as e:
+        except (tf.errors.OpError, ValueError, IndexError, RuntimeError, OSError) as e:
             raise CudnnPortError(f"cannot read {name} from {self.prefix}: {_first_line(e)}; "
                                  "the checkpoint's data file is corrupt or truncated") from None
         return np.asarray(value)

@@ -43,6 +43,7 @@ class Stack:
     slots: list = field(default_factory=list)
     spec: object = None
     how: str = ""
+    blob: object = None
 
     @property
     def prefix(self):
@@ -135,8 +136,9 @@ def _prepare_out(out, force):
                 raise CudnnPortError(f"{out} is not a cudnn-port output (no manifest.json of ours), so --force "
                                      "will not replace it; choose a new folder")
     parent = os.path.dirname(out)
-    if not os.path.isdir(parent):
-        raise CudnnPortError(f"the parent folder of {out} does not exist; create it first")
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise CudnnPortError(f"{parent} is a file, so {out} cannot be created; choose another output folder")
+    os.makedirs(parent, exist_ok=True)
     return out
 
 
@@ -184,14 +186,16 @@ def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None,
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional)
     stacks = find_stacks(ckpt, variable)
-    for stack in stacks:
+    for stack in stacks:  # everything that can be refused is checked before anything is said or written
         stack.spec, stack.how = choose(stack.variable, stack.size, stack.dtype, _clues(ckpt, stack), **flags)
+        stack.blob = _read_buffer(ckpt, stack.variable, allow_nonfinite)
+    for stack in stacks:
         say(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
 
     tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
     os.makedirs(tmp)
     try:
-        manifest = _write(ckpt, stacks, tmp, STYLES[style], style, formats, drop_optimizer_slots, allow_nonfinite, say)
+        manifest = _write(ckpt, stacks, tmp, STYLES[style], style, formats, drop_optimizer_slots, say)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -200,73 +204,69 @@ def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None,
     return manifest
 
 
-def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, allow_nonfinite, say):
+def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, say):
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = {"tool": "cudnn-port", "version": __version__,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "source": {"checkpoint": os.path.abspath(ckpt.prefix),
                            "format": "object-based (TF2)" if ckpt.object_based else "name-based (TF1)",
-                           "files": {os.path.basename(f): sha256(f) for f in ckpt.files()}},
+                           "files": {os.path.basename(f): sha256(f) for f in ckpt.files()},
+                           "names": ("object-based keys are written under their logical names (without "
+                                     "/.ATTRIBUTES/VARIABLE_VALUE); the object graph is not carried over"
+                                     if ckpt.object_based else "names kept as they are")},
                 "style": style, "formats": list(formats), "slot_policy": SLOT_POLICY,
                 "stacks": [], "name_map": {}, "copied": [], "dropped": [], "replaced": {}, "files": {}}
-    converted = {}  # target name -> (array, dtype)
     for stack in stacks:
-        blob = _read_buffer(ckpt, stack.variable, allow_nonfinite)
-        canon = unpack(stack.spec, blob)
-        tensors = target.write(canon, stack.prefix)
         entry = {"variable": stack.variable, "prefix": stack.prefix, "spec": stack.spec.to_dict(),
-                 "param_count": stack.size, "spec_source": stack.how, "targets": list(tensors), "slots": {},
-                 "artifacts": {}}
-        manifest["name_map"][stack.variable] = list(tensors)
-        converted.update({k: (v, stack.dtype) for k, v in tensors.items()})
-        if "keras" in formats:
-            from .targets import keras as keras_target
-
-            rel = f"keras/{stack.label}.keras"
-            os.makedirs(os.path.join(tmp, "keras"), exist_ok=True)
-            say(f"writing {rel}")
-            keras_target.save_model(canon, os.path.join(tmp, rel), name=stack.label)
-            entry["artifacts"]["keras"] = rel
-        if "pytorch" in formats:
-            from .targets import pytorch as torch_target
-
-            rel = f"pytorch/{stack.label}.safetensors"
-            os.makedirs(os.path.join(tmp, "pytorch"), exist_ok=True)
-            torch_target.save_file(canon, os.path.join(tmp, rel))
-            entry["artifacts"]["pytorch"] = rel
-        for slot in stack.slots:
-            if drop_slots:
-                manifest["dropped"].append(slot)
-                continue
-            suffix = slot[len(stack.variable) + 1:]
-            slot_canon = unpack(stack.spec, ckpt.get(slot))
-            slot_tensors = target.write(slot_canon, stack.prefix, slot=True)
-            names = [f"{k}/{suffix}" for k in slot_tensors]
-            converted.update({f"{k}/{suffix}": (v, ckpt.dtypes[slot]) for k, v in slot_tensors.items()})
-            gap = max(float(np.max(np.abs(p.b_W - p.b_R), initial=0.0)) for p in slot_canon.layers)
-            entry["slots"][slot] = {"targets": names, "max_abs_b_W_minus_b_R": gap}
-            manifest["name_map"][slot] = names
+                 "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
         manifest["stacks"].append(entry)
+        for kind in ("keras", "pytorch"):
+            if kind in formats:
+                entry["artifacts"][kind] = _write_artifact(kind, unpack(stack.spec, stack.blob), stack.label, tmp, say)
+        if drop_slots:
+            manifest["dropped"] += stack.slots
+
+    converted = set()
+
+    def converted_items():
+        """The style's tensors, one pseudo-layer at a time, for each buffer and each kept slot."""
+        for stack, entry in zip(stacks, manifest["stacks"]):
+            sources = [(stack.variable, "")] + [(s, s[len(stack.variable) + 1:]) for s in stack.slots if not drop_slots]
+            for source, suffix in sources:
+                canon = unpack(stack.spec, stack.blob if not suffix else ckpt.get(source))
+                names = manifest["name_map"][source] = []
+                for layer, direction, params in canon.pseudo_layers():
+                    for name, value in target.write_layer(stack.spec, stack.prefix, layer, direction, params,
+                                                          slot=bool(suffix)).items():
+                        name = f"{name}/{suffix}" if suffix else name
+                        if name in ckpt.shapes and name not in owned:  # canonical tensors stored beside the buffer
+                            manifest["replaced"][name] = _agreement(ckpt.get(name), value)
+                        names.append(name)
+                        converted.add(name)
+                        yield name, np.ascontiguousarray(value), ckpt.dtypes[source]
+                if suffix:
+                    gap = max(float(np.max(np.abs(p.b_W - p.b_R), initial=0.0)) for p in canon.layers)
+                    entry["slots"][source] = {"targets": names, "max_abs_b_W_minus_b_R": gap}
+                else:
+                    entry["targets"] = names
+            stack.blob = None  # let the buffer go once its tensors are written
 
     def items():
+        yield from converted_items()
         for name in ckpt.names:
-            if name in owned:
-                continue
-            if name in converted:
-                value = ckpt.get(name)
-                manifest["replaced"][name] = _agreement(value, converted[name][0])
-                continue
-            manifest["copied"].append(name)
-            manifest["name_map"][name] = [name]
-            yield name, ckpt.get(name), ckpt.dtypes[name]
-        for name, (value, dtype) in converted.items():
-            yield name, np.ascontiguousarray(value), dtype
+            if name not in owned and name not in converted:
+                manifest["copied"].append(name)
+                manifest["name_map"][name] = [name]
+                yield name, ckpt.get(name), ckpt.dtypes[name]
 
-    total = sum(np.prod(ckpt.shapes[n], dtype=np.int64) * np.dtype(_np_dtype(ckpt.dtypes[n])).itemsize
-                for n in ckpt.names if not (drop_slots and n in manifest["dropped"]))
+    total = sum(int(np.prod(shape)) for name, shape in ckpt.shapes.items() if name not in manifest["dropped"]) * 4
+
+    def shard_done(done):
+        if total > 2 ** 27:
+            say(f"checkpoint: {done / 2**20:.0f} of ~{total / 2**20:.0f} MiB")
+
     say("writing checkpoint/")
-    write_checkpoint(os.path.join(tmp, "checkpoint"), items(),
-                     progress=lambda done: say(f"checkpoint: {done / 2**20:.0f} of ~{total / 2**20:.0f} MiB") if total > 2**27 else None)
+    write_checkpoint(os.path.join(tmp, "checkpoint"), items(), progress=shard_done)
     for root, _, files in os.walk(tmp):
         for f in sorted(files):
             path = os.path.join(root, f)
@@ -276,8 +276,20 @@ def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, allow_nonfinit
     return manifest
 
 
-def _np_dtype(name):
-    return {"string": "object", "bfloat16": "float16", "resource": "object", "variant": "object"}.get(name, name)
+def _write_artifact(kind, canon, label, tmp, say):
+    """Write the keras or pytorch file of one stack under ``tmp``; return its relative path."""
+    rel = f"{kind}/{label}.{'keras' if kind == 'keras' else 'safetensors'}"
+    os.makedirs(os.path.join(tmp, kind), exist_ok=True)
+    say(f"writing {rel}")
+    if kind == "keras":
+        from .targets import keras as keras_target
+
+        keras_target.save_model(canon, os.path.join(tmp, rel), name=label)
+    else:
+        from .targets import pytorch as torch_target
+
+        torch_target.save_file(canon, os.path.join(tmp, rel))
+    return rel
 
 
 def _agreement(stored, converted):

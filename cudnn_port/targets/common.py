@@ -8,3 +8,11 @@ def bias_sum(b_W, b_R, slot):
 
 def join(prefix, name):
     return f"{prefix}/{name}" if prefix else name
+
+
+def write_all(write_layer, canon, prefix, slot=False):
+    """Every tensor of ``canon``: ``write_layer`` applied to each pseudo-layer, in buffer order."""
+    out = {}
+    for layer, direction, params in canon.pseudo_layers():
+        out.update(write_layer(canon.spec, prefix, layer, direction, params, slot))
+    return out

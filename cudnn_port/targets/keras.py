@@ -13,7 +13,7 @@ import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from ..gates import CUDNN_GRU, CUDNN_LSTM, KERAS_GRU, KERAS_LSTM, reorder
-from .common import bias_sum, join
+from .common import bias_sum, join, write_all
 
 ORDER = {"lstm": (CUDNN_LSTM, KERAS_LSTM), "gru": (CUDNN_GRU, KERAS_GRU)}
 VARS = ("kernel", "recurrent_kernel", "bias")
@@ -36,12 +36,13 @@ def layer_weights(spec, p, slot=False):
     return [kernel, recurrent, bias]
 
 
+def write_layer(spec, prefix, layer, direction, p, slot=False):
+    scope = _scope(prefix, layer, direction)
+    return {f"{scope}/{var}": value for var, value in zip(VARS, layer_weights(spec, p, slot))}
+
+
 def write(canon, prefix, slot=False):
-    out = {}
-    for layer, direction, p in canon.pseudo_layers():
-        for var, value in zip(VARS, layer_weights(canon.spec, p, slot)):
-            out[f"{_scope(prefix, layer, direction)}/{var}"] = value
-    return out
+    return write_all(write_layer, canon, prefix, slot)
 
 
 def read(tensors, prefix, spec):

@@ -9,7 +9,7 @@ written by :func:`save_file` they are bare, as ``load_state_dict`` wants them.
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
-from .common import join
+from .common import join, write_all
 
 KEYS = (("W", "weight_ih"), ("R", "weight_hh"), ("b_W", "bias_ih"), ("b_R", "bias_hh"))
 
@@ -18,13 +18,13 @@ def _suffix(layer, direction):
     return f"_l{layer}" + ("_reverse" if direction else "")
 
 
+def write_layer(spec, prefix, layer, direction, p, slot=False):
+    return {join(prefix, key + _suffix(layer, direction)): getattr(p, kind).reshape(-1, *getattr(p, kind).shape[2:])
+            for kind, key in KEYS}
+
+
 def write(canon, prefix, slot=False):
-    out = {}
-    for layer, direction, p in canon.pseudo_layers():
-        for kind, key in KEYS:
-            value = getattr(p, kind)
-            out[join(prefix, key + _suffix(layer, direction))] = value.reshape(-1, *value.shape[2:])
-    return out
+    return write_all(write_layer, canon, prefix, slot)
 
 
 def read(tensors, prefix, spec):

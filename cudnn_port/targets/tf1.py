@@ -22,7 +22,7 @@ import numpy as np
 from ..canonical import CanonicalRNN, LayerParams
 from ..gates import CUDNN_GRU, CUDNN_LSTM, TF1_LSTM, reorder
 from ..layout import RNNSpec
-from .common import bias_sum, join
+from .common import bias_sum, join, write_all
 
 CELL = {"lstm": "cudnn_compatible_lstm_cell", "gru": "cudnn_compatible_gru_cell"}
 
@@ -42,21 +42,21 @@ def _rows(params, order_src, order_dst):
     return reorder(stacked, order_src, order_dst).reshape(-1, stacked.shape[2])
 
 
+def write_layer(spec, prefix, layer, direction, p, slot=False):
+    scope = cell_scope(prefix, spec, layer, direction)
+    if spec.mode == "lstm":
+        return {f"{scope}/kernel": _rows(p, CUDNN_LSTM, TF1_LSTM).T,
+                f"{scope}/bias": reorder(bias_sum(p.b_W, p.b_R, slot), CUDNN_LSTM, TF1_LSTM).reshape(-1)}
+    return {f"{scope}/gates/kernel": _rows(p, CUDNN_GRU, "rz").T,
+            f"{scope}/gates/bias": bias_sum(p.b_W[:2], p.b_R[:2], slot).reshape(-1),
+            f"{scope}/candidate/input_projection/kernel": p.W[2].T,
+            f"{scope}/candidate/input_projection/bias": p.b_W[2],
+            f"{scope}/candidate/hidden_projection/kernel": p.R[2].T,
+            f"{scope}/candidate/hidden_projection/bias": p.b_R[2]}
+
+
 def write(canon, prefix, slot=False):
-    spec, out = canon.spec, {}
-    for layer, direction, p in canon.pseudo_layers():
-        scope = cell_scope(prefix, spec, layer, direction)
-        if spec.mode == "lstm":
-            out[f"{scope}/kernel"] = _rows(p, CUDNN_LSTM, TF1_LSTM).T
-            out[f"{scope}/bias"] = reorder(bias_sum(p.b_W, p.b_R, slot), CUDNN_LSTM, TF1_LSTM).reshape(-1)
-        else:
-            out[f"{scope}/gates/kernel"] = _rows(p, CUDNN_GRU, "rz").T
-            out[f"{scope}/gates/bias"] = bias_sum(p.b_W[:2], p.b_R[:2], slot).reshape(-1)
-            out[f"{scope}/candidate/input_projection/kernel"] = p.W[2].T
-            out[f"{scope}/candidate/input_projection/bias"] = p.b_W[2]
-            out[f"{scope}/candidate/hidden_projection/kernel"] = p.R[2].T
-            out[f"{scope}/candidate/hidden_projection/bias"] = p.b_R[2]
-    return out
+    return write_all(write_layer, canon, prefix, slot)
 
 
 def read(tensors, prefix, spec):

@@ -1,0 +1,288 @@
+"""convert / inspect as a library and as a CLI: what is written, and every bad input refused cleanly."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import make_spec, random_blob, tree_hash
+from cudnn_port import cli
+from cudnn_port.checkpoint import Checkpoint, sha256
+from cudnn_port.converter import convert, inspect_checkpoint
+from cudnn_port.layout import unpack
+from cudnn_port.targets import STYLES
+from test_targets import spec_flags, write_source
+
+tf = pytest.importorskip("tensorflow")
+SAMPLE_SPEC = make_spec("lstm", 2, True, input_size=32, hidden=48)  # what make_tf1_checkpoint writes
+
+
+def run_cli(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clean_error(code, err, *needles):
+    assert code == 2, err
+    errors = [line for line in err.strip().splitlines() if line.startswith("cudnn-port:")]
+    assert len(errors) == 1 and err.strip().endswith(errors[0]) and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+
+
+# ----------------------------------------------------------------------------------------------- what is written
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_ckpt, style):
+    before = tree_hash(os.path.dirname(tf1_ckpt))
+    manifest = convert(tf1_ckpt, tmp_path / "out", style=style)
+    assert tree_hash(os.path.dirname(tf1_ckpt)) == before, "the input checkpoint was modified"
+    src, out = Checkpoint(tf1_ckpt), Checkpoint(tmp_path / "out" / "checkpoint")
+    assert tf.train.latest_checkpoint(str(tmp_path / "out" / "checkpoint")).endswith("model.ckpt")
+    # Every non-cuDNN variable is copied unchanged, with its dtype.
+    others = [n for n in src.names if "opaque_kernel" not in n]
+    assert sorted(manifest["copied"]) == sorted(others)
+    for name in others:
+        assert out.dtypes[name] == src.dtypes[name]
+        assert out.get(name).tobytes() == src.get(name).tobytes(), name
+    # The buffer and its slots are gone, replaced by the style's tensors.
+    stack = manifest["stacks"][0]
+    assert stack["spec"] == SAMPLE_SPEC.to_dict() and "chosen by clues" in stack["spec_source"]
+    canon = unpack(SAMPLE_SPEC, src.get("cudnn_lstm/opaque_kernel"))
+    for name, value in STYLES[style].write(canon, "cudnn_lstm").items():
+        np.testing.assert_array_equal(out.get(name), value, err_msg=name)
+    assert not any(n.startswith("cudnn_lstm/opaque_kernel") for n in out.names)
+    # Slots: same mapping, summed biases take b_W's slot (identical to b_R's in the sample).
+    for slot in ("Adam", "Adam_1"):
+        slot_canon = unpack(SAMPLE_SPEC, src.get(f"cudnn_lstm/opaque_kernel/{slot}"))
+        for name, value in STYLES[style].write(slot_canon, "cudnn_lstm", slot=True).items():
+            np.testing.assert_array_equal(out.get(f"{name}/{slot}"), value, err_msg=f"{name}/{slot}")
+        assert stack["slots"][f"cudnn_lstm/opaque_kernel/{slot}"]["max_abs_b_W_minus_b_R"] == 0.0
+    # Manifest: every file hashed, name map complete.
+    for rel, digest in manifest["files"].items():
+        assert sha256(tmp_path / "out" / rel) == digest
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["name_map"] == manifest["name_map"]
+    assert set(manifest["name_map"]) == set(src.names)
+
+
+def test_summed_bias_slot_uses_b_W_slot_not_the_sum(tmp_path):
+    spec = make_spec("lstm", 1, False)
+    slot = random_blob(spec, seed=5)
+    src, _ = write_source(tmp_path, spec, extra={"cudnn_lstm/opaque_kernel/Momentum": slot})
+    convert(src, tmp_path / "out", **spec_flags(spec))
+    bias = Checkpoint(tmp_path / "out" / "checkpoint").get(
+        "cudnn_lstm/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias/Momentum")
+    b_W = unpack(spec, slot).layers[0].b_W
+    np.testing.assert_array_equal(bias.reshape(4, -1), b_W[[0, 2, 1, 3]])  # i, c, f, o
+
+
+def test_drop_optimizer_slots(tmp_path, tf1_ckpt):
+    manifest = convert(tf1_ckpt, tmp_path / "out", drop_optimizer_slots=True)
+    names = Checkpoint(tmp_path / "out" / "checkpoint").names
+    assert not any(n.endswith(("/Adam", "/Adam_1")) for n in names)
+    assert sorted(manifest["dropped"]) == ["cudnn_lstm/opaque_kernel/Adam", "cudnn_lstm/opaque_kernel/Adam_1"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_dtype_is_kept(tmp_path, dtype):
+    spec = make_spec("gru", 2, True, dtype=dtype)
+    src, blob = write_source(tmp_path, spec, name="cudnn_gru/opaque_kernel")
+    convert(src, tmp_path / "out", style="pytorch", **spec_flags(spec))
+    out = Checkpoint(tmp_path / "out" / "checkpoint")
+    name = "cudnn_gru/weight_hh_l1_reverse"
+    assert out.dtypes[name] == dtype
+    np.testing.assert_array_equal(out.get(name), unpack(spec, blob).layer(1, 1).R.reshape(-1, spec.num_units))
+
+
+def test_object_based_checkpoint(tmp_path):
+    spec = make_spec("lstm", 2, False)
+    blob = random_blob(spec)
+    module = tf.Module()
+    with tf.name_scope("enc"):
+        module.rnn = tf.Module()
+        module.rnn.opaque_kernel = tf.Variable(blob)
+    module.head = tf.Variable(np.arange(6, dtype="float32").reshape(2, 3))
+    path = tf.train.Checkpoint(model=module).write(str(tmp_path / "src" / "ckpt"))
+    report = inspect_checkpoint(path, **spec_flags(spec))
+    assert report["format"].startswith("object-based")
+    assert report["stacks"][0]["variable"] == "model/rnn/opaque_kernel"
+    manifest = convert(path, tmp_path / "out", **spec_flags(spec))
+    out = Checkpoint(tmp_path / "out" / "checkpoint")
+    kernel = out.get("model/rnn/rnn/multi_rnn_cell/cell_1/cudnn_compatible_lstm_cell/kernel")
+    p = unpack(spec, blob).layer(1)
+    np.testing.assert_array_equal(kernel[:spec.layer_input_size(1), :spec.num_units], p.W[0].T)  # gate i, x part
+    np.testing.assert_array_equal(out.get("model/head"), module.head.numpy())
+    stored_keys = dict(tf.train.list_variables(str(tmp_path / "out" / "checkpoint")))
+    assert "model/head" in stored_keys and not any(".ATTRIBUTES" in k for k in stored_keys)  # logical names
+    assert "logical names" in manifest["source"]["names"]
+
+
+def test_stored_canonical_tensors_are_checked_and_settle_the_spec(tmp_path):
+    """A default TF1 Saver also wrote the canonical tensors: they fix the spec and are compared."""
+    spec = make_spec("gru", 2, True)
+    blob = random_blob(spec)
+    canonical = STYLES["tf1"].write(unpack(spec, blob), "cudnn_gru")
+    src, _ = write_source(tmp_path, spec, name="cudnn_gru/opaque_kernel", extra=dict(canonical))
+    manifest = convert(src, tmp_path / "out")  # no flags needed
+    assert manifest["stacks"][0]["spec"] == spec.to_dict()
+    assert "canonical tensors" in manifest["stacks"][0]["spec_source"]
+    assert all(v["agrees"] for v in manifest["replaced"].values()) and len(manifest["replaced"]) == len(canonical)
+
+
+def test_inspect_lists_candidates_and_the_flags_that_settle_them(tmp_path, capsys):
+    spec = make_spec("lstm", 2, True)
+    src, _ = write_source(tmp_path, spec, name="rnn/opaque_kernel")
+    report = inspect_checkpoint(src)
+    stack = report["stacks"][0]
+    assert stack["spec"] is None and stack["candidate_count"] > 1
+    assert spec.to_dict() in [{k: c[k] for k in spec.to_dict()} for c in stack["candidates"]] or \
+        stack["candidate_count"] > 20
+    assert "--num-units" in stack["settle_with"]
+    code, out, _ = run_cli(capsys, "inspect", src, "--json", *spec.flags().split())
+    assert code == 0 and json.loads(out)["stacks"][0]["spec"] == spec.to_dict()
+    code, out, _ = run_cli(capsys, "inspect", src)
+    assert code == 0 and "to choose, pass" in out
+
+
+def test_cli_convert_json_and_force(tmp_path, tf1_ckpt, capsys):
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(capsys, "convert", tf1_ckpt, out_dir, "--json")
+    assert code == 0, err
+    assert json.loads(out)["stacks"][0]["spec"]["num_units"] == 48
+    assert "writing checkpoint/" in err  # progress goes to stderr
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, out_dir)
+    assert_clean_error(code, err, "not empty", "--force")
+    code, out, err = run_cli(capsys, "convert", tf1_ckpt, out_dir, "--force", "--style", "pytorch", "--quiet")
+    assert code == 0 and err == "" and (out_dir / "pytorch" / "cudnn_lstm.safetensors").is_file()
+    assert not (out_dir / "keras").exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []  # no temporary siblings left
+
+
+# ------------------------------------------------------------------------------------------------- bad input
+
+def test_missing_checkpoint(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "convert", tmp_path / "nope" / "model.ckpt", tmp_path / "out")
+    assert_clean_error(code, err, "checkpoint not found", "prefix")
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_data_file(tmp_path, tf1_ckpt, capsys):
+    data = tf1_ckpt + ".data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    before = tree_hash(os.path.dirname(tf1_ckpt))
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, tmp_path / "out")
+    assert_clean_error(code, err, "corrupt or truncated")
+    assert not (tmp_path / "out").exists() and tree_hash(os.path.dirname(tf1_ckpt)) == before
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
+
+
+def test_corrupt_index(tmp_path, tf1_ckpt, capsys):
+    with open(tf1_ckpt + ".index", "r+b") as f:
+        f.seek(10)
+        f.write(b"\xff" * 40)
+    code, _, err = run_cli(capsys, "inspect", tf1_ckpt)
+    assert_clean_error(code, err, "cannot read checkpoint")
+
+
+def test_size_fits_no_spec(tmp_path, capsys):
+    from make_tf1_checkpoint import save_tf1
+
+    src = save_tf1(str(tmp_path / "src" / "model.ckpt"), {"cudnn_lstm/opaque_kernel": np.ones(7, "float32")})
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out")
+    assert_clean_error(code, err, "7 elements", "no")
+
+
+def test_flags_that_do_not_fit_show_expected_and_actual(tmp_path, tf1_ckpt, capsys):
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, tmp_path / "out", "--mode", "lstm", "--num-layers", "2",
+                           "--num-units", "64", "--input-size", "32", "--bidirectional")
+    expected = make_spec("lstm", 2, True, input_size=32, hidden=64).param_count
+    assert_clean_error(code, err, f"has {SAMPLE_SPEC.param_count} elements", f"expect {expected} elements",
+                       "--num-units 48")
+
+
+def test_ambiguous_buffer_lists_candidates_and_flags(tmp_path, capsys):
+    spec = make_spec("lstm", 2, True)
+    src, _ = write_source(tmp_path, spec, name="rnn/opaque_kernel")
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out")
+    assert_clean_error(code, err, "fits", "specs", "--num-units", "to choose")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nonfinite_buffer_is_refused_unless_allowed(tmp_path, capsys, bad):
+    spec = make_spec("gru", 1, False)
+    blob = random_blob(spec)
+    blob[3] = bad
+    from make_tf1_checkpoint import save_tf1
+
+    src = save_tf1(str(tmp_path / "src" / "model.ckpt"), {"cudnn_gru/opaque_kernel": blob})
+    flags = spec.flags().split()
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out", *flags)
+    assert_clean_error(code, err, "NaN/Inf", "--allow-nonfinite")
+    assert not (tmp_path / "out").exists()
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out", *flags, "--allow-nonfinite", "--style", "pytorch")
+    assert code == 0, err
+    w = Checkpoint(tmp_path / "out" / "checkpoint").get("cudnn_gru/weight_ih_l0")
+    assert not np.isfinite(w.reshape(-1)[3])
+
+
+def test_non_float_buffer(tmp_path, capsys):
+    from make_tf1_checkpoint import save_tf1
+
+    src = save_tf1(str(tmp_path / "src" / "model.ckpt"), {"cudnn_lstm/opaque_kernel": np.arange(96, dtype=np.int32)})
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out")
+    assert_clean_error(code, err, "dtype int32", "--variable")
+
+
+def test_unknown_variable_and_no_buffer(tmp_path, tf1_ckpt, capsys):
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, tmp_path / "out", "--variable", "nope/opaque_kernel")
+    assert_clean_error(code, err, "unknown variable nope/opaque_kernel", "inspect")
+    from make_tf1_checkpoint import save_tf1
+
+    src = save_tf1(str(tmp_path / "plain" / "model.ckpt"), {"dense/kernel": np.ones((2, 2), "float32")})
+    code, _, err = run_cli(capsys, "inspect", src)
+    assert_clean_error(code, err, "no cuDNN buffer", "--variable")
+
+
+def test_force_never_replaces_a_foreign_folder(tmp_path, tf1_ckpt, capsys):
+    mine = tmp_path / "out"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("user data")
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, mine, "--force")
+    assert_clean_error(code, err, "not a cudnn-port output")
+    assert (mine / "notes.txt").read_text() == "user data" and os.listdir(mine) == ["notes.txt"]
+    target_file = tmp_path / "file"
+    target_file.write_text("x")
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, target_file)
+    assert_clean_error(code, err, "is a file")
+
+
+def test_interrupted_run_leaves_nothing(tmp_path, tf1_ckpt, capsys, monkeypatch):
+    from cudnn_port import converter
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(converter, "write_checkpoint", boom)
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, tmp_path / "out", "--formats", "checkpoint,pytorch")
+    assert code == 130 and "nothing was written" in err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_unknown_format_is_a_usage_error(tmp_path, tf1_ckpt, capsys):
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, tmp_path / "out", "--formats", "checkpoint,onnx2")
+    assert_clean_error(code, err, "unknown format 'onnx2'")
+
+
+def test_real_process_exit_codes_and_no_traceback(tmp_path):
+    """One end-to-end run of the installed entry point, as users call it."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-m", "cudnn_port.cli", "convert", str(tmp_path / "missing"),
+                           str(tmp_path / "out"), "--json"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["exit_code"] == 2
+    proc = subprocess.run([sys.executable, "-m", "cudnn_port.cli", "--help"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and "convert" in proc.stdout

@@ -1,0 +1,45 @@
+"""The NumPy reference is the judge, so it is itself checked against an independent implementation:
+PyTorch's CPU nn.LSTM / nn.GRU (cuDNN-compatible math, reset-after GRU) on packed ragged batches."""
+import numpy as np
+import pytest
+
+from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_canon
+from cudnn_port import reference
+from cudnn_port.targets import pytorch as torch_target
+
+torch = pytest.importorskip("torch")
+
+
+def run_torch(canon, x, lengths, h_0, c_0):
+    spec = canon.spec
+    cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU
+    module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True, bidirectional=spec.bidirectional)
+    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_target.write(canon, "").items()})
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.from_numpy(x), torch.from_numpy(lengths.astype(np.int64)),
+                                                     batch_first=True, enforce_sorted=False)
+    state = (torch.from_numpy(h_0), torch.from_numpy(c_0)) if spec.mode == "lstm" else torch.from_numpy(h_0)
+    with torch.no_grad():
+        out, final = module(packed, state)
+    out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    h_n, c_n = final if spec.mode == "lstm" else (final, None)
+    return out.numpy(), h_n.numpy(), None if c_n is None else c_n.numpy()
+
+
+@pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
+def test_reference_matches_pytorch_on_ragged_batches(mode, layers, bi):
+    spec = make_spec(mode, layers, bi)
+    canon = random_canon(spec, seed=layers + 10 * bi)
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    want = run_torch(canon, x, lengths, h_0, c_0)
+    got = reference.forward(canon, x, lengths, h_0, c_0)
+    for name, a, b in zip(("outputs", "h_n", "c_n"), got, want):
+        if b is not None:
+            np.testing.assert_allclose(a, b, atol=ATOL_FP32, rtol=0, err_msg=name)
+
+
+def test_reference_zeroes_outputs_past_each_length():
+    spec = make_spec("lstm", 2, True)
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    outputs, _, _ = reference.forward(random_canon(spec), x, lengths, h_0, c_0)
+    for b, n in enumerate(lengths):
+        assert np.all(outputs[b, n:] == 0) and np.all(np.abs(outputs[b, :n]).sum(-1) > 0)
