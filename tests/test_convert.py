@@ -66,6 +66,7 @@ def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_c
         assert sha256(tmp_path / "out" / rel) == digest
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["name_map"] == manifest["name_map"]
     assert set(manifest["name_map"]) == set(src.names)
+    assert manifest["source"]["files"] == {os.path.basename(f): sha256(f) for f in src.files()} != {}
 
 
 def test_summed_bias_slot_uses_b_W_slot_not_the_sum(tmp_path):

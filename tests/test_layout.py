@@ -94,3 +94,13 @@ def test_choose_explains_ambiguity_and_mismatch():
     with pytest.raises(CudnnPortError, match=r"expect \d+ elements.*specs that fit"):
         choose("v", spec.param_count, "float32", Clues(), mode="gru", num_layers=1, num_units=7, input_size=3,
                bidirectional=False)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 700), (513, 257), (256, 512)])
+def test_blocked_transpose_copy_equals_numpy(shape):
+    from cudnn_port.converter import contiguous
+
+    a = np.random.default_rng(0).normal(size=shape).astype("float32")
+    got = contiguous(a.T)
+    assert got.flags.c_contiguous and got.shape == shape[::-1]
+    np.testing.assert_array_equal(got, a.T)
