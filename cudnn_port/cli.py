@@ -56,7 +56,9 @@ def build_parser():
                      help="names and layout of the converted tensors in OUT/checkpoint (default tf1: "
                      "CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope)")
     out.add_argument("--formats", metavar="LIST", help="comma-separated artifacts: checkpoint, keras "
-                     "(OUT/keras/*.keras), pytorch (OUT/pytorch/*.safetensors); default: checkpoint plus the style's own")
+                     "(OUT/keras/*.keras), pytorch (OUT/pytorch/*.safetensors), saved_model (OUT/saved_model/), "
+                     "graphdef (OUT/frozen_graph.pb), onnx (OUT/model.onnx); default: checkpoint, the style's own "
+                     "(keras or pytorch), saved_model, graphdef, onnx")
     out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output")
     out.add_argument("--drop-optimizer-slots", action="store_true",
                      help="leave out the buffer's optimizer slots (…/Adam, …/Adam_1) instead of converting them")

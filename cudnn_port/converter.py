@@ -26,8 +26,12 @@ from .infer import _ranked, candidates, choose, clues_from, differing_flags
 from .layout import FLOAT_DTYPES, unpack
 from .targets import STYLES
 
-FORMATS = ("checkpoint", "keras", "pytorch")
-DEFAULT_FORMATS = {"tf1": ("checkpoint",), "keras": ("checkpoint", "keras"), "pytorch": ("checkpoint", "pytorch")}
+EXPORTS = ("saved_model", "graphdef", "onnx")
+FORMATS = ("checkpoint", "keras", "pytorch") + EXPORTS
+DEFAULT_FORMATS = {"tf1": ("checkpoint",) + EXPORTS, "keras": ("checkpoint", "keras") + EXPORTS,
+                   "pytorch": ("checkpoint", "pytorch") + EXPORTS}
+ARTIFACT_PATHS = {"keras": "keras/{label}.keras", "pytorch": "pytorch/{label}.safetensors",
+                  "saved_model": "saved_model{suffix}", "graphdef": "frozen_graph{suffix}.pb", "onnx": "model{suffix}.onnx"}
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
                "summed bias b_W + b_R, its slot is b_W's slot: cuDNN's b_W and b_R always receive identical "
                "gradients, so their slots are identical too (the largest difference found is recorded per slot).")
@@ -172,7 +176,9 @@ def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None,
 
     Writes ``out/checkpoint/`` (name-based; ``tf.train.latest_checkpoint`` finds it; other variables copied
     unchanged), the artifacts in ``formats`` (``keras``: ``out/keras/<stack>.keras``; ``pytorch``:
-    ``out/pytorch/<stack>.safetensors``) and ``out/manifest.json``. Output appears whole or not at all.
+    ``out/pytorch/<stack>.safetensors``; ``saved_model``: ``out/saved_model/``; ``graphdef``:
+    ``out/frozen_graph.pb``; ``onnx``: ``out/model.onnx``; with several stacks the last three get a
+    ``_<stack>`` suffix) and ``out/manifest.json``. Output appears whole or not at all.
     Returns the manifest dict. ``progress(message)`` receives progress lines.
     """
     if style not in STYLES:
@@ -221,9 +227,16 @@ def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, say):
         entry = {"variable": stack.variable, "prefix": stack.prefix, "spec": stack.spec.to_dict(),
                  "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
         manifest["stacks"].append(entry)
-        for kind in ("keras", "pytorch"):
-            if kind in formats:
-                entry["artifacts"][kind] = _write_artifact(kind, unpack(stack.spec, stack.blob), stack.label, tmp, say)
+        suffix = "" if len(stacks) == 1 else f"_{stack.label}"
+        for kind in formats:
+            if kind != "checkpoint":
+                canon = unpack(stack.spec, stack.blob)
+                rel = ARTIFACT_PATHS[kind].format(label=stack.label, suffix=suffix)
+                say(f"writing {rel}")
+                entry["artifacts"][kind] = rel
+                details = _write_artifact(kind, canon, stack.label, os.path.join(tmp, rel))
+                if details:
+                    entry.setdefault("graphdef_nodes", details)
         if drop_slots:
             manifest["dropped"] += stack.slots
 
@@ -280,20 +293,29 @@ def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, say):
     return manifest
 
 
-def _write_artifact(kind, canon, label, tmp, say):
-    """Write the keras or pytorch file of one stack under ``tmp``; return its relative path."""
-    rel = f"{kind}/{label}.{'keras' if kind == 'keras' else 'safetensors'}"
-    os.makedirs(os.path.join(tmp, kind), exist_ok=True)
-    say(f"writing {rel}")
+def _write_artifact(kind, canon, label, path):
+    """Write one artifact of one stack at ``path``; GraphDef returns its input/output tensor names."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     if kind == "keras":
         from .targets import keras as keras_target
 
-        keras_target.save_model(canon, os.path.join(tmp, rel), name=label)
-    else:
+        keras_target.save_model(canon, path, name=label)
+    elif kind == "pytorch":
         from .targets import pytorch as torch_target
 
-        torch_target.save_file(canon, os.path.join(tmp, rel))
-    return rel
+        torch_target.save_file(canon, path)
+    elif kind == "onnx":
+        from .exports import onnx as onnx_export
+
+        onnx_export.write_onnx(canon, path, name=label)
+    else:
+        from .exports import tensorflow as tf_export
+
+        if kind == "saved_model":
+            tf_export.write_saved_model(canon, path)
+        else:
+            return tf_export.write_frozen_graph(canon, path)
+    return None
 
 
 def contiguous(value, block=256):

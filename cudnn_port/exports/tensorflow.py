@@ -1,0 +1,93 @@
+"""SavedModel and frozen GraphDef of one stack, built from :mod:`cudnn_port.tf_graph` with weights as constants.
+
+SavedModel signatures: ``serving_default(inputs, sequence_lengths)`` (zero initial states) and
+``with_initial_state(inputs, sequence_lengths, initial_h[, initial_c])``. The frozen GraphDef has placeholders
+named after the inputs (``initial_h``/``initial_c`` default to zeros) and Identity nodes named after the outputs.
+"""
+import os
+
+from ..tf_graph import stack_forward
+from . import io_names
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def _named(tf, spec, result):
+    outputs, final_h, final_c = result
+    named = {"outputs": tf.identity(outputs, name="outputs"), "final_h": tf.identity(final_h, name="final_h")}
+    if spec.mode == "lstm":
+        named["final_c"] = tf.identity(final_c, name="final_c")
+    return named
+
+
+def build_module(canon):
+    """A tf.Module with the two signature functions (traced, weights frozen in)."""
+    tf = _tf()
+    spec = canon.spec
+    state = tf.TensorSpec([spec.num_pseudo_layers, None, spec.num_units], tf.float32)
+    x_spec = tf.TensorSpec([None, None, spec.input_size], tf.float32, name="inputs")
+    len_spec = tf.TensorSpec([None], tf.int32, name="sequence_lengths")
+    module = tf.Module()
+
+    @tf.function(input_signature=[x_spec, len_spec], autograph=False)
+    def serve(inputs, sequence_lengths):
+        return _named(tf, spec, stack_forward(canon, inputs, sequence_lengths))
+
+    if spec.mode == "lstm":
+        @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state, "initial_h"),
+                                      _named_spec(tf, state, "initial_c")], autograph=False)
+        def serve_state(inputs, sequence_lengths, initial_h, initial_c):
+            return _named(tf, spec, stack_forward(canon, inputs, sequence_lengths, initial_h, initial_c))
+    else:
+        @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state, "initial_h")], autograph=False)
+        def serve_state(inputs, sequence_lengths, initial_h):
+            return _named(tf, spec, stack_forward(canon, inputs, sequence_lengths, initial_h))
+
+    module.serve, module.serve_state = serve, serve_state
+    return module
+
+
+def _named_spec(tf, spec, name):
+    return tf.TensorSpec(spec.shape, spec.dtype, name=name)
+
+
+def write_saved_model(canon, path):
+    tf = _tf()
+    module = build_module(canon)
+    tf.saved_model.save(module, os.fspath(path), signatures={
+        "serving_default": module.serve.get_concrete_function(),
+        "with_initial_state": module.serve_state.get_concrete_function()})
+
+
+def write_frozen_graph(canon, path):
+    """Write a frozen GraphDef; return {"inputs": [tensor names], "outputs": [tensor names]}."""
+    tf = _tf()
+    spec = canon.spec
+    graph = tf.Graph()
+    with graph.as_default():
+        v1 = tf.compat.v1
+        inputs = v1.placeholder(tf.float32, [None, None, spec.input_size], name="inputs")
+        lengths = v1.placeholder(tf.int32, [None], name="sequence_lengths")
+        zeros = tf.zeros([spec.num_pseudo_layers, tf.shape(inputs)[0], spec.num_units])
+        shape = [spec.num_pseudo_layers, None, spec.num_units]
+        initial_h = v1.placeholder_with_default(zeros, shape, name="initial_h")
+        initial_c = v1.placeholder_with_default(zeros, shape, name="initial_c") if spec.mode == "lstm" else None
+        _named(tf, spec, stack_forward(canon, inputs, lengths, initial_h, initial_c))
+    graph_def = graph.as_graph_def()
+    with open(path, "wb") as f:
+        f.write(graph_def.SerializeToString())
+    names_in, names_out = io_names(spec)
+    return {"inputs": [f"{n}:0" for n in names_in], "outputs": [f"{n}:0" for n in names_out]}
+
+
+def op_types(saved_model_or_graph_def):
+    """Every op type in a GraphDef, its function library included (to prove no Cudnn* op is inside)."""
+    graph_def = saved_model_or_graph_def
+    types = {node.op for node in graph_def.node}
+    for function in graph_def.library.function:
+        types |= {node.op for node in function.node_def}
+    return types

@@ -1,0 +1,108 @@
+"""cuDNN's RNN forward pass in standard TensorFlow ops (no Cudnn* op), for CPU exports.
+
+Per layer, both directions at once (D on the leading axis)::
+
+    X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                 [D, T, B, I_l]
+    XW      = X_d @ Wx_d + bx_d        one batched matmul over all steps           [D, T, B, G*H]
+    for t in 0 .. T-1:                 one while_loop iteration advances both directions
+        g   = XW[:, t] + h @ Rh_d (+ bh_d)                                          [D, B, G*H]
+        LSTM  i, f, c~, o = σ, σ, tanh, σ of g's blocks;  c' = f*c + i*c~;  h' = o*tanh(c')
+        GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
+        steps t >= length keep the state and emit zeros
+    y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features                   [T, B, D*H]
+
+Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction.
+"""
+import numpy as np
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def layer_constants(canon, layer):
+    """NumPy arrays of one layer, both directions stacked: Wx [D, I_l, G*H], Rh [D, H, G*H], bx, bh [D, G*H].
+
+    Gate blocks stay in cuDNN order. LSTM folds b_R into bx; GRU folds b_R of r and z into bx and keeps
+    b_R_h in bh (it sits inside r * (...)).
+    """
+    spec = canon.spec
+    G, H = spec.num_gates, spec.num_units
+    Wx, Rh, bx, bh = [], [], [], []
+    for direction in range(spec.num_dirs):
+        p = canon.layer(layer, direction)
+        Wx.append(np.asarray(p.W).reshape(G * H, -1).T)
+        Rh.append(np.asarray(p.R).reshape(G * H, H).T)
+        b_W, b_R = np.asarray(p.b_W), np.asarray(p.b_R)
+        if spec.mode == "lstm":
+            bx.append((b_W + b_R).reshape(-1))
+            bh.append(np.zeros(G * H, b_W.dtype))
+        else:
+            bx.append(np.concatenate([b_W[0] + b_R[0], b_W[1] + b_R[1], b_W[2]]))
+            bh.append(np.concatenate([np.zeros(2 * H, b_W.dtype), b_R[2]]))
+    return tuple(np.ascontiguousarray(np.stack(a)).astype(np.float32) for a in (Wx, Rh, bx, bh))
+
+
+def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None):
+    """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h / initial_c
+    [L*D, B, H] (zeros when None). Returns (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None)."""
+    tf = _tf()
+    spec = canon.spec
+    H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
+    inputs = tf.convert_to_tensor(inputs, tf.float32)
+    lengths = tf.cast(sequence_lengths, tf.int32)
+    batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
+    zeros = tf.zeros([spec.num_pseudo_layers, batch, H])
+    initial_h = zeros if initial_h is None else tf.convert_to_tensor(initial_h, tf.float32)
+    initial_c = zeros if initial_c is None else tf.convert_to_tensor(initial_c, tf.float32)
+    valid = tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]  # [T, B, 1]
+    x = tf.transpose(inputs, [1, 0, 2])  # time-major [T, B, I]
+    final_h, final_c = [], []
+    for layer in range(spec.num_layers):
+        Wx, Rh, bx, bh = layer_constants(canon, layer)
+        xs = [x] + ([tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)] if D == 2 else [])
+        xs = tf.stack(xs)  # [D, T, B, I_l]
+        width = xs.shape[-1] if xs.shape[-1] is not None else tf.shape(xs)[-1]
+        xw = tf.matmul(tf.reshape(xs, [D, -1, width]), Wx) + bx[:, None, :]
+        xw = tf.reshape(xw, [D, steps, batch, -1])
+        h0 = initial_h[layer * D:(layer + 1) * D]
+        c0 = initial_c[layer * D:(layer + 1) * D]
+        ys, h, c = _time_loop(tf, xw, valid, h0, c0, Rh, bh, H, is_lstm)  # ys [T, D, B, H]
+        outs = [ys[:, 0]]
+        if D == 2:
+            outs.append(tf.reverse_sequence(ys[:, 1], lengths, seq_axis=0, batch_axis=1))
+        x = tf.concat(outs, axis=2)
+        final_h.append(h)
+        final_c.append(c)
+    outputs = tf.transpose(x, [1, 0, 2])
+    return outputs, tf.concat(final_h, 0), (tf.concat(final_c, 0) if is_lstm else None)
+
+
+def _time_loop(tf, xw, valid, h0, c0, Rh, bh, H, is_lstm):
+    steps = tf.shape(xw)[1]
+    xw_t = tf.transpose(xw, [1, 0, 2, 3])  # [T, D, B, G*H]
+    out = tf.TensorArray(tf.float32, size=steps, element_shape=h0.shape)
+
+    def body(t, h, c, out):
+        g = xw_t[t]
+        hr = tf.matmul(h, Rh)
+        keep = valid[t]  # [B, 1]
+        if is_lstm:
+            i, f, cc, o = tf.split(g + hr, 4, axis=-1)
+            c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(cc)
+            h_new = tf.sigmoid(o) * tf.tanh(c_new)
+            c = tf.where(keep, c_new, c)
+        else:
+            hr = hr + bh[:, None, :]
+            x_r, x_z, x_h = tf.split(g, 3, axis=-1)
+            h_r, h_z, h_h = tf.split(hr, 3, axis=-1)
+            r, z = tf.sigmoid(x_r + h_r), tf.sigmoid(x_z + h_z)
+            h_new = (1.0 - z) * tf.tanh(x_h + r * h_h) + z * h
+        out = out.write(t, tf.where(keep, h_new, 0.0))
+        return t + 1, tf.where(keep, h_new, h), c, out
+
+    _, h, c, out = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), h0, c0, out),
+                                 maximum_iterations=steps)
+    return out.stack(), h, c
