@@ -1,4 +1,4 @@
-"""``cudnn-port``: the command line, a thin shell over :mod:`cudnn_port.converter`.
+"""``cudnn-port``: the command line, a thin shell over :mod:`cudnn_port.converter`, ``verify`` and ``benchmark``.
 
 Exit codes: 0 ok, 2 bad input or usage (one line saying what and how to fix it), 1 internal error.
 """
@@ -12,6 +12,8 @@ from .errors import CudnnPortError
 
 EPILOG = """examples:
   cudnn-port inspect train/model.ckpt
+  cudnn-port verify out/
+  cudnn-port bench out/ --json
   cudnn-port convert train/model.ckpt out/ --mode lstm --num-layers 2 --num-units 512 --bidirectional
   cudnn-port convert train/model.ckpt out/ --style pytorch --json
 exit codes: 0 ok, 2 bad input or usage, 1 internal error"""
@@ -65,6 +67,25 @@ def build_parser():
     out.add_argument("--allow-nonfinite", action="store_true", help="convert buffers holding NaN/Inf as they are")
     out.add_argument("--json", action="store_true", help="print the manifest as JSON on stdout")
     out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p = sub.add_parser("verify", help="check every artifact of OUT against the NumPy reference",
+                       description="Run the NumPy reference of cuDNN's math and every artifact of a convert output "
+                       "(checkpoint in a CPU graph, SavedModel, GraphDef, ONNX in onnxruntime) on seeded ragged "
+                       "batches with non-zero initial states. Prints a table, writes OUT/parity.json, exits 1 on "
+                       "any failure.")
+    p.add_argument("out", metavar="OUT", help="a cudnn-port convert output folder")
+    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+    p = sub.add_parser("bench", help="CPU latency and throughput of each artifact of OUT",
+                       description="Time each artifact of a convert output on CPU at batch 1 and 32.")
+    p.add_argument("out", metavar="OUT", help="a cudnn-port convert output folder")
+    p.add_argument("--steps", type=int, default=100, help="sequence length (default 100)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per case; the median is shown (default 5)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
 
@@ -120,11 +141,23 @@ def main(argv=None):
     try:
         from . import converter as api
 
+        progress = None if getattr(args, "quiet", False) else (
+            lambda message: print(message, file=sys.stderr, flush=True))
         if args.command == "inspect":
             report = api.inspect_checkpoint(args.checkpoint, variable=args.variable, **_flags(args))
             print(json.dumps(report, indent=2)) if want_json else _print_inspect(report)
+        elif args.command == "verify":
+            from . import verify
+
+            report = verify.verify(args.out, atol=args.atol, rtol=args.rtol, seed=args.seed, progress=progress)
+            print(json.dumps(report, indent=2)) if want_json else print(verify.format_table(report))
+            return 0 if report["passed"] else 1
+        elif args.command == "bench":
+            from . import benchmark
+
+            report = benchmark.bench(args.out, steps=args.steps, repeat=args.repeat, progress=progress)
+            print(json.dumps(report, indent=2)) if want_json else print(benchmark.format_table(report))
         else:
-            progress = None if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
             formats = [f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else None
             manifest = api.convert(args.checkpoint, args.out, style=args.style, formats=formats,
                                    variable=args.variable, force=args.force,

@@ -15,6 +15,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 from cudnn_port.layout import RNNSpec, unpack  # noqa: E402
 
+pytest_plugins = ["pytester"]
+
 # fp32 parity bound from issue 2; measured max |error| for these sizes is ~2e-7.
 ATOL_FP32 = 1e-5
 INPUT, HIDDEN = 6, 5  # distinct on purpose: I != H catches transposed or swapped regions

@@ -1,0 +1,195 @@
+"""Export benchmark on the reference config: 2-layer BiLSTM, input 256, hidden 512, 100 steps, CPU.
+
+Every number is measured in this one run, so the ratios compare like with like:
+
+1. ONNX export at batch 32: achieved GFLOP/s (the LSTM's matmul FLOPs / time) as a share of large-sgemm
+   GFLOP/s (onnxruntime MatMul and NumPy, the better of the two). Target >= 85%.
+2. ONNX export at batch 1 vs a hand-built minimal ONNX graph of the same weights (time-major input, LSTM nodes
+   only, no sequence_lens, no initial states, no transposes). Target: no slower (ratio <= 1).
+3. Ragged batch 1: ONNX export vs what tf2onnx makes of an equivalent masked Keras model (Masking +
+   Bidirectional(LSTM) x 2). Target >= 2.5x faster. Skipped with a message if tf2onnx is not installed
+   (``pip install -e ".[bench]"``).
+4. SavedModel at batch 1 vs the ONNX export at batch 1. Target within 2x.
+
+    python bench/bench_exports.py [--repeat 10] [--json]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from cudnn_port.benchmark import time_call  # noqa: E402
+from cudnn_port.layout import RNNSpec, unpack  # noqa: E402
+
+LAYERS, INPUT, HIDDEN, STEPS = 2, 256, 512, 100
+
+
+def lstm_flops(spec, batch, steps):
+    """Multiply-add FLOPs of the input and recurrent matmuls (element-wise work not counted)."""
+    G, H = spec.num_gates, spec.num_units
+    return sum(2 * steps * batch * G * H * (spec.layer_input_size(p // spec.num_dirs) + H)
+               for p in range(spec.num_pseudo_layers))
+
+
+def sgemm_gflops(repeat):
+    """Large-sgemm GFLOP/s, best of onnxruntime's MatMul and NumPy's, [2048 x 2048] @ [2048 x 2048]."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    n = 2048
+    a = np.random.default_rng(0).normal(size=(n, n)).astype(np.float32)
+    b = np.random.default_rng(1).normal(size=(n, n)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [n, n])],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    flops = 2 * n ** 3
+    ort_s = time_call(lambda f: session.run(None, f), {"a": a, "b": b}, repeat)
+    np_s = time_call(lambda f: f["a"] @ f["b"], {"a": a, "b": b}, repeat)
+    return {"onnxruntime_matmul": flops / ort_s / 1e9, "numpy_matmul": flops / np_s / 1e9}
+
+
+def minimal_onnx(canon):
+    """The hand-built baseline: time-major X -> LSTM per layer -> Y, nothing else."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cudnn_port.exports.onnx import IR_VERSION, OPSET, _weights
+
+    spec = canon.spec
+    nodes, inits, x = [], [numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape")], "X"
+    for layer in range(spec.num_layers):
+        W, R, B = _weights(canon, layer)
+        inits += [numpy_helper.from_array(a, f"{n}{layer}") for n, a in (("W", W), ("R", R), ("B", B))]
+        nodes.append(helper.make_node("LSTM", [x, f"W{layer}", f"R{layer}", f"B{layer}"], [f"Y{layer}"],
+                                      hidden_size=spec.num_units, direction="bidirectional"))
+        nodes.append(helper.make_node("Transpose", [f"Y{layer}"], [f"T{layer}"], perm=[0, 2, 1, 3]))
+        x = "Y" if layer == spec.num_layers - 1 else f"X{layer + 1}"
+        nodes.append(helper.make_node("Reshape", [f"T{layer}", "shape"], [x]))
+    graph = helper.make_graph(nodes, "minimal", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                              ["T", "B", spec.input_size])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["T", "B", 2 * spec.num_units])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def tf2onnx_masked_keras(canon, path):
+    """tf2onnx's conversion of Masking + Bidirectional(LSTM) x 2 holding the same weights; None without tf2onnx."""
+    try:
+        import tf2onnx
+    except ImportError:
+        return None
+    import keras
+    import tensorflow as tf
+
+    from cudnn_port.targets.keras import layer_weights
+
+    spec = canon.spec
+    inputs = keras.Input((None, spec.input_size), name="inputs")
+    x = keras.layers.Masking(0.0)(inputs)
+    for layer in range(spec.num_layers):
+        rnn = keras.layers.Bidirectional(keras.layers.LSTM(spec.num_units, return_sequences=True))
+        x = rnn(x)
+        rnn.set_weights(layer_weights(spec, canon.layer(layer, 0)) + layer_weights(spec, canon.layer(layer, 1)))
+    model = keras.Model(inputs, x)
+    fn = tf.function(lambda v: model(v), input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32)])
+    tf2onnx.convert.from_function(fn, input_signature=fn.input_signature, opset=17, output_path=path)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    import onnx
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    from cudnn_port.exports.onnx import build_model
+    from cudnn_port.exports.tensorflow import write_saved_model
+
+    spec = RNNSpec("lstm", LAYERS, HIDDEN, INPUT, True)
+    canon = unpack(spec, (np.random.default_rng(0).normal(size=spec.param_count) * 0.05).astype(np.float32))
+    rng = np.random.default_rng(1)
+    session = ort.InferenceSession(build_model(canon).SerializeToString(), providers=["CPUExecutionProvider"])
+    minimal = ort.InferenceSession(minimal_onnx(canon), providers=["CPUExecutionProvider"])
+
+    def feeds(batch, lengths):
+        state = np.zeros((spec.num_pseudo_layers, batch, HIDDEN), np.float32)
+        return {"inputs": rng.normal(size=(batch, STEPS, INPUT)).astype(np.float32),
+                "sequence_lengths": np.asarray(lengths, np.int32), "initial_h": state, "initial_c": state}
+
+    run_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
+    res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat}
+    # 1. batch-32 efficiency
+    gemm = sgemm_gflops(args.repeat)
+    full32 = feeds(32, [STEPS] * 32)
+    onnx32 = time_call(run_onnx, full32, args.repeat)
+    res["sgemm_gflops"] = {k: round(v, 1) for k, v in gemm.items()}
+    res["onnx_b32_ms"] = onnx32 * 1e3
+    res["onnx_b32_gflops"] = lstm_flops(spec, 32, STEPS) / onnx32 / 1e9
+    res["onnx_b32_share_of_sgemm"] = res["onnx_b32_gflops"] / max(gemm.values())
+    # 2. batch 1 vs the minimal graph
+    full1 = feeds(1, [STEPS])
+    onnx1 = time_call(run_onnx, full1, args.repeat * 3)
+    minimal1 = time_call(lambda f: minimal.run(None, f), {"X": full1["inputs"].transpose(1, 0, 2).copy()},
+                         args.repeat * 3)
+    res.update(onnx_b1_ms=onnx1 * 1e3, minimal_onnx_b1_ms=minimal1 * 1e3, onnx_b1_over_minimal=onnx1 / minimal1)
+    # 3. ragged batch 1 vs tf2onnx of a masked Keras model
+    ragged = feeds(1, [STEPS * 3 // 5])
+    ragged["inputs"][:, STEPS * 3 // 5:] = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = tf2onnx_masked_keras(canon, os.path.join(tmp, "keras_masked.onnx"))
+        if path:
+            baseline = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            ops = sorted({n.op_type for n in onnx.load(path).graph.node} & {"Loop", "Scan", "LSTM"})
+            name = baseline.get_inputs()[0].name
+            tf2onnx_s = time_call(lambda f: baseline.run(None, f), {name: ragged["inputs"]}, args.repeat)
+            ours_s = time_call(run_onnx, ragged, args.repeat * 3)
+            res.update(ragged_onnx_b1_ms=ours_s * 1e3, ragged_tf2onnx_b1_ms=tf2onnx_s * 1e3,
+                       ragged_speedup_over_tf2onnx=tf2onnx_s / ours_s, tf2onnx_control_ops=ops)
+        else:
+            res["ragged_speedup_over_tf2onnx"] = None
+            res["tf2onnx"] = "not installed: pip install -e '.[bench]'"
+        # 4. SavedModel at batch 1
+        write_saved_model(canon, os.path.join(tmp, "sm"))
+        fn = tf.saved_model.load(os.path.join(tmp, "sm")).signatures["with_initial_state"]
+        saved1 = time_call(lambda f: fn(**{k: tf.constant(v) for k, v in f.items()}), full1, args.repeat * 3)
+        saved32 = time_call(lambda f: fn(**{k: tf.constant(v) for k, v in f.items()}), full32, args.repeat)
+    res.update(saved_model_b1_ms=saved1 * 1e3, saved_model_b32_ms=saved32 * 1e3, saved_model_b1_over_onnx=saved1 / onnx1)
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return
+    print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores)")
+    print(f"sgemm 2048^3: onnxruntime {gemm['onnxruntime_matmul']:.1f} GFLOP/s, numpy {gemm['numpy_matmul']:.1f} GFLOP/s")
+    print(f"1. ONNX batch 32   {onnx32 * 1e3:8.1f} ms  {res['onnx_b32_gflops']:6.1f} GFLOP/s = "
+          f"{res['onnx_b32_share_of_sgemm']:.0%} of sgemm          target >= 85%")
+    print(f"2. ONNX batch 1    {onnx1 * 1e3:8.2f} ms  vs minimal hand-built graph {minimal1 * 1e3:.2f} ms = "
+          f"{res['onnx_b1_over_minimal']:.2f}x   target <= 1")
+    if res.get("ragged_speedup_over_tf2onnx"):
+        print(f"3. ragged batch 1  {res['ragged_onnx_b1_ms']:8.2f} ms  vs tf2onnx(masked Keras) "
+              f"{res['ragged_tf2onnx_b1_ms']:.2f} ms (its graph has {', '.join(res['tf2onnx_control_ops']) or 'no Loop'}) = "
+              f"{res['ragged_speedup_over_tf2onnx']:.1f}x faster   target >= 2.5x")
+    else:
+        print(f"3. ragged batch 1  skipped: tf2onnx {res['tf2onnx']}")
+    print(f"4. SavedModel b1   {saved1 * 1e3:8.2f} ms  = {res['saved_model_b1_over_onnx']:.2f}x the ONNX export   "
+          f"target <= 2x   (batch 32: {saved32 * 1e3:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""CPU exports (SavedModel, frozen GraphDef, ONNX) against the NumPy reference, plus verify and bench.
+
+Each artifact is loaded the way its users load it (tf.saved_model.load, import_graph_def in a TF1 session,
+an onnxruntime session) and compared with reference.forward on ragged batches (lengths 1 .. T) with
+non-zero initial states, within ATOL_FP32.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
+from cudnn_port import cli, reference
+from cudnn_port.converter import convert
+from cudnn_port.exports.tensorflow import op_types
+from cudnn_port.layout import unpack
+from test_targets import assert_close, spec_flags, write_source
+
+tf = pytest.importorskip("tensorflow")
+ort = pytest.importorskip("onnxruntime")
+EXPORTS = ["saved_model", "graphdef", "onnx"]
+
+
+def feeds(spec, x, lengths, h_0, c_0):
+    out = {"inputs": x, "sequence_lengths": lengths, "initial_h": h_0}
+    if spec.mode == "lstm":
+        out["initial_c"] = c_0
+    return out
+
+
+def run_saved_model(path, spec, batch, signature="with_initial_state"):
+    fn = tf.saved_model.load(str(path)).signatures[signature]
+    result = fn(**{k: tf.constant(v) for k, v in batch.items()})
+    return [result["outputs"].numpy(), result["final_h"].numpy()] + (
+        [result["final_c"].numpy()] if spec.mode == "lstm" else [None])
+
+
+def run_graphdef(path, spec, batch):
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(open(path, "rb").read())
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(graph_def, name="")
+    names = ["outputs:0", "final_h:0"] + (["final_c:0"] if spec.mode == "lstm" else [])
+    with tf.compat.v1.Session(graph=graph) as sess:
+        got = sess.run(names, {f"{k}:0": v for k, v in batch.items()})
+    return got + ([None] if spec.mode == "gru" else [])
+
+
+def run_onnx(path, spec, batch):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = ["outputs", "final_h"] + (["final_c"] if spec.mode == "lstm" else [])
+    return session.run(names, batch) + ([None] if spec.mode == "gru" else [])
+
+
+RUNNERS = {"saved_model": run_saved_model, "graphdef": run_graphdef, "onnx": run_onnx}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Convert one checkpoint per config once; yield {config: (spec, blob, out_dir, manifest)}."""
+    made = {}
+    for mode, layers, bi in CONFIGS:
+        spec = make_spec(mode, layers, bi)
+        tmp = tmp_path_factory.mktemp(f"{mode}{layers}{bi}")
+        src, blob = write_source(tmp, spec, name=f"cudnn_{mode}/opaque_kernel", seed=layers + 3 * bi)
+        manifest = convert(src, tmp / "out", **spec_flags(spec))
+        made[(mode, layers, bi)] = (spec, blob, tmp / "out", manifest)
+    return made
+
+
+@pytest.mark.parametrize("artifact", EXPORTS)
+@pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
+def test_export_matches_reference(exported, mode, layers, bi, artifact):
+    spec, blob, out, manifest = exported[(mode, layers, bi)]
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
+    path = out / manifest["stacks"][0]["artifacts"][artifact]
+    got = RUNNERS[artifact](path, spec, feeds(spec, x, lengths, h_0, c_0))
+    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
+        if w is not None:
+            assert_close(g, w, f"{artifact} {what}")
+
+
+@pytest.mark.parametrize("mode,layers,bi", [c for c in CONFIGS if c[1] == 2], ids=lambda v: str(v))
+def test_optional_states_default_to_zero(exported, mode, layers, bi):
+    spec, blob, out, manifest = exported[(mode, layers, bi)]
+    x, lengths, _, _ = ragged_batch(spec)
+    want = reference.forward(unpack(spec, blob), x, lengths)
+    arts = manifest["stacks"][0]["artifacts"]
+    got = run_saved_model(out / arts["saved_model"], spec, {"inputs": x, "sequence_lengths": lengths},
+                          signature="serving_default")
+    assert_close(got[0], want[0], "saved_model serving_default outputs")
+    got = run_graphdef(out / arts["graphdef"], spec, {"inputs": x, "sequence_lengths": lengths})
+    assert_close(got[1], want[1], "graphdef final_h with initial states left out")
+
+
+@pytest.mark.parametrize("artifact", EXPORTS)
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_single_step_use_for_decoding(exported, mode, artifact):
+    """T = 1 with states passed in and out, repeated, equals one run over the whole sequence."""
+    spec, blob, out, manifest = exported[(mode, 2, False)]
+    x, _, h_0, c_0 = ragged_batch(spec)
+    full = np.full(len(x), x.shape[1], np.int32)
+    want = reference.forward(unpack(spec, blob), x, full, h_0, c_0)
+    run = RUNNERS[artifact]
+    path = out / manifest["stacks"][0]["artifacts"][artifact]
+    h, c, steps = h_0, c_0, []
+    for t in range(x.shape[1]):
+        y, h, c_new = run(path, spec, feeds(spec, x[:, t:t + 1], np.ones(len(x), np.int32), h, c))
+        c = c_new if c_new is not None else c
+        steps.append(y)
+    assert_close(np.concatenate(steps, axis=1), want[0], f"{artifact} stepped outputs")
+    assert_close(h, want[1], f"{artifact} stepped final_h")
+
+
+@pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
+def test_no_cudnn_op_and_fused_onnx_nodes(exported, mode, layers, bi):
+    import onnx
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    spec, _, out, manifest = exported[(mode, layers, bi)]
+    arts = manifest["stacks"][0]["artifacts"]
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((out / arts["saved_model"] / "saved_model.pb").read_bytes())
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString((out / arts["graphdef"]).read_bytes())
+    for name, ops in (("saved_model", set().union(*(op_types(m.graph_def) for m in saved.meta_graphs))),
+                      ("graphdef", op_types(graph_def))):
+        assert not [op for op in ops if "cudnn" in op.lower()], f"{name} has cuDNN ops: {ops}"
+        assert ops & {"While", "StatelessWhile"}, f"{name}: expected the time loop, got {sorted(ops)}"
+        assert not [op for op in ops if op in ("VarHandleOp", "VariableV2", "ReadVariableOp")], f"{name} not frozen"
+    model = onnx.load(str(out / arts["onnx"]))
+    kinds = [n.op_type for n in model.graph.node]
+    assert kinds.count(mode.upper()) == layers and not {"Loop", "Scan", "If"} & set(kinds), kinds
+    assert model.ir_version <= 13
+    rnn = [n for n in model.graph.node if n.op_type == mode.upper()]
+    assert all(n.input[4] == "sequence_lengths" for n in rnn)
+    if mode == "gru":
+        assert all(any(a.name == "linear_before_reset" and a.i == 1 for a in n.attribute) for n in rnn)
+    graph_nodes = manifest["stacks"][0]["graphdef_nodes"]
+    assert graph_nodes["outputs"][:2] == ["outputs:0", "final_h:0"] and graph_nodes["inputs"][0] == "inputs:0"
+
+
+def test_dynamic_batch_and_time_in_onnx(exported):
+    spec, blob, out, manifest = exported[("gru", 1, True)]
+    for batch, steps in ((1, 1), (3, 11)):
+        x = np.random.default_rng(batch).normal(size=(batch, steps, spec.input_size)).astype(np.float32)
+        lengths = np.full(batch, steps, np.int32)
+        h = np.zeros((2, batch, spec.num_units), np.float32)
+        got = run_onnx(out / manifest["stacks"][0]["artifacts"]["onnx"], spec, feeds(spec, x, lengths, h, h))
+        assert_close(got[0], reference.forward(unpack(spec, blob), x)[0], f"onnx batch {batch} time {steps}")
+
+
+# ---------------------------------------------------------------------------------------------------- verify
+
+def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1_ckpt, capsys):
+    out = tmp_path / "out"
+    convert(tf1_ckpt, out)
+    code = cli.main(["verify", str(out), "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["passed"]
+    artifacts = {r["artifact"] for r in report["rows"] if r["passed"]}
+    assert artifacts == {"checkpoint (TF CPU graph)", "saved_model", "graphdef", "onnx (onnxruntime)"}
+    assert json.loads((out / "parity.json").read_text())["passed"] is True
+    assert all(r["judge"] == "source buffer" for r in report["rows"] if r["judge"])
+    # Replace the ONNX file with one holding other weights: verify must fail, exit 1, and name the artifact.
+    from cudnn_port.exports.onnx import write_onnx
+    from test_convert import SAMPLE_SPEC
+
+    write_onnx(unpack(SAMPLE_SPEC, random_blob(SAMPLE_SPEC, seed=99)), out / "model.onnx")
+    code = cli.main(["verify", str(out), "--quiet"])
+    text = capsys.readouterr().out
+    assert code == 1 and "FAILED" in text
+    assert [line for line in text.splitlines() if "onnx" in line and "FAIL" in line]
+
+
+def test_verify_on_a_foreign_folder_is_a_clean_error(tmp_path, capsys):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "manifest.json").write_text('{"tool": "other"}')
+    for folder in (tmp_path / "x", tmp_path / "missing"):
+        code = cli.main(["verify", str(folder)])
+        err = capsys.readouterr().err
+        assert code == 2 and "not a cudnn-port output" in err and "Traceback" not in err
+
+
+def test_verify_falls_back_to_the_converted_checkpoint(tmp_path, tf1_ckpt):
+    from cudnn_port.verify import verify
+
+    out = tmp_path / "out"
+    convert(tf1_ckpt, out, formats=["checkpoint", "onnx"])
+    for f in os.listdir(os.path.dirname(tf1_ckpt)):
+        os.remove(os.path.join(os.path.dirname(tf1_ckpt), f))
+    report = verify(out)
+    assert report["passed"] and report["rows"][0]["judge"].startswith("converted checkpoint")
+
+
+def test_parity_marker_in_a_users_suite(tmp_path, tf1_ckpt, pytester):
+    out = tmp_path / "out"
+    convert(tf1_ckpt, out, formats=["checkpoint", "onnx"])
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.parity({str(out)!r}, atol=1e-5)
+        def test_export(parity_report):
+            assert parity_report["passed"]
+            assert any(r["artifact"].startswith("onnx") for r in parity_report["rows"])
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")  # the plugin loads by its entry point
+    result.assert_outcomes(passed=1)
+
+
+def test_bench_reports_each_artifact_at_batch_1_and_32(tmp_path, tf1_ckpt, capsys):
+    out = tmp_path / "out"
+    convert(tf1_ckpt, out)
+    code = cli.main(["bench", str(out), "--steps", "4", "--repeat", "1", "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    cases = {(r["artifact"], r["batch"]) for r in report["rows"]}
+    assert cases == {(a, b) for a in ("saved_model", "graphdef", "onnx") for b in (1, 32)}
+    assert all(r["latency_ms"] > 0 and r["steps"] == 4 for r in report["rows"])
