@@ -9,44 +9,9 @@ import time
 import numpy as np
 
 from .exports import io_names
+from .exports.runners import RUNNERS
 from .layout import RNNSpec
 from .verify import load_manifest
-
-
-def _loaders(out, stack, spec):
-    arts = stack["artifacts"]
-    names_in, names_out = io_names(spec)
-    if "saved_model" in arts:
-        def saved_model():
-            import tensorflow as tf
-
-            fn = tf.saved_model.load(os.path.join(out, arts["saved_model"])).signatures["with_initial_state"]
-            return lambda feeds: fn(**{k: tf.constant(v) for k, v in feeds.items()})
-
-        yield "saved_model", saved_model
-    if "graphdef" in arts:
-        def graphdef():
-            import tensorflow as tf
-
-            graph_def = tf.compat.v1.GraphDef()
-            with open(os.path.join(out, arts["graphdef"]), "rb") as f:
-                graph_def.ParseFromString(f.read())
-            graph = tf.Graph()
-            with graph.as_default():
-                tf.compat.v1.import_graph_def(graph_def, name="")
-            sess = tf.compat.v1.Session(graph=graph)
-            fetches = [f"{n}:0" for n in names_out]
-            return lambda feeds: sess.run(fetches, {f"{k}:0": v for k, v in feeds.items()})
-
-        yield "graphdef", graphdef
-    if "onnx" in arts:
-        def onnx():
-            import onnxruntime as ort
-
-            session = ort.InferenceSession(os.path.join(out, arts["onnx"]), providers=["CPUExecutionProvider"])
-            return lambda feeds: session.run(list(names_out), feeds)
-
-        yield "onnx", onnx
 
 
 def time_call(fn, feeds, repeat, warmup=2):
@@ -70,8 +35,8 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
     for stack in manifest["stacks"]:
         spec = RNNSpec(**stack["spec"])
         names_in, _ = io_names(spec)
-        for name, load in _loaders(out, stack, spec):
-            fn = load()
+        for name in (kind for kind in RUNNERS if kind in stack["artifacts"]):
+            fn = RUNNERS[name](os.path.join(out, stack["artifacts"][name]), spec)
             for batch in batches:
                 rng = np.random.default_rng(0)
                 state = np.zeros((spec.num_pseudo_layers, batch, spec.num_units), np.float32)

@@ -18,6 +18,7 @@ from . import reference
 from .checkpoint import Checkpoint, sha256
 from .errors import CudnnPortError
 from .exports import io_names
+from .exports.runners import RUNNERS
 from .layout import RNNSpec, unpack
 from .targets import STYLES
 
@@ -82,7 +83,7 @@ def _compare(name, got, want, atol, rtol, note=""):
 def _runners(manifest, out, stack, spec):
     """(artifact name, callable(x, lengths, h, c) -> (outputs, final_h, final_c)) for what OUT holds."""
     arts = stack["artifacts"]
-    names_in, names_out = io_names(spec)
+    names_in, _ = io_names(spec)
 
     def feeds(x, lengths, h, c):
         return dict(zip(names_in, (x, lengths, h, c)))
@@ -98,38 +99,13 @@ def _runners(manifest, out, stack, spec):
         return [None if t is None else t.numpy() for t in fn(x, lengths, h, c if spec.mode == "lstm" else None)]
 
     yield "checkpoint (TF CPU graph)", checkpoint_cpu_graph
-    if "saved_model" in arts:
-        def saved_model(x, lengths, h, c):
-            import tensorflow as tf
+    labels = {"saved_model": "saved_model", "graphdef": "graphdef", "onnx": "onnx (onnxruntime)"}
+    for kind, label in labels.items():
+        if kind in arts:
+            def run(x, lengths, h, c, kind=kind):
+                return RUNNERS[kind](os.path.join(out, arts[kind]), spec)(feeds(x, lengths, h, c))
 
-            fn = tf.saved_model.load(os.path.join(out, arts["saved_model"])).signatures["with_initial_state"]
-            result = fn(**{k: tf.constant(v) for k, v in feeds(x, lengths, h, c).items()})
-            return [result[n].numpy() for n in names_out] + [None] * (3 - len(names_out))
-
-        yield "saved_model", saved_model
-    if "graphdef" in arts:
-        def graphdef(x, lengths, h, c):
-            import tensorflow as tf
-
-            graph_def = tf.compat.v1.GraphDef()
-            with open(os.path.join(out, arts["graphdef"]), "rb") as f:
-                graph_def.ParseFromString(f.read())
-            graph = tf.Graph()
-            with graph.as_default():
-                tf.compat.v1.import_graph_def(graph_def, name="")
-            with tf.compat.v1.Session(graph=graph) as sess:
-                got = sess.run([f"{n}:0" for n in names_out], {f"{k}:0": v for k, v in feeds(x, lengths, h, c).items()})
-            return got + [None] * (3 - len(names_out))
-
-        yield "graphdef", graphdef
-    if "onnx" in arts:
-        def onnx(x, lengths, h, c):
-            import onnxruntime as ort
-
-            session = ort.InferenceSession(os.path.join(out, arts["onnx"]), providers=["CPUExecutionProvider"])
-            return session.run(list(names_out), feeds(x, lengths, h, c)) + [None] * (3 - len(names_out))
-
-        yield "onnx (onnxruntime)", onnx
+            yield label, run
 
 
 def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None):
