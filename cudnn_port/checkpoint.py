@@ -13,18 +13,12 @@ import os
 
 import numpy as np
 
+from ._tf import import_tf as _tf
 from .errors import CudnnPortError
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 ATTRIBUTE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 SHARD_BYTES = 32 << 20
-
-
-def _tf():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    return tf
 
 
 def resolve_prefix(path):
@@ -42,9 +36,8 @@ def resolve_prefix(path):
         if found:
             raise CudnnPortError(f"{path} holds {len(found)} checkpoints; pass one prefix, e.g. {found[0][:-6]}")
         raise CudnnPortError(f"{path} holds no TensorFlow checkpoint (no *.index file); pass a checkpoint prefix")
-    for suffix in (".index",):
-        if path.endswith(suffix):
-            path = path[:-len(suffix)]
+    if path.endswith(".index"):
+        path = path[:-len(".index")]
     if ".data-" in os.path.basename(path):
         path = path[:path.rindex(".data-")]
     if not os.path.isfile(path + ".index"):
@@ -106,7 +99,7 @@ def write_checkpoint(directory, items, name="model.ckpt", progress=None):
     """Write ``items`` (iterable of (name, array, dtype name)) as a name-based checkpoint ``directory/name``.
 
     Writes the ``checkpoint`` state file too, so ``tf.train.latest_checkpoint(directory)`` finds it. Arrays are
-    consumed one shard (~64 MiB) at a time. ``progress(done_bytes)`` is called after each shard.
+    consumed one shard (``SHARD_BYTES``) at a time. ``progress(done_bytes)`` is called after each shard.
     """
     tf = _tf()
     os.makedirs(directory, exist_ok=True)

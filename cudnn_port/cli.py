@@ -113,16 +113,18 @@ def _print_inspect(report):
 
 
 def _describe(spec):
-    direction = "bidirectional" if spec["bidirectional"] else "unidirectional"
-    return (f"{spec['num_layers']}-layer {direction} {spec['mode'].upper()}, input {spec['input_size']}, "
-            f"hidden {spec['num_units']}")
+    """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
+    from .layout import RNNSpec
+
+    fields = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype")
+    return RNNSpec(**{k: spec[k] for k in fields}).describe()
 
 
 def _print_convert(manifest, out):
     stacks = manifest["stacks"]
     print(f"converted {len(stacks)} cuDNN stack{'s' if len(stacks) != 1 else ''} from {manifest['source']['checkpoint']}")
     for s in stacks:
-        print(f"  {s['variable']}: {_describe(s['spec'])}, {s['spec']['dtype']} ({s['spec_source']})")
+        print(f"  {s['variable']}: {_describe(s['spec'])} ({s['spec_source']})")
         print(f"    -> {len(s['targets'])} tensors, e.g. {s['targets'][0]}")
         if s["slots"]:
             print(f"    optimizer slots converted: {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}")

@@ -228,9 +228,9 @@ def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, say):
                  "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
         manifest["stacks"].append(entry)
         suffix = "" if len(stacks) == 1 else f"_{stack.label}"
+        canon = unpack(stack.spec, stack.blob)
         for kind in formats:
             if kind != "checkpoint":
-                canon = unpack(stack.spec, stack.blob)
                 rel = ARTIFACT_PATHS[kind].format(label=stack.label, suffix=suffix)
                 say(f"writing {rel}")
                 entry["artifacts"][kind] = rel

@@ -15,11 +15,7 @@ Weights enter as constants (``numpy`` arrays closed over), so a traced function 
 """
 import numpy as np
 
-
-def _tf():
-    import tensorflow as tf
-
-    return tf
+from ._tf import import_tf as _tf
 
 
 def layer_constants(canon, layer):

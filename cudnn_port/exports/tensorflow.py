@@ -6,14 +6,9 @@ named after the inputs (``initial_h``/``initial_c`` default to zeros) and Identi
 """
 import os
 
+from .._tf import import_tf as _tf
 from ..tf_graph import stack_forward
 from . import io_names
-
-
-def _tf():
-    import tensorflow as tf
-
-    return tf
 
 
 def _named(tf, spec, result):
