@@ -10,11 +10,11 @@ from cudnn_port.targets import pytorch as torch_target
 torch = pytest.importorskip("torch")
 
 
-def run_torch(canon, x, lengths, h_0, c_0):
-    spec = canon.spec
+def run_torch(spec, state_dict, x, lengths, h_0, c_0):
+    """torch.nn.LSTM / GRU holding ``state_dict`` (strictly loaded) on a packed ragged batch, as NumPy arrays."""
     cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU
     module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True, bidirectional=spec.bidirectional)
-    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_target.write(canon, "").items()})
+    module.load_state_dict(state_dict)
     packed = torch.nn.utils.rnn.pack_padded_sequence(torch.from_numpy(x), torch.from_numpy(lengths.astype(np.int64)),
                                                      batch_first=True, enforce_sorted=False)
     state = (torch.from_numpy(h_0), torch.from_numpy(c_0)) if spec.mode == "lstm" else torch.from_numpy(h_0)
@@ -30,7 +30,8 @@ def test_reference_matches_pytorch_on_ragged_batches(mode, layers, bi):
     spec = make_spec(mode, layers, bi)
     canon = random_canon(spec, seed=layers + 10 * bi)
     x, lengths, h_0, c_0 = ragged_batch(spec)
-    want = run_torch(canon, x, lengths, h_0, c_0)
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_target.write(canon, "").items()}
+    want = run_torch(spec, state, x, lengths, h_0, c_0)
     got = reference.forward(canon, x, lengths, h_0, c_0)
     for name, a, b in zip(("outputs", "h_n", "c_n"), got, want):
         if b is not None:

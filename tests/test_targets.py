@@ -138,25 +138,19 @@ def test_keras_model_loads_and_matches(tmp_path, mode, layers, bi):
 
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
 def test_pytorch_state_dict_loads_and_matches(tmp_path, mode, layers, bi):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from safetensors.torch import load_file
 
-    from test_reference import run_torch  # noqa: F401 (same loading path users take, below)
+    from test_reference import run_torch
 
     spec = make_spec(mode, layers, bi)
     src, blob = write_source(tmp_path, spec, name="enc/opaque_kernel", seed=layers + 2)
     manifest = convert(src, tmp_path / "out", style="pytorch", **spec_flags(spec))
     state = load_file(str(tmp_path / "out" / manifest["stacks"][0]["artifacts"]["pytorch"]))
-    cls = torch.nn.LSTM if mode == "lstm" else torch.nn.GRU
-    module = cls(spec.input_size, spec.num_units, layers, batch_first=True, bidirectional=bi)
-    module.load_state_dict(state)  # strict: every key present, no extras
     x, lengths, h_0, c_0 = ragged_batch(spec)
-    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.from_numpy(x), torch.from_numpy(lengths.astype(np.int64)),
-                                                     batch_first=True, enforce_sorted=False)
-    init = (torch.from_numpy(h_0), torch.from_numpy(c_0)) if mode == "lstm" else torch.from_numpy(h_0)
-    with torch.no_grad():
-        out, final = module(packed, init)
-    out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    got = run_torch(spec, state, x, lengths, h_0, c_0)  # load_state_dict is strict: every key, no extras
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
-    assert_close(out.numpy(), want[0], "pytorch outputs")
-    assert_close((final[0] if mode == "lstm" else final).numpy(), want[1], "pytorch h_n")
+    assert_close(got[0], want[0], "pytorch outputs")
+    assert_close(got[1], want[1], "pytorch h_n")
+    if mode == "lstm":
+        assert_close(got[2], want[2], "pytorch c_n")
