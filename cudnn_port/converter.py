@@ -24,7 +24,7 @@ from .checkpoint import Checkpoint, sha256, write_checkpoint
 from .errors import CudnnPortError
 from .infer import _ranked, candidates, choose, clues_from, differing_flags
 from .layout import FLOAT_DTYPES, unpack
-from .targets import STYLES
+from .targets import STYLES, target_for
 
 EXPORTS = ("saved_model", "graphdef", "onnx")
 FORMATS = ("checkpoint", "keras", "pytorch") + EXPORTS
@@ -202,7 +202,7 @@ def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None,
     tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
     os.makedirs(tmp)
     try:
-        manifest = _write(ckpt, stacks, tmp, STYLES[style], style, formats, drop_optimizer_slots, say)
+        manifest = _write(ckpt, stacks, tmp, style, formats, drop_optimizer_slots, say)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -211,7 +211,7 @@ def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None,
     return manifest
 
 
-def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, say):
+def _write(ckpt, stacks, tmp, style, formats, drop_slots, say):
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = {"tool": "cudnn-port", "version": __version__,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -226,6 +226,9 @@ def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, say):
     for stack in stacks:
         entry = {"variable": stack.variable, "prefix": stack.prefix, "spec": stack.spec.to_dict(),
                  "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
+        scheme = getattr(target_for(style, ckpt.shapes, stack.prefix), "scheme", None)
+        if scheme:
+            entry["scheme"] = scheme
         manifest["stacks"].append(entry)
         suffix = "" if len(stacks) == 1 else f"_{stack.label}"
         canon = unpack(stack.spec, stack.blob)
@@ -245,6 +248,7 @@ def _write(ckpt, stacks, tmp, target, style, formats, drop_slots, say):
     def converted_items():
         """The style's tensors, one pseudo-layer at a time, for each buffer and each kept slot."""
         for stack, entry in zip(stacks, manifest["stacks"]):
+            target = target_for(style, ckpt.shapes, stack.prefix)
             sources = [(stack.variable, "")] + [(s, s[len(stack.variable) + 1:]) for s in stack.slots if not drop_slots]
             for source, suffix in sources:
                 canon = unpack(stack.spec, stack.blob if not suffix else ckpt.get(source))

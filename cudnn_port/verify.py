@@ -20,7 +20,7 @@ from .errors import CudnnPortError
 from .exports import io_names
 from .exports.runners import RUNNERS
 from .layout import RNNSpec, unpack
-from .targets import STYLES
+from .targets import reader
 
 ATOL, RTOL = 1e-5, 1e-4
 
@@ -58,9 +58,14 @@ def _judge_canon(manifest, out, stack, spec):
         unchanged = False
     if unchanged:
         return unpack(spec, Checkpoint(prefix).get(stack["variable"])), "source buffer"
+    return converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
+
+
+def converted_canon(manifest, out, stack, spec):
+    """The stack as read back from OUT/checkpoint by the style's own reader."""
     ckpt = Checkpoint(os.path.join(out, "checkpoint"))
     tensors = {name: ckpt.get(name) for name in stack["targets"]}
-    return STYLES[manifest["style"]].read(tensors, stack["prefix"], spec), "converted checkpoint (source unavailable)"
+    return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
 
 
 def _compare(name, got, want, atol, rtol, note=""):
@@ -93,8 +98,7 @@ def _runners(manifest, out, stack, spec):
 
         from .tf_graph import stack_forward
 
-        ckpt = Checkpoint(os.path.join(out, "checkpoint"))
-        canon = STYLES[manifest["style"]].read({n: ckpt.get(n) for n in stack["targets"]}, stack["prefix"], spec)
+        canon = converted_canon(manifest, out, stack, spec)
         fn = tf.function(lambda *a: stack_forward(canon, *a), autograph=False)
         return [None if t is None else t.numpy() for t in fn(x, lengths, h, c if spec.mode == "lstm" else None)]
 

@@ -32,8 +32,9 @@ def spec_flags(spec):
                 bidirectional=spec.bidirectional)
 
 
-def tf1_graph_forward(spec, prefix, ckpt_dir, x, lengths, h_0, c_0):
-    """Restore TF1 cell variables by name and run them like dynamic_rnn / stack_bidirectional_dynamic_rnn."""
+def tf1_graph_forward(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
+    """Restore TF1 cell variables by name and run them like dynamic_rnn / stack_bidirectional_dynamic_rnn
+    (``legacy``: under the older ``{prefix}/multi_rnn_cell/…`` names)."""
     H, D = spec.num_units, spec.num_dirs
     graph = tf.Graph()
     with graph.as_default():
@@ -48,7 +49,7 @@ def tf1_graph_forward(spec, prefix, ckpt_dir, x, lengths, h_0, c_0):
             outs = []
             for direction in range(D):
                 p = layer * D + direction
-                scope = tf1_target.cell_scope(prefix, spec, layer, direction)
+                scope = tf1_target.cell_scope(prefix, spec, layer, direction, legacy)
                 width = spec.layer_input_size(layer)
                 inp = tf.reverse_sequence(layer_in, lens, seq_axis=0, batch_axis=1) if direction else layer_in
                 h0, c0 = tf.constant(h_0[p]), tf.constant(c_0[p])

@@ -5,6 +5,11 @@ Names (prefix = scope of the buffer, e.g. ``cudnn_lstm``)::
     uni  {prefix}/rnn/multi_rnn_cell/cell_{l}/{cell}/...
     bi   {prefix}/stack_bidirectional_rnn/cell_{l}/bidirectional_rnn/{fw,bw}/{cell}/...
 
+Older TensorFlow revisions saved unidirectional stacks as ``{prefix}/multi_rnn_cell/cell_{l}/{cell}/...`` (no
+``rnn/``), and for LSTM added ``bias_cudnn_0`` = b_W and ``bias_cudnn_1`` = b_R (gate order i, c, f, o) beside
+the summed ``bias``, so that b_W and b_R can be restored separately. :data:`LEGACY` reads and writes that scheme;
+:func:`variant` picks it when a checkpoint already uses it.
+
 LSTM (``cudnn_compatible_lstm_cell``, = LSTMBlockCell with forget_bias=0)::
 
     kernel [I_l + H, 4H] = concat_g([W_g R_g]).T  in gate order i, c, f, o      bias [4H] = b_W + b_R (i, c, f, o)
@@ -16,6 +21,8 @@ GRU (``cudnn_compatible_gru_cell``)::
     candidate/hidden_projection/kernel = R_h.T    candidate/hidden_projection/bias = b_R_h
 """
 import re
+from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -27,12 +34,12 @@ from .common import bias_sum, join, write_all
 CELL = {"lstm": "cudnn_compatible_lstm_cell", "gru": "cudnn_compatible_gru_cell"}
 
 
-def cell_scope(prefix, spec, layer, direction):
+def cell_scope(prefix, spec, layer, direction, legacy=False):
     """The variable scope of the cell of (layer, direction)."""
     if spec.bidirectional:
         scope = f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'fw' if direction == 0 else 'bw'}"
     else:
-        scope = f"rnn/multi_rnn_cell/cell_{layer}"
+        scope = f"{'' if legacy else 'rnn/'}multi_rnn_cell/cell_{layer}"
     return join(prefix, f"{scope}/{CELL[spec.mode]}")
 
 
@@ -42,11 +49,15 @@ def _rows(params, order_src, order_dst):
     return reorder(stacked, order_src, order_dst).reshape(-1, stacked.shape[2])
 
 
-def write_layer(spec, prefix, layer, direction, p, slot=False):
-    scope = cell_scope(prefix, spec, layer, direction)
+def write_layer(spec, prefix, layer, direction, p, slot=False, legacy=False):
+    scope = cell_scope(prefix, spec, layer, direction, legacy)
     if spec.mode == "lstm":
-        return {f"{scope}/kernel": _rows(p, CUDNN_LSTM, TF1_LSTM).T,
-                f"{scope}/bias": reorder(bias_sum(p.b_W, p.b_R, slot), CUDNN_LSTM, TF1_LSTM).reshape(-1)}
+        out = {f"{scope}/kernel": _rows(p, CUDNN_LSTM, TF1_LSTM).T,
+               f"{scope}/bias": reorder(bias_sum(p.b_W, p.b_R, slot), CUDNN_LSTM, TF1_LSTM).reshape(-1)}
+        if legacy:
+            out[f"{scope}/bias_cudnn_0"] = reorder(p.b_W, CUDNN_LSTM, TF1_LSTM).reshape(-1)
+            out[f"{scope}/bias_cudnn_1"] = reorder(p.b_R, CUDNN_LSTM, TF1_LSTM).reshape(-1)
+        return out
     return {f"{scope}/gates/kernel": _rows(p, CUDNN_GRU, "rz").T,
             f"{scope}/gates/bias": bias_sum(p.b_W[:2], p.b_R[:2], slot).reshape(-1),
             f"{scope}/candidate/input_projection/kernel": p.W[2].T,
@@ -55,19 +66,23 @@ def write_layer(spec, prefix, layer, direction, p, slot=False):
             f"{scope}/candidate/hidden_projection/bias": p.b_R[2]}
 
 
-def write(canon, prefix, slot=False):
-    return write_all(write_layer, canon, prefix, slot)
+def write(canon, prefix, slot=False, legacy=False):
+    return write_all(partial(write_layer, legacy=legacy), canon, prefix, slot)
 
 
-def read(tensors, prefix, spec):
+def read(tensors, prefix, spec, legacy=False):
     H, layers = spec.num_units, []
     for p in range(spec.num_pseudo_layers):
         layer, direction = divmod(p, spec.num_dirs)
-        scope, width = cell_scope(prefix, spec, layer, direction), spec.layer_input_size(layer)
+        scope, width = cell_scope(prefix, spec, layer, direction, legacy), spec.layer_input_size(layer)
         if spec.mode == "lstm":
             rows = reorder(np.asarray(tensors[f"{scope}/kernel"]).T.reshape(4, H, width + H), TF1_LSTM, CUDNN_LSTM)
-            b_W = reorder(np.asarray(tensors[f"{scope}/bias"]).reshape(4, H), TF1_LSTM, CUDNN_LSTM)
-            b_R = np.zeros_like(b_W)
+            if legacy and f"{scope}/bias_cudnn_0" in tensors:
+                b_W, b_R = (reorder(np.asarray(tensors[f"{scope}/bias_cudnn_{j}"]).reshape(4, H), TF1_LSTM,
+                                    CUDNN_LSTM) for j in (0, 1))
+            else:
+                b_W = reorder(np.asarray(tensors[f"{scope}/bias"]).reshape(4, H), TF1_LSTM, CUDNN_LSTM)
+                b_R = np.zeros_like(b_W)
         else:
             gates = np.asarray(tensors[f"{scope}/gates/kernel"]).T.reshape(2, H, width + H)
             cand = np.concatenate([np.asarray(tensors[f"{scope}/candidate/input_projection/kernel"]).T,
@@ -81,7 +96,7 @@ def read(tensors, prefix, spec):
     return CanonicalRNN(spec, layers)
 
 
-_CELL_RE = re.compile(r"^(?:rnn/multi_rnn_cell/cell_(\d+)|stack_bidirectional_rnn/cell_(\d+)/bidirectional_rnn/(fw|bw))"
+_CELL_RE = re.compile(r"^(?:(rnn/)?multi_rnn_cell/cell_(\d+)|stack_bidirectional_rnn/cell_(\d+)/bidirectional_rnn/(fw|bw))"
                       r"/(cudnn_compatible_lstm_cell/kernel|cudnn_compatible_gru_cell/gates/kernel)$")
 
 
@@ -94,11 +109,31 @@ def detect(shapes, prefix):
             continue
         m = _CELL_RE.match(name[len(start):])
         if m:
-            layer = int(m.group(1) or m.group(2))
-            cells[(layer, m.group(3) or "fw")] = (("lstm" if "lstm" in m.group(4) else "gru"), tuple(shape))
+            layer = int(m.group(2) or m.group(3))
+            cells[(layer, m.group(4) or "fw")] = (("lstm" if "lstm" in m.group(5) else "gru"), tuple(shape))
     if not cells or 0 not in {layer for layer, _ in cells}:
         return None
     mode, (rows, cols) = cells[(0, "fw")] if (0, "fw") in cells else next(iter(cells.values()))
     H = cols // (4 if mode == "lstm" else 2)
     num_layers = 1 + max(layer for layer, _ in cells)
     return RNNSpec(mode, num_layers, H, rows - H, bidirectional=any(d == "bw" for _, d in cells))
+
+
+def uses_legacy_names(shapes, prefix):
+    """Whether the checkpoint holds unidirectional cells under the older ``{prefix}/multi_rnn_cell/`` names."""
+    start = join(prefix, "multi_rnn_cell/cell_0/")
+    return any(name.startswith(start) for name in shapes)
+
+
+LEGACY = SimpleNamespace(__name__=__name__ + ".LEGACY", scheme="legacy", detect=detect,
+                         write_layer=partial(write_layer, legacy=True), write=partial(write, legacy=True),
+                         read=partial(read, legacy=True))
+
+
+def variant(shapes, prefix):
+    """The naming scheme a checkpoint already uses for ``prefix``: :data:`LEGACY` or this module's."""
+    return LEGACY if uses_legacy_names(shapes, prefix) else CURRENT
+
+
+CURRENT = SimpleNamespace(__name__=__name__, scheme="current", detect=detect, write_layer=write_layer, write=write,
+                          read=read)

@@ -1,0 +1,87 @@
+"""Inputs users already have (issue: read TF1 contrib checkpoints, Keras 2 CuDNN h5 files, SavedModels with
+cuDNN nodes): each one inspected, converted, and its artifacts checked against the NumPy reference."""
+import os
+
+import numpy as np
+import pytest
+
+from conftest import make_spec, ragged_batch, random_blob, tree_hash
+from cudnn_port import reference
+from cudnn_port.converter import convert, inspect_checkpoint
+from cudnn_port.layout import unpack
+from cudnn_port.verify import verify
+from test_convert import assert_clean_error, run_cli
+from test_targets import assert_close, tf1_graph_forward, write_source
+
+tf = pytest.importorskip("tensorflow")
+
+
+# ------------------------------------------------------------------ TF1 contrib: the older bias_cudnn_0/1 names
+
+def legacy_tf1_tensors(canon, prefix):
+    """What older tf.contrib.cudnn_rnn saveables wrote for a unidirectional LSTM, written here from their
+    definition: ``{prefix}/multi_rnn_cell/cell_{l}/cudnn_compatible_lstm_cell/`` with ``kernel`` =
+    transpose(concat_g [W_g R_g]) and the biases in gate order i, c, f, o; ``bias`` = ``bias_cudnn_0`` (b_W)
+    + ``bias_cudnn_1`` (b_R)."""
+    icfo = [0, 2, 1, 3]  # positions of i, c, f, o in cuDNN's i, f, c, o
+    out = {}
+    for layer, _, p in canon.pseudo_layers():
+        scope = f"{prefix}/multi_rnn_cell/cell_{layer}/cudnn_compatible_lstm_cell"
+        out[f"{scope}/kernel"] = np.concatenate([np.concatenate([p.W[g], p.R[g]], 1) for g in icfo], 0).T.copy()
+        b_in, b_rec = (np.concatenate([b[g] for g in icfo]) for b in (p.b_W, p.b_R))
+        out.update({f"{scope}/bias": b_in + b_rec, f"{scope}/bias_cudnn_0": b_in, f"{scope}/bias_cudnn_1": b_rec})
+    return out
+
+
+def test_tf1_legacy_bias_cudnn_names_are_read_checked_and_kept(tmp_path):
+    spec = make_spec("lstm", 2, False)
+    blob = random_blob(spec, seed=11)
+    canon = unpack(spec, blob)
+    legacy = legacy_tf1_tensors(canon, "cudnn_lstm")
+    src, _ = write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=11, extra=legacy)
+    before = tree_hash(os.path.dirname(src))
+
+    report = inspect_checkpoint(src)
+    assert report["stacks"][0]["spec"] == spec.to_dict()
+    manifest = convert(src, tmp_path / "out")  # the stored tensors settle the spec: no flags
+    stack = manifest["stacks"][0]
+    assert stack["spec"] == spec.to_dict() and "canonical tensors" in stack["spec_source"]
+    assert stack["scheme"] == "legacy"
+    # Every stored tensor, bias_cudnn_0/1 included, was compared with the buffer and agrees.
+    assert sorted(manifest["replaced"]) == sorted(legacy)
+    assert all(v["agrees"] for v in manifest["replaced"].values())
+    # The output keeps the older names (the graph that saved them restores them) and nothing under rnn/.
+    assert sorted(stack["targets"]) == sorted(legacy)
+    from cudnn_port.checkpoint import Checkpoint
+
+    out = Checkpoint(tmp_path / "out" / "checkpoint")
+    assert not any("/rnn/" in n for n in out.names)
+    for name, want in legacy.items():
+        np.testing.assert_allclose(out.get(name), want, rtol=0, atol=1e-7)
+
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    want = reference.forward(canon, x, lengths, h_0, c_0)
+    got = tf1_graph_forward(spec, "cudnn_lstm", str(tmp_path / "out" / "checkpoint"), x, lengths, h_0, c_0,
+                            legacy=True)
+    for what, g, w in zip(("outputs", "h_n", "c_n"), got, want):
+        assert_close(g, w, f"legacy tf1 {what}")
+    # With the source gone, verify judges with the legacy tensors read back: b_W and b_R come back apart.
+    os.rename(os.path.dirname(src), str(tmp_path / "moved"))
+    report = verify(tmp_path / "out")
+    assert report["passed"] and "converted checkpoint" in report["rows"][0]["judge"], report
+    os.rename(str(tmp_path / "moved"), os.path.dirname(src))
+    assert tree_hash(os.path.dirname(src)) == before
+
+
+def test_tf1_disagreeing_canonical_tensors_are_reported(tmp_path):
+    """A checkpoint whose stored canonical tensors do not match its buffer (e.g. edited by hand) is converted from
+    the buffer, and the manifest says which tensors disagree and by how much."""
+    spec = make_spec("lstm", 1, False)
+    canon = unpack(spec, random_blob(spec, seed=12))
+    legacy = legacy_tf1_tensors(canon, "cudnn_lstm")
+    legacy["cudnn_lstm/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias_cudnn_1"] += 0.5
+    src, _ = write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=12, extra=legacy)
+    manifest = convert(src, tmp_path / "out")
+    bad = {k: v for k, v in manifest["replaced"].items() if not v["agrees"]}
+    assert list(bad) == ["cudnn_lstm/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias_cudnn_1"]
+    assert abs(bad[list(bad)[0]]["max_abs_diff"] - 0.5) < 1e-6
