@@ -49,6 +49,9 @@ def resolve_prefix(path):
 class Checkpoint:
     """A checkpoint opened for reading. ``shapes`` and ``dtypes`` map logical names to shape / dtype name."""
 
+    default_style = "tf1"
+    specs = {}  # stacks whose spec the source states outright (none: a checkpoint holds bare buffers)
+
     def __init__(self, path):
         self.prefix = resolve_prefix(path)
         tf = _tf()
@@ -72,6 +75,15 @@ class Checkpoint:
     @property
     def names(self):
         return list(self.shapes)
+
+    @property
+    def names_note(self):
+        return ("object-based keys are written under their logical names (without /.ATTRIBUTES/VARIABLE_VALUE); "
+                "the object graph is not carried over" if self.object_based else "names kept as they are")
+
+    @property
+    def format(self):
+        return "object-based (TF2)" if self.object_based else "name-based (TF1)"
 
     def get(self, name):
         """The value of variable ``name`` as a NumPy array."""

@@ -19,6 +19,10 @@ EPILOG = """examples:
 exit codes: 0 ok, 2 bad input or usage, 1 internal error"""
 
 
+SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder) or a Keras 2 .h5 file with "
+               "CuDNNLSTM/CuDNNGRU layers")
+
+
 def _spec_flags(parser):
     group = parser.add_argument_group("spec (only needed when the buffer's size fits several specs)")
     group.add_argument("--variable", metavar="NAME", help="the buffer to use (default: every *opaque_kernel)")
@@ -40,23 +44,25 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("inspect", help="list variables, cuDNN buffers and the specs that fit them",
-                       description="List a checkpoint's variables, each cuDNN buffer, and every spec that fits "
-                       "its size, ranked by clues from the rest of the checkpoint.")
-    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint prefix, its .index file, or its folder")
+                       description="List a source's variables, each cuDNN stack, how it was found and how it will "
+                       "convert; for a bare buffer, every spec that fits its size, ranked by clues from the rest of "
+                       "the checkpoint.")
+    p.add_argument("checkpoint", metavar="SOURCE", help=SOURCE_HELP)
     _spec_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("convert", help="write canonical weights, artifacts and a manifest to OUT/",
-                       description="Convert every cuDNN buffer of CKPT into canonical per-cell tensors. Writes "
+                       description="Convert every cuDNN stack of SOURCE into canonical per-cell tensors. Writes "
                        "OUT/checkpoint/ (name-based, other variables copied unchanged), the chosen --formats and "
-                       "OUT/manifest.json. OUT appears whole or not at all; CKPT is never modified.")
-    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint prefix, its .index file, or its folder")
+                       "OUT/manifest.json. OUT appears whole or not at all; SOURCE is never modified.")
+    p.add_argument("checkpoint", metavar="SOURCE", help=SOURCE_HELP)
     p.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty, unless --force)")
     _spec_flags(p)
     out = p.add_argument_group("output")
-    out.add_argument("--style", choices=("tf1", "keras", "pytorch"), default="tf1",
-                     help="names and layout of the converted tensors in OUT/checkpoint (default tf1: "
-                     "CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope)")
+    out.add_argument("--style", choices=("tf1", "keras", "pytorch"),
+                     help="names and layout of the converted tensors in OUT/checkpoint (default for a checkpoint: "
+                     "tf1, CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope; for a Keras .h5 file: "
+                     "keras, which also rebuilds a full model in Keras 3 as OUT/keras/model.keras)")
     out.add_argument("--formats", metavar="LIST", help="comma-separated artifacts: checkpoint, keras "
                      "(OUT/keras/*.keras), pytorch (OUT/pytorch/*.safetensors), saved_model (OUT/saved_model/), "
                      "graphdef (OUT/frozen_graph.pb), onnx (OUT/model.onnx); default: checkpoint, the style's own "
@@ -100,10 +106,12 @@ def _print_inspect(report):
     for v in report["variables"]:
         print(f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}")
     for s in report["stacks"]:
-        print(f"\ncuDNN buffer {s['variable']}: {s['size']} elements, {s['dtype']}"
-              + (f", slots {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}" if s["slots"] else ""))
+        print(f"\ncuDNN stack {s['variable']}: {s['size']} elements, {s['dtype']}\n  found: {s['found']}")
         if s["spec"]:
+            plan = s["plan"]
             print(f"  converts as: {_describe(s['spec'])}  ({s['how']})\n  flags: {s['flags']}")
+            print(f"  writes (style {plan['style']}{', ' + plan['scheme'] + ' names' if plan['scheme'] else ''}): "
+                  f"{plan['layer_0_names'][0]}, ...\n  artifacts: {', '.join(plan['artifacts'])}")
         else:
             print(f"  {s['candidate_count']} specs fit; best first:")
             for c in s["candidates"][:8]:
@@ -130,6 +138,10 @@ def _print_convert(manifest, out):
             print(f"    optimizer slots converted: {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}")
         for kind, rel in s["artifacts"].items():
             print(f"    {kind}: {os.path.join(out, rel)}")
+    for kind, rel in manifest.get("model_artifacts", {}).items():
+        print(f"  whole model, {kind}: {os.path.join(out, rel)}")
+    for warning in manifest.get("warnings", []):
+        print(f"  warning: {warning}")
     print(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
           + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
     print(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")

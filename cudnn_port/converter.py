@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import __version__
-from .checkpoint import Checkpoint, sha256, write_checkpoint
+from .checkpoint import sha256, write_checkpoint
 from .errors import CudnnPortError
 from .infer import _ranked, candidates, choose, clues_from, differing_flags
 from .layout import FLOAT_DTYPES, unpack
-from .targets import STYLES, target_for
+from .readers import open_source
+from .canonical import LayerParams
+from .targets import STYLES, target_for, tf1
 
 EXPORTS = ("saved_model", "graphdef", "onnx")
 FORMATS = ("checkpoint", "keras", "pytorch") + EXPORTS
@@ -70,6 +72,8 @@ def find_stacks(ckpt, variable=None):
     else:
         names = [n for n in ckpt.names if n.endswith(BUFFER_SUFFIX)
                  and not any(n.startswith(other + "/") for other in ckpt.names if other.endswith(BUFFER_SUFFIX))]
+        if not names and hasattr(ckpt, "nothing_found"):
+            raise CudnnPortError(ckpt.nothing_found())
         if not names:
             raise CudnnPortError(f"no cuDNN buffer in {ckpt.prefix}: no variable name ends in {BUFFER_SUFFIX}; "
                                  "name it with --variable NAME (cudnn-port inspect lists the variables)")
@@ -89,6 +93,9 @@ def find_stacks(ckpt, variable=None):
 
 def _clues(ckpt, stack):
     clues = clues_from(stack.variable, {n: s for n, s in ckpt.shapes.items() if n not in stack.slots})
+    if stack.variable in ckpt.specs:  # the source states the spec outright
+        clues.exact, clues.exact_how = ckpt.specs[stack.variable], ckpt.describe(stack.variable)
+        return clues
     for style in STYLES.values():
         clues.exact = clues.exact or style.detect(ckpt.shapes, stack.prefix)
     return clues
@@ -99,23 +106,53 @@ def inspect_checkpoint(path, variable=None, **flags):
 
     flags: mode, num_layers, num_units, input_size, bidirectional (None = not given).
     """
-    ckpt = Checkpoint(path)
-    report = {"checkpoint": ckpt.prefix, "format": "object-based (TF2)" if ckpt.object_based else "name-based (TF1)",
+    ckpt = open_source(path)
+    report = {"checkpoint": ckpt.prefix, "format": ckpt.format, "default_style": ckpt.default_style,
               "variables": [{"name": n, "shape": list(ckpt.shapes[n]), "dtype": ckpt.dtypes[n]} for n in ckpt.names],
               "stacks": []}
-    for stack in find_stacks(ckpt, variable):
+    stacks = find_stacks(ckpt, variable)
+    for stack in stacks:
         clues = _clues(ckpt, stack)
         found = _ranked(candidates(stack.size, dtype=stack.dtype, **flags), clues)
         entry = {"variable": stack.variable, "size": stack.size, "dtype": stack.dtype, "slots": stack.slots,
-                 "candidate_count": len(found),
+                 "found": _found(ckpt, stack, clues), "candidate_count": len(found),
                  "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}
         try:
             spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
-            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags())
+            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags(), plan=_plan(ckpt, stack, spec, len(stacks) > 1))
         except CudnnPortError as e:
             entry.update(spec=None, problem=str(e), settle_with=differing_flags(found))
         report["stacks"].append(entry)
     return report
+
+
+def _found(ckpt, stack, clues):
+    """What the source holds for ``stack``, in words."""
+    if stack.variable in ckpt.specs:
+        return ckpt.describe(stack.variable)
+    words = f"cuDNN opaque buffer ({ckpt.format} checkpoint)"
+    if clues.exact is not None:
+        scheme = "older names with bias_cudnn_0/1" if tf1.uses_legacy_names(ckpt.shapes, stack.prefix) else \
+            "current names"
+        words += f", with TF1 canonical tensors beside it ({scheme}); they are compared with the buffer"
+    if stack.slots:
+        words += f"; optimizer slots {', '.join(s[len(stack.variable) + 1:] for s in stack.slots)} convert with it"
+    return words
+
+
+def _plan(ckpt, stack, spec, several=False, style=None):
+    """How ``stack`` converts by default: the style, its tensor names for layer 0, and the artifacts."""
+    style = style or ckpt.default_style
+    target = target_for(style, ckpt.shapes, stack.prefix)
+    G, H = spec.num_gates, spec.num_units
+    zeros = LayerParams(W=np.zeros((G, H, spec.input_size), spec.dtype), R=np.zeros((G, H, H), spec.dtype),
+                        b_W=np.zeros((G, H), spec.dtype), b_R=np.zeros((G, H), spec.dtype))
+    names = list(target.write_layer(spec, stack.prefix, 0, 0, zeros))
+    kinds = [k for k in DEFAULT_FORMATS[style] if k != "checkpoint"]
+    return {"style": style, "scheme": getattr(target, "scheme", None), "layer_0_names": names,
+            "artifacts": [ARTIFACT_PATHS[k].format(label=stack.label, suffix=f"_{stack.label}" if several else "")
+                          for k in kinds]
+            + (["keras/model.keras"] if "keras" in kinds and getattr(ckpt, "model_config", None) else [])}
 
 
 def _read_buffer(ckpt, name, allow_nonfinite):
@@ -169,10 +206,14 @@ def _publish(tmp, out):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None, num_layers=None, num_units=None,
+def convert(source, out, *, style=None, formats=None, variable=None, mode=None, num_layers=None, num_units=None,
             input_size=None, bidirectional=None, force=False, drop_optimizer_slots=False, allow_nonfinite=False,
             progress=None):
-    """Convert every cuDNN buffer of checkpoint ``source`` into ``style``'s canonical tensors under ``out``.
+    """Convert every cuDNN stack of ``source`` into ``style``'s canonical tensors under ``out``.
+
+    ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1) or a Keras 2 ``.h5``
+    file with CuDNNLSTM / CuDNNGRU layers (default style keras; with the keras format a full-model file is
+    also rebuilt whole in Keras 3 as ``out/keras/model.keras``).
 
     Writes ``out/checkpoint/`` (name-based; ``tf.train.latest_checkpoint`` finds it; other variables copied
     unchanged), the artifacts in ``formats`` (``keras``: ``out/keras/<stack>.keras``; ``pytorch``:
@@ -181,14 +222,15 @@ def convert(source, out, *, style="tf1", formats=None, variable=None, mode=None,
     ``_<stack>`` suffix) and ``out/manifest.json``. Output appears whole or not at all.
     Returns the manifest dict. ``progress(message)`` receives progress lines.
     """
-    if style not in STYLES:
+    if style is not None and style not in STYLES:
         raise CudnnPortError(f"unknown style {style!r}; choose one of {', '.join(STYLES)}")
-    formats = tuple(formats or DEFAULT_FORMATS[style])
-    unknown = [f for f in formats if f not in FORMATS]
+    unknown = [f for f in formats or () if f not in FORMATS]
     if unknown:
         raise CudnnPortError(f"unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
     say = progress or (lambda message: None)
-    ckpt = Checkpoint(source)
+    ckpt = open_source(source)
+    style = style or ckpt.default_style
+    formats = tuple(formats or DEFAULT_FORMATS[style])
     out = _prepare_out(out, force)
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional)
@@ -215,14 +257,12 @@ def _write(ckpt, stacks, tmp, style, formats, drop_slots, say):
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = {"tool": "cudnn-port", "version": __version__,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "source": {"checkpoint": os.path.abspath(ckpt.prefix),
-                           "format": "object-based (TF2)" if ckpt.object_based else "name-based (TF1)",
+                "source": {"checkpoint": os.path.abspath(ckpt.prefix),  # the source's path, whatever its format
+                           "format": ckpt.format,
                            "files": {},
-                           "names": ("object-based keys are written under their logical names (without "
-                                     "/.ATTRIBUTES/VARIABLE_VALUE); the object graph is not carried over"
-                                     if ckpt.object_based else "names kept as they are")},
+                           "names": ckpt.names_note},
                 "style": style, "formats": list(formats), "slot_policy": SLOT_POLICY,
-                "stacks": [], "name_map": {}, "copied": [], "dropped": [], "replaced": {}, "files": {}}
+                "stacks": [], "model_artifacts": {}, "name_map": {}, "copied": [], "dropped": [], "replaced": {}, "files": {}}
     for stack in stacks:
         entry = {"variable": stack.variable, "prefix": stack.prefix, "spec": stack.spec.to_dict(),
                  "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
@@ -242,6 +282,15 @@ def _write(ckpt, stacks, tmp, style, formats, drop_slots, say):
                     entry.setdefault("graphdef_nodes", details)
         if drop_slots:
             manifest["dropped"] += stack.slots
+    if "keras" in formats and getattr(ckpt, "model_config", None):
+        from .readers.keras_h5 import save_keras3_model
+
+        say("writing keras/model.keras (the whole model in Keras 3)")
+        problem = save_keras3_model(ckpt, os.path.join(tmp, "keras", "model.keras"))
+        manifest["model_artifacts"] = {} if problem else {"keras": "keras/model.keras"}
+        if problem:
+            manifest["warnings"] = [problem]
+            say(f"warning: {problem}")
 
     converted = set()
 

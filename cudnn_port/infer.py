@@ -27,6 +27,7 @@ class Clues:
     input_dims: set = field(default_factory=set)  # last dims of 2-D neighbours
     output_dims: set = field(default_factory=set)  # first dims of 2-D neighbours
     exact: RNNSpec = None  # a spec read off canonical tensors stored beside the buffer
+    exact_how: str = "read off the canonical tensors stored beside it"
 
     @property
     def max_score(self):
@@ -95,7 +96,7 @@ def choose(name, size, dtype, clues, **flags):
     if clues.exact is not None:
         exact = replace(clues.exact, dtype=dtype)
         if exact.param_count == size and all(getattr(exact, k) == v for k, v in given.items()):
-            return exact, "read off the canonical tensors stored beside it"
+            return exact, clues.exact_how
     found = candidates(size, dtype=dtype, **flags)
     if not found:
         wanted = " ".join(f"{k}={v}" for k, v in given.items())

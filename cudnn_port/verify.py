@@ -20,6 +20,7 @@ from .errors import CudnnPortError
 from .exports import io_names
 from .exports.runners import RUNNERS
 from .layout import RNNSpec, unpack
+from .readers import open_source
 from .targets import reader
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -57,7 +58,7 @@ def _judge_canon(manifest, out, stack, spec):
     except OSError:
         unchanged = False
     if unchanged:
-        return unpack(spec, Checkpoint(prefix).get(stack["variable"])), "source buffer"
+        return unpack(spec, open_source(prefix).get(stack["variable"])), "source buffer"
     return converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
 
 

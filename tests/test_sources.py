@@ -85,3 +85,91 @@ def test_tf1_disagreeing_canonical_tensors_are_reported(tmp_path):
     bad = {k: v for k, v in manifest["replaced"].items() if not v["agrees"]}
     assert list(bad) == ["cudnn_lstm/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias_cudnn_1"]
     assert abs(bad[list(bad)[0]]["max_abs_diff"] - 0.5) < 1e-6
+
+
+# ------------------------------------------------------------------------------ Keras 2 CuDNNLSTM / CuDNNGRU h5
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+KERAS2_MODEL = os.path.join(FIXTURES, "keras2_cudnn_model.h5")
+KERAS2_WEIGHTS = os.path.join(FIXTURES, "keras2_cudnn_weights.h5")
+KERAS2_LAYERS = {"bi_lstm": make_spec("lstm", 1, True, input_size=6, hidden=5),
+                 "lstm": make_spec("lstm", 1, False, input_size=10, hidden=7),
+                 "bi_gru": make_spec("gru", 1, True, input_size=7, hidden=4),
+                 "gru": make_spec("gru", 1, False, input_size=8, hidden=3)}
+
+
+@pytest.fixture(scope="module")
+def keras2_expected():
+    """Outputs of each RNN layer and of the whole model, computed by tf_keras after tf_keras's own loader converted
+    the CuDNN weights into LSTM / GRU layers (tests/fixtures/make_keras2_h5.py): the judge is not cudnn-port."""
+    with np.load(os.path.join(FIXTURES, "keras2_expected.npz")) as data:
+        return dict(data)
+
+
+@pytest.mark.parametrize("path", [KERAS2_MODEL, KERAS2_WEIGHTS], ids=["full-model", "weights-only"])
+def test_keras2_h5_layers_read_as_tf_keras_reads_them(path, keras2_expected):
+    from cudnn_port.readers import open_source
+
+    source = open_source(path)
+    assert sorted(source.specs) == sorted(f"{layer}/opaque_kernel" for layer in KERAS2_LAYERS)
+    for layer, spec in KERAS2_LAYERS.items():
+        canon = source.canonical[f"{layer}/opaque_kernel"]
+        assert canon.spec == spec
+        got, _, _ = reference.forward(canon, keras2_expected[f"{layer}/inputs"])
+        assert_close(got, keras2_expected[f"{layer}/outputs"], f"{layer} vs tf_keras")
+    assert sorted(source.names) == sorted(["embedding/embeddings", "head/kernel", "head/bias"]
+                                          + [f"{layer}/opaque_kernel" for layer in KERAS2_LAYERS])
+
+
+def test_keras2_full_model_becomes_a_keras3_model_and_every_artifact_passes(tmp_path, keras2_expected):
+    import keras
+
+    before = tree_hash(FIXTURES)
+    manifest = convert(KERAS2_MODEL, tmp_path / "out")  # no flags: the shapes state every spec
+    assert manifest["style"] == "keras" and manifest["model_artifacts"] == {"keras": "keras/model.keras"}
+    assert "Keras 2 HDF5 (full model" in manifest["source"]["format"]
+    assert sorted(manifest["copied"]) == ["embedding/embeddings", "head/bias", "head/kernel"]
+    for stack in manifest["stacks"]:
+        assert sorted(stack["artifacts"]) == ["graphdef", "keras", "onnx", "saved_model"]
+        assert "spec exact from its weight shapes" in stack["spec_source"]
+    model = keras.saving.load_model(tmp_path / "out" / "keras" / "model.keras")
+    kinds = [type(layer).__name__ for layer in model.layers]
+    assert kinds == ["Embedding", "Bidirectional", "LSTM", "Bidirectional", "GRU", "Dense"]
+    assert_close(model.predict(keras2_expected["ids"], verbose=0), keras2_expected["outputs"], "Keras 3 model")
+    report = verify(tmp_path / "out")
+    assert report["passed"] and len([r for r in report["rows"] if r["passed"]]) == 4 * 4, report
+    assert tree_hash(FIXTURES) == before
+
+
+def test_keras2_weights_file_converts_per_layer(tmp_path, keras2_expected):
+    manifest = convert(KERAS2_WEIGHTS, tmp_path / "out", style="pytorch")
+    assert manifest["model_artifacts"] == {} and "weights only" in manifest["source"]["format"]
+    assert [s["spec"] for s in manifest["stacks"]] == [spec.to_dict() for spec in KERAS2_LAYERS.values()]
+    assert verify(tmp_path / "out")["passed"]
+
+
+def test_inspect_says_what_it_found_in_an_h5_file(capsys):
+    code, out, err = run_cli(capsys, "inspect", KERAS2_MODEL)
+    assert code == 0, err
+    assert "Keras 2 HDF5 (full model" in out
+    assert "bi_gru/opaque_kernel" in out and "Bidirectional(CuDNNGRU)" in out and "converts as" in out
+
+
+def test_h5_of_another_kind_of_model_says_so(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "convert", os.path.join(FIXTURES, "keras2_dense_only.h5"), tmp_path / "out")
+    assert_clean_error(code, err, "holds no CuDNNLSTM/CuDNNGRU layer", "dense")
+    assert not (tmp_path / "out").exists()
+
+
+def test_hdf5_that_is_not_keras_and_truncated_h5(tmp_path, capsys):
+    import h5py
+
+    plain = tmp_path / "data.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = np.arange(3.0)
+    code, _, err = run_cli(capsys, "convert", plain, tmp_path / "out")
+    assert_clean_error(code, err, "not a Keras model or weights file")
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(open(KERAS2_MODEL, "rb").read()[:4000])
+    code, _, err = run_cli(capsys, "inspect", cut)
+    assert_clean_error(code, err, "cannot read", "complete Keras .h5 file")

@@ -1,0 +1,262 @@
+"""Keras 2 ``CuDNNLSTM`` / ``CuDNNGRU`` layers in ``.h5`` files (``model.save`` or ``save_weights`` of tf.keras,
+tf_keras or Keras 2), read as cuDNN stacks.
+
+Each such layer (each direction of a ``Bidirectional`` wrapper) stores three arrays, gate blocks along the last
+axis (LSTM i, f, c, o; GRU z, r, h)::
+
+    kernel [I, G*H]    recurrent_kernel [H, G*H]    bias [2*G*H] = [b_W blocks, b_R blocks]
+
+Keras 2 handed each block to cuDNN by its C-order bytes, with no transpose: ``W_g`` is
+``kernel[:, g*H:(g+1)*H]`` reshaped (not transposed) to ``[H, I]``, and ``R_g`` likewise to ``[H, H]``
+(conventions §3; tf_keras's own loader undoes it with ``k.T.reshape(k.shape, order="F")``). A layer is recognised by
+those shapes (a bias of 2*G*H is unique to the cuDNN layers), and the model config, when the file has one, must
+agree. Each layer becomes one stack named ``{layer}/opaque_kernel``, its canonical model packed into a cuDNN
+buffer; every other weight is carried over as ``{weight name}`` without ``:0``.
+"""
+import json
+import os
+import warnings
+
+import numpy as np
+
+from ..canonical import CanonicalRNN, LayerParams
+from ..errors import CudnnPortError
+from ..gates import CUDNN_GRU, CUDNN_LSTM, KERAS_GRU, KERAS_LSTM, reorder
+from ..layout import FLOAT_DTYPES, RNNSpec, pack
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+CUDNN_CLASSES = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
+KERAS2_ORDER = {"lstm": KERAS_LSTM, "gru": KERAS_GRU}
+CUDNN_ORDER = {"lstm": CUDNN_LSTM, "gru": CUDNN_GRU}
+BUFFER = "opaque_kernel"
+
+
+def is_hdf5(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == HDF5_SIGNATURE
+    except OSError:
+        return False
+
+
+def _text(value):
+    return value.decode("utf8") if isinstance(value, bytes) else str(value)
+
+
+def _classes(config):
+    """{layer name: class name} from a Keras 2 model config; a Bidirectional wrapper reports its inner layer."""
+    found = {}
+
+    def visit(layer):
+        if not isinstance(layer, dict):
+            return
+        cfg = layer.get("config", {})
+        if isinstance(cfg, dict) and "name" in cfg:
+            inner = cfg.get("layer")
+            found[cfg["name"]] = inner.get("class_name") if isinstance(inner, dict) else layer.get("class_name")
+        for child in (cfg.get("layers") or []) if isinstance(cfg, dict) else []:
+            visit(child)
+
+    visit(config)
+    return found
+
+
+def keras2_to_canonical(mode, directions):
+    """LayerParams per direction from Keras 2 cuDNN arrays ``[(kernel, recurrent_kernel, bias), ...]``."""
+    params = []
+    for kernel, recurrent, bias in directions:
+        G, H = (4 if mode == "lstm" else 3), recurrent.shape[0]
+        I = kernel.shape[0]
+        W = np.stack([np.ascontiguousarray(kernel[:, g * H:(g + 1) * H]).reshape(H, I) for g in range(G)])
+        R = np.stack([np.ascontiguousarray(recurrent[:, g * H:(g + 1) * H]).reshape(H, H) for g in range(G)])
+        b = bias.reshape(2, G, H)
+        src, dst = KERAS2_ORDER[mode], CUDNN_ORDER[mode]
+        params.append(LayerParams(W=reorder(W, src, dst), R=reorder(R, src, dst), b_W=reorder(b[0], src, dst),
+                                  b_R=reorder(b[1], src, dst)))
+    return params
+
+
+class KerasH5:
+    """A Keras 2 ``.h5`` model or weights file, seen like a checkpoint: ``names``, ``shapes``, ``dtypes``,
+    ``get(name)``, ``files()``, plus ``specs`` (the exact spec of each stack, read off its shapes)."""
+
+    default_style = "keras"
+    object_based = False
+
+    def __init__(self, path):
+        import h5py
+
+        self.prefix = os.path.abspath(os.fspath(path))
+        try:
+            with h5py.File(self.prefix, "r") as f:
+                self._read(f)
+        except (OSError, KeyError, ValueError) as e:
+            raise CudnnPortError(f"cannot read {self.prefix}: {str(e).splitlines()[0]}; is it a complete Keras "
+                                 ".h5 file?") from None
+
+    def _read(self, f):
+        root = f["model_weights"] if "model_weights" in f else f
+        if "layer_names" not in root.attrs:
+            raise CudnnPortError(f"{self.prefix} is an HDF5 file but not a Keras model or weights file (no "
+                                 "layer_names attribute); pass a file written by Keras model.save or save_weights")
+        config = f.attrs.get("model_config")
+        self.model_config = json.loads(_text(config)) if config is not None else None
+        classes = _classes(self.model_config) if self.model_config else {}
+        self.format = f"Keras 2 HDF5 ({'full model' if self.model_config else 'weights only'}, " \
+                      f"keras {_text(root.attrs.get('keras_version', '?'))})"
+        self.layers, self.specs, self.canonical, self._arrays = [], {}, {}, {}
+        self.shapes, self.dtypes, self.owned = {}, {}, {}
+        for layer in (_text(n) for n in root.attrs["layer_names"]):
+            group = root[layer]
+            names = [_text(n) for n in group.attrs.get("weight_names", [])]
+            arrays = {n: np.asarray(group[n]) for n in names}
+            self.layers.append(layer)
+            stack = self._cudnn_layer(layer, arrays, classes.get(layer))
+            for name, value in arrays.items():
+                if stack is None:
+                    self._add(name[:-2] if name.endswith(":0") else name, value)
+                else:
+                    self.owned[name] = stack
+
+    def _add(self, name, value):
+        self._arrays[name] = value
+        self.shapes[name], self.dtypes[name] = tuple(value.shape), value.dtype.name
+
+    def _cudnn_layer(self, layer, arrays, class_name):
+        """Add ``layer`` as a stack if its weights are a Keras 2 cuDNN layer's; return the stack's name or None."""
+        owners = {}
+        for name, value in arrays.items():
+            owner, _, var = name.rpartition("/")
+            owners.setdefault(owner, {})[var.split(":")[0]] = value
+        directions, mode = [], None
+        for owner in sorted(owners, key=lambda o: o.rsplit("/", 1)[-1].startswith("backward_")):
+            w = owners[owner]
+            fit = _cudnn_mode(w)
+            if fit is None:
+                directions = None
+                break
+            mode = mode or fit
+            directions.append((w["kernel"], w["recurrent_kernel"], w["bias"]))
+        expected = CUDNN_CLASSES.get(class_name)
+        if not directions:
+            if expected:
+                raise CudnnPortError(f"layer {layer} of {self.prefix} is a {class_name}, but its weights "
+                                     f"({', '.join(f'{k} {list(v.shape)}' for k, v in arrays.items())}) are not a "
+                                     "cuDNN layer's; the file is damaged or was edited")
+            return None
+        if expected and expected != mode or len(directions) > 2:
+            raise CudnnPortError(f"layer {layer} of {self.prefix}: config says {class_name} but its weights are a "
+                                 f"{len(directions)}-direction {mode.upper()}; the file is damaged or was edited")
+        kernel, recurrent, _ = directions[0]
+        dtype = kernel.dtype.name
+        if dtype not in FLOAT_DTYPES:
+            raise CudnnPortError(f"layer {layer} of {self.prefix} has dtype {dtype}; expected one of "
+                                 f"{', '.join(FLOAT_DTYPES)}")
+        spec = RNNSpec(mode, 1, recurrent.shape[0], kernel.shape[0], bidirectional=len(directions) == 2, dtype=dtype)
+        name = f"{layer}/{BUFFER}"
+        self.specs[name] = spec
+        self.canonical[name] = CanonicalRNN(spec, keras2_to_canonical(mode, directions))
+        self.shapes[name], self.dtypes[name] = (spec.param_count,), dtype
+        return name
+
+    @property
+    def names(self):
+        return list(self.shapes)
+
+    def get(self, name):
+        if name in self.canonical:
+            return pack(self.canonical[name])
+        if name not in self._arrays:
+            raise CudnnPortError(f"unknown variable {name} in {self.prefix}; run cudnn-port inspect to list them")
+        return self._arrays[name]
+
+    def files(self):
+        return [self.prefix]
+
+    names_note = ("Keras weight names without ':0'; each CuDNN layer is the stack {layer}/opaque_kernel; optimizer "
+                  "weights are not carried over")
+
+    def nothing_found(self):
+        return (f"{self.prefix} holds no CuDNNLSTM/CuDNNGRU layer (its layers: {', '.join(self.layers) or 'none'}); "
+                "it is a Keras model of another kind, so there is nothing to convert")
+
+    def describe(self, name):
+        """How stack ``name`` was found, for inspect and the manifest."""
+        layer = name.rsplit("/", 1)[0]
+        spec = self.specs[name]
+        kind = f"{'Bidirectional(' if spec.bidirectional else ''}CuDNN{spec.mode.upper()}" \
+               f"{')' if spec.bidirectional else ''}"
+        return f"Keras 2 layer {layer}: {kind}, spec exact from its weight shapes"
+
+
+def _cudnn_mode(weights):
+    """'lstm' or 'gru' if ``weights`` (kernel, recurrent_kernel, bias) have a Keras 2 cuDNN layer's shapes."""
+    if set(weights) != {"kernel", "recurrent_kernel", "bias"}:
+        return None
+    k, r, b = (weights[n].shape for n in ("kernel", "recurrent_kernel", "bias"))
+    if len(k) != 2 or len(r) != 2 or len(b) != 1:
+        return None
+    H = r[0]
+    for G, mode in ((4, "lstm"), (3, "gru")):
+        if H and r[1] == G * H and k[1] == G * H and b[0] == 2 * G * H:
+            return mode
+    return None
+
+
+def _standard_config(layer):
+    """Rewrite a Keras 2 layer config in place: CuDNNLSTM -> LSTM, CuDNNGRU -> GRU(reset_after=True)."""
+    if not isinstance(layer, dict):
+        return
+    cfg = layer.get("config")
+    if layer.get("class_name") in CUDNN_CLASSES and isinstance(cfg, dict):
+        mode = CUDNN_CLASSES[layer["class_name"]]
+        layer["class_name"] = mode.upper()
+        cfg.pop("time_major", None)
+        cfg.update(activation="tanh", recurrent_activation="sigmoid", use_bias=True)
+        if mode == "gru":
+            cfg["reset_after"] = True
+    if isinstance(cfg, dict):
+        _standard_config(cfg.get("layer"))
+        for child in cfg.get("layers") or []:
+            _standard_config(child)
+
+
+def save_keras3_model(source, path):
+    """Rebuild full-model file ``source`` (a :class:`KerasH5` with a model config) in Keras 3 at ``path``
+    (``.keras``): each CuDNN layer becomes LSTM / GRU(reset_after=True) with converted weights, every other layer
+    keeps its config and weights. Keras 3 builds the model from an edited copy of the file. Returns None, or
+    why Keras 3 could not rebuild it (the caller reports that and goes on with the per-layer files)."""
+    import shutil
+
+    import h5py
+    import keras
+
+    from ..targets.keras import VARS, layer_weights
+
+    edited = f"{path}.keras2.h5"
+    shutil.copyfile(source.prefix, edited)
+    try:
+        with h5py.File(edited, "r+") as f:
+            config = json.loads(json.dumps(source.model_config))
+            _standard_config(config)
+            f.attrs["model_config"] = json.dumps(config)
+            if "optimizer_weights" in f:
+                del f["optimizer_weights"]
+            root = f["model_weights"]
+            for name, canon in source.canonical.items():
+                group = root[name.rsplit("/", 1)[0]]
+                new = [dict(zip(VARS, layer_weights(canon.spec, p))) for p in canon.layers]
+                for wname in (_text(n) for n in group.attrs["weight_names"]):
+                    owner, _, var = wname.rpartition("/")
+                    direction = int(owner.rsplit("/", 1)[-1].startswith("backward_"))
+                    del group[wname]
+                    group.create_dataset(wname, data=new[direction][var.split(":")[0]])
+        with warnings.catch_warnings():  # Keras 3 frowns on the Keras 2 config style; it still builds the same model
+            warnings.simplefilter("ignore")
+            model = keras.models.load_model(edited, compile=False)
+        model.save(path)
+    except (ValueError, TypeError, KeyError) as e:  # a layer Keras 3 no longer knows, say
+        return f"Keras 3 cannot rebuild the whole model ({str(e).splitlines()[0]}); the per-layer files are written"
+    finally:
+        if os.path.exists(edited):
+            os.remove(edited)
