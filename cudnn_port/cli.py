@@ -102,6 +102,12 @@ def _flags(args):
 
 def _print_inspect(report):
     print(f"{report['checkpoint']}  [{report['format']}]")
+    if "nodes" in report:
+        print(f"signatures: {', '.join(report['signatures'])}")
+        for n in report["nodes"]:
+            print(f"  {n['node']} ({n['op']}) in {n['function'] or 'the main graph'}\n    converts as: {n['converts_as']}")
+        print(f"writes: {', '.join(report['plan']['artifacts'])}")
+        return
     print(f"{len(report['variables'])} variables:")
     for v in report["variables"]:
         print(f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}")
@@ -130,6 +136,14 @@ def _describe(spec):
 
 def _print_convert(manifest, out):
     stacks = manifest["stacks"]
+    if manifest.get("kind") == "saved_model":
+        print(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}")
+        for n in manifest["nodes"]:
+            print(f"  {n['node']} ({n['op']}): {_describe(n['spec'])}")
+        for kind, rel in manifest["model_artifacts"].items():
+            print(f"  {kind}: {os.path.join(out, rel)}")
+        print(f"  manifest: {os.path.join(out, 'manifest.json')}")
+        return
     print(f"converted {len(stacks)} cuDNN stack{'s' if len(stacks) != 1 else ''} from {manifest['source']['checkpoint']}")
     for s in stacks:
         print(f"  {s['variable']}: {_describe(s['spec'])} ({s['spec_source']})")

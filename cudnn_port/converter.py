@@ -25,6 +25,7 @@ from .errors import CudnnPortError
 from .infer import _ranked, candidates, choose, clues_from, differing_flags
 from .layout import FLOAT_DTYPES, unpack
 from .readers import open_source
+from .readers.saved_model import is_saved_model
 from .canonical import LayerParams
 from .targets import STYLES, target_for, tf1
 
@@ -106,6 +107,8 @@ def inspect_checkpoint(path, variable=None, **flags):
 
     flags: mode, num_layers, num_units, input_size, bidirectional (None = not given).
     """
+    if is_saved_model(os.fspath(path)):
+        return _inspect_saved_model(os.fspath(path))
     ckpt = open_source(path)
     report = {"checkpoint": ckpt.prefix, "format": ckpt.format, "default_style": ckpt.default_style,
               "variables": [{"name": n, "shape": list(ckpt.shapes[n]), "dtype": ckpt.dtypes[n]} for n in ckpt.names],
@@ -124,6 +127,20 @@ def inspect_checkpoint(path, variable=None, **flags):
             entry.update(spec=None, problem=str(e), settle_with=differing_flags(found))
         report["stacks"].append(entry)
     return report
+
+
+def _inspect_saved_model(path):
+    from .readers import saved_model as graphs
+
+    proto = graphs.load_proto(path)
+    nodes = graphs.find_nodes(proto)
+    signatures = sorted({name for meta in proto.meta_graphs for name in meta.signature_def if not name.startswith("__")})
+    return {"checkpoint": os.path.abspath(path), "format": f"SavedModel with {len(nodes)} cuDNN nodes",
+            "signatures": signatures, "nodes": [dict(n.to_dict(), converts_as=(
+                f"{n.spec.describe()}: CPU ops in the SavedModel, fused ONNX {n.spec.mode.upper()} nodes in ONNX"))
+                for n in nodes],
+            "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]},
+            "variables": []}
 
 
 def _found(ckpt, stack, clues):
@@ -228,6 +245,8 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
     if unknown:
         raise CudnnPortError(f"unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
     say = progress or (lambda message: None)
+    if is_saved_model(os.fspath(source)):
+        return _convert_saved_model(os.fspath(source), out, formats, force, say)
     ckpt = open_source(source)
     style = style or ckpt.default_style
     formats = tuple(formats or DEFAULT_FORMATS[style])
@@ -241,10 +260,15 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
     for stack in stacks:
         say(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
 
+    return _build(out, lambda tmp: _write(ckpt, stacks, tmp, style, formats, drop_optimizer_slots, say), say)
+
+
+def _build(out, write, say):
+    """Run ``write(tmp)`` in a temporary sibling of ``out``, then move it into place: whole or not at all."""
     tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
     os.makedirs(tmp)
     try:
-        manifest = _write(ckpt, stacks, tmp, style, formats, drop_optimizer_slots, say)
+        manifest = write(tmp)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -253,16 +277,72 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
     return manifest
 
 
+GRAPH_FORMATS = ("saved_model", "onnx")
+
+
+def _convert_saved_model(source, out, formats, force, say):
+    """A SavedModel holding cuDNN nodes -> OUT/saved_model (each node replaced by CPU ops), OUT/model.onnx
+    (fused ONNX LSTM/GRU nodes for them, tf2onnx for the rest), OUT/manifest.json."""
+    from .readers import saved_model as graphs
+
+    formats = tuple(formats or GRAPH_FORMATS)
+    other = [f for f in formats if f not in GRAPH_FORMATS]
+    if other:
+        raise CudnnPortError(f"a SavedModel converts to {' and '.join(GRAPH_FORMATS)}, not {other[0]}; its weights "
+                             "live in the graph's variables, so pass --formats saved_model,onnx (the default)")
+    nodes = graphs.find_nodes(graphs.load_proto(source))
+    if not nodes:
+        raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
+                             "nothing to convert")
+    out = _prepare_out(out, force)
+    for node in nodes:
+        say(f"{node.name} ({node.op}): {node.spec.describe()}")
+
+    def write(tmp):
+        manifest = _manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
+                                  "signatures, inputs and outputs keep their names", formats)
+        manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes])
+        if "saved_model" in formats:
+            say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
+            graphs.write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes)
+            manifest["model_artifacts"]["saved_model"] = "saved_model"
+        if "onnx" in formats:
+            from .exports.onnx import write_saved_model_onnx
+
+            say("writing model.onnx (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
+            write_saved_model_onnx(source, os.path.join(tmp, "model.onnx"))
+            manifest["model_artifacts"]["onnx"] = "model.onnx"
+        files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
+        manifest["source"]["files"] = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
+        return _finish(manifest, tmp)
+
+    return _build(out, write, say)
+
+
+def _manifest_head(source, source_format, names_note, formats, style=None):
+    return {"tool": "cudnn-port", "version": __version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "source": {"checkpoint": os.path.abspath(source),  # the source's path, whatever its format
+                       "format": source_format, "files": {}, "names": names_note},
+            "style": style, "formats": list(formats), "stacks": [], "model_artifacts": {}}
+
+
+def _finish(manifest, tmp):
+    """Hash every output file into the manifest and write it."""
+    manifest["files"] = {}
+    for root, _, files in os.walk(tmp):
+        for f in sorted(files):
+            path = os.path.join(root, f)
+            manifest["files"][os.path.relpath(path, tmp)] = sha256(path)
+    with open(os.path.join(tmp, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest
+
+
 def _write(ckpt, stacks, tmp, style, formats, drop_slots, say):
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
-    manifest = {"tool": "cudnn-port", "version": __version__,
-                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "source": {"checkpoint": os.path.abspath(ckpt.prefix),  # the source's path, whatever its format
-                           "format": ckpt.format,
-                           "files": {},
-                           "names": ckpt.names_note},
-                "style": style, "formats": list(formats), "slot_policy": SLOT_POLICY,
-                "stacks": [], "model_artifacts": {}, "name_map": {}, "copied": [], "dropped": [], "replaced": {}, "files": {}}
+    manifest = _manifest_head(ckpt.prefix, ckpt.format, ckpt.names_note, formats, style)
+    manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=[], replaced={})
     for stack in stacks:
         entry = {"variable": stack.variable, "prefix": stack.prefix, "spec": stack.spec.to_dict(),
                  "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
@@ -337,13 +417,7 @@ def _write(ckpt, stacks, tmp, style, formats, drop_slots, say):
         source_hashes = pool.map(lambda f: (os.path.basename(f), sha256(f)), ckpt.files())
         write_checkpoint(os.path.join(tmp, "checkpoint"), items(), progress=shard_done)
         manifest["source"]["files"] = dict(source_hashes)
-    for root, _, files in os.walk(tmp):
-        for f in sorted(files):
-            path = os.path.join(root, f)
-            manifest["files"][os.path.relpath(path, tmp)] = sha256(path)
-    with open(os.path.join(tmp, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=2)
-    return manifest
+    return _finish(manifest, tmp)
 
 
 def _write_artifact(kind, canon, label, path):

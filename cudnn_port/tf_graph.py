@@ -11,7 +11,9 @@ Per layer, both directions at once (D on the leading axis)::
         steps t >= length keep the state and emit zeros
     y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features                   [T, B, D*H]
 
-Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction.
+Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
+CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
+that is how a cuDNN node of a saved graph is replaced by CPU ops reading the same params.
 """
 import numpy as np
 
@@ -41,6 +43,37 @@ def layer_constants(canon, layer):
     return tuple(np.ascontiguousarray(np.stack(a)).astype(np.float32) for a in (Wx, Rh, bx, bh))
 
 
+def unpack_tensor(spec, params):
+    """:func:`cudnn_port.layout.unpack` for a TensorFlow tensor ``params`` [param_count]: a CanonicalRNN of slices."""
+    from .canonical import CanonicalRNN, LayerParams
+    from .layout import _kind_spans
+
+    tf = _tf()
+    layers = [{} for _ in range(spec.num_pseudo_layers)]
+    for (p, kind), (offset, shape) in _kind_spans(spec).items():
+        layers[p][kind] = tf.reshape(params[offset:offset + int(np.prod(shape))], shape)
+    return CanonicalRNN(spec, [LayerParams(**kinds) for kinds in layers])
+
+
+def layer_tensors(canon, layer):
+    """:func:`layer_constants` for a CanonicalRNN of tensors, in TensorFlow ops (differentiable)."""
+    tf = _tf()
+    spec = canon.spec
+    G, H = spec.num_gates, spec.num_units
+    Wx, Rh, bx, bh = [], [], [], []
+    for direction in range(spec.num_dirs):
+        p = canon.layer(layer, direction)
+        Wx.append(tf.transpose(tf.reshape(p.W, [G * H, -1])))
+        Rh.append(tf.transpose(tf.reshape(p.R, [G * H, H])))
+        if spec.mode == "lstm":
+            bx.append(tf.reshape(p.b_W + p.b_R, [-1]))
+            bh.append(tf.zeros([G * H], p.b_W.dtype))
+        else:
+            bx.append(tf.concat([p.b_W[0] + p.b_R[0], p.b_W[1] + p.b_R[1], p.b_W[2]], 0))
+            bh.append(tf.concat([tf.zeros([2 * H], p.b_W.dtype), p.b_R[2]], 0))
+    return tuple(tf.cast(tf.stack(a), tf.float32) for a in (Wx, Rh, bx, bh))
+
+
 def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None):
     """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h / initial_c
     [L*D, B, H] (zeros when None). Returns (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None)."""
@@ -56,8 +89,9 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     valid = tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]  # [T, B, 1]
     x = tf.transpose(inputs, [1, 0, 2])  # time-major [T, B, I]
     final_h, final_c = [], []
+    weights = layer_constants if isinstance(canon.layers[0].W, np.ndarray) else layer_tensors
     for layer in range(spec.num_layers):
-        Wx, Rh, bx, bh = layer_constants(canon, layer)
+        Wx, Rh, bx, bh = weights(canon, layer)
         xs = [x] + ([tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)] if D == 2 else [])
         xs = tf.stack(xs)  # [D, T, B, I_l]
         width = xs.shape[-1] if xs.shape[-1] is not None else tf.shape(xs)[-1]
@@ -102,3 +136,30 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, H, is_lstm):
     _, h, c, out = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), h0, c0, out),
                                  maximum_iterations=steps)
     return out.stack(), h, c
+
+
+def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None):
+    """What a CudnnRNN / V2 / V3 op of ``spec`` returns, in standard ops: [output, output_h, output_c,
+    reserve_space, host_reserved][:count]. Time-major: input [T, B, I], states [L*D, B, H]; batch-major (V3 with
+    time_major=False): input [B, T, I], states [B, L*D, H]. No sequence_lengths: every sequence is full length.
+    GRU's output_c is zeros like input_c; the reserve outputs are empty (only cuDNN's backward op reads them)."""
+    tf = _tf()
+    dtype, is_lstm = input.dtype, spec.mode == "lstm"
+    x, h0 = tf.cast(input, tf.float32), tf.cast(input_h, tf.float32)
+    c0 = tf.cast(input_c, tf.float32) if is_lstm else None
+    if time_major:
+        x = tf.transpose(x, [1, 0, 2])
+    else:
+        h0 = tf.transpose(h0, [1, 0, 2])
+        c0 = tf.transpose(c0, [1, 0, 2]) if is_lstm else None
+    if sequence_lengths is None:
+        sequence_lengths = tf.fill(tf.shape(x)[:1], tf.shape(x)[1])
+    out, h, c = stack_forward(unpack_tensor(spec, params), x, sequence_lengths, h0, c0)
+    if time_major:
+        out = tf.transpose(out, [1, 0, 2])
+    else:
+        h = tf.transpose(h, [1, 0, 2])
+        c = tf.transpose(c, [1, 0, 2]) if is_lstm else None
+    c = c if is_lstm else tf.zeros_like(input_c, tf.float32)
+    results = [tf.cast(out, dtype), tf.cast(h, dtype), tf.cast(c, dtype), tf.zeros([0], dtype), tf.zeros([0], tf.int8)]
+    return results[:count]

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import make_spec, ragged_batch, random_blob, tree_hash
+from conftest import CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob, tree_hash
 from cudnn_port import reference
 from cudnn_port.converter import convert, inspect_checkpoint
 from cudnn_port.layout import unpack
@@ -173,3 +173,44 @@ def test_hdf5_that_is_not_keras_and_truncated_h5(tmp_path, capsys):
     cut.write_bytes(open(KERAS2_MODEL, "rb").read()[:4000])
     code, _, err = run_cli(capsys, "inspect", cut)
     assert_clean_error(code, err, "cannot read", "complete Keras .h5 file")
+
+
+# ------------------------------------------------------------------ SavedModels holding CudnnRNN / V2 / V3 nodes
+
+OP_VARIANTS = [("CudnnRNN", True), ("CudnnRNNV2", True), ("CudnnRNNV3", True), ("CudnnRNNV3", False)]
+OP_IDS = ["v1", "v2", "v3-time-major", "v3-batch-major"]
+
+
+def _to_op_layout(array, time_major, state=False):
+    """Reference layouts (batch-major x, states [L*D, B, H]) -> the op's layout."""
+    if array is None:
+        return None
+    if state:
+        return array if time_major else np.transpose(array, (1, 0, 2))
+    return np.transpose(array, (1, 0, 2)) if time_major else array
+
+
+@pytest.mark.parametrize("op,time_major", OP_VARIANTS, ids=OP_IDS)
+@pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
+def test_cpu_replacement_of_a_cudnn_op_matches_reference(mode, layers, bi, op, time_major):
+    """The function that replaces a cuDNN node, fed the op's own inputs (params as a tensor), in the op's layout."""
+    from cudnn_port.readers.saved_model import FORWARD_OPS
+    from cudnn_port.tf_graph import cudnn_op_cpu
+
+    spec = make_spec(mode, layers, bi)
+    blob = random_blob(spec, seed=layers + 20)
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    if op != "CudnnRNNV3":  # no sequence_lengths before V3: full-length sequences
+        x, lengths = np.random.default_rng(3).normal(size=x.shape).astype("float32"), None
+    want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
+    args = [_to_op_layout(x, time_major), _to_op_layout(h_0, time_major, True),
+            _to_op_layout(c_0, time_major, True) if mode == "lstm" else np.zeros([], "float32"), blob]
+    if lengths is not None:
+        args.append(lengths)
+    fn = tf.function(lambda *a: cudnn_op_cpu(spec, time_major, FORWARD_OPS[op], *a), autograph=False)
+    got = [t.numpy() for t in fn(*args)]
+    assert len(got) == FORWARD_OPS[op]
+    assert_close(_to_op_layout(got[0], time_major), want[0], "output")
+    assert_close(_to_op_layout(got[1], time_major, True), want[1], "output_h")
+    if mode == "lstm":
+        assert_close(_to_op_layout(got[2], time_major, True), want[2], "output_c")

@@ -35,6 +35,37 @@ def _weights(canon, layer):
     return [np.stack(a).astype(np.float32) for a in (W, R, B)]
 
 
+def stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
+    """The stack's ONNX nodes, made through ``node(op, inputs, outputs, **attrs)`` and ``const(name, array) ->
+    tensor name``: x time-major [T, B, I], lengths [B] int32 (or "" for full length), h0 / c0 [L*D, B, H] (c0
+    LSTM only). Returns the names of y [T, B, D*H], final_h and final_c (None for GRU)."""
+    spec = canon.spec
+    H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
+    flatten, axis = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64)), \
+        const(f"{prefix}axis_0", np.array([0], np.int64))
+    finals_h, finals_c = [], []
+    for layer in range(spec.num_layers):
+        W, R, B = (const(f"{prefix}{n}_{layer}", a) for n, a in zip("WRB", _weights(canon, layer)))
+        start = const(f"{prefix}start_{layer}", np.array([layer * D], np.int64))
+        end = const(f"{prefix}end_{layer}", np.array([(layer + 1) * D], np.int64))
+        states = []
+        for label, state in (("h0", h0), ("c0", c0)) if is_lstm else (("h0", h0),):
+            states.append(node("Slice", [state, start, end, axis], [f"{prefix}{label}_{layer}"]))
+        outs = [f"{prefix}y_{layer}", f"{prefix}y_h_{layer}"] + ([f"{prefix}y_c_{layer}"] if is_lstm else [])
+        attrs = dict(hidden_size=H, direction="bidirectional" if D == 2 else "forward")
+        if not is_lstm:
+            attrs["linear_before_reset"] = 1
+        node("LSTM" if is_lstm else "GRU", [x, W, R, B, lengths] + states, outs, **attrs)
+        y = node("Transpose", [outs[0]], [f"{prefix}y_t_{layer}"], perm=[0, 2, 1, 3])
+        x = node("Reshape", [y, flatten], [f"{prefix}x_{layer + 1}"])
+        finals_h.append(outs[1])
+        if is_lstm:
+            finals_c.append(outs[2])
+    final_h = node("Concat", finals_h, [f"{prefix}h_n"], axis=0)
+    final_c = node("Concat", finals_c, [f"{prefix}c_n"], axis=0) if is_lstm else None
+    return x, final_h, final_c
+
+
 def build_model(canon, name="rnn"):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -47,37 +78,25 @@ def build_model(canon, name="rnn"):
                     helper.make_tensor_value_info("initial_h", TensorProto.FLOAT, state_shape)]
     if is_lstm:
         graph_inputs.append(helper.make_tensor_value_info("initial_c", TensorProto.FLOAT, state_shape))
-    nodes = [helper.make_node("Transpose", ["inputs"], ["x_0"], perm=[1, 0, 2])]
-    inits = [numpy_helper.from_array(np.array([0, 0, -1], np.int64), "flatten_dirs"),
-             numpy_helper.from_array(np.array([0], np.int64), "axis_0")]
-    finals_h, finals_c = [], []
-    for layer in range(spec.num_layers):
-        W, R, B = _weights(canon, layer)
-        inits += [numpy_helper.from_array(a, f"{n}_{layer}") for n, a in (("W", W), ("R", R), ("B", B))]
-        inits += [numpy_helper.from_array(np.array([layer * D], np.int64), f"start_{layer}"),
-                  numpy_helper.from_array(np.array([(layer + 1) * D], np.int64), f"end_{layer}")]
-        states = []
-        for s in (["initial_h", "initial_c"] if is_lstm else ["initial_h"]):
-            nodes.append(helper.make_node("Slice", [s, f"start_{layer}", f"end_{layer}", "axis_0"], [f"{s}_{layer}"]))
-            states.append(f"{s}_{layer}")
-        outs = [f"y_{layer}", f"y_h_{layer}"] + ([f"y_c_{layer}"] if is_lstm else [])
-        attrs = dict(hidden_size=H, direction="bidirectional" if D == 2 else "forward")
-        if not is_lstm:
-            attrs["linear_before_reset"] = 1
-        nodes.append(helper.make_node("LSTM" if is_lstm else "GRU",
-                                      [f"x_{layer}", f"W_{layer}", f"R_{layer}", f"B_{layer}", "sequence_lengths"]
-                                      + states, outs, name=f"{spec.mode}_{layer}", **attrs))
-        nodes.append(helper.make_node("Transpose", [f"y_{layer}"], [f"y_t_{layer}"], perm=[0, 2, 1, 3]))
-        nodes.append(helper.make_node("Reshape", [f"y_t_{layer}", "flatten_dirs"], [f"x_{layer + 1}"]))
-        finals_h.append(f"y_h_{layer}")
-        if is_lstm:
-            finals_c.append(f"y_c_{layer}")
-    nodes.append(helper.make_node("Transpose", [f"x_{spec.num_layers}"], ["outputs"], perm=[1, 0, 2]))
-    nodes.append(helper.make_node("Concat", finals_h, ["final_h"], axis=0))
+    nodes, inits = [], []
+
+    def node(op, inputs, outputs, **attrs):
+        nodes.append(helper.make_node(op, inputs, outputs, name=outputs[0] if op in ("LSTM", "GRU") else "", **attrs))
+        return outputs[0]
+
+    def const(const_name, value):
+        inits.append(numpy_helper.from_array(value, const_name))
+        return const_name
+
+    x = node("Transpose", ["inputs"], ["x_0"], perm=[1, 0, 2])
+    y, final_h, final_c = stack_graph(canon, x, "sequence_lengths", "initial_h", "initial_c" if is_lstm else None,
+                                      node, const)
+    node("Transpose", [y], ["outputs"], perm=[1, 0, 2])
+    node("Identity", [final_h], ["final_h"])
     graph_outputs = [helper.make_tensor_value_info("outputs", TensorProto.FLOAT, ["batch", "time", D * H]),
                      helper.make_tensor_value_info("final_h", TensorProto.FLOAT, state_shape)]
     if is_lstm:
-        nodes.append(helper.make_node("Concat", finals_c, ["final_c"], axis=0))
+        node("Identity", [final_c], ["final_c"])
         graph_outputs.append(helper.make_tensor_value_info("final_c", TensorProto.FLOAT, state_shape))
     graph = helper.make_graph(nodes, name, graph_inputs, graph_outputs, initializer=inits)
     model = helper.make_model(graph, producer_name="cudnn-port", opset_imports=[helper.make_opsetid("", OPSET)])
@@ -91,3 +110,81 @@ def write_onnx(canon, path, name="rnn"):
     import onnx
 
     onnx.save(build_model(canon, name), str(path))
+
+
+def cudnn_node_handler(ctx, node, name, args):
+    """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
+    constant once the graph is frozen) unpacked, the node replaced by :func:`stack_graph`'s fused nodes."""
+    from ..errors import CudnnPortError
+    from ..infer import candidates
+    from ..layout import unpack
+
+    def attr(key, default):
+        value = node.get_attr_value(key, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+    params = node.inputs[3]
+    if not params.is_const():
+        raise CudnnPortError(f"node {name}: its params are not constant after freezing; cannot write ONNX weights")
+    value = params.get_tensor_value(as_list=False).reshape(-1)
+    mode, bidirectional = attr("rnn_mode", "lstm"), attr("direction", "unidirectional") == "bidirectional"
+    time_major = bool(attr("time_major", True)) if node.type == "CudnnRNNV3" else True
+    dims = [ctx.get_shape(node.input[i]) or [None] for i in (0, 1)]
+    known = dict(input_size=dims[0][-1], num_units=dims[1][-1])
+    found = candidates(value.size, mode=mode, bidirectional=bidirectional, dtype="float32",
+                       **{k: v for k, v in known.items() if v not in (None, -1)})
+    if len(found) != 1:
+        raise CudnnPortError(f"node {name}: {len(found)} specs fit its {value.size} params; cannot tell its sizes")
+    canon, is_lstm, prefix = unpack(found[0], value.astype(np.float32)), mode == "lstm", f"{name}/onnx/"
+    from onnx import TensorProto
+
+    onnx_float, onnx_int32 = TensorProto.FLOAT, TensorProto.INT32
+
+    def make(op, inputs, outputs, **attrs):
+        ranks = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Cast": [1], "Transpose": [len(attrs.get("perm", ()))]}
+        shapes = [[-1] * r for r in ranks.get(op, [3])]  # ranks let tf2onnx's optimizers reason about them
+        dtypes = [onnx_int32 if op == "Cast" else onnx_float] * len(outputs)
+        return ctx.make_node(op, inputs, attr=attrs, outputs=outputs, name=outputs[0], shapes=shapes,
+                             dtypes=dtypes).output[0]
+
+    def const(const_name, array):
+        return ctx.make_const(const_name, array).output[0]
+
+    def time_first(tensor, label):  # batch-major [B, X, ...] <-> time-major / state-major: swap the first two axes
+        return tensor if time_major else make("Transpose", [tensor], [f"{prefix}{label}"], perm=[1, 0, 2])
+
+    x = time_first(node.input[0], "x_t")
+    h0 = time_first(node.input[1], "h0_t")
+    c0 = time_first(node.input[2], "c0_t") if is_lstm else None
+    lengths = make("Cast", [node.input[4]], [f"{prefix}lengths"], to=6) if len(node.input) > 4 else ""
+    y, h_n, c_n = stack_graph(canon, x, lengths, h0, c0, make, const, prefix)
+    replaced = [time_first(y, "y_b"), time_first(h_n, "h_n_b")] + ([time_first(c_n, "c_n_b")] if is_lstm else [])
+    outputs = list(node.output)
+    ctx.remove_node(node.name)
+    for old, new in zip(outputs, replaced):
+        ctx.replace_all_inputs(old, new)
+
+
+CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}
+
+
+def write_saved_model_onnx(saved_model, path, signature="serving_default"):
+    """ONNX of a SavedModel signature whose graph holds cuDNN nodes: tf2onnx for everything else, fused ONNX
+    LSTM / GRU nodes for each cuDNN node. Inputs and outputs keep the signature's names."""
+    import logging
+
+    import onnx
+    from tf2onnx import convert, tf_loader
+
+    from .._tf import import_tf
+
+    logging.getLogger("tf2onnx").setLevel(logging.ERROR)  # it warns about the reserve outputs no one reads
+    import_tf().get_logger().setLevel(logging.ERROR)  # and TensorFlow about its v1 freezing helpers
+    frozen, inputs, outputs, renames = tf_loader.from_saved_model(
+        saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
+    model, _ = convert.from_graph_def(frozen, input_names=inputs, output_names=outputs, opset=OPSET,
+                                      custom_op_handlers=dict(CUDNN_HANDLERS), tensors_to_rename=renames)
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return model
