@@ -8,7 +8,7 @@ Every number is measured in this one run, so the ratios compare like with like:
    only, no sequence_lens, no initial states, no transposes). Target: no slower (ratio <= 1).
 3. Ragged batch 1: ONNX export vs what tf2onnx makes of an equivalent masked Keras model (Masking +
    Bidirectional(LSTM) x 2). Target >= 2.5x faster. Skipped with a message if tf2onnx is not installed
-   (``pip install -e ".[bench]"``).
+   (tf2onnx is a dependency of cudnn-port).
 4. SavedModel at batch 1 vs the ONNX export at batch 1. Target within 2x.
 
     python bench/bench_exports.py [--repeat 10] [--json]
@@ -166,7 +166,7 @@ def main():
                        ragged_speedup_over_tf2onnx=tf2onnx_s / ours_s, tf2onnx_control_ops=ops)
         else:
             res["ragged_speedup_over_tf2onnx"] = None
-            res["tf2onnx"] = "not installed: pip install -e '.[bench]'"
+            res["tf2onnx"] = "not installed: pip install -e ."
         # 4. SavedModel at batch 1
         write_saved_model(canon, os.path.join(tmp, "sm"))
         fn = tf.saved_model.load(os.path.join(tmp, "sm")).signatures["with_initial_state"]

@@ -105,7 +105,8 @@ def _print_inspect(report):
     if "nodes" in report:
         print(f"signatures: {', '.join(report['signatures'])}")
         for n in report["nodes"]:
-            print(f"  {n['node']} ({n['op']}) in {n['function'] or 'the main graph'}\n    converts as: {n['converts_as']}")
+            print(f"  {n['node']} ({n['op']}) in {n['function'] or 'the main graph'}")
+            print(f"    converts as: {n['converts_as']}")
         print(f"writes: {', '.join(report['plan']['artifacts'])}")
         return
     print(f"{len(report['variables'])} variables:")

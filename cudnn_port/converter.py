@@ -122,7 +122,8 @@ def inspect_checkpoint(path, variable=None, **flags):
                  "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}
         try:
             spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
-            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags(), plan=_plan(ckpt, stack, spec, len(stacks) > 1))
+            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags(),
+                         plan=_plan(ckpt, stack, spec, several=len(stacks) > 1))
         except CudnnPortError as e:
             entry.update(spec=None, problem=str(e), settle_with=differing_flags(found))
         report["stacks"].append(entry)
@@ -134,7 +135,8 @@ def _inspect_saved_model(path):
 
     proto = graphs.load_proto(path)
     nodes = graphs.find_nodes(proto)
-    signatures = sorted({name for meta in proto.meta_graphs for name in meta.signature_def if not name.startswith("__")})
+    signatures = sorted({name for meta in proto.meta_graphs for name in meta.signature_def
+                         if not name.startswith("__")})
     return {"checkpoint": os.path.abspath(path), "format": f"SavedModel with {len(nodes)} cuDNN nodes",
             "signatures": signatures, "nodes": [dict(n.to_dict(), converts_as=(
                 f"{n.spec.describe()}: CPU ops in the SavedModel, fused ONNX {n.spec.mode.upper()} nodes in ONNX"))

@@ -225,10 +225,11 @@ def format_table(report):
         fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"  # noqa: E731
         lines.append(f"{r['stack']:<28} {r['artifact']:<28} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  {result}"
                      + (f"  ({r['note']})" if r.get("note") else ""))
-    judges = [r["judge"] for r in report["rows"] if r.get("judge")]
-    judge = (f"NumPy reference on {judges[0]} weights" if report["rows"] and report["rows"][0]["stack"] != "(whole graph)"
-             else f"{judges[0] if judges else '-'} (each replaced node is checked against the NumPy reference in "
-             "the test suite)")
+    judges = [r["judge"] for r in report["rows"] if r.get("judge")] or ["-"]
+    if any(r["stack"] == "(whole graph)" for r in report["rows"]):
+        judge = f"{judges[0]} (each kind of replaced node is checked against the NumPy reference in the test suite)"
+    else:
+        judge = f"NumPy reference on {judges[0]} weights"
     lines.append(f"tolerance: |err| <= {report['atol']:g} + {report['rtol']:g} * |reference|; judge: {judge}")
     lines.append("PASSED" if report["passed"] else "FAILED")
     return "\n".join(lines)

@@ -182,6 +182,9 @@ def write_saved_model_onnx(saved_model, path, signature="serving_default"):
     import_tf().get_logger().setLevel(logging.ERROR)  # and TensorFlow about its v1 freezing helpers
     frozen, inputs, outputs, renames = tf_loader.from_saved_model(
         saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
+    for node in frozen.node:  # TF's own shape hints for a GRU node's output_c can contradict its shape function
+        if node.op in CUDNN_HANDLERS:
+            node.attr.pop("_output_shapes", None)
     model, _ = convert.from_graph_def(frozen, input_names=inputs, output_names=outputs, opset=OPSET,
                                       custom_op_handlers=dict(CUDNN_HANDLERS), tensors_to_rename=renames)
     model.ir_version = IR_VERSION

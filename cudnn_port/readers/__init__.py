@@ -6,6 +6,8 @@ Its cuDNN stacks are the names ending in ``opaque_kernel``; :mod:`cudnn_port.con
 
 - TensorFlow checkpoints (TF1 name-based, TF2 object-based): :class:`cudnn_port.checkpoint.Checkpoint`
 - Keras 2 ``.h5`` files with CuDNNLSTM / CuDNNGRU layers: :class:`.keras_h5.KerasH5`
+
+SavedModels holding cuDNN nodes are graphs, not weights: :mod:`.saved_model` finds and replaces their nodes.
 """
 import os
 

@@ -219,8 +219,8 @@ def rewrite(proto, nodes):
                         library.function.add().CopyFrom(f)
                         known.add(f.signature.name)
                 node_def.op = functions[0].signature.name
-                for attr in [a for a in node_def.attr if not a.startswith("_")]:
-                    del node_def.attr[attr]
+                for attr in [a for a in node_def.attr if not a.startswith("_") or a == "_output_shapes"]:
+                    del node_def.attr[attr]  # the op's attributes, and shape hints the new outputs need not match
 
 
 def write_cpu_saved_model(source, out, nodes):
