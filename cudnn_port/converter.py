@@ -22,7 +22,7 @@ import numpy as np
 from . import __version__
 from .checkpoint import sha256, write_checkpoint
 from .errors import CudnnPortError
-from .infer import _ranked, candidates, choose, clues_from, differing_flags
+from .infer import SPEC_VARIABLE, _ranked, candidates, choose, clues_from, differing_flags, spec_from_vector
 from .layout import FLOAT_DTYPES, unpack
 from .readers import open_source
 from .readers.saved_model import is_saved_model
@@ -96,6 +96,11 @@ def _clues(ckpt, stack):
     clues = clues_from(stack.variable, {n: s for n, s in ckpt.shapes.items() if n not in stack.slots})
     if stack.variable in ckpt.specs:  # the source states the spec outright
         clues.exact, clues.exact_how = ckpt.specs[stack.variable], ckpt.describe(stack.variable)
+        return clues
+    stored = f"{stack.prefix}/{SPEC_VARIABLE}" if stack.prefix else SPEC_VARIABLE
+    if stored in ckpt.shapes:  # a cudnn_port.layers layer saved its spec beside its buffer
+        clues.exact = spec_from_vector(ckpt.get(stored), stack.dtype)
+        clues.exact_how = f"stored beside it in {stored} by a cudnn_port.layers layer"
         return clues
     for style in STYLES.values():
         clues.exact = clues.exact or style.detect(ckpt.shapes, stack.prefix)

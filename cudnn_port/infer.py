@@ -18,6 +18,19 @@ from .layout import MODES, RNNSpec
 MAX_LAYERS = 8
 MAX_UNITS = 8192
 
+SPEC_VARIABLE = "cudnn_spec"  # written beside the buffer by cudnn_port.layers: [mode, layers, units, input, dirs]
+MODE_IDS = {"lstm": 0, "gru": 1}
+
+
+def spec_from_vector(vector, dtype="float32"):
+    """The RNNSpec stored in a ``cudnn_spec`` variable."""
+    mode, layers, units, input_size, dirs = (int(v) for v in np.asarray(vector).reshape(-1)[:5])
+    modes = {i: m for m, i in MODE_IDS.items()}
+    if mode not in modes or min(layers, units, input_size) < 1 or dirs not in (1, 2):
+        raise CudnnPortError(f"{SPEC_VARIABLE} holds {list(np.asarray(vector).reshape(-1))}, which is not a spec "
+                             "([mode 0|1, layers, units, input size, directions 1|2]); pass the spec flags")
+    return RNNSpec(modes[mode], layers, units, input_size, dirs == 2, dtype)
+
 
 @dataclass
 class Clues:

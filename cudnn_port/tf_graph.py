@@ -74,9 +74,10 @@ def layer_tensors(canon, layer):
     return tuple(tf.cast(tf.stack(a), tf.float32) for a in (Wx, Rh, bx, bh))
 
 
-def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None):
+def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None):
     """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h / initial_c
-    [L*D, B, H] (zeros when None). Returns (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None)."""
+    [L*D, B, H] (zeros when None). Returns (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None).
+    ``between(x, layer)`` (e.g. dropout) maps each layer's time-major output before the next layer reads it."""
     tf = _tf()
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
@@ -104,6 +105,8 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
         if D == 2:
             outs.append(tf.reverse_sequence(ys[:, 1], lengths, seq_axis=0, batch_axis=1))
         x = tf.concat(outs, axis=2)
+        if between is not None and layer + 1 < spec.num_layers:
+            x = between(x, layer)
         final_h.append(h)
         final_c.append(c)
     outputs = tf.transpose(x, [1, 0, 2])

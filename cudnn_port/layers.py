@@ -1,0 +1,208 @@
+"""Fused cuDNN RNN layers for Keras 3 (TensorFlow backend): :class:`CudnnLSTM` and :class:`CudnnGRU`.
+
+Each layer holds ONE trainable variable, ``opaque_kernel``: the whole stack (``num_layers`` layers, one or two
+directions) in cuDNN's opaque buffer layout (:mod:`cudnn_port.layout`), plus a small non-trainable ``cudnn_spec``
+variable ``[mode (0 lstm, 1 gru), num_layers, units, input_size, directions]`` so that a checkpoint of the layer
+says what its buffer is (``cudnn-port convert`` then needs no flags).
+
+- On a GPU the stack is one ``tf.raw_ops.CudnnRNNV3`` call (dropout between layers done by cuDNN).
+- On a CPU it is the same function of the same buffer in standard TensorFlow ops
+  (:func:`cudnn_port.tf_graph.stack_forward`); gradients flow on both.
+
+Inputs ``[batch, time, features]``. Masks: a right-padded mask (True then False along time) becomes cuDNN's
+``sequence_lengths``; any other mask is refused. States are batch-major: ``initial_state=[h, c]`` (LSTM) or
+``[h]`` (GRU), each ``[batch, L*D, units]``, pseudo-layer ``p = layer * D + direction``; ``return_state``
+returns them the same way. ``return_sequences=False`` returns the last valid output: the top layer's final
+forward state, concatenated with its final backward state (the backward output at step 0) when bidirectional.
+
+Initial weights follow Keras' LSTM / GRU defaults per layer and direction: glorot-uniform input kernel
+``[I_l, G*H]``, orthogonal recurrent kernel ``[H, G*H]``, zero biases, and 1 on the LSTM forget gate's input bias.
+
+>>> import numpy as np
+>>> layer = CudnnLSTM(8, num_layers=2, bidirectional=True, return_sequences=True)
+>>> tuple(layer(np.zeros((3, 5, 4), "float32")).shape)
+(3, 5, 16)
+>>> [w.name for w in layer.weights], layer.spec.param_count
+(['opaque_kernel', 'cudnn_spec'], 2560)
+"""
+import keras
+import numpy as np
+
+from ._tf import import_tf as _tf
+from .infer import MODE_IDS, SPEC_VARIABLE
+from .layout import _kind_spans, RNNSpec
+
+
+class CudnnInitializer(keras.initializers.Initializer):
+    """Keras' LSTM / GRU default initialisation, written straight into cuDNN's buffer layout."""
+
+    def __init__(self, spec, seed=None):
+        self.spec, self.seed = spec, seed
+
+    def __call__(self, shape, dtype=None):
+        tf = _tf()
+        spec = self.spec
+        G, H = spec.num_gates, spec.num_units
+        seed = keras.random.SeedGenerator(self.seed) if self.seed is not None else None
+        pieces = {}
+        for p in range(spec.num_pseudo_layers):
+            width = spec.layer_input_size(p // spec.num_dirs)
+            kernel = keras.initializers.GlorotUniform(seed=seed)((width, G * H))  # Keras' [I_l, G*H]
+            recurrent = keras.initializers.Orthogonal(seed=seed)((H, G * H))
+            # gate g's block kernel[:, g*H:(g+1)*H] is W_g.T, so W [G, H, I_l] = transpose(reshape(kernel))
+            pieces[p, "W"] = tf.transpose(tf.reshape(kernel, [width, G, H]), [1, 2, 0])
+            pieces[p, "R"] = tf.transpose(tf.reshape(recurrent, [H, G, H]), [1, 2, 0])
+            b_W = np.zeros((G, H), "float32")
+            if spec.mode == "lstm":
+                b_W[1] = 1.0  # unit forget bias, on b_W only: b_W + b_R is what Keras' single bias holds
+            pieces[p, "b_W"], pieces[p, "b_R"] = tf.constant(b_W), tf.zeros((G, H))
+        ordered = sorted(_kind_spans(spec).items(), key=lambda item: item[1][0])  # by offset in the buffer
+        blob = tf.concat([tf.reshape(tf.cast(pieces[key], "float32"), [-1]) for key, _ in ordered], axis=0)
+        return tf.cast(blob, dtype or "float32")
+
+    def get_config(self):
+        return {"seed": self.seed}
+
+
+class _CudnnRNN(keras.layers.Layer):
+    mode = None
+
+    def __init__(self, units, num_layers=1, bidirectional=False, dropout=0.0, return_sequences=False,
+                 return_state=False, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if units < 1 or num_layers < 1:
+            raise ValueError(f"Received units={units}, num_layers={num_layers}, expected both >= 1")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"Received dropout={dropout}, expected 0 <= dropout < 1")
+        self.units, self.num_layers, self.bidirectional = int(units), int(num_layers), bool(bidirectional)
+        self.dropout, self.return_sequences, self.return_state = float(dropout), return_sequences, return_state
+        self.seed = seed
+        self.supports_masking = True
+        self.spec = None
+        self._dropout_seed = keras.random.SeedGenerator(seed) if dropout else None
+
+    @property
+    def num_dirs(self):
+        return 2 if self.bidirectional else 1
+
+    def build(self, input_shape):
+        input_size = input_shape[-1]
+        if input_size is None:
+            raise ValueError(f"Received input shape {input_shape}, expected a known last dimension (features)")
+        self.spec = RNNSpec(self.mode, self.num_layers, self.units, int(input_size), self.bidirectional)
+        self.opaque_kernel = self.add_weight(name="opaque_kernel", shape=(self.spec.param_count,),
+                                             initializer=CudnnInitializer(self.spec, self.seed), trainable=True)
+        vector = [MODE_IDS[self.mode], self.num_layers, self.units, int(input_size), self.num_dirs]
+        self.cudnn_spec = self.add_weight(name=SPEC_VARIABLE, shape=(5,), dtype="int32", trainable=False,
+                                          initializer=keras.initializers.Constant(vector))
+
+    def call(self, inputs, initial_state=None, mask=None, training=None):
+        tf = _tf()
+        spec, D = self.spec, self.num_dirs
+        x = tf.convert_to_tensor(inputs)
+        batch, steps = tf.shape(x)[0], tf.shape(x)[1]
+        lengths = _lengths(mask, batch, steps)
+        states = self._states(initial_state, batch)
+        dropout = self.dropout if training else 0.0
+        if tf.config.list_logical_devices("GPU"):
+            outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
+        else:
+            outputs, h, c = self._cpu(x, lengths, states, dropout)
+        if self.return_sequences:
+            result = outputs
+        else:
+            top = h[(spec.num_layers - 1) * D:]  # [D, B, H]: forward final state, backward final state
+            result = tf.concat(tf.unstack(top, num=D), axis=-1)
+        if not self.return_state:
+            return result
+        finals = [tf.transpose(h, [1, 0, 2])] + ([tf.transpose(c, [1, 0, 2])] if self.mode == "lstm" else [])
+        return [result] + finals
+
+    def _states(self, initial_state, batch):
+        """[h0, c0] as [L*D, B, H] (c0 None for GRU); zeros when not given."""
+        tf = _tf()
+        count = 2 if self.mode == "lstm" else 1
+        shape = [self.spec.num_pseudo_layers, batch, self.units]
+        if initial_state is None:
+            return [tf.zeros(shape)] * count + [None] * (2 - count)
+        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        if len(states) != count:
+            raise ValueError(f"Received {len(states)} initial states, expected {count} for {type(self).__name__} "
+                             f"([h{', c' if count == 2 else ''}], each [batch, {self.spec.num_pseudo_layers}, "
+                             f"{self.units}])")
+        states = [tf.transpose(tf.cast(s, "float32"), [1, 0, 2]) for s in states]
+        return states + [None] * (2 - count)
+
+    def _cpu(self, x, lengths, states, dropout):
+        from .tf_graph import stack_forward, unpack_tensor
+
+        between = None
+        if dropout:
+            def between(y, layer):
+                return keras.random.dropout(y, dropout, seed=self._dropout_seed)
+
+        canon = unpack_tensor(self.spec, self.opaque_kernel.value)
+        return stack_forward(canon, x, lengths, states[0], states[1], between=between)
+
+    def _cudnn(self, x, lengths, states, dropout, training):
+        """The fused op: one CudnnRNNV3 call for the whole stack (batch-major, sequence lengths)."""
+        tf = _tf()
+        h0 = tf.transpose(states[0], [1, 0, 2])
+        c0 = tf.transpose(states[1], [1, 0, 2]) if states[1] is not None else tf.zeros([])
+        outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
+            input=tf.cast(x, "float32"), input_h=h0, input_c=c0, params=self.opaque_kernel.value,
+            sequence_lengths=lengths, rnn_mode=self.mode, input_mode="linear_input",
+            direction="bidirectional" if self.bidirectional else "unidirectional", dropout=dropout,
+            seed=self.seed or 0, is_training=training, time_major=False)
+        h = tf.transpose(h, [1, 0, 2])
+        return outputs, h, tf.transpose(c, [1, 0, 2]) if self.mode == "lstm" else None
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.return_sequences or mask is None:
+            return [None] * 3 if self.return_state else None
+        return [mask] + [None] * (2 if self.mode == "lstm" else 1) if self.return_state else mask
+
+    def compute_output_shape(self, input_shape):
+        batch, steps = input_shape[0], input_shape[1]
+        width = self.units * self.num_dirs
+        main = (batch, steps, width) if self.return_sequences else (batch, width)
+        if not self.return_state:
+            return main
+        state = (batch, self.num_layers * self.num_dirs, self.units)
+        return [main] + [state] * (2 if self.mode == "lstm" else 1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(units=self.units, num_layers=self.num_layers, bidirectional=self.bidirectional,
+                      dropout=self.dropout, return_sequences=self.return_sequences,
+                      return_state=self.return_state, seed=self.seed)
+        return config
+
+
+def _lengths(mask, batch, steps):
+    """Sequence lengths from a right-padded mask [B, T]; full length without one. Other masks are refused."""
+    tf = _tf()
+    if mask is None:
+        return tf.fill([batch], steps)
+    mask = tf.cast(mask, "bool")
+    lengths = tf.reduce_sum(tf.cast(mask, "int32"), axis=1)
+    padded = tf.sequence_mask(lengths, steps)
+    check = tf.debugging.assert_equal(
+        padded, mask, message="cudnn_port layers take right-padded masks only (True for the first `length` steps, "
+        "then False); pad sequences at the end, or pass sequence data without such a mask")
+    with tf.control_dependencies([check]):
+        return tf.identity(lengths)
+
+
+@keras.saving.register_keras_serializable(package="cudnn_port")
+class CudnnLSTM(_CudnnRNN):
+    """A fused multi-layer, optionally bidirectional LSTM holding one cuDNN buffer (see the module docstring)."""
+
+    mode = "lstm"
+
+
+@keras.saving.register_keras_serializable(package="cudnn_port")
+class CudnnGRU(_CudnnRNN):
+    """A fused multi-layer, optionally bidirectional GRU (cuDNN's reset-after form) holding one cuDNN buffer."""
+
+    mode = "gru"

@@ -1,0 +1,180 @@
+"""cudnn_port.layers on CPU: outputs and gradients against the NumPy reference, training, saving, converting.
+
+The GPU path (one CudnnRNNV3 call) is checked against the CPU path by the ``gpu`` test at the end, which skips
+without a GPU visible to TensorFlow.
+"""
+import numpy as np
+import pytest
+
+from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
+from cudnn_port import reference
+from cudnn_port.layout import unpack
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+from cudnn_port.layers import CudnnGRU, CudnnLSTM  # noqa: E402
+
+LAYERS = {"lstm": CudnnLSTM, "gru": CudnnGRU}
+
+
+def make_layer(spec, blob, **kwargs):
+    layer = LAYERS[spec.mode](spec.num_units, num_layers=spec.num_layers, bidirectional=spec.bidirectional, **kwargs)
+    layer.build((None, None, spec.input_size))
+    layer.opaque_kernel.assign(blob)
+    return layer
+
+
+def batch_major(states):
+    return np.transpose(states, (1, 0, 2))
+
+
+@pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
+def test_layer_matches_reference_with_mask_and_initial_state(mode, layers, bi):
+    spec = make_spec(mode, layers, bi)
+    blob = random_blob(spec, seed=50 + layers)
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    layer = make_layer(spec, blob, return_sequences=True, return_state=True)
+    mask = np.arange(x.shape[1])[None, :] < lengths[:, None]
+    initial = [batch_major(h_0)] + ([batch_major(c_0)] if mode == "lstm" else [])
+    got = [np.asarray(t) for t in layer(x, initial_state=initial, mask=mask)]
+    want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
+    assert np.max(np.abs(got[0] - want[0])) <= ATOL_FP32  # zeros past each length, as cuDNN
+    assert np.max(np.abs(got[1] - batch_major(want[1]))) <= ATOL_FP32
+    if mode == "lstm":
+        assert np.max(np.abs(got[2] - batch_major(want[2]))) <= ATOL_FP32
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_last_output_is_the_top_layers_final_states(mode):
+    spec = make_spec(mode, 2, True)
+    blob = random_blob(spec, seed=60)
+    x, lengths, _, _ = ragged_batch(spec)
+    mask = np.arange(x.shape[1])[None, :] < lengths[:, None]
+    got = np.asarray(make_layer(spec, blob)(x, mask=mask))
+    _, h_n, _ = reference.forward(unpack(spec, blob), x, lengths)
+    want = np.concatenate([h_n[2], h_n[3]], axis=-1)  # layer 1: forward final, backward final
+    assert got.shape == (4, 2 * spec.num_units) and np.max(np.abs(got - want)) <= ATOL_FP32
+
+
+def test_mask_that_is_not_right_padded_is_refused():
+    spec = make_spec("lstm", 1, False)
+    layer = make_layer(spec, random_blob(spec))
+    x = np.ones((2, 4, spec.input_size), "float32")
+    mask = np.array([[True, False, True, True], [True, True, True, True]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="right-padded masks only"):
+        layer(x, mask=mask)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_gradient_matches_finite_differences_of_the_reference(mode):
+    """d loss / d buffer from TensorFlow (CPU path) vs central differences of the float64 NumPy reference."""
+    spec = make_spec(mode, 2, True, input_size=3, hidden=2)
+    blob = random_blob(spec, seed=61)
+    x, lengths, _, _ = ragged_batch(spec, batch=3, steps=4)
+    weights = np.random.default_rng(62).normal(size=(3, 4, 2 * spec.num_units))
+    mask = np.arange(4)[None, :] < lengths[:, None]
+    layer = make_layer(spec, blob, return_sequences=True)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(x, mask=mask) * weights)
+    grad = tape.gradient(loss, layer.opaque_kernel).numpy()
+
+    def ref_loss(b):
+        return float(np.sum(reference.forward(unpack(spec, b), x.astype(np.float64), lengths)[0] * weights))
+
+    eps, base = 1e-6, blob.astype(np.float64)
+    for i in np.random.default_rng(63).choice(spec.param_count, size=40, replace=False):
+        up, down = base.copy(), base.copy()
+        up[i] += eps
+        down[i] -= eps
+        numeric = (ref_loss(up) - ref_loss(down)) / (2 * eps)
+        assert abs(grad[i] - numeric) <= 1e-4 + 1e-3 * abs(numeric), (i, grad[i], numeric)
+
+
+def tiny_model(layer_cls=CudnnLSTM, **kwargs):
+    inputs = keras.Input((None, 4))
+    x = layer_cls(6, num_layers=2, bidirectional=True, return_sequences=True, seed=1, **kwargs)(inputs)
+    return keras.Model(inputs, keras.layers.Dense(1)(x))
+
+
+def tiny_data():
+    rng = np.random.default_rng(70)
+    x = rng.normal(size=(32, 5, 4)).astype("float32")
+    y = np.cumsum(x[..., :1], axis=1).astype("float32")  # a running sum: learnable by an RNN
+    return x, y
+
+
+@pytest.mark.parametrize("layer_cls", [CudnnLSTM, CudnnGRU])
+def test_fit_reduces_the_loss(layer_cls):
+    keras.utils.set_random_seed(0)
+    model = tiny_model(layer_cls, dropout=0.1)
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="mse")
+    x, y = tiny_data()
+    history = model.fit(x, y, epochs=15, batch_size=8, verbose=0).history["loss"]
+    assert history[-1] < 0.5 * history[0], history
+
+
+def test_custom_training_step_under_tf_function():
+    keras.utils.set_random_seed(0)
+    model = tiny_model()
+    optimizer = keras.optimizers.SGD(0.05)
+    x, y = tiny_data()
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    losses = [float(step(x, y)) for _ in range(20)]
+    assert losses[-1] < losses[0]
+    assert len(model.layers[1].trainable_weights) == 1  # one buffer per fused layer
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = tiny_model(CudnnGRU)
+    x, _ = tiny_data()
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded.layers[1], CudnnGRU)
+    assert loaded.layers[1].get_config() == model.layers[1].get_config()
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_dropout_only_while_training():
+    spec = make_spec("lstm", 2, False)
+    layer = make_layer(spec, random_blob(spec), dropout=0.5, return_sequences=True, seed=3)
+    x = np.random.default_rng(0).normal(size=(2, 4, spec.input_size)).astype("float32")
+    want, _, _ = reference.forward(unpack(spec, random_blob(spec)), x)
+    assert np.max(np.abs(np.asarray(layer(x, training=False)) - want)) <= ATOL_FP32
+    assert np.max(np.abs(np.asarray(layer(x, training=True)) - want)) > 1e-3
+
+
+def test_checkpoint_of_the_layer_converts_without_flags(tmp_path):
+    from cudnn_port.converter import convert
+    from cudnn_port.verify import verify
+
+    model = tiny_model()
+    tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt" / "model"))
+    manifest = convert(tmp_path / "ckpt" / "model", tmp_path / "out")
+    stack = manifest["stacks"][0]
+    assert stack["spec"] == make_spec("lstm", 2, True, input_size=4, hidden=6).to_dict()
+    assert "cudnn_port.layers" in stack["spec_source"]
+    assert verify(tmp_path / "out")["passed"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
+def test_gpu_fused_op_matches_cpu_path(mode, layers, bi):
+    if not tf.config.list_logical_devices("GPU"):
+        pytest.skip("TensorFlow sees no GPU")
+    spec = make_spec(mode, layers, bi)
+    blob = random_blob(spec, seed=80)
+    x, lengths, _, _ = ragged_batch(spec)
+    mask = np.arange(x.shape[1])[None, :] < lengths[:, None]
+    layer = make_layer(spec, blob, return_sequences=True)
+    with tf.device("/GPU:0"):
+        got = np.asarray(layer(x, mask=mask))
+    want, _, _ = reference.forward(unpack(spec, blob), x, lengths)
+    assert np.max(np.abs(got - want)) <= 1e-4
