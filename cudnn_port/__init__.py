@@ -21,6 +21,13 @@ def convert(*args, **kwargs):
     return _convert(*args, **kwargs)
 
 
+def export(*args, **kwargs):
+    """See :func:`cudnn_port.model_export.export`: a trained Keras model with fused layers -> CPU artifacts."""
+    from .model_export import export as _export
+
+    return _export(*args, **kwargs)
+
+
 def inspect_checkpoint(*args, **kwargs):
     """See :func:`cudnn_port.converter.inspect_checkpoint`."""
     from .converter import inspect_checkpoint as _inspect
@@ -28,5 +35,5 @@ def inspect_checkpoint(*args, **kwargs):
     return _inspect(*args, **kwargs)
 
 
-__all__ = ["CanonicalRNN", "CudnnPortError", "LayerParams", "RNNSpec", "UnsupportedError", "convert",
+__all__ = ["CanonicalRNN", "CudnnPortError", "LayerParams", "RNNSpec", "UnsupportedError", "convert", "export",
            "inspect_checkpoint", "pack", "unpack", "__version__"]

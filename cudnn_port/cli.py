@@ -155,6 +155,10 @@ def _print_convert(manifest, out):
             print(f"    {kind}: {os.path.join(out, rel)}")
     for kind, rel in manifest.get("model_artifacts", {}).items():
         print(f"  whole model, {kind}: {os.path.join(out, rel)}")
+    if "parity" in manifest:
+        worst = max((row[1] for row in manifest["parity"]["rows"] if row[1] is not None), default=None)
+        print(f"  whole-model parity vs the Keras model: {'passed' if manifest['parity']['passed'] else 'FAILED'}"
+              + (f" (max abs err {worst:.2e}); {os.path.join(out, 'parity.json')}" if worst is not None else ""))
     for warning in manifest.get("warnings", []):
         print(f"  warning: {warning}")
     print(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
@@ -196,6 +200,8 @@ def main(argv=None):
         return 0
     except CudnnPortError as e:
         return _fail(f"cudnn-port: error: {e}", 2, want_json)
+    except BrokenPipeError:  # output piped into e.g. head, which stopped reading
+        return 0
     except KeyboardInterrupt:
         return _fail("cudnn-port: interrupted; nothing was written", 130, want_json)
     except Exception as e:  # internals never leak tracebacks to CLI users

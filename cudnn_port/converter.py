@@ -172,6 +172,9 @@ def _plan(ckpt, stack, spec, several=False, style=None):
     zeros = LayerParams(W=np.zeros((G, H, spec.input_size), spec.dtype), R=np.zeros((G, H, H), spec.dtype),
                         b_W=np.zeros((G, H), spec.dtype), b_R=np.zeros((G, H), spec.dtype))
     names = list(target.write_layer(spec, stack.prefix, 0, 0, zeros))
+    if getattr(ckpt, "whole_model", False):  # a Keras model: its artifacts cover the whole model
+        return {"style": style, "scheme": None, "layer_0_names": names,
+                "artifacts": ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "parity.json"]}
     kinds = [k for k in DEFAULT_FORMATS[style] if k != "checkpoint"]
     return {"style": style, "scheme": getattr(target, "scheme", None), "layer_0_names": names,
             "artifacts": [ARTIFACT_PATHS[k].format(label=stack.label, suffix=f"_{stack.label}" if several else "")
@@ -254,20 +257,30 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
     say = progress or (lambda message: None)
     if is_saved_model(os.fspath(source)):
         return _convert_saved_model(os.fspath(source), out, formats, force, say)
+    if os.fspath(source).endswith(".keras") and os.path.isfile(source):
+        from .model_export import export_keras_file
+
+        return export_keras_file(source, out, force=force, progress=progress)
     ckpt = open_source(source)
     style = style or ckpt.default_style
     formats = tuple(formats or DEFAULT_FORMATS[style])
     out = _prepare_out(out, force)
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional)
+    stacks = prepare_stacks(ckpt, variable, flags, allow_nonfinite, say)
+    return _build(out, lambda tmp: _write(ckpt, stacks, tmp, style, formats, drop_optimizer_slots, say), say)
+
+
+def prepare_stacks(ckpt, variable=None, flags=None, allow_nonfinite=False, say=None):
+    """The stacks of ``ckpt`` with specs chosen and buffers read: everything that can be refused is checked
+    here, before anything is written."""
     stacks = find_stacks(ckpt, variable)
-    for stack in stacks:  # everything that can be refused is checked before anything is said or written
-        stack.spec, stack.how = choose(stack.variable, stack.size, stack.dtype, _clues(ckpt, stack), **flags)
+    for stack in stacks:
+        stack.spec, stack.how = choose(stack.variable, stack.size, stack.dtype, _clues(ckpt, stack), **(flags or {}))
         stack.blob = _read_buffer(ckpt, stack.variable, allow_nonfinite)
     for stack in stacks:
-        say(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
-
-    return _build(out, lambda tmp: _write(ckpt, stacks, tmp, style, formats, drop_optimizer_slots, say), say)
+        (say or (lambda message: None))(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
+    return stacks
 
 
 def _build(out, write, say):
@@ -329,7 +342,7 @@ def _convert_saved_model(source, out, formats, force, say):
 def _manifest_head(source, source_format, names_note, formats, style=None):
     return {"tool": "cudnn-port", "version": __version__,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "source": {"checkpoint": os.path.abspath(source),  # the source's path, whatever its format
+            "source": {"checkpoint": os.path.abspath(source) if os.path.exists(source) else source,  # its path
                        "format": source_format, "files": {}, "names": names_note},
             "style": style, "formats": list(formats), "stacks": [], "model_artifacts": {}}
 

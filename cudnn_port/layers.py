@@ -25,12 +25,31 @@ Initial weights follow Keras' LSTM / GRU defaults per layer and direction: gloro
 >>> [w.name for w in layer.weights], layer.spec.param_count
 (['opaque_kernel', 'cudnn_spec'], 2560)
 """
+import contextlib
+import contextvars
+
 import keras
 import numpy as np
 
 from ._tf import import_tf as _tf
 from .infer import MODE_IDS, SPEC_VARIABLE
 from .layout import _kind_spans, RNNSpec
+
+
+_PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
+
+
+@contextlib.contextmanager
+def forced_path(path):
+    """Trace the fused layers with ``path`` ("cpu": standard ops; "cudnn": the CudnnRNNV3 op, for a graph that is
+    converted rather than run, e.g. to ONNX) instead of choosing by the devices TensorFlow sees."""
+    if path not in ("cpu", "cudnn"):
+        raise ValueError(f"Received path={path!r}, expected 'cpu' or 'cudnn'")
+    token = _PATH.set(path)
+    try:
+        yield
+    finally:
+        _PATH.reset(token)
 
 
 class CudnnInitializer(keras.initializers.Initializer):
@@ -104,7 +123,7 @@ class _CudnnRNN(keras.layers.Layer):
         lengths = _lengths(mask, batch, steps)
         states = self._states(initial_state, batch)
         dropout = self.dropout if training else 0.0
-        if tf.config.list_logical_devices("GPU"):
+        if (_PATH.get() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")) == "cudnn":
             outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
         else:
             outputs, h, c = self._cpu(x, lengths, states, dropout)

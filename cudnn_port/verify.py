@@ -53,8 +53,8 @@ def _judge_canon(manifest, out, stack, spec):
     source = manifest["source"]
     prefix = source["checkpoint"]
     try:
-        unchanged = all(sha256(os.path.join(os.path.dirname(prefix), name)) == digest
-                        for name, digest in source["files"].items())
+        unchanged = bool(source["files"]) and all(sha256(os.path.join(os.path.dirname(prefix), name)) == digest
+                                                  for name, digest in source["files"].items())
     except OSError:
         unchanged = False
     if unchanged:
@@ -120,7 +120,7 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None):
     say = progress or (lambda message: None)
     report = {"out": os.path.abspath(out), "atol": atol, "rtol": rtol, "seed": seed, "batch": batch, "steps": steps,
               "rows": [], "passed": True}
-    if manifest.get("kind") == "saved_model":
+    if manifest.get("kind") in ("saved_model", "keras_model"):
         report["rows"] = _graph_rows(manifest, out, atol, rtol, seed, batch, steps, say)
         report["passed"] = all(r["passed"] for r in report["rows"])
     for stack in manifest["stacks"]:

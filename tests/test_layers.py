@@ -178,3 +178,67 @@ def test_gpu_fused_op_matches_cpu_path(mode, layers, bi):
         got = np.asarray(layer(x, mask=mask))
     want, _, _ = reference.forward(unpack(spec, blob), x, lengths)
     assert np.max(np.abs(got - want)) <= 1e-4
+
+
+def tagger():
+    """Token ids -> Embedding(mask_zero) -> 2-layer BiLSTM -> GRU -> Dense: fused layers amid ordinary ones."""
+    keras.utils.set_random_seed(3)
+    ids = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(20, 6, mask_zero=True, name="embed")(ids)
+    x = CudnnLSTM(5, num_layers=2, bidirectional=True, return_sequences=True, name="encoder")(x)
+    x = CudnnGRU(4, return_sequences=True, name="decoder")(x)
+    return keras.Model(ids, keras.layers.Dense(3, name="head")(x))
+
+
+def token_batch():
+    ids = np.random.default_rng(90).integers(1, 20, size=(4, 8)).astype("int32")
+    for row, length in enumerate([8, 1, 5, 3]):
+        ids[row, length:] = 0  # right-padded; mask_zero turns the padding into sequence lengths
+    return ids
+
+
+def test_export_whole_model_to_cpu_artifacts(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    import cudnn_port
+    from cudnn_port.verify import verify
+
+    model = tagger()
+    manifest = cudnn_port.export(model, tmp_path / "out")
+    assert manifest["parity"]["passed"], manifest["parity"]
+    assert sorted(manifest["model_artifacts"]) == ["graphdef", "onnx", "saved_model"]
+    assert sorted(s["variable"] for s in manifest["stacks"]) == ["decoder/opaque_kernel", "encoder/opaque_kernel"]
+    assert "embed/embeddings" in manifest["copied"] and "head/kernel" in manifest["copied"]
+    ids = token_batch()
+    want = np.asarray(model(ids))
+    loaded = tf.saved_model.load(str(tmp_path / "out" / "saved_model"))
+    got = loaded.signatures["serving_default"](tokens=ids)["output_0"].numpy()
+    assert np.max(np.abs(got - want)) <= ATOL_FP32
+    from cudnn_port.readers.saved_model import load_proto
+
+    ops = {n.op for meta in load_proto(str(tmp_path / "out" / "saved_model")).meta_graphs
+           for f in list(meta.graph_def.library.function) for n in f.node_def}
+    assert ops and not any(op.startswith("Cudnn") for op in ops)
+    kinds = {n.op_type for n in onnx.load(str(tmp_path / "out" / "model.onnx")).graph.node}
+    assert {"LSTM", "GRU"} <= kinds and not {"Loop", "Scan"} & kinds
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert np.max(np.abs(session.run(["output_0"], {"tokens": ids})[0] - want)) <= ATOL_FP32
+    assert verify(tmp_path / "out")["passed"]
+
+
+def test_cli_converts_a_saved_keras_file(tmp_path, capsys):
+    from test_convert import assert_clean_error, run_cli
+
+    model = tagger()
+    model.save(tmp_path / "tagger.keras")
+    code, out, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out", "--json")
+    assert code == 0, err
+    import json
+
+    manifest = json.loads(out)
+    assert manifest["kind"] == "keras_model" and manifest["parity"]["passed"]
+    (tmp_path / "broken.keras").write_bytes(b"PK\x03\x04 not really a zip")
+    code, _, err = run_cli(capsys, "convert", tmp_path / "broken.keras", tmp_path / "out2")
+    assert_clean_error(code, err, "cannot load", "complete .keras file")
+    assert not (tmp_path / "out2").exists()

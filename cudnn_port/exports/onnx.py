@@ -168,18 +168,24 @@ def cudnn_node_handler(ctx, node, name, args):
 CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}
 
 
-def write_saved_model_onnx(saved_model, path, signature="serving_default"):
-    """ONNX of a SavedModel signature whose graph holds cuDNN nodes: tf2onnx for everything else, fused ONNX
-    LSTM / GRU nodes for each cuDNN node. Inputs and outputs keep the signature's names."""
+def quiet_converters():
+    """tf2onnx warns about the reserve outputs of cuDNN nodes no one reads, TensorFlow about its v1 freezing
+    helpers: neither is news to the user."""
     import logging
-
-    import onnx
-    from tf2onnx import convert, tf_loader
 
     from .._tf import import_tf
 
-    logging.getLogger("tf2onnx").setLevel(logging.ERROR)  # it warns about the reserve outputs no one reads
-    import_tf().get_logger().setLevel(logging.ERROR)  # and TensorFlow about its v1 freezing helpers
+    logging.getLogger("tf2onnx").setLevel(logging.ERROR)
+    import_tf().get_logger().setLevel(logging.ERROR)
+
+
+def write_saved_model_onnx(saved_model, path, signature="serving_default"):
+    """ONNX of a SavedModel signature whose graph holds cuDNN nodes: tf2onnx for everything else, fused ONNX
+    LSTM / GRU nodes for each cuDNN node. Inputs and outputs keep the signature's names."""
+    import onnx
+    from tf2onnx import convert, tf_loader
+
+    quiet_converters()
     frozen, inputs, outputs, renames = tf_loader.from_saved_model(
         saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
     for node in frozen.node:  # TF's own shape hints for a GRU node's output_c can contradict its shape function

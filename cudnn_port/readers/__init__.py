@@ -6,6 +6,8 @@ Its cuDNN stacks are the names ending in ``opaque_kernel``; :mod:`cudnn_port.con
 
 - TensorFlow checkpoints (TF1 name-based, TF2 object-based): :class:`cudnn_port.checkpoint.Checkpoint`
 - Keras 2 ``.h5`` files with CuDNNLSTM / CuDNNGRU layers: :class:`.keras_h5.KerasH5`
+- Keras 3 models (in memory or ``.keras`` files) holding cudnn_port's fused layers:
+  :class:`.keras_model.KerasModelSource`
 
 SavedModels holding cuDNN nodes are graphs, not weights: :mod:`.saved_model` finds and replaces their nodes.
 """
@@ -20,4 +22,8 @@ def open_source(path):
     path = os.fspath(path)
     if os.path.isfile(path) and is_hdf5(path):
         return KerasH5(path)
+    if os.path.isfile(path) and path.endswith(".keras"):
+        from .keras_model import KerasModelSource
+
+        return KerasModelSource.from_file(path)
     return Checkpoint(path)

@@ -1,0 +1,70 @@
+"""A Keras model in memory, holding :mod:`cudnn_port.layers` fused layers, seen like a checkpoint.
+
+Names are Keras variable paths (``encoder/opaque_kernel``, ``embed/embeddings``); each fused layer's buffer is a
+stack whose spec the layer states; its ``cudnn_spec`` variable is left out (the converted tensors say it all).
+"""
+import os
+
+import numpy as np
+
+from ..errors import CudnnPortError
+from ..infer import SPEC_VARIABLE
+
+
+def load_keras_file(path):
+    """Load a ``.keras`` file with cudnn_port's layers known to Keras."""
+    import keras
+
+    from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
+
+    try:
+        return keras.saving.load_model(path, compile=False)
+    except Exception as e:
+        raise CudnnPortError(f"cannot load {path} as a Keras model ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''}); is it a complete .keras file?") from None
+
+
+class KerasModelSource:
+    default_style = "keras"
+    object_based = False
+    format = "Keras 3 model"
+    names_note = "Keras variable paths"
+    whole_model = True  # converts as a whole model (cudnn_port.model_export), not buffer by buffer
+
+    def __init__(self, model, path=None):
+        from ..layers import _CudnnRNN
+
+        self.path = path
+        self.prefix = path or f"Keras model {model.name} (in memory)"
+        self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}
+        fused = [layer for layer in model._flatten_layers() if isinstance(layer, _CudnnRNN)]
+        for layer in fused:
+            self.specs[layer.opaque_kernel.path] = layer.spec
+            self._layers[layer.opaque_kernel.path] = layer.name
+        skip = {layer.cudnn_spec.path for layer in fused}
+        for variable in model.variables:
+            if variable.path in skip or variable.path.endswith(f"/{SPEC_VARIABLE}"):
+                continue
+            self._values[variable.path] = variable
+            self.shapes[variable.path] = tuple(int(d) for d in variable.shape)
+            self.dtypes[variable.path] = np.dtype(variable.dtype).name
+
+    @property
+    def names(self):
+        return list(self.shapes)
+
+    def get(self, name):
+        return np.asarray(self._values[name].numpy())
+
+    def files(self):
+        return [self.path] if self.path else []
+
+    @classmethod
+    def from_file(cls, path):
+        """A ``.keras`` file saved from a model with fused layers."""
+        return cls(load_keras_file(path), os.path.abspath(path))
+
+    def describe(self, name):
+        spec = self.specs[name]
+        kind = "CudnnLSTM" if spec.mode == "lstm" else "CudnnGRU"
+        return f"fused layer {self._layers[name]} ({kind}), spec stated by the layer"
