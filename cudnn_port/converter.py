@@ -359,7 +359,9 @@ def _finish(manifest, tmp):
     return manifest
 
 
-def _write(ckpt, stacks, tmp, style, formats, drop_slots, say):
+def _write(ckpt, stacks, tmp, style, formats, drop_slots, say, layer_dir=None):
+    """Write OUT's checkpoint, per-stack artifacts and manifest into ``tmp``; ``layer_dir``: put each stack's
+    artifacts under ``{layer_dir}/{stack}/`` (a whole-model export keeps the top level for the whole model)."""
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = _manifest_head(ckpt.prefix, ckpt.format, ckpt.names_note, formats, style)
     manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=[], replaced={})
@@ -375,6 +377,8 @@ def _write(ckpt, stacks, tmp, style, formats, drop_slots, say):
         for kind in formats:
             if kind != "checkpoint":
                 rel = ARTIFACT_PATHS[kind].format(label=stack.label, suffix=suffix)
+                if layer_dir:
+                    rel = f"{layer_dir}/{stack.label}/{ARTIFACT_PATHS[kind].format(label=stack.label, suffix='')}"
                 say(f"writing {rel}")
                 entry["artifacts"][kind] = rel
                 details = _write_artifact(kind, canon, stack.label, os.path.join(tmp, rel))

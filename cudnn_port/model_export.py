@@ -13,6 +13,8 @@ renamed into place:
   model is traced with the cuDNN op, whose frozen params the ONNX handler unpacks; nothing runs it);
 - ``OUT/checkpoint/``: the model's variables, each fused layer's buffer as per-layer Keras LSTM / GRU tensors
   (``--style``-like ``style``), everything else copied;
+- ``OUT/layers/<layer>/``: each fused layer alone as ``convert`` writes a stack (``saved_model/`` with the
+  ``with_initial_state`` signature, ``frozen_graph.pb``, ``model.onnx``): step functions for decoding;
 - ``OUT/parity.json``: the whole model's outputs from each artifact against the Keras model itself on seeded inputs;
 - ``OUT/manifest.json``.
 """
@@ -24,6 +26,7 @@ from ._tf import import_tf as _tf
 from .errors import CudnnPortError
 
 ATOL, RTOL = 1e-5, 1e-4
+LAYER_FORMATS = ("checkpoint", "saved_model", "graphdef", "onnx")  # each fused layer alone, e.g. as a step function
 
 
 def _input_specs(model):
@@ -81,7 +84,7 @@ def export(model, out, *, style="keras", force=False, progress=None, seed=0, pat
     stacks = prepare_stacks(source, say=say)
 
     def write(tmp):
-        manifest = _write(source, stacks, tmp, style, ("checkpoint",), False, say)
+        manifest = _write(source, stacks, tmp, style, LAYER_FORMATS, False, say, layer_dir="layers")
         manifest["kind"] = "keras_model"
         manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
         manifest["parity"] = _parity(model, specs, tmp, manifest, seed, say)
