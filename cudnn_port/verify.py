@@ -225,11 +225,11 @@ def format_table(report):
         fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"  # noqa: E731
         lines.append(f"{r['stack']:<28} {r['artifact']:<28} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  {result}"
                      + (f"  ({r['note']})" if r.get("note") else ""))
-    judges = [r["judge"] for r in report["rows"] if r.get("judge")] or ["-"]
-    if any(r["stack"] == "(whole graph)" for r in report["rows"]):
-        judge = f"{judges[0]} (each kind of replaced node is checked against the NumPy reference in the test suite)"
-    else:
-        judge = f"NumPy reference on {judges[0]} weights"
+    graph = [r["judge"] for r in report["rows"] if r.get("judge") and r["stack"] == "(whole graph)"]
+    stacks = [r["judge"] for r in report["rows"] if r.get("judge") and r["stack"] != "(whole graph)"]
+    parts = [f"whole graph: {graph[0]}"] if graph else []
+    parts += [f"NumPy reference on {stacks[0]} weights"] if stacks else []
+    judge = "; ".join(parts) or "-"
     lines.append(f"tolerance: |err| <= {report['atol']:g} + {report['rtol']:g} * |reference|; judge: {judge}")
     lines.append("PASSED" if report["passed"] else "FAILED")
     return "\n".join(lines)
