@@ -164,17 +164,10 @@ class _CudnnRNN(keras.layers.Layer):
         return stack_forward(canon, x, lengths, states[0], states[1], between=between)
 
     def _cudnn(self, x, lengths, states, dropout, training):
-        """The fused op: one CudnnRNNV3 call for the whole stack (batch-major, sequence lengths)."""
-        tf = _tf()
-        h0 = tf.transpose(states[0], [1, 0, 2])
-        c0 = tf.transpose(states[1], [1, 0, 2]) if states[1] is not None else tf.zeros([])
-        outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
-            input=tf.cast(x, "float32"), input_h=h0, input_c=c0, params=self.opaque_kernel.value,
-            sequence_lengths=lengths, rnn_mode=self.mode, input_mode="linear_input",
-            direction="bidirectional" if self.bidirectional else "unidirectional", dropout=dropout,
-            seed=self.seed or 0, is_training=training, time_major=False)
-        h = tf.transpose(h, [1, 0, 2])
-        return outputs, h, tf.transpose(c, [1, 0, 2]) if self.mode == "lstm" else None
+        from .tf_graph import cudnn_forward
+
+        return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1],
+                             dropout=dropout, seed=self.seed or 0, training=training)
 
     def compute_mask(self, inputs, mask=None):
         if not self.return_sequences or mask is None:

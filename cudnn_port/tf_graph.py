@@ -166,3 +166,19 @@ def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, seque
     c = c if is_lstm else tf.zeros_like(input_c, tf.float32)
     results = [tf.cast(out, dtype), tf.cast(h, dtype), tf.cast(c, dtype), tf.zeros([0], dtype), tf.zeros([0], tf.int8)]
     return results[:count]
+
+
+def cudnn_forward(spec, params, inputs, sequence_lengths, initial_h, initial_c=None, dropout=0.0, seed=0,
+                  training=False):
+    """The whole stack as ONE fused ``CudnnRNNV3`` call (needs a GPU to run; any graph can hold it). Same
+    interface as :func:`stack_forward`: inputs [B, T, I] (batch-major), sequence_lengths [B], initial_h /
+    initial_c [L*D, B, H] -> (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None)."""
+    tf = _tf()
+    h0 = tf.transpose(initial_h, [1, 0, 2])  # batch-major ops take states as [B, L*D, H]
+    c0 = tf.transpose(initial_c, [1, 0, 2]) if spec.mode == "lstm" else tf.zeros([])
+    outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
+        input=tf.cast(inputs, "float32"), input_h=h0, input_c=c0, params=params,
+        sequence_lengths=tf.cast(sequence_lengths, "int32"), rnn_mode=spec.mode, input_mode="linear_input",
+        direction="bidirectional" if spec.bidirectional else "unidirectional", dropout=dropout, seed=seed,
+        is_training=training, time_major=False)
+    return outputs, tf.transpose(h, [1, 0, 2]), tf.transpose(c, [1, 0, 2]) if spec.mode == "lstm" else None

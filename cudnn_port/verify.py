@@ -4,6 +4,9 @@ The judge's weights come from the source buffer when the source checkpoint is st
 and its files hash the same; otherwise from OUT/checkpoint (the report says which). Inputs are seeded random
 batches with ragged lengths (including 1 and the full length) and non-zero initial states.
 
+Where TensorFlow sees a GPU, the fused cuDNN op itself (one ``CudnnRNNV3`` call on the same buffer) is one more
+row; elsewhere that row says it was skipped.
+
 An element passes when ``|artifact - reference| <= atol + rtol * |reference|``.
 
     report = verify("out/")            # also writes out/parity.json
@@ -138,7 +141,10 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None):
             row.update(stack=stack["variable"], judge=judged_by)
             report["rows"].append(row)
             report["passed"] &= row["passed"]
-        report["rows"].append(_gpu_row(stack, spec))
+        gpu = _gpu_row(stack, spec, canon, (x, lengths, h, c), atol, rtol)
+        gpu["judge"] = judged_by if gpu["passed"] is not None else None
+        report["rows"].append(gpu)
+        report["passed"] &= gpu["passed"] is not False
     tmp = os.path.join(out, ".parity.json.tmp")
     with open(tmp, "w") as f:
         json.dump(report, f, indent=2)
@@ -204,17 +210,33 @@ def _graph_rows(manifest, out, atol, rtol, seed, batch, steps, say):
     return rows
 
 
-def _gpu_row(stack, spec):
-    """The fused cuDNN op itself runs only where TensorFlow sees a GPU; on CPU the row says it was skipped."""
+def _gpu_row(stack, spec, canon=None, batch=None, atol=ATOL, rtol=RTOL):
+    """The fused cuDNN op itself (one CudnnRNNV3 call on the source's buffer), where TensorFlow sees a GPU;
+    on CPU the row says it was skipped."""
+    row = {"artifact": "cudnn (GPU)", "max_abs": None, "max_rel": None, "passed": None,
+           "stack": stack["variable"], "judge": None}
     try:
         import tensorflow as tf
 
-        gpus = tf.config.list_physical_devices("GPU")
+        gpus = tf.config.list_logical_devices("GPU")
     except ImportError:
         gpus = []
-    note = "skipped: TensorFlow sees no GPU" if not gpus else "skipped: the live cuDNN check is not implemented yet"
-    return {"artifact": "cudnn (GPU)", "max_abs": None, "max_rel": None, "passed": None, "note": note,
-            "stack": stack["variable"], "judge": None}
+    if not gpus or canon is None:
+        return dict(row, note="skipped: TensorFlow sees no GPU")
+    from .layout import pack
+    from .tf_graph import cudnn_forward
+
+    x, lengths, h, c = batch
+    try:
+        with tf.device(gpus[0].name):
+            got = cudnn_forward(spec, tf.constant(pack(canon).astype("float32")), x, lengths, h,
+                                c if spec.mode == "lstm" else None)
+        result = _compare("cudnn (GPU)", [None if t is None else t.numpy() for t in got],
+                          reference.forward(canon, x, lengths, h, c), atol, rtol)
+    except Exception as e:  # a GPU that cannot run the op is a failed check, not a crash
+        result = {"artifact": "cudnn (GPU)", "max_abs": None, "max_rel": None, "passed": False,
+                  "note": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    return dict(row, **result)
 
 
 def format_table(report):

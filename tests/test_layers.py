@@ -290,3 +290,30 @@ def test_multi_worker_mirrored_strategy_with_two_local_workers():
     assert results[0]["loss"][-1] < 0.5 * results[0]["loss"][0]
     mirrored = result_of(run_distributed("mirrored"))  # same global batches, same math as on one machine
     np.testing.assert_allclose(results[0]["loss"], mirrored["loss"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_gpu_path_is_one_fused_op_and_has_a_gradient(mode):
+    """Traced (not run: no GPU here) with the cuDNN path, the whole 3-layer bidirectional stack is ONE
+    CudnnRNNV3 node with the layer's settings, and its gradient is cuDNN's backward op."""
+    from cudnn_port.layers import forced_path
+
+    spec = make_spec(mode, 3, True)
+    layer = make_layer(spec, random_blob(spec), return_sequences=True, dropout=0.25)
+
+    @tf.function
+    def step(x, mask):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x, mask=mask, training=True))
+        return tape.gradient(loss, layer.opaque_kernel.value)
+
+    with forced_path("cudnn"):
+        graph = step.get_concrete_function(tf.TensorSpec([None, None, spec.input_size]),
+                                           tf.TensorSpec([None, None], tf.bool)).graph
+    nodes = [op for op in graph.get_operations() if op.type.startswith("Cudnn")]
+    forward = [op for op in nodes if op.type == "CudnnRNNV3"]
+    assert len(forward) == 1 and {op.type for op in nodes} == {"CudnnRNNV3", "CudnnRNNBackpropV3"}
+    op = forward[0]
+    assert op.get_attr("rnn_mode").decode() == mode and op.get_attr("direction") == b"bidirectional"
+    assert op.get_attr("time_major") is False and abs(op.get_attr("dropout") - 0.25) < 1e-7
+    assert op.get_attr("is_training") is True and op.inputs[3].shape.as_list() == [spec.param_count]
