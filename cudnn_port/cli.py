@@ -16,11 +16,15 @@ EPILOG = """examples:
   cudnn-port bench out/ --json
   cudnn-port convert train/model.ckpt out/ --mode lstm --num-layers 2 --num-units 512 --bidirectional
   cudnn-port convert train/model.ckpt out/ --style pytorch --json
+  cudnn-port convert keras2_model.h5 out/            (Keras 2 CuDNNLSTM/CuDNNGRU -> Keras 3 and the rest)
+  cudnn-port convert exported_on_gpu/ out/           (a SavedModel with CudnnRNNV3 nodes -> CPU SavedModel, ONNX)
+  cudnn-port convert model.keras out/                (a model with cudnn_port.layers -> whole-model CPU export)
 exit codes: 0 ok, 2 bad input or usage, 1 internal error"""
 
 
-SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder) or a Keras 2 .h5 file with "
-               "CuDNNLSTM/CuDNNGRU layers")
+SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder), a Keras 2 .h5 file with "
+               "CuDNNLSTM/CuDNNGRU layers, a .keras file of a model built with cudnn_port.layers, or a SavedModel "
+               "folder whose graph holds CudnnRNN/V2/V3 nodes")
 
 
 def _spec_flags(parser):

@@ -317,3 +317,27 @@ def test_gpu_path_is_one_fused_op_and_has_a_gradient(mode):
     assert op.get_attr("rnn_mode").decode() == mode and op.get_attr("direction") == b"bidirectional"
     assert op.get_attr("time_major") is False and abs(op.get_attr("dropout") - 0.25) < 1e-7
     assert op.get_attr("is_training") is True and op.inputs[3].shape.as_list() == [spec.param_count]
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_initial_buffer_follows_keras_defaults(mode):
+    """Per layer and direction: glorot-uniform input kernel [I_l, G*H], orthogonal recurrent kernel [H, G*H]
+    (orthonormal rows), zero biases except 1 on the LSTM forget gate's b_W (b_W + b_R = Keras' unit forget bias)."""
+    layer = LAYERS[mode](6, num_layers=2, bidirectional=True, seed=4)
+    layer.build((None, None, 5))
+    spec = layer.spec
+    G, H = spec.num_gates, spec.num_units
+    canon = unpack(spec, layer.opaque_kernel.numpy())
+    for layer_index, _, p in canon.pseudo_layers():
+        width = spec.layer_input_size(layer_index)
+        kernel = np.transpose(p.W, (2, 0, 1)).reshape(width, G * H)  # back to Keras' [I_l, G*H]
+        recurrent = np.transpose(p.R, (2, 0, 1)).reshape(H, G * H)
+        limit = np.sqrt(6.0 / (width + G * H))
+        assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.5 * limit
+        np.testing.assert_allclose(recurrent @ recurrent.T, np.eye(H), atol=1e-5)
+        want_b_W = np.zeros((G, H))
+        if mode == "lstm":
+            want_b_W[1] = 1.0  # cuDNN gate order i, f, c, o
+        np.testing.assert_array_equal(p.b_W, want_b_W)
+        np.testing.assert_array_equal(p.b_R, np.zeros((G, H)))
+    assert layer.cudnn_spec.numpy().tolist() == [0 if mode == "lstm" else 1, 2, 6, 5, 2]
