@@ -58,7 +58,9 @@ def build_parser():
     p = sub.add_parser("convert", help="write canonical weights, artifacts and a manifest to OUT/",
                        description="Convert every cuDNN stack of SOURCE into canonical per-cell tensors. Writes "
                        "OUT/checkpoint/ (name-based, other variables copied unchanged), the chosen --formats and "
-                       "OUT/manifest.json. OUT appears whole or not at all; SOURCE is never modified.")
+                       "OUT/manifest.json. A SavedModel with cuDNN nodes becomes OUT/saved_model/ and "
+                       "OUT/model.onnx; a .keras model with cudnn_port layers is exported whole. OUT appears whole "
+                       "or not at all; SOURCE is never modified.")
     p.add_argument("checkpoint", metavar="SOURCE", help=SOURCE_HELP)
     p.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty, unless --force)")
     _spec_flags(p)

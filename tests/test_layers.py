@@ -341,3 +341,13 @@ def test_initial_buffer_follows_keras_defaults(mode):
         np.testing.assert_array_equal(p.b_W, want_b_W)
         np.testing.assert_array_equal(p.b_R, np.zeros((G, H)))
     assert layer.cudnn_spec.numpy().tolist() == [0 if mode == "lstm" else 1, 2, 6, 5, 2]
+
+
+def test_model_without_fused_layers_says_so(tmp_path, capsys):
+    from test_convert import assert_clean_error, run_cli
+
+    inputs = keras.Input((3,))
+    keras.Model(inputs, keras.layers.Dense(2)(inputs)).save(tmp_path / "plain.keras")
+    code, _, err = run_cli(capsys, "convert", tmp_path / "plain.keras", tmp_path / "out")
+    assert_clean_error(code, err, "holds no cudnn_port fused layer")
+    assert not (tmp_path / "out").exists()

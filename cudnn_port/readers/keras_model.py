@@ -64,6 +64,10 @@ class KerasModelSource:
         """A ``.keras`` file saved from a model with fused layers."""
         return cls(load_keras_file(path), os.path.abspath(path))
 
+    def nothing_found(self):
+        return (f"{self.prefix} holds no cudnn_port fused layer (CudnnLSTM / CudnnGRU), so there is nothing to "
+                "convert; export it with Keras' own model.export")
+
     def describe(self, name):
         spec = self.specs[name]
         kind = "CudnnLSTM" if spec.mode == "lstm" else "CudnnGRU"
