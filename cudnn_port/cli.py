@@ -164,7 +164,7 @@ def _print_convert(manifest, out):
     if "parity" in manifest:
         worst = max((row[1] for row in manifest["parity"]["rows"] if row[1] is not None), default=None)
         print(f"  whole-model parity vs the Keras model: {'passed' if manifest['parity']['passed'] else 'FAILED'}"
-              + (f" (max abs err {worst:.2e}); {os.path.join(out, 'parity.json')}" if worst is not None else ""))
+              + (f" (max abs err {worst:.2e}); {os.path.join(out, 'model_parity.json')}" if worst is not None else ""))
     for warning in manifest.get("warnings", []):
         print(f"  warning: {warning}")
     print(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"

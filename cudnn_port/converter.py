@@ -174,7 +174,7 @@ def _plan(ckpt, stack, spec, several=False, style=None):
     names = list(target.write_layer(spec, stack.prefix, 0, 0, zeros))
     if getattr(ckpt, "whole_model", False):  # a Keras model: its artifacts cover the whole model
         return {"style": style, "scheme": None, "layer_0_names": names,
-                "artifacts": ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "parity.json"]}
+                "artifacts": ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "model_parity.json"]}
     kinds = [k for k in DEFAULT_FORMATS[style] if k != "checkpoint"]
     return {"style": style, "scheme": getattr(target, "scheme", None), "layer_0_names": names,
             "artifacts": [ARTIFACT_PATHS[k].format(label=stack.label, suffix=f"_{stack.label}" if several else "")

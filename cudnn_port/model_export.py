@@ -15,7 +15,7 @@ renamed into place:
   (``--style``-like ``style``), everything else copied;
 - ``OUT/layers/<layer>/``: each fused layer alone as ``convert`` writes a stack (``saved_model/`` with the
   ``with_initial_state`` signature, ``frozen_graph.pb``, ``model.onnx``): step functions for decoding;
-- ``OUT/parity.json``: the whole model's outputs from each artifact against the Keras model itself on seeded inputs;
+- ``OUT/model_parity.json``: the whole model's outputs from each artifact against the Keras model itself on seeded inputs;
 - ``OUT/manifest.json``.
 """
 import os
@@ -92,7 +92,7 @@ def export(model, out, *, style="keras", force=False, progress=None, seed=0, pat
 
     manifest = _build(out, write, say)
     if not manifest["parity"]["passed"]:
-        say("warning: an artifact disagrees with the Keras model; see parity.json")
+        say("warning: an artifact disagrees with the Keras model; see model_parity.json")
     return manifest
 
 
@@ -146,7 +146,7 @@ def _op_types(graph_def):
 
 
 def _parity(model, specs, tmp, manifest, seed, say):
-    """Each artifact's outputs against the Keras model's own (CPU path), on seeded inputs; writes parity.json."""
+    """Each artifact's outputs against the Keras model's own (CPU path), on seeded inputs; writes model_parity.json (verify OUT writes its own parity.json)."""
     import json
 
     import onnxruntime as ort
@@ -193,7 +193,7 @@ def _parity(model, specs, tmp, manifest, seed, say):
     check("onnx (onnxruntime)", onnx_model)
     report = {"judge": "the Keras model itself (fused layers on their CPU path)", "atol": ATOL, "rtol": RTOL,
               "seed": seed, "rows": rows, "passed": all(r["passed"] for r in rows)}
-    with open(os.path.join(tmp, "parity.json"), "w") as f:
+    with open(os.path.join(tmp, "model_parity.json"), "w") as f:
         json.dump(report, f, indent=2)
     return {"passed": report["passed"], "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
 

@@ -15,7 +15,7 @@ def test_bilstm_tagger(tmp_path):
     import bilstm_tagger
 
     assert bilstm_tagger.main(["--out", str(tmp_path / "tagger"), "--tiny"]) == 0
-    assert (tmp_path / "tagger" / "model.onnx").exists() and (tmp_path / "tagger" / "parity.json").exists()
+    assert (tmp_path / "tagger" / "model.onnx").exists() and (tmp_path / "tagger" / "model_parity.json").exists()
 
 
 def test_char_lm_end_to_end_and_beam_scores_match_the_keras_model(tmp_path):
