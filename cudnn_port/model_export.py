@@ -15,7 +15,8 @@ renamed into place:
   (``--style``-like ``style``), everything else copied;
 - ``OUT/layers/<layer>/``: each fused layer alone as ``convert`` writes a stack (``saved_model/`` with the
   ``with_initial_state`` signature, ``frozen_graph.pb``, ``model.onnx``): step functions for decoding;
-- ``OUT/model_parity.json``: the whole model's outputs from each artifact against the Keras model itself on seeded inputs;
+- ``OUT/model_parity.json``: the whole model's outputs from each artifact against the Keras model itself, on
+  seeded inputs;
 - ``OUT/manifest.json``.
 """
 import os
@@ -146,7 +147,8 @@ def _op_types(graph_def):
 
 
 def _parity(model, specs, tmp, manifest, seed, say):
-    """Each artifact's outputs against the Keras model's own (CPU path), on seeded inputs; writes model_parity.json (verify OUT writes its own parity.json)."""
+    """Each artifact's outputs against the Keras model's own (CPU path), on seeded inputs; writes
+    model_parity.json (``cudnn-port verify OUT`` writes its own parity.json)."""
     import json
 
     import onnxruntime as ort
