@@ -54,23 +54,6 @@ def _traced(model, specs, path):
         return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
 
 
-def sample_inputs(specs, seed=0, batch=3, steps=7):
-    """Seeded inputs for ``specs``: floats N(0, 1), integers in [1, 4) (token ids); unknown dims ``batch`` first,
-    ``steps`` after. The last row is right-padded with zeros from step 2 on, to exercise masks."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for spec in specs:
-        shape = [d if d is not None else (batch if i == 0 else steps) for i, d in enumerate(spec.shape.as_list())]
-        if spec.dtype.is_floating:
-            value = rng.normal(size=shape).astype(spec.dtype.as_numpy_dtype)
-        else:
-            value = rng.integers(1, 4, size=shape).astype(spec.dtype.as_numpy_dtype)
-        if len(shape) >= 2 and shape[0] > 1:
-            value[-1, 2:] = 0
-        feeds[spec.name] = value
-    return feeds
-
-
 def export(model, out, *, style="keras", force=False, progress=None, seed=0, path=None):
     """Write the CPU artifacts of ``model`` (a built Keras model holding cudnn_port fused layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
@@ -100,7 +83,8 @@ def export(model, out, *, style="keras", force=False, progress=None, seed=0, pat
 def _write_model(model, specs, tmp, say, manifest):
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from .exports.onnx import CUDNN_HANDLERS, IR_VERSION, OPSET, quiet_converters
+    from .exports.onnx import write_graph_onnx
+    from .exports.tensorflow import op_types
 
     tf = _tf()
     say("writing saved_model/ (fused layers on their CPU path)")
@@ -109,7 +93,7 @@ def _write_model(model, specs, tmp, say, manifest):
     module.variables_ = list(model.variables)
     module.serve = cpu
     tf.saved_model.save(module, os.path.join(tmp, "saved_model"), signatures={"serving_default": cpu})
-    ops = _op_types(cpu.graph.as_graph_def())
+    ops = op_types(cpu.graph.as_graph_def())
     if any(op.startswith("Cudnn") for op in ops):
         raise CudnnPortError("the CPU trace still holds a Cudnn op; a layer other than cudnn_port's calls cuDNN")
 
@@ -122,28 +106,12 @@ def _write_model(model, specs, tmp, say, manifest):
                                   "outputs": [t.name for t in frozen.outputs]}
 
     say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
-    import onnx
-    from tf2onnx import convert
-
-    quiet_converters()
     fused = convert_variables_to_constants_v2(_traced(model, specs, "cudnn"))
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     renames = dict(zip(names_in, [s.name for s in specs]))
     renames.update(zip(names_out, [f"output_{i}" for i in range(len(names_out))]))
-    onnx_model, _ = convert.from_graph_def(fused.graph.as_graph_def(), input_names=names_in,
-                                           output_names=names_out, opset=OPSET,
-                                           custom_op_handlers=dict(CUDNN_HANDLERS), tensors_to_rename=renames)
-    onnx_model.ir_version = IR_VERSION
-    onnx.checker.check_model(onnx_model)
-    onnx.save(onnx_model, os.path.join(tmp, "model.onnx"))
+    write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, os.path.join(tmp, "model.onnx"), renames)
     return {"saved_model": "saved_model", "graphdef": "frozen_graph.pb", "onnx": "model.onnx"}
-
-
-def _op_types(graph_def):
-    ops = {n.op for n in graph_def.node}
-    for f in graph_def.library.function:
-        ops |= {n.op for n in f.node_def}
-    return ops
 
 
 def _parity(model, specs, tmp, manifest, seed, say):
@@ -153,11 +121,12 @@ def _parity(model, specs, tmp, manifest, seed, say):
 
     import onnxruntime as ort
 
+    from .exports.runners import load_graph
     from .layers import forced_path
-    from .verify import _compare
+    from .verify import _compare, failed_row, sample_inputs
 
     tf = _tf()
-    feeds = sample_inputs(specs, seed)
+    feeds = sample_inputs([(s.name, s) for s in specs], seed, pad_last=True)
     with forced_path("cpu"):
         want = model([feeds[s.name] for s in specs] if len(specs) > 1 else feeds[specs[0].name], training=False)
     want = [np.asarray(w) for w in (want if isinstance(want, (list, tuple)) else [want])]
@@ -168,8 +137,7 @@ def _parity(model, specs, tmp, manifest, seed, say):
         try:
             rows.append(_compare(name, run(), want, ATOL, RTOL))
         except Exception as e:  # an artifact that fails to run is a failed check
-            rows.append({"artifact": name, "max_abs": None, "max_rel": None, "passed": False,
-                         "note": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+            rows.append(failed_row(name, e))
 
     def saved_model():
         fn = tf.saved_model.load(os.path.join(tmp, "saved_model")).signatures["serving_default"]
@@ -177,13 +145,8 @@ def _parity(model, specs, tmp, manifest, seed, say):
         return [result[f"output_{i}"].numpy() for i in range(len(want))]
 
     def graphdef():
-        graph_def = tf.compat.v1.GraphDef()
-        with open(os.path.join(tmp, "frozen_graph.pb"), "rb") as f:
-            graph_def.ParseFromString(f.read())
-        with tf.Graph().as_default() as graph:
-            tf.compat.v1.import_graph_def(graph_def, name="")
         names = manifest["graphdef_nodes"]
-        with tf.compat.v1.Session(graph=graph) as session:
+        with tf.compat.v1.Session(graph=load_graph(os.path.join(tmp, "frozen_graph.pb"))) as session:
             return session.run(names["outputs"], {n: feeds[s.name] for n, s in zip(names["inputs"], specs)})
 
     def onnx_model():

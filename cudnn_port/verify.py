@@ -136,8 +136,7 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None):
             try:
                 row = _compare(name, run(x, lengths, h, c), want, atol, rtol)
             except Exception as e:  # an artifact that fails to load or run is a failed check, not a crash
-                row = {"artifact": name, "max_abs": None, "max_rel": None, "passed": False,
-                       "note": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                row = failed_row(name, e)
             row.update(stack=stack["variable"], judge=judged_by)
             report["rows"].append(row)
             report["passed"] &= row["passed"]
@@ -152,18 +151,29 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None):
     return report
 
 
-def _graph_inputs(spec_by_name, seed, batch, steps):
-    """Seeded inputs for a signature: floats N(0, 1), integers in [1, 4) (token ids, lengths), unknown dims
-    ``batch`` for the first axis and ``steps`` after it."""
+def sample_inputs(named_specs, seed=0, batch=3, steps=7, pad_last=False):
+    """Seeded feeds for (name, TensorSpec) pairs, drawn in the order given: floats N(0, 1), integers in [1, 4)
+    (token ids, lengths); unknown dims ``batch`` first and ``steps`` after. ``pad_last``: the last row is zero from
+    step 2 on (right padding, to exercise masks)."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for name, spec in sorted(spec_by_name.items()):
+    for name, spec in named_specs:
         shape = [d if d is not None else (batch if i == 0 else steps) for i, d in enumerate(spec.shape.as_list())]
         if spec.dtype.is_floating:
-            feeds[name] = rng.normal(size=shape).astype(spec.dtype.as_numpy_dtype)
+            value = rng.normal(size=shape).astype(spec.dtype.as_numpy_dtype)
         else:
-            feeds[name] = rng.integers(1, 4, size=shape).astype(spec.dtype.as_numpy_dtype)
+            value = rng.integers(1, 4, size=shape).astype(spec.dtype.as_numpy_dtype)
+        if pad_last and len(shape) >= 2 and shape[0] > 1:
+            value[-1, 2:] = 0
+        feeds[name] = value
     return feeds
+
+
+def failed_row(name, error):
+    """The report row of an artifact that failed to load or run: a failed check, not a crash."""
+    text = str(error)
+    return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False,
+            "note": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"}
 
 
 def _graph_rows(manifest, out, atol, rtol, seed, batch, steps, say):
@@ -180,15 +190,14 @@ def _graph_rows(manifest, out, atol, rtol, seed, batch, steps, say):
     for name in sorted(loaded.signatures):
         say(f"saved_model: signature {name}")
         fn = loaded.signatures[name]
-        feeds = _graph_inputs(fn.structured_input_signature[1], seed, batch, steps)
+        feeds = sample_inputs(sorted(fn.structured_input_signature[1].items()), seed, batch, steps)
         try:
             results = {k: v.numpy() for k, v in fn(**feeds).items()}
             finite = all(np.isfinite(v).all() for v in results.values() if v.dtype.kind == "f")
             row = {"artifact": f"saved_model [{name}]", "max_abs": None, "max_rel": None, "passed": finite,
                    "note": "runs on CPU" + ("" if finite else "; NaN/Inf in its outputs")}
         except Exception as e:
-            row = {"artifact": f"saved_model [{name}]", "max_abs": None, "max_rel": None, "passed": False,
-                   "note": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            row = failed_row(f"saved_model [{name}]", e)
             results = None
         if name == "serving_default" or serving is None:
             serving = (feeds, results)
@@ -204,8 +213,7 @@ def _graph_rows(manifest, out, atol, rtol, seed, batch, steps, say):
             names = [o.name for o in session.get_outputs()]
             row = _compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol)
         except Exception as e:
-            row = {"artifact": "onnx (onnxruntime)", "max_abs": None, "max_rel": None, "passed": False,
-                   "note": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            row = failed_row("onnx (onnxruntime)", e)
         rows.append(dict(row, stack="(whole graph)", judge="the converted SavedModel"))
     return rows
 
@@ -234,8 +242,7 @@ def _gpu_row(stack, spec, canon=None, batch=None, atol=ATOL, rtol=RTOL):
         result = _compare("cudnn (GPU)", [None if t is None else t.numpy() for t in got],
                           reference.forward(canon, x, lengths, h, c), atol, rtol)
     except Exception as e:  # a GPU that cannot run the op is a failed check, not a crash
-        result = {"artifact": "cudnn (GPU)", "max_abs": None, "max_rel": None, "passed": False,
-                  "note": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        result = failed_row("cudnn (GPU)", e)
     return dict(row, **result)
 
 

@@ -179,21 +179,29 @@ def quiet_converters():
     import_tf().get_logger().setLevel(logging.ERROR)
 
 
-def write_saved_model_onnx(saved_model, path, signature="serving_default"):
-    """ONNX of a SavedModel signature whose graph holds cuDNN nodes: tf2onnx for everything else, fused ONNX
-    LSTM / GRU nodes for each cuDNN node. Inputs and outputs keep the signature's names."""
+def write_graph_onnx(graph_def, inputs, outputs, path, renames=None):
+    """ONNX of a frozen GraphDef holding cuDNN nodes: tf2onnx for everything else, fused ONNX LSTM / GRU nodes for
+    each cuDNN node (:func:`cudnn_node_handler`); ``renames`` maps tensor names to ONNX input/output names."""
     import onnx
-    from tf2onnx import convert, tf_loader
+    from tf2onnx import convert
 
     quiet_converters()
-    frozen, inputs, outputs, renames = tf_loader.from_saved_model(
-        saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
-    for node in frozen.node:  # TF's own shape hints for a GRU node's output_c can contradict its shape function
+    for node in graph_def.node:  # TF's own shape hints for a GRU node's output_c can contradict its shape function
         if node.op in CUDNN_HANDLERS:
             node.attr.pop("_output_shapes", None)
-    model, _ = convert.from_graph_def(frozen, input_names=inputs, output_names=outputs, opset=OPSET,
+    model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
                                       custom_op_handlers=dict(CUDNN_HANDLERS), tensors_to_rename=renames)
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return model
+
+
+def write_saved_model_onnx(saved_model, path, signature="serving_default"):
+    """:func:`write_graph_onnx` of a SavedModel signature; inputs and outputs keep the signature's names."""
+    from tf2onnx import tf_loader
+
+    quiet_converters()
+    frozen, inputs, outputs, renames = tf_loader.from_saved_model(
+        saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
+    return write_graph_onnx(frozen, inputs, outputs, path, renames)

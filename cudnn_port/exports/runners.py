@@ -26,7 +26,8 @@ def saved_model(path, spec):
     return run
 
 
-def graphdef(path, spec):
+def load_graph(path):
+    """A tf.Graph holding the frozen GraphDef at ``path`` (node names kept)."""
     import tensorflow as tf
 
     graph_def = tf.compat.v1.GraphDef()
@@ -35,7 +36,13 @@ def graphdef(path, spec):
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
-    session = tf.compat.v1.Session(graph=graph)
+    return graph
+
+
+def graphdef(path, spec):
+    import tensorflow as tf
+
+    session = tf.compat.v1.Session(graph=load_graph(path))
     fetches = [f"{n}:0" for n in io_names(spec)[1]]
     return lambda feeds: _padded(session.run(fetches, {f"{k}:0": v for k, v in feeds.items()}))
 

@@ -21,13 +21,12 @@ import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from ..errors import CudnnPortError
-from ..gates import CUDNN_GRU, CUDNN_LSTM, KERAS_GRU, KERAS_LSTM, reorder
+from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 CUDNN_CLASSES = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
 KERAS2_ORDER = {"lstm": KERAS_LSTM, "gru": KERAS_GRU}
-CUDNN_ORDER = {"lstm": CUDNN_LSTM, "gru": CUDNN_GRU}
 BUFFER = "opaque_kernel"
 
 
