@@ -310,7 +310,8 @@ def _convert_saved_model(source, out, formats, force, say):
     if other:
         raise CudnnPortError(f"a SavedModel converts to {' and '.join(GRAPH_FORMATS)}, not {other[0]}; its weights "
                              "live in the graph's variables, so pass --formats saved_model,onnx (the default)")
-    nodes = graphs.find_nodes(graphs.load_proto(source))
+    proto = graphs.load_proto(source)
+    nodes = graphs.find_nodes(proto)
     if not nodes:
         raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
                              "nothing to convert")
@@ -324,7 +325,7 @@ def _convert_saved_model(source, out, formats, force, say):
         manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes])
         if "saved_model" in formats:
             say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
-            graphs.write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes)
+            graphs.write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
             manifest["model_artifacts"]["saved_model"] = "saved_model"
         if "onnx" in formats:
             from .exports.onnx import write_saved_model_onnx

@@ -97,6 +97,11 @@ class CudnnNode:
             spec = found[0]
         self.spec = spec
 
+    @property
+    def config(self):
+        """What the replacement depends on: nodes with equal configs share one replacement function."""
+        return self.op, self.time_major, self.dtype, tuple(sorted(self.spec.to_dict().items()))
+
     def to_dict(self):
         return {"function": self.function, "node": self.name, "op": self.op, "time_major": self.time_major,
                 "spec": self.spec.to_dict()}
@@ -169,8 +174,7 @@ def replacement_functions(node):
     concrete = tf.function(run, input_signature=signature, autograph=False).get_concrete_function()
     main = concrete.function_def
     called = list(concrete.graph.as_graph_def().library.function)
-    key = hashlib.sha1(repr((node.op, node.time_major, node.dtype, sorted(spec.to_dict().items()))).encode())
-    suffix = key.hexdigest()[:10]
+    suffix = hashlib.sha1(repr(node.config).encode()).hexdigest()[:10]
     names = {f.signature.name: f"{FUNCTION_PREFIX}_{i}_{suffix}" for i, f in enumerate(called)}
     names[main.signature.name] = f"{FUNCTION_PREFIX}_{spec.mode}_{suffix}"
     renamed = [_renamed(f, names) for f in [main] + called]
@@ -204,6 +208,7 @@ def _renamed(function_def, names):
 def rewrite(proto, nodes):
     """Replace every node of ``nodes`` in ``proto`` (in place) by a call to its CPU function."""
     by_place = {(n.function, n.name): n for n in nodes}
+    traced = {}  # config -> replacement functions: traced once however many nodes share it
     for meta in proto.meta_graphs:
         library = meta.graph_def.library
         known = {f.signature.name for f in library.function}
@@ -213,7 +218,9 @@ def rewrite(proto, nodes):
                 node = by_place.get((where, node_def.name))
                 if node is None or node_def.op not in FORWARD_OPS:
                     continue
-                functions = replacement_functions(node)
+                if node.config not in traced:
+                    traced[node.config] = replacement_functions(node)
+                functions = traced[node.config]
                 for f in functions:
                     if f.signature.name not in known:
                         library.function.add().CopyFrom(f)
@@ -223,9 +230,9 @@ def rewrite(proto, nodes):
                     del node_def.attr[attr]  # the op's attributes, and shape hints the new outputs need not match
 
 
-def write_cpu_saved_model(source, out, nodes):
-    """Write ``source``'s SavedModel with ``nodes`` replaced to folder ``out`` (variables and assets copied)."""
-    proto = load_proto(source)
+def write_cpu_saved_model(source, out, nodes, proto):
+    """Write ``source``'s SavedModel with ``nodes`` (found in ``proto``, its parsed saved_model.pb, which is
+    rewritten in place) replaced to folder ``out`` (variables and assets copied)."""
     rewrite(proto, nodes)
     os.makedirs(out)
     for name in os.listdir(source):
