@@ -21,6 +21,7 @@ GRU (``cudnn_compatible_gru_cell``)::
     candidate/hidden_projection/kernel = R_h.T    candidate/hidden_projection/bias = b_R_h
 """
 import re
+import sys
 from functools import partial
 from types import SimpleNamespace
 
@@ -32,6 +33,7 @@ from ..layout import RNNSpec
 from .common import bias_sum, join, write_all
 
 CELL = {"lstm": "cudnn_compatible_lstm_cell", "gru": "cudnn_compatible_gru_cell"}
+scheme = "current"  # the names this module writes; LEGACY writes the older ones
 
 
 def cell_scope(prefix, spec, layer, direction, legacy=False):
@@ -131,9 +133,5 @@ LEGACY = SimpleNamespace(__name__=__name__ + ".LEGACY", scheme="legacy", detect=
 
 
 def variant(shapes, prefix):
-    """The naming scheme a checkpoint already uses for ``prefix``: :data:`LEGACY` or this module's."""
-    return LEGACY if uses_legacy_names(shapes, prefix) else CURRENT
-
-
-CURRENT = SimpleNamespace(__name__=__name__, scheme="current", detect=detect, write_layer=write_layer, write=write,
-                          read=read)
+    """The naming scheme a checkpoint already uses for ``prefix``: :data:`LEGACY` or this module itself."""
+    return LEGACY if uses_legacy_names(shapes, prefix) else sys.modules[__name__]
