@@ -104,6 +104,11 @@ class _CudnnRNN(keras.layers.Layer):
     def num_dirs(self):
         return 2 if self.bidirectional else 1
 
+    @property
+    def num_states(self):
+        """States per pseudo-layer: h and c for LSTM, h for GRU."""
+        return 2 if self.mode == "lstm" else 1
+
     def build(self, input_shape):
         input_size = input_shape[-1]
         if input_size is None:
@@ -134,13 +139,12 @@ class _CudnnRNN(keras.layers.Layer):
             result = tf.concat(tf.unstack(top, num=D), axis=-1)
         if not self.return_state:
             return result
-        finals = [tf.transpose(h, [1, 0, 2])] + ([tf.transpose(c, [1, 0, 2])] if self.mode == "lstm" else [])
-        return [result] + finals
+        return [result] + [tf.transpose(state, [1, 0, 2]) for state in (h, c)[:self.num_states]]
 
     def _states(self, initial_state, batch):
         """[h0, c0] as [L*D, B, H] (c0 None for GRU); zeros when not given."""
         tf = _tf()
-        count = 2 if self.mode == "lstm" else 1
+        count = self.num_states
         shape = [self.spec.num_pseudo_layers, batch, self.units]
         if initial_state is None:
             return [tf.zeros(shape)] * count + [None] * (2 - count)
@@ -170,9 +174,8 @@ class _CudnnRNN(keras.layers.Layer):
                              dropout=dropout, seed=self.seed or 0, training=training)
 
     def compute_mask(self, inputs, mask=None):
-        if not self.return_sequences or mask is None:
-            return [None] * 3 if self.return_state else None
-        return [mask] + [None] * (2 if self.mode == "lstm" else 1) if self.return_state else mask
+        mask = mask if self.return_sequences else None  # a last-step output has no time axis to mask
+        return [mask] + [None] * self.num_states if self.return_state else mask
 
     def compute_output_shape(self, input_shape):
         batch, steps = input_shape[0], input_shape[1]
@@ -181,7 +184,7 @@ class _CudnnRNN(keras.layers.Layer):
         if not self.return_state:
             return main
         state = (batch, self.num_layers * self.num_dirs, self.units)
-        return [main] + [state] * (2 if self.mode == "lstm" else 1)
+        return [main] + [state] * self.num_states
 
     def get_config(self):
         config = super().get_config()

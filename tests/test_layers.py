@@ -351,3 +351,20 @@ def test_model_without_fused_layers_says_so(tmp_path, capsys):
     code, _, err = run_cli(capsys, "convert", tmp_path / "plain.keras", tmp_path / "out")
     assert_clean_error(code, err, "holds no cudnn_port fused layer")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("layer_cls,states", [(CudnnLSTM, 2), (CudnnGRU, 1)])
+def test_return_state_in_a_functional_model(layer_cls, states):
+    """Outputs and masks line up with [output, h(, c)] for both layers, masked or not."""
+    tokens = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(9, 4, mask_zero=True)(tokens)
+    layer = layer_cls(3, num_layers=2, return_sequences=True, return_state=True)
+    result = layer(x)
+    assert len(result) == 1 + states
+    for mask in (None, np.ones((2, 3), bool)):  # one mask per output: the sequence's, then None per state
+        masks = layer.compute_mask(np.zeros((2, 3, 4), "float32"), mask)
+        assert len(masks) == 1 + states and all(m is None for m in masks[1:])
+    model = keras.Model(tokens, result)
+    ids = np.array([[1, 2, 0], [3, 0, 0]], np.int32)
+    got = model(ids)
+    assert [tuple(t.shape) for t in got] == [(2, 3, 3)] + [(2, 2, 3)] * states
