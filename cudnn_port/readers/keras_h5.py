@@ -103,19 +103,15 @@ class KerasH5:
         classes = _classes(self.model_config) if self.model_config else {}
         self.format = f"Keras 2 HDF5 ({'full model' if self.model_config else 'weights only'}, " \
                       f"keras {_text(root.attrs.get('keras_version', '?'))})"
-        self.layers, self.specs, self.canonical, self._arrays = [], {}, {}, {}
-        self.shapes, self.dtypes, self.owned = {}, {}, {}
+        self.layers, self.canonical, self._arrays, self.shapes, self.dtypes = [], {}, {}, {}, {}
         for layer in (_text(n) for n in root.attrs["layer_names"]):
             group = root[layer]
             names = [_text(n) for n in group.attrs.get("weight_names", [])]
             arrays = {n: np.asarray(group[n]) for n in names}
             self.layers.append(layer)
-            stack = self._cudnn_layer(layer, arrays, classes.get(layer))
-            for name, value in arrays.items():
-                if stack is None:
+            if self._cudnn_layer(layer, arrays, classes.get(layer)) is None:  # not a stack: carried over
+                for name, value in arrays.items():
                     self._add(name[:-2] if name.endswith(":0") else name, value)
-                else:
-                    self.owned[name] = stack
 
     def _add(self, name, value):
         self._arrays[name] = value
@@ -153,7 +149,6 @@ class KerasH5:
                                  f"{', '.join(FLOAT_DTYPES)}")
         spec = RNNSpec(mode, 1, recurrent.shape[0], kernel.shape[0], bidirectional=len(directions) == 2, dtype=dtype)
         name = f"{layer}/{BUFFER}"
-        self.specs[name] = spec
         self.canonical[name] = CanonicalRNN(spec, keras2_to_canonical(mode, directions))
         self.shapes[name], self.dtypes[name] = (spec.param_count,), dtype
         return name
@@ -161,6 +156,10 @@ class KerasH5:
     @property
     def names(self):
         return list(self.shapes)
+
+    @property
+    def specs(self):
+        return {name: canon.spec for name, canon in self.canonical.items()}
 
     def get(self, name):
         if name in self.canonical:
