@@ -260,7 +260,10 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
     if os.fspath(source).endswith(".keras") and os.path.isfile(source):
         from .model_export import export_keras_file
 
-        return export_keras_file(source, out, force=force, progress=progress)
+        if formats:
+            raise CudnnPortError("a .keras model is exported whole (checkpoint, saved_model, graphdef, onnx and each "
+                                 "fused layer), so --formats does not apply; leave it out")
+        return export_keras_file(source, out, style=style or "keras", force=force, progress=progress)
     ckpt = open_source(source)
     style = style or ckpt.default_style
     formats = tuple(formats or DEFAULT_FORMATS[style])

@@ -163,8 +163,8 @@ def _parity(model, specs, tmp, manifest, seed, say):
     return {"passed": report["passed"], "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
 
 
-def export_keras_file(path, out, force=False, progress=None):
+def export_keras_file(path, out, style="keras", force=False, progress=None):
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_keras_file
 
-    return export(load_keras_file(path), out, force=force, progress=progress, path=path)
+    return export(load_keras_file(path), out, style=style, force=force, progress=progress, path=path)

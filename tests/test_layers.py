@@ -237,7 +237,12 @@ def test_cli_converts_a_saved_keras_file(tmp_path, capsys):
     import json
 
     manifest = json.loads(out)
-    assert manifest["kind"] == "keras_model" and manifest["parity"]["passed"]
+    assert manifest["kind"] == "keras_model" and manifest["parity"]["passed"] and manifest["style"] == "keras"
+    code, out, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out_tf1", "--style", "tf1",
+                             "--json")
+    assert code == 0 and json.loads(out)["style"] == "tf1", err  # --style reaches the checkpoint's names
+    code, _, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out3", "--formats", "onnx")
+    assert_clean_error(code, err, "--formats does not apply")
     (tmp_path / "broken.keras").write_bytes(b"PK\x03\x04 not really a zip")
     code, _, err = run_cli(capsys, "convert", tmp_path / "broken.keras", tmp_path / "out2")
     assert_clean_error(code, err, "cannot load", "complete .keras file")
