@@ -68,7 +68,8 @@ def build_parser():
     out.add_argument("--style", choices=("tf1", "keras", "pytorch"),
                      help="names and layout of the converted tensors in OUT/checkpoint (default for a checkpoint: "
                      "tf1, CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope; for a Keras .h5 file: "
-                     "keras, which also rebuilds a full model in Keras 3 as OUT/keras/model.keras)")
+                     "keras, which also rebuilds a full model in Keras 3 as OUT/keras/model.keras; for a .keras "
+                     "model: keras)")
     out.add_argument("--formats", metavar="LIST", help="comma-separated artifacts: checkpoint, keras "
                      "(OUT/keras/*.keras), pytorch (OUT/pytorch/*.safetensors), saved_model (OUT/saved_model/), "
                      "graphdef (OUT/frozen_graph.pb), onnx (OUT/model.onnx); default: checkpoint, the style's own "
