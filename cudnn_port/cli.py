@@ -74,6 +74,10 @@ def build_parser():
                      "(OUT/keras/*.keras), pytorch (OUT/pytorch/*.safetensors), saved_model (OUT/saved_model/), "
                      "graphdef (OUT/frozen_graph.pb), onnx (OUT/model.onnx); default: checkpoint, the style's own "
                      "(keras or pytorch), saved_model, graphdef, onnx")
+    out.add_argument("--no-xla", dest="xla", action="store_false",
+                     help="write the SavedModel in plain TensorFlow ops instead of one XLA-compiled function: for "
+                     "runtimes without XLA:CPU JIT, such as TensorFlow Serving unless started with "
+                     "--xla_cpu_compilation_enabled (about 2x slower at batch 1; no compile on first use)")
     out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output")
     out.add_argument("--drop-optimizer-slots", action="store_true",
                      help="leave out the buffer's optimizer slots (…/Adam, …/Adam_1) instead of converting them")
@@ -159,7 +163,9 @@ def _print_convert(manifest, out):
         if s["slots"]:
             print(f"    optimizer slots converted: {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}")
         for kind, rel in s["artifacts"].items():
-            print(f"    {kind}: {os.path.join(out, rel)}")
+            how = {True: " (XLA-compiled)", False: " (plain ops)"}.get(manifest.get("saved_model_xla")) \
+                if kind == "saved_model" else ""
+            print(f"    {kind}: {os.path.join(out, rel)}{how}")
     for kind, rel in manifest.get("model_artifacts", {}).items():
         print(f"  whole model, {kind}: {os.path.join(out, rel)}")
     if "parity" in manifest:
@@ -202,7 +208,8 @@ def main(argv=None):
             manifest = api.convert(args.checkpoint, args.out, style=args.style, formats=formats,
                                    variable=args.variable, force=args.force,
                                    drop_optimizer_slots=args.drop_optimizer_slots,
-                                   allow_nonfinite=args.allow_nonfinite, progress=progress, **_flags(args))
+                                   allow_nonfinite=args.allow_nonfinite, xla=args.xla, progress=progress,
+                                   **_flags(args))
             print(json.dumps(manifest, indent=2)) if want_json else _print_convert(manifest, args.out)
         return 0
     except CudnnPortError as e:

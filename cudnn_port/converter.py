@@ -235,7 +235,7 @@ def _publish(tmp, out):
 
 def convert(source, out, *, style=None, formats=None, variable=None, mode=None, num_layers=None, num_units=None,
             input_size=None, bidirectional=None, force=False, drop_optimizer_slots=False, allow_nonfinite=False,
-            progress=None):
+            xla=True, progress=None):
     """Convert every cuDNN stack of ``source`` into ``style``'s canonical tensors under ``out``.
 
     ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1) or a Keras 2 ``.h5``
@@ -246,7 +246,8 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
     unchanged), the artifacts in ``formats`` (``keras``: ``out/keras/<stack>.keras``; ``pytorch``:
     ``out/pytorch/<stack>.safetensors``; ``saved_model``: ``out/saved_model/``; ``graphdef``:
     ``out/frozen_graph.pb``; ``onnx``: ``out/model.onnx``; with several stacks the last three get a
-    ``_<stack>`` suffix) and ``out/manifest.json``. Output appears whole or not at all.
+    ``_<stack>`` suffix) and ``out/manifest.json``. Output appears whole or not at all. ``xla=False`` writes
+    the SavedModel in plain ops, for runtimes without XLA:CPU JIT (see :mod:`cudnn_port.exports.tensorflow`).
     Returns the manifest dict. ``progress(message)`` receives progress lines.
     """
     if style is not None and style not in STYLES:
@@ -263,7 +264,7 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
         if formats:
             raise CudnnPortError("a .keras model is exported whole (checkpoint, saved_model, graphdef, onnx and each "
                                  "fused layer), so --formats does not apply; leave it out")
-        return export_keras_file(source, out, style=style or "keras", force=force, progress=progress)
+        return export_keras_file(source, out, style=style or "keras", force=force, xla=xla, progress=progress)
     ckpt = open_source(source)
     style = style or ckpt.default_style
     formats = tuple(formats or DEFAULT_FORMATS[style])
@@ -271,7 +272,8 @@ def convert(source, out, *, style=None, formats=None, variable=None, mode=None, 
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional)
     stacks = prepare_stacks(ckpt, variable, flags, allow_nonfinite, say)
-    return _build(out, lambda tmp: _write(ckpt, stacks, tmp, style, formats, drop_optimizer_slots, say), say)
+    return _build(out, lambda tmp: _write(ckpt, stacks, tmp, style, formats, drop_optimizer_slots, say, xla=xla),
+                  say)
 
 
 def prepare_stacks(ckpt, variable=None, flags=None, allow_nonfinite=False, say=None):
@@ -363,12 +365,15 @@ def _finish(manifest, tmp):
     return manifest
 
 
-def _write(ckpt, stacks, tmp, style, formats, drop_slots, say, layer_dir=None):
+def _write(ckpt, stacks, tmp, style, formats, drop_slots, say, layer_dir=None, xla=True):
     """Write OUT's checkpoint, per-stack artifacts and manifest into ``tmp``; ``layer_dir``: put each stack's
-    artifacts under ``{layer_dir}/{stack}/`` (a whole-model export keeps the top level for the whole model)."""
+    artifacts under ``{layer_dir}/{stack}/`` (a whole-model export keeps the top level for the whole model);
+    ``xla``: compile the SavedModels' forward pass with XLA."""
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = _manifest_head(ckpt.prefix, ckpt.format, ckpt.names_note, formats, style)
     manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=[], replaced={})
+    if "saved_model" in formats:
+        manifest["saved_model_xla"] = xla
     for stack in stacks:
         entry = {"variable": stack.variable, "prefix": stack.prefix, "spec": stack.spec.to_dict(),
                  "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
@@ -385,7 +390,7 @@ def _write(ckpt, stacks, tmp, style, formats, drop_slots, say, layer_dir=None):
                     rel = f"{layer_dir}/{stack.label}/{ARTIFACT_PATHS[kind].format(label=stack.label, suffix='')}"
                 say(f"writing {rel}")
                 entry["artifacts"][kind] = rel
-                details = _write_artifact(kind, canon, stack.label, os.path.join(tmp, rel))
+                details = _write_artifact(kind, canon, stack.label, os.path.join(tmp, rel), xla)
                 if details:
                     entry.setdefault("graphdef_nodes", details)
         if drop_slots:
@@ -448,7 +453,7 @@ def _write(ckpt, stacks, tmp, style, formats, drop_slots, say, layer_dir=None):
     return _finish(manifest, tmp)
 
 
-def _write_artifact(kind, canon, label, path):
+def _write_artifact(kind, canon, label, path, xla=True):
     """Write one artifact of one stack at ``path``; GraphDef returns its input/output tensor names."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if kind == "keras":
@@ -467,7 +472,7 @@ def _write_artifact(kind, canon, label, path):
         from .exports import tensorflow as tf_export
 
         if kind == "saved_model":
-            tf_export.write_saved_model(canon, path)
+            tf_export.write_saved_model(canon, path, xla)
         else:
             return tf_export.write_frozen_graph(canon, path)
     return None

@@ -54,10 +54,11 @@ def _traced(model, specs, path):
         return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
 
 
-def export(model, out, *, style="keras", force=False, progress=None, seed=0, path=None):
+def export(model, out, *, style="keras", force=False, progress=None, seed=0, path=None, xla=True):
     """Write the CPU artifacts of ``model`` (a built Keras model holding cudnn_port fused layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
-    came from, if any (recorded and hashed in the manifest)."""
+    came from, if any (recorded and hashed in the manifest). ``xla=False``: each layer's SavedModel in plain
+    ops (see :mod:`cudnn_port.exports.tensorflow`)."""
     from .converter import _build, _finish, _prepare_out, _write, prepare_stacks
     from .readers.keras_model import KerasModelSource
 
@@ -68,7 +69,7 @@ def export(model, out, *, style="keras", force=False, progress=None, seed=0, pat
     stacks = prepare_stacks(source, say=say)
 
     def write(tmp):
-        manifest = _write(source, stacks, tmp, style, LAYER_FORMATS, False, say, layer_dir="layers")
+        manifest = _write(source, stacks, tmp, style, LAYER_FORMATS, False, say, layer_dir="layers", xla=xla)
         manifest["kind"] = "keras_model"
         manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
         manifest["parity"] = _parity(model, specs, tmp, manifest, seed, say)
@@ -163,8 +164,8 @@ def _parity(model, specs, tmp, manifest, seed, say):
     return {"passed": report["passed"], "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
 
 
-def export_keras_file(path, out, style="keras", force=False, progress=None):
+def export_keras_file(path, out, style="keras", force=False, progress=None, xla=True):
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_keras_file
 
-    return export(load_keras_file(path), out, style=style, force=force, progress=progress, path=path)
+    return export(load_keras_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla)

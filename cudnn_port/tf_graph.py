@@ -1,15 +1,18 @@
 """cuDNN's RNN forward pass in standard TensorFlow ops (no Cudnn* op), for CPU exports.
 
-Per layer, both directions at once (D on the leading axis)::
+Per layer and direction d (each direction its own while_loop, so the two can run side by side)::
 
-    X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                 [D, T, B, I_l]
-    XW      = X_d @ Wx_d + bx_d        one batched matmul over all steps           [D, T, B, G*H]
-    for t in 0 .. T-1:                 one while_loop iteration advances both directions
-        g   = XW[:, t] + h @ Rh_d (+ bh_d)                                          [D, B, G*H]
+    X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                 [T, B, I_l]
+    XW_d    = X_d @ Wx_d + bx_d        one matmul over all steps                    [T, B, G*H]
+    for t in 0 .. T-1:
+        g   = XW_d[t] + h @ Rh_d (+ bh_d)                                           [B, G*H]
         LSTM  i, f, c~, o = σ, σ, tanh, σ of g's blocks;  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
         steps t >= length keep the state and emit zeros
     y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features                   [T, B, D*H]
+
+One loop per direction rather than one loop over both: each step's recurrent product is then one plain
+matrix product [B, H] @ [H, G*H] instead of a batched one, which TensorFlow and XLA run faster on CPU.
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
@@ -74,17 +77,20 @@ def layer_tensors(canon, layer):
     return tuple(tf.cast(tf.stack(a), tf.float32) for a in (Wx, Rh, bx, bh))
 
 
-def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None):
+def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None, until=None):
     """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h / initial_c
     [L*D, B, H] (zeros when None). Returns (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None).
-    ``between(x, layer)`` (e.g. dropout) maps each layer's time-major output before the next layer reads it."""
+    ``between(x, layer)`` (e.g. dropout) maps each layer's time-major output before the next layer reads it.
+    ``until`` (a scalar, at least max(sequence_lengths)) stops the time loops early, for inputs padded past
+    every length; the outputs of the steps skipped are then zeros only under XLA, where an unwritten
+    TensorArray entry reads as zeros (plain TensorFlow refuses to stack one)."""
     tf = _tf()
     spec = canon.spec
-    H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
+    D, is_lstm = spec.num_dirs, spec.mode == "lstm"
     inputs = tf.convert_to_tensor(inputs, tf.float32)
     lengths = tf.cast(sequence_lengths, tf.int32)
     batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
-    zeros = tf.zeros([spec.num_pseudo_layers, batch, H])
+    zeros = tf.zeros([spec.num_pseudo_layers, batch, spec.num_units])
     initial_h = zeros if initial_h is None else tf.convert_to_tensor(initial_h, tf.float32)
     initial_c = zeros if initial_c is None else tf.convert_to_tensor(initial_c, tf.float32)
     valid = tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]  # [T, B, 1]
@@ -93,33 +99,30 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     weights = layer_constants if isinstance(canon.layers[0].W, np.ndarray) else layer_tensors
     for layer in range(spec.num_layers):
         Wx, Rh, bx, bh = weights(canon, layer)
-        xs = [x] + ([tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)] if D == 2 else [])
-        xs = tf.stack(xs)  # [D, T, B, I_l]
-        width = xs.shape[-1] if xs.shape[-1] is not None else tf.shape(xs)[-1]
-        xw = tf.matmul(tf.reshape(xs, [D, -1, width]), Wx) + bx[:, None, :]
-        xw = tf.reshape(xw, [D, steps, batch, -1])
-        h0 = initial_h[layer * D:(layer + 1) * D]
-        c0 = initial_c[layer * D:(layer + 1) * D]
-        ys, h, c = _time_loop(tf, xw, valid, h0, c0, Rh, bh, H, is_lstm)  # ys [T, D, B, H]
-        outs = [ys[:, 0]]
-        if D == 2:
-            outs.append(tf.reverse_sequence(ys[:, 1], lengths, seq_axis=0, batch_axis=1))
+        width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+        outs = []
+        for d in range(D):
+            x_d = x if d == 0 else tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)
+            xw = tf.reshape(tf.matmul(tf.reshape(x_d, [-1, width]), Wx[d]) + bx[d], [steps, batch, -1])
+            p = layer * D + d
+            y, h, c = _time_loop(tf, xw, valid, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until)
+            outs.append(y if d == 0 else tf.reverse_sequence(y, lengths, seq_axis=0, batch_axis=1))
+            final_h.append(h)
+            final_c.append(c)
         x = tf.concat(outs, axis=2)
         if between is not None and layer + 1 < spec.num_layers:
             x = between(x, layer)
-        final_h.append(h)
-        final_c.append(c)
     outputs = tf.transpose(x, [1, 0, 2])
-    return outputs, tf.concat(final_h, 0), (tf.concat(final_c, 0) if is_lstm else None)
+    return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
 
 
-def _time_loop(tf, xw, valid, h0, c0, Rh, bh, H, is_lstm):
-    steps = tf.shape(xw)[1]
-    xw_t = tf.transpose(xw, [1, 0, 2, 3])  # [T, D, B, G*H]
+def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
+    """One direction: xw [T, B, G*H], h0 / c0 [B, H], Rh [H, G*H] -> (y [T, B, H], h, c)."""
+    steps = tf.shape(xw)[0]
     out = tf.TensorArray(tf.float32, size=steps, element_shape=h0.shape)
 
     def body(t, h, c, out):
-        g = xw_t[t]
+        g = xw[t]
         hr = tf.matmul(h, Rh)
         keep = valid[t]  # [B, 1]
         if is_lstm:
@@ -128,7 +131,7 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, H, is_lstm):
             h_new = tf.sigmoid(o) * tf.tanh(c_new)
             c = tf.where(keep, c_new, c)
         else:
-            hr = hr + bh[:, None, :]
+            hr = hr + bh
             x_r, x_z, x_h = tf.split(g, 3, axis=-1)
             h_r, h_z, h_h = tf.split(hr, 3, axis=-1)
             r, z = tf.sigmoid(x_r + h_r), tf.sigmoid(x_z + h_z)
@@ -136,7 +139,8 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, H, is_lstm):
         out = out.write(t, tf.where(keep, h_new, 0.0))
         return t + 1, tf.where(keep, h_new, h), c, out
 
-    _, h, c, out = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), h0, c0, out),
+    last = steps if until is None else tf.minimum(steps, until)
+    _, h, c, out = tf.while_loop(lambda t, *_: t < last, body, (tf.constant(0), h0, c0, out),
                                  maximum_iterations=steps)
     return out.stack(), h, c
 

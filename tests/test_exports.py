@@ -153,6 +153,66 @@ def test_dynamic_batch_and_time_in_onnx(exported):
         assert_close(got[0], reference.forward(unpack(spec, blob), x)[0], f"onnx batch {batch} time {steps}")
 
 
+
+def _xla_functions(saved_model_dir):
+    """Names of the SavedModel's library functions marked for XLA compilation."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((saved_model_dir / "saved_model.pb").read_bytes())
+    return [f.signature.name for m in saved.meta_graphs for f in m.graph_def.library.function
+            if f.attr["_XlaMustCompile"].b]
+
+
+def test_padded_steps_buckets():
+    from cudnn_port.exports.tensorflow import STEP_BUCKETS, padded_steps
+
+    top = STEP_BUCKETS[-1]
+    for steps in list(range(1, 260)) + [383, 384, 385, 1023, 1024, 1025, 2048, 2049, 5000]:
+        want = next((b for b in STEP_BUCKETS if b >= steps), -(-steps // top) * top)
+        assert int(padded_steps(tf, tf.constant(steps))) == want, steps
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_xla_saved_model_stops_at_the_longest_sequence(exported, mode):
+    """Every length < T (and T off a bucket): the loops stop early and the steps they skip must read as zeros."""
+    spec, blob, out, manifest = exported[(mode, 2, True)]
+    assert manifest["saved_model_xla"] is True
+    assert _xla_functions(out / manifest["stacks"][0]["artifacts"]["saved_model"])
+    rng = np.random.default_rng(5)
+    for steps, lengths in ((13, [9, 1, 4]), (33, [30, 17, 2]), (1, [1, 1, 1])):
+        x = rng.normal(size=(3, steps, spec.input_size)).astype(np.float32)
+        lengths = np.asarray(lengths, np.int32)
+        h_0, c_0 = (rng.normal(size=(2, spec.num_pseudo_layers, 3, spec.num_units)) * 0.5).astype(np.float32)
+        want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
+        got = run_saved_model(out / manifest["stacks"][0]["artifacts"]["saved_model"], spec,
+                              feeds(spec, x, lengths, h_0, c_0))
+        assert got[0].shape == want[0].shape
+        for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
+            if w is not None:
+                assert_close(g, w, f"T={steps} {what}")
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_saved_model_without_xla(tmp_path, mode, capsys):
+    """convert --no-xla: the same numbers from plain ops, and no function marked for XLA."""
+    spec = make_spec(mode, 2, True)
+    src, blob = write_source(tmp_path, spec, name=f"cudnn_{mode}/opaque_kernel", seed=11)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in spec_flags(spec).items() if not isinstance(v, bool)]
+    flags.append("--bidirectional" if spec.bidirectional else "--unidirectional")
+    code = cli.main(["convert", str(src), str(tmp_path / "out"), "--formats", "saved_model", "--no-xla", "--json",
+                     "--quiet"] + flags)
+    manifest = json.loads(capsys.readouterr().out)
+    assert code == 0 and manifest["saved_model_xla"] is False
+    path = tmp_path / "out" / manifest["stacks"][0]["artifacts"]["saved_model"]
+    assert _xla_functions(path) == []
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
+    got = run_saved_model(path, spec, feeds(spec, x, lengths, h_0, c_0))
+    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
+        if w is not None:
+            assert_close(g, w, f"plain saved_model {what}")
+
 # ---------------------------------------------------------------------------------------------------- verify
 
 def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1_ckpt, capsys):
