@@ -77,7 +77,8 @@ def build_parser():
     out.add_argument("--no-xla", dest="xla", action="store_false",
                      help="write the SavedModel in plain TensorFlow ops instead of one XLA-compiled function: for "
                      "runtimes without XLA:CPU JIT, such as TensorFlow Serving unless started with "
-                     "--xla_cpu_compilation_enabled (about 2x slower at batch 1; no compile on first use)")
+                     "--xla_cpu_compilation_enabled (about 2.5x slower at batch 1; no compile on first use). A SavedModel "
+                     "source's rewritten graph is always plain ops")
     out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output")
     out.add_argument("--drop-optimizer-slots", action="store_true",
                      help="leave out the buffer's optimizer slots (…/Adam, …/Adam_1) instead of converting them")
