@@ -118,7 +118,7 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
 
 def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
     """One direction: xw [T, B, G*H], h0 / c0 [B, H], Rh [H, G*H] -> (y [T, B, H], h, c)."""
-    steps = tf.shape(xw)[0]
+    steps, H = tf.shape(xw)[0], Rh.shape[0]
     out = tf.TensorArray(tf.float32, size=steps, element_shape=h0.shape)
 
     def body(t, h, c, out):
@@ -131,9 +131,10 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
             h_new = tf.sigmoid(o) * tf.tanh(c_new)
             c = tf.where(keep, c_new, c)
         else:
-            hr = hr + bh
+            # b_R_h goes onto the h block alone: added to the whole product (bh is zero over r and z), XLA fuses
+            # the add into the matrix product and runs it as a slow loop (GRU 50 ms instead of 19 at batch 1)
             x_r, x_z, x_h = tf.split(g, 3, axis=-1)
-            h_r, h_z, h_h = tf.split(hr, 3, axis=-1)
+            h_r, h_z, h_h = hr[:, :H], hr[:, H:2 * H], hr[:, 2 * H:] + bh[2 * H:]
             r, z = tf.sigmoid(x_r + h_r), tf.sigmoid(x_z + h_z)
             h_new = (1.0 - z) * tf.tanh(x_h + r * h_h) + z * h
         out = out.write(t, tf.where(keep, h_new, 0.0))
