@@ -13,7 +13,9 @@ Every number is measured in this one run, so the ratios compare like with like:
 4. SavedModel at batch 1 vs the ONNX export at batch 1. Target within 2x. The default SavedModel is
    XLA-compiled; the plain-ops one that ``convert --no-xla`` writes is timed too, for reference.
 
-Ratios 2 and 4 time their two sides in alternating blocks so that machine noise falls on both.
+5. The same SavedModel-vs-ONNX ratio for a GRU of the same sizes (no target).
+
+Ratios 1, 2, 4 and 5 time their sides in alternating blocks so that machine noise falls on all of them.
 
     python bench/bench_exports.py [--repeat 10] [--json]
 """
@@ -36,20 +38,25 @@ from cudnn_port.layout import RNNSpec, unpack  # noqa: E402
 LAYERS, INPUT, HIDDEN, STEPS = 2, 256, 512, 100
 
 
-def time_pair(fn_a, feeds_a, fn_b, feeds_b, repeat, rounds=3):
-    """Median seconds of ``fn_a(feeds_a)`` and of ``fn_b(feeds_b)``, timed in alternating blocks (A x repeat,
-    B x repeat, A x repeat, ...; ``rounds`` of each, each block after one untimed call), so that a slow spell
-    of the machine falls on both sides of the ratio. Blocks, not single calls in turn: onnxruntime's and
-    TensorFlow's thread pools spin after a call and would slow whichever runs next."""
-    times_a, times_b = [], []
+def time_blocks(calls, repeat, rounds=3):
+    """Median seconds of each ``(fn, feeds)`` of ``calls``, timed in alternating blocks (A x repeat, B x repeat,
+    ..., A x repeat, ...; ``rounds`` of each, each block after one untimed call), so that a slow spell of the
+    machine falls on every side of a ratio. Blocks, not single calls in turn: onnxruntime's and TensorFlow's
+    thread pools spin after a call and would slow whichever runs next."""
+    times = [[] for _ in calls]
     for _ in range(rounds):
-        for fn, feeds, times in ((fn_a, feeds_a, times_a), (fn_b, feeds_b, times_b)):
+        for (fn, feeds), spent in zip(calls, times):
             fn(feeds)
             for _ in range(repeat):
                 start = time.perf_counter()
                 fn(feeds)
-                times.append(time.perf_counter() - start)
-    return float(np.median(times_a)), float(np.median(times_b))
+                spent.append(time.perf_counter() - start)
+    return [float(np.median(spent)) for spent in times]
+
+
+def time_pair(fn_a, feeds_a, fn_b, feeds_b, repeat, rounds=3):
+    """:func:`time_blocks` of two calls."""
+    return tuple(time_blocks([(fn_a, feeds_a), (fn_b, feeds_b)], repeat, rounds))
 
 
 def lstm_flops(spec, batch, steps):
@@ -59,8 +66,9 @@ def lstm_flops(spec, batch, steps):
                for p in range(spec.num_pseudo_layers))
 
 
-def sgemm_gflops(repeat):
-    """Large-sgemm GFLOP/s, best of onnxruntime's MatMul and NumPy's, [2048 x 2048] @ [2048 x 2048]."""
+def sgemm_calls():
+    """Large sgemm, [2048 x 2048] @ [2048 x 2048], in onnxruntime's MatMul and in NumPy: (FLOPs, {name: (fn,
+    feeds)})."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -74,10 +82,9 @@ def sgemm_gflops(repeat):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    flops = 2 * n ** 3
-    ort_s = time_call(lambda f: session.run(None, f), {"a": a, "b": b}, repeat)
-    np_s = time_call(lambda f: f["a"] @ f["b"], {"a": a, "b": b}, repeat)
-    return {"onnxruntime_matmul": flops / ort_s / 1e9, "numpy_matmul": flops / np_s / 1e9}
+    feeds = {"a": a, "b": b}
+    return 2 * n ** 3, {"onnxruntime_matmul": (lambda f: session.run(None, f), feeds),
+                        "numpy_matmul": (lambda f: f["a"] @ f["b"], feeds)}
 
 
 def minimal_onnx(canon):
@@ -157,9 +164,10 @@ def main():
     run_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
     res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat}
     # 1. batch-32 efficiency
-    gemm = sgemm_gflops(args.repeat)
+    flops, gemms = sgemm_calls()
     full32 = feeds(32, [STEPS] * 32)
-    onnx32 = time_call(run_onnx, full32, args.repeat)
+    *gemm_s, onnx32 = time_blocks(list(gemms.values()) + [(run_onnx, full32)], args.repeat)
+    gemm = {name: flops / spent / 1e9 for name, spent in zip(gemms, gemm_s)}
     res["sgemm_gflops"] = {k: round(v, 1) for k, v in gemm.items()}
     res["onnx_b32_ms"] = onnx32 * 1e3
     res["onnx_b32_gflops"] = lstm_flops(spec, 32, STEPS) / onnx32 / 1e9
@@ -200,6 +208,18 @@ def main():
             saved32 = time_call(run_saved, full32, args.repeat)
             res.update({f"{key}_b1_ms": saved1 * 1e3, f"{key}_b32_ms": saved32 * 1e3,
                         f"{key}_b1_over_onnx": saved1 / onnx1_again})
+        # 5. the same for a GRU of the same sizes (no target; GRU's loop body differs from LSTM's)
+        gru = unpack(RNNSpec("gru", LAYERS, HIDDEN, INPUT, True),
+                     (np.random.default_rng(2).normal(size=RNNSpec("gru", LAYERS, HIDDEN, INPUT, True).param_count)
+                      * 0.05).astype(np.float32))
+        gru_onnx = ort.InferenceSession(build_model(gru).SerializeToString(), providers=["CPUExecutionProvider"])
+        gru_feeds = {k: v for k, v in full1.items() if k != "initial_c"}
+        write_saved_model(gru, os.path.join(tmp, "gru"))
+        fn = tf.saved_model.load(os.path.join(tmp, "gru")).signatures["with_initial_state"]
+        gru_saved, gru_onnx1 = time_pair(lambda f: fn(**{k: tf.constant(v) for k, v in f.items()}), gru_feeds,
+                                         lambda f: gru_onnx.run(["outputs"], f), gru_feeds, args.repeat)
+        res.update(gru_saved_model_b1_ms=gru_saved * 1e3, gru_onnx_b1_ms=gru_onnx1 * 1e3,
+                   gru_saved_model_b1_over_onnx=gru_saved / gru_onnx1)
     if args.json:
         print(json.dumps(res, indent=2))
         return
@@ -222,6 +242,8 @@ def main():
           f"export   target <= 2x   (batch 32: {res['saved_model_b32_ms']:.1f} ms)")
     print(f"   --no-xla        {res['saved_model_no_xla_b1_ms']:8.2f} ms  = {res['saved_model_no_xla_b1_over_onnx']:.2f}x "
           f"the ONNX export   (plain ops, for runtimes without XLA; batch 32: {res['saved_model_no_xla_b32_ms']:.1f} ms)")
+    print(f"5. GRU, same sizes: SavedModel b1 {res['gru_saved_model_b1_ms']:.2f} ms vs ONNX {res['gru_onnx_b1_ms']:.2f} ms = "
+          f"{res['gru_saved_model_b1_over_onnx']:.2f}x   (no target)")
 
 
 if __name__ == "__main__":
