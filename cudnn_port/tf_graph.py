@@ -5,7 +5,7 @@ Per layer and direction d (each direction its own while_loop, so the two can run
     X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                 [T, B, I_l]
     XW_d    = X_d @ Wx_d + bx_d        one matmul over all steps                    [T, B, G*H]
     for t in 0 .. T-1:
-        g   = XW_d[t] + h @ Rh_d (+ bh_d)                                           [B, G*H]
+        g   = XW_d[t] + h @ Rh_d                                                    [B, G*H]
         LSTM  i, f, c~, o = σ, σ, tanh, σ of g's blocks;  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
         steps t >= length keep the state and emit zeros
@@ -24,10 +24,10 @@ from ._tf import import_tf as _tf
 
 
 def layer_constants(canon, layer):
-    """NumPy arrays of one layer, both directions stacked: Wx [D, I_l, G*H], Rh [D, H, G*H], bx, bh [D, G*H].
+    """NumPy arrays of one layer, both directions stacked: Wx [D, I_l, G*H], Rh [D, H, G*H], bx [D, G*H], bh [D, H].
 
-    Gate blocks stay in cuDNN order. LSTM folds b_R into bx; GRU folds b_R of r and z into bx and keeps
-    b_R_h in bh (it sits inside r * (...)).
+    Gate blocks stay in cuDNN order. LSTM folds b_R into bx (its bh is zeros, unused); GRU folds b_R of r and z
+    into bx and keeps b_R_h as bh (it sits inside r * (...)).
     """
     spec = canon.spec
     G, H = spec.num_gates, spec.num_units
@@ -39,10 +39,10 @@ def layer_constants(canon, layer):
         b_W, b_R = np.asarray(p.b_W), np.asarray(p.b_R)
         if spec.mode == "lstm":
             bx.append((b_W + b_R).reshape(-1))
-            bh.append(np.zeros(G * H, b_W.dtype))
+            bh.append(np.zeros(H, b_W.dtype))
         else:
             bx.append(np.concatenate([b_W[0] + b_R[0], b_W[1] + b_R[1], b_W[2]]))
-            bh.append(np.concatenate([np.zeros(2 * H, b_W.dtype), b_R[2]]))
+            bh.append(b_R[2])
     return tuple(np.ascontiguousarray(np.stack(a)).astype(np.float32) for a in (Wx, Rh, bx, bh))
 
 
@@ -70,10 +70,10 @@ def layer_tensors(canon, layer):
         Rh.append(tf.transpose(tf.reshape(p.R, [G * H, H])))
         if spec.mode == "lstm":
             bx.append(tf.reshape(p.b_W + p.b_R, [-1]))
-            bh.append(tf.zeros([G * H], p.b_W.dtype))
+            bh.append(tf.zeros([H], p.b_W.dtype))
         else:
             bx.append(tf.concat([p.b_W[0] + p.b_R[0], p.b_W[1] + p.b_R[1], p.b_W[2]], 0))
-            bh.append(tf.concat([tf.zeros([2 * H], p.b_W.dtype), p.b_R[2]], 0))
+            bh.append(p.b_R[2])
     return tuple(tf.cast(tf.stack(a), tf.float32) for a in (Wx, Rh, bx, bh))
 
 
@@ -117,7 +117,7 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
 
 
 def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
-    """One direction: xw [T, B, G*H], h0 / c0 [B, H], Rh [H, G*H] -> (y [T, B, H], h, c)."""
+    """One direction: xw [T, B, G*H], h0 / c0 [B, H], Rh [H, G*H], bh [H] -> (y [T, B, H], h, c)."""
     steps, H = tf.shape(xw)[0], Rh.shape[0]
     out = tf.TensorArray(tf.float32, size=steps, element_shape=h0.shape)
 
@@ -131,10 +131,10 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
             h_new = tf.sigmoid(o) * tf.tanh(c_new)
             c = tf.where(keep, c_new, c)
         else:
-            # b_R_h goes onto the h block alone: added to the whole product (bh is zero over r and z), XLA fuses
-            # the add into the matrix product and runs it as a slow loop (GRU 50 ms instead of 19 at batch 1)
+            # b_R_h goes onto the h block alone: a bias added to the whole product is fused by XLA into the
+            # matrix product, which it then runs as a slow loop (GRU 50 ms instead of 19 at batch 1)
             x_r, x_z, x_h = tf.split(g, 3, axis=-1)
-            h_r, h_z, h_h = hr[:, :H], hr[:, H:2 * H], hr[:, 2 * H:] + bh[2 * H:]
+            h_r, h_z, h_h = hr[:, :H], hr[:, H:2 * H], hr[:, 2 * H:] + bh
             r, z = tf.sigmoid(x_r + h_r), tf.sigmoid(x_z + h_z)
             h_new = (1.0 - z) * tf.tanh(x_h + r * h_h) + z * h
         out = out.write(t, tf.where(keep, h_new, 0.0))
