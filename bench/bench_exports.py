@@ -59,6 +59,20 @@ def time_pair(fn_a, feeds_a, fn_b, feeds_b, repeat, rounds=3):
     return tuple(time_blocks([(fn_a, feeds_a), (fn_b, feeds_b)], repeat, rounds))
 
 
+def random_stack(mode, seed):
+    """A CanonicalRNN of the reference sizes with random weights (scale 0.05, so the gates do not saturate)."""
+    spec = RNNSpec(mode, LAYERS, HIDDEN, INPUT, True)
+    return unpack(spec, (np.random.default_rng(seed).normal(size=spec.param_count) * 0.05).astype(np.float32))
+
+
+def saved_model_runner(path):
+    """Call ``with_initial_state`` of the SavedModel at ``path`` on a dict of NumPy feeds."""
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(path).signatures["with_initial_state"]
+    return lambda feeds: fn(**{k: tf.constant(v) for k, v in feeds.items()})
+
+
 def lstm_flops(spec, batch, steps):
     """Multiply-add FLOPs of the input and recurrent matmuls (element-wise work not counted)."""
     G, H = spec.num_gates, spec.num_units
@@ -145,13 +159,12 @@ def main():
     args = parser.parse_args()
     import onnx
     import onnxruntime as ort
-    import tensorflow as tf
 
     from cudnn_port.exports.onnx import build_model
     from cudnn_port.exports.tensorflow import write_saved_model
 
-    spec = RNNSpec("lstm", LAYERS, HIDDEN, INPUT, True)
-    canon = unpack(spec, (np.random.default_rng(0).normal(size=spec.param_count) * 0.05).astype(np.float32))
+    canon = random_stack("lstm", 0)
+    spec = canon.spec
     rng = np.random.default_rng(1)
     session = ort.InferenceSession(build_model(canon).SerializeToString(), providers=["CPUExecutionProvider"])
     minimal = ort.InferenceSession(minimal_onnx(canon), providers=["CPUExecutionProvider"])
@@ -175,10 +188,9 @@ def main():
     res["onnx_b32_share_of_onnxruntime_matmul"] = res["onnx_b32_gflops"] / gemm["onnxruntime_matmul"]
     # 2. batch 1 vs the minimal graph
     full1 = feeds(1, [STEPS])
-    onnx1, minimal1 = time_pair(run_onnx, full1, lambda f: minimal.run(None, f),
-                                {"X": full1["inputs"].transpose(1, 0, 2).copy()}, args.repeat)
-    twin = ort.InferenceSession(minimal_onnx(canon), providers=["CPUExecutionProvider"])
     minimal_x = {"X": full1["inputs"].transpose(1, 0, 2).copy()}
+    onnx1, minimal1 = time_pair(run_onnx, full1, lambda f: minimal.run(None, f), minimal_x, args.repeat)
+    twin = ort.InferenceSession(minimal_onnx(canon), providers=["CPUExecutionProvider"])
     twin1, minimal1_again = time_pair(lambda f: twin.run(None, f), minimal_x, lambda f: minimal.run(None, f),
                                       minimal_x, args.repeat)
     res.update(onnx_b1_ms=onnx1 * 1e3, minimal_onnx_b1_ms=minimal1 * 1e3, onnx_b1_over_minimal=onnx1 / minimal1,
@@ -202,21 +214,17 @@ def main():
         # 4. SavedModel at batch 1: the default (XLA-compiled) and the --no-xla one (plain ops)
         for key, xla in (("saved_model", True), ("saved_model_no_xla", False)):
             write_saved_model(canon, os.path.join(tmp, key), xla=xla)
-            fn = tf.saved_model.load(os.path.join(tmp, key)).signatures["with_initial_state"]
-            run_saved = lambda f: fn(**{k: tf.constant(v) for k, v in f.items()})  # noqa: E731
+            run_saved = saved_model_runner(os.path.join(tmp, key))
             saved1, onnx1_again = time_pair(run_saved, full1, run_onnx, full1, args.repeat)
             saved32 = time_call(run_saved, full32, args.repeat)
             res.update({f"{key}_b1_ms": saved1 * 1e3, f"{key}_b32_ms": saved32 * 1e3,
                         f"{key}_b1_over_onnx": saved1 / onnx1_again})
         # 5. the same for a GRU of the same sizes (no target; GRU's loop body differs from LSTM's)
-        gru = unpack(RNNSpec("gru", LAYERS, HIDDEN, INPUT, True),
-                     (np.random.default_rng(2).normal(size=RNNSpec("gru", LAYERS, HIDDEN, INPUT, True).param_count)
-                      * 0.05).astype(np.float32))
+        gru = random_stack("gru", 2)
         gru_onnx = ort.InferenceSession(build_model(gru).SerializeToString(), providers=["CPUExecutionProvider"])
         gru_feeds = {k: v for k, v in full1.items() if k != "initial_c"}
         write_saved_model(gru, os.path.join(tmp, "gru"))
-        fn = tf.saved_model.load(os.path.join(tmp, "gru")).signatures["with_initial_state"]
-        gru_saved, gru_onnx1 = time_pair(lambda f: fn(**{k: tf.constant(v) for k, v in f.items()}), gru_feeds,
+        gru_saved, gru_onnx1 = time_pair(saved_model_runner(os.path.join(tmp, "gru")), gru_feeds,
                                          lambda f: gru_onnx.run(["outputs"], f), gru_feeds, args.repeat)
         res.update(gru_saved_model_b1_ms=gru_saved * 1e3, gru_onnx_b1_ms=gru_onnx1 * 1e3,
                    gru_saved_model_b1_over_onnx=gru_saved / gru_onnx1)
