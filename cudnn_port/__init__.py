@@ -6,34 +6,20 @@
 >>> blob = np.random.default_rng(0).normal(size=spec.param_count).astype("float32")
 >>> bool((pack(unpack(spec, blob)) == blob).all())
 True
+
+Importing the package imports neither TensorFlow nor Keras: the functions below import them when called.
 """
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .canonical import CanonicalRNN, LayerParams  # noqa: E402
-from .errors import CudnnPortError, UnsupportedError  # noqa: E402
+from .converter import convert  # noqa: E402
+from .errors import CudnnPortError, ParityError, UnsupportedError  # noqa: E402
+from .inspection import inspect_source  # noqa: E402
 from .layout import RNNSpec, pack, unpack  # noqa: E402
+from .model_export import export  # noqa: E402
+from .verify import verify  # noqa: E402
 
+inspect_checkpoint = inspect_source  # the name earlier versions used
 
-def convert(*args, **kwargs):
-    """See :func:`cudnn_port.converter.convert` (imported lazily: it pulls in TensorFlow)."""
-    from .converter import convert as _convert
-
-    return _convert(*args, **kwargs)
-
-
-def export(*args, **kwargs):
-    """See :func:`cudnn_port.model_export.export`: a trained Keras model with fused layers -> CPU artifacts."""
-    from .model_export import export as _export
-
-    return _export(*args, **kwargs)
-
-
-def inspect_checkpoint(*args, **kwargs):
-    """See :func:`cudnn_port.converter.inspect_checkpoint`."""
-    from .converter import inspect_checkpoint as _inspect
-
-    return _inspect(*args, **kwargs)
-
-
-__all__ = ["CanonicalRNN", "CudnnPortError", "LayerParams", "RNNSpec", "UnsupportedError", "convert", "export",
-           "inspect_checkpoint", "pack", "unpack", "__version__"]
+__all__ = ["CanonicalRNN", "CudnnPortError", "LayerParams", "ParityError", "RNNSpec", "UnsupportedError", "convert",
+           "export", "inspect_checkpoint", "inspect_source", "pack", "unpack", "verify", "__version__"]

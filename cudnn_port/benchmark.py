@@ -39,9 +39,10 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
             fn = RUNNERS[name](os.path.join(out, stack["artifacts"][name]), spec)
             for batch in batches:
                 rng = np.random.default_rng(0)
-                state = np.zeros((spec.num_pseudo_layers, batch, spec.num_units), np.float32)
+                h = np.zeros((spec.num_pseudo_layers, batch, spec.state_size), np.float32)
+                c = np.zeros((spec.num_pseudo_layers, batch, spec.num_units), np.float32)
                 feeds = dict(zip(names_in, (rng.normal(size=(batch, steps, spec.input_size)).astype(np.float32),
-                                            np.full(batch, steps, np.int32), state, state)))
+                                            np.full(batch, steps, np.int32), h, c)))
                 say(f"{stack['variable']}: {name} batch {batch}")
                 seconds = time_call(fn, feeds, repeat)
                 rows.append({"stack": stack["variable"], "artifact": name, "batch": batch, "steps": steps,

@@ -1,8 +1,9 @@
 """Which specs fit a buffer of a given size, and which of them the rest of a checkpoint points at.
 
-A buffer's size fixes I once mode, L, D and H are chosen (layout.py's formula is linear in I)::
+A buffer's size fixes I once mode, L, D and H (and a projection P, which is never guessed) are chosen
+(layout.py's formula is linear in I; S = P or H)::
 
-    size = D * G*H*(I + H + 2)  +  (L-1) * D * G*H*(D*H + H + 2)
+    size = D * (G*H*(I + S + 2) + P*H)  +  (L-1) * D * (G*H*(D*S + S + 2) + P*H)
 
 so the candidates are enumerated over (mode, L, D, H) and each yields at most one I. Clues from the checkpoint
 rank them: a mode named in the variable's scope (``cudnn_lstm``), a 2-D neighbour whose last dimension equals I
@@ -22,14 +23,22 @@ SPEC_VARIABLE = "cudnn_spec"  # written beside the buffer by cudnn_port.layers: 
 MODE_IDS = {"lstm": 0, "gru": 1}
 
 
-def spec_from_vector(vector, dtype="float32"):
-    """The RNNSpec stored in a ``cudnn_spec`` variable."""
-    mode, layers, units, input_size, dirs = (int(v) for v in np.asarray(vector).reshape(-1)[:5])
+def spec_from_vector(vector, dtype="float32", name=SPEC_VARIABLE):
+    """The RNNSpec stored in a ``cudnn_spec`` variable: ``[mode 0|1, layers, units, input size, directions 1|2]``
+    and, for an LSTM with projection, a sixth entry, the projection size."""
+    values = np.asarray(vector).reshape(-1)
+    problem = f"{name} holds {values.tolist()[:8]}, which is not a spec ([mode 0|1, layers, units, input size, " \
+              "directions 1|2, projection]); pass the spec flags"
+    if values.dtype.kind not in "iu" or values.size not in (5, 6):
+        raise CudnnPortError(problem)
+    mode, layers, units, input_size, dirs, proj = (int(v) for v in list(values) + [0] * (6 - values.size))
     modes = {i: m for m, i in MODE_IDS.items()}
-    if mode not in modes or min(layers, units, input_size) < 1 or dirs not in (1, 2):
-        raise CudnnPortError(f"{SPEC_VARIABLE} holds {list(np.asarray(vector).reshape(-1))}, which is not a spec "
-                             "([mode 0|1, layers, units, input size, directions 1|2]); pass the spec flags")
-    return RNNSpec(modes[mode], layers, units, input_size, dirs == 2, dtype)
+    if mode not in modes or dirs not in (1, 2):
+        raise CudnnPortError(problem)
+    try:
+        return RNNSpec(modes[mode], layers, units, input_size, dirs == 2, dtype, num_proj=proj)
+    except CudnnPortError:
+        raise CudnnPortError(problem) from None
 
 
 @dataclass
@@ -39,8 +48,9 @@ class Clues:
     mode: str = None  # from the variable's name
     input_dims: set = field(default_factory=set)  # last dims of 2-D neighbours
     output_dims: set = field(default_factory=set)  # first dims of 2-D neighbours
-    exact: RNNSpec = None  # a spec read off canonical tensors stored beside the buffer
-    exact_how: str = "read off the canonical tensors stored beside it"
+    CANONICAL = "read off the canonical tensors stored beside it"
+    exact: RNNSpec = None  # a spec the source states: canonical tensors beside the buffer, a spec variable, ...
+    exact_how: str = CANONICAL
 
     @property
     def max_score(self):
@@ -77,26 +87,29 @@ def clues_from(name, shapes):
 
 
 def candidates(size, *, mode=None, num_layers=None, num_units=None, input_size=None, bidirectional=None,
-               dtype="float32"):
-    """Every RNNSpec whose buffer has exactly ``size`` elements and that agrees with the given fields."""
+               num_proj=None, dtype="float32"):
+    """Every RNNSpec whose buffer has exactly ``size`` elements and that agrees with the given fields. A projection
+    is never guessed: only ``num_proj`` given (LSTM) adds one."""
     found = []
-    modes = [mode] if mode else sorted(MODES)
+    P = int(num_proj or 0)
+    modes = [mode] if mode else (["lstm"] if P else sorted(MODES))
     layer_range = [num_layers] if num_layers else range(1, MAX_LAYERS + 1)
     dir_range = [2 if bidirectional else 1] if bidirectional is not None else (1, 2)
-    H = np.array([num_units]) if num_units else np.arange(1, MAX_UNITS + 1)
+    H = np.array([num_units]) if num_units else np.arange(P + 1, MAX_UNITS + 1)
     H = H.astype(np.int64)
+    S = np.full_like(H, P) if P else H
     for m in modes:
         G = MODES[m]
         for L in layer_range:
             for D in dir_range:
-                deeper = (L - 1) * D * G * H * (D * H + H + 2)
-                rest = size - deeper - D * G * H * (H + 2)
+                deeper = (L - 1) * D * (G * H * (D * S + S + 2) + P * H)
+                rest = size - deeper - D * (G * H * (S + 2) + P * H)
                 per_input = D * G * H
-                ok = (rest > 0) & (rest % per_input == 0)
+                ok = (rest > 0) & (rest % per_input == 0) & (H > P)
                 for h, i in zip(H[ok], rest[ok] // per_input[ok]):
                     if input_size and i != input_size:
                         continue
-                    found.append(RNNSpec(m, int(L), int(h), int(i), D == 2, dtype))
+                    found.append(RNNSpec(m, int(L), int(h), int(i), D == 2, dtype, num_proj=P))
     return found
 
 
@@ -122,33 +135,34 @@ def choose(name, size, dtype, clues, **flags):
             except CudnnPortError:
                 pass
         loose = candidates(size, dtype=dtype)
-        listing = "; ".join(s.flags() for s in _ranked(loose, clues)[:4]) or "none up to 8 layers and 8192 units"
+        listing = "; ".join(s.flags() for s in ranked(loose, clues)[:4]) or "none up to 8 layers and 8192 units"
         raise CudnnPortError(
             f"{name} has {size} elements, which no {wanted or 'cuDNN'} spec fits{hint}; "
             f"specs that fit: {listing}")
     if len(found) == 1:
         return found[0], "the only spec of that size" if not given else "fixed by the flags given"
-    ranked = _ranked(found, clues)
-    best = clues.score(ranked[0])
-    top = [s for s in ranked if clues.score(s) == best]
+    order = ranked(found, clues)
+    best = clues.score(order[0])
+    top = [s for s in order if clues.score(s) == best]
     if len(top) == 1 and best == clues.max_score and best >= 3:
         return top[0], "chosen by clues: " + ", ".join(clues.reasons(top[0]))
-    raise CudnnPortError(ambiguity_message(name, size, ranked))
+    raise CudnnPortError(ambiguity_message(name, size, order))
 
 
-def _ranked(specs, clues):
+def ranked(specs, clues):
+    """``specs`` best first: most clues, then fewest layers, widest, LSTM before GRU, one direction first."""
     return sorted(specs, key=lambda s: (-clues.score(s), s.num_layers, -s.num_units, s.mode, s.bidirectional))
 
 
 def differing_flags(specs):
     """The CLI flags whose values differ among ``specs``: passing them narrows the choice."""
     names = {"mode": "--mode", "num_layers": "--num-layers", "num_units": "--num-units",
-             "input_size": "--input-size", "bidirectional": "--bidirectional"}
+             "input_size": "--input-size", "bidirectional": "--bidirectional", "num_proj": "--num-proj"}
     return [flag for key, flag in names.items() if len({getattr(s, key) for s in specs}) > 1]
 
 
-def ambiguity_message(name, size, ranked):
-    shown = "; ".join(s.describe() for s in ranked[:5])
-    more = f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
-    return (f"{name} ({size} elements) fits {len(ranked)} specs: {shown}{more}; "
-            f"pass {', '.join(differing_flags(ranked))} to choose")
+def ambiguity_message(name, size, order):
+    shown = "; ".join(s.describe() for s in order[:5])
+    more = f" and {len(order) - 5} more" if len(order) > 5 else ""
+    return (f"{name} ({size} elements) fits {len(order)} specs: {shown}{more}; "
+            f"pass {', '.join(differing_flags(order))} to choose")

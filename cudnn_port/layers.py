@@ -1,9 +1,10 @@
 """Fused cuDNN RNN layers for Keras 3 (TensorFlow backend): :class:`CudnnLSTM` and :class:`CudnnGRU`.
 
 Each layer holds ONE trainable variable, ``opaque_kernel``: the whole stack (``num_layers`` layers, one or two
-directions) in cuDNN's opaque buffer layout (:mod:`cudnn_port.layout`), plus a small non-trainable ``cudnn_spec``
-variable ``[mode (0 lstm, 1 gru), num_layers, units, input_size, directions]`` so that a checkpoint of the layer
-says what its buffer is (``cudnn-port convert`` then needs no flags).
+directions, optionally an LSTM projection ``num_proj``) in cuDNN's opaque buffer layout (:mod:`cudnn_port.layout`),
+plus a small non-trainable ``cudnn_spec`` variable ``[mode (0 lstm, 1 gru), num_layers, units, input_size,
+directions(, num_proj)]`` so that a checkpoint of the layer says what its buffer is (``cudnn-port convert`` then
+needs no flags).
 
 - On a GPU the stack is one ``tf.raw_ops.CudnnRNNV3`` call (dropout between layers done by cuDNN).
 - On a CPU it is the same function of the same buffer in standard TensorFlow ops
@@ -11,12 +12,14 @@ says what its buffer is (``cudnn-port convert`` then needs no flags).
 
 Inputs ``[batch, time, features]``. Masks: a right-padded mask (True then False along time) becomes cuDNN's
 ``sequence_lengths``; any other mask is refused. States are batch-major: ``initial_state=[h, c]`` (LSTM) or
-``[h]`` (GRU), each ``[batch, L*D, units]``, pseudo-layer ``p = layer * D + direction``; ``return_state``
-returns them the same way. ``return_sequences=False`` returns the last valid output: the top layer's final
-forward state, concatenated with its final backward state (the backward output at step 0) when bidirectional.
+``[h]`` (GRU), h ``[batch, L*D, S]`` and c ``[batch, L*D, units]`` (S = num_proj or units), pseudo-layer
+``p = layer * D + direction``; ``return_state`` returns them the same way. ``return_sequences=False`` returns the
+last valid output: the top layer's final forward state, concatenated with its final backward state (the backward
+output at step 0) when bidirectional.
 
 Initial weights follow Keras' LSTM / GRU defaults per layer and direction: glorot-uniform input kernel
-``[I_l, G*H]``, orthogonal recurrent kernel ``[H, G*H]``, zero biases, and 1 on the LSTM forget gate's input bias.
+``[I_l, G*H]``, orthogonal recurrent kernel ``[S, G*H]``, zero biases, and 1 on the LSTM forget gate's input bias;
+a projection ``[P, H]`` is glorot-uniform too.
 
 >>> import numpy as np
 >>> layer = CudnnLSTM(8, num_layers=2, bidirectional=True, return_sequences=True)
@@ -31,9 +34,9 @@ import contextvars
 import keras
 import numpy as np
 
-from ._tf import import_tf as _tf
+from .deps import import_tf as _tf
 from .infer import MODE_IDS, SPEC_VARIABLE
-from .layout import _kind_spans, RNNSpec
+from .layout import RNNSpec
 
 
 _PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
@@ -61,38 +64,46 @@ class CudnnInitializer(keras.initializers.Initializer):
     def __call__(self, shape, dtype=None):
         tf = _tf()
         spec = self.spec
-        G, H = spec.num_gates, spec.num_units
+        G, H, S = spec.num_gates, spec.num_units, spec.state_size
         seed = keras.random.SeedGenerator(self.seed) if self.seed is not None else None
-        pieces = {}
-        for p in range(spec.num_pseudo_layers):
-            width = spec.layer_input_size(p // spec.num_dirs)
-            kernel = keras.initializers.GlorotUniform(seed=seed)((width, G * H))  # Keras' [I_l, G*H]
-            recurrent = keras.initializers.Orthogonal(seed=seed)((H, G * H))
-            # gate g's block kernel[:, g*H:(g+1)*H] is W_g.T, so W [G, H, I_l] = transpose(reshape(kernel))
-            pieces[p, "W"] = tf.transpose(tf.reshape(kernel, [width, G, H]), [1, 2, 0])
-            pieces[p, "R"] = tf.transpose(tf.reshape(recurrent, [H, G, H]), [1, 2, 0])
-            b_W = np.zeros((G, H), "float32")
-            if spec.mode == "lstm":
-                b_W[1] = 1.0  # unit forget bias, on b_W only: b_W + b_R is what Keras' single bias holds
-            pieces[p, "b_W"], pieces[p, "b_R"] = tf.constant(b_W), tf.zeros((G, H))
-        ordered = sorted(_kind_spans(spec).items(), key=lambda item: item[1][0])  # by offset in the buffer
-        blob = tf.concat([tf.reshape(tf.cast(pieces[key], "float32"), [-1]) for key, _ in ordered], axis=0)
-        return tf.cast(blob, dtype or "float32")
+        pieces = []
+        for block in spec.blocks():  # in buffer order
+            width = block.shape[-1]
+            if block.kind == "W":  # Keras' kernel [I_l, G*H]: gate g's block kernel[:, g*H:(g+1)*H] is W_g.T
+                kernel = keras.initializers.GlorotUniform(seed=seed)((width, G * H))
+                piece = tf.transpose(tf.reshape(kernel, [width, G, H]), [1, 2, 0])
+            elif block.kind == "R":  # Keras' recurrent kernel [S, G*H], orthogonal
+                recurrent = keras.initializers.Orthogonal(seed=seed)((S, G * H))
+                piece = tf.transpose(tf.reshape(recurrent, [S, G, H]), [1, 2, 0])
+            elif block.kind == "P":
+                piece = tf.transpose(keras.initializers.GlorotUniform(seed=seed)((H, S)))
+            else:
+                bias = np.zeros((G, H), "float32")
+                if spec.mode == "lstm" and block.kind == "b_W":
+                    bias[1] = 1.0  # unit forget bias, on b_W only: b_W + b_R is what Keras' single bias holds
+                piece = tf.constant(bias)
+            pieces.append(tf.reshape(tf.cast(piece, "float32"), [-1]))
+        return tf.cast(tf.concat(pieces, axis=0), dtype or "float32")
 
     def get_config(self):
         return {"seed": self.seed}
 
 
-class _CudnnRNN(keras.layers.Layer):
+class CudnnRNN(keras.layers.Layer):
+    """The fused layers' common base (see the module docstring); use :class:`CudnnLSTM` or :class:`CudnnGRU`."""
+
     mode = None
 
     def __init__(self, units, num_layers=1, bidirectional=False, dropout=0.0, return_sequences=False,
-                 return_state=False, seed=None, **kwargs):
+                 return_state=False, seed=None, num_proj=0, **kwargs):
         super().__init__(**kwargs)
         if units < 1 or num_layers < 1:
             raise ValueError(f"Received units={units}, num_layers={num_layers}, expected both >= 1")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"Received dropout={dropout}, expected 0 <= dropout < 1")
+        if num_proj and (self.mode != "lstm" or not 0 < num_proj < units):
+            raise ValueError(f"Received num_proj={num_proj}, expected 0 < num_proj < units={units} (LSTM only)")
+        self.num_proj = int(num_proj or 0)
         self.units, self.num_layers, self.bidirectional = int(units), int(num_layers), bool(bidirectional)
         self.dropout, self.return_sequences, self.return_state = float(dropout), return_sequences, return_state
         self.seed = seed
@@ -113,11 +124,13 @@ class _CudnnRNN(keras.layers.Layer):
         input_size = input_shape[-1]
         if input_size is None:
             raise ValueError(f"Received input shape {input_shape}, expected a known last dimension (features)")
-        self.spec = RNNSpec(self.mode, self.num_layers, self.units, int(input_size), self.bidirectional)
+        self.spec = RNNSpec(self.mode, self.num_layers, self.units, int(input_size), self.bidirectional,
+                            num_proj=self.num_proj)
         self.opaque_kernel = self.add_weight(name="opaque_kernel", shape=(self.spec.param_count,),
                                              initializer=CudnnInitializer(self.spec, self.seed), trainable=True)
         vector = [MODE_IDS[self.mode], self.num_layers, self.units, int(input_size), self.num_dirs]
-        self.cudnn_spec = self.add_weight(name=SPEC_VARIABLE, shape=(5,), dtype="int32", trainable=False,
+        vector += [self.num_proj] if self.num_proj else []  # five entries without projection, as always
+        self.cudnn_spec = self.add_weight(name=SPEC_VARIABLE, shape=(len(vector),), dtype="int32", trainable=False,
                                           initializer=keras.initializers.Constant(vector))
 
     def call(self, inputs, initial_state=None, mask=None, training=None):
@@ -142,17 +155,17 @@ class _CudnnRNN(keras.layers.Layer):
         return [result] + [tf.transpose(state, [1, 0, 2]) for state in (h, c)[:self.num_states]]
 
     def _states(self, initial_state, batch):
-        """[h0, c0] as [L*D, B, H] (c0 None for GRU); zeros when not given."""
+        """[h0 [L*D, B, S], c0 [L*D, B, H]] (c0 None for GRU); zeros when not given."""
         tf = _tf()
         count = self.num_states
-        shape = [self.spec.num_pseudo_layers, batch, self.units]
         if initial_state is None:
-            return [tf.zeros(shape)] * count + [None] * (2 - count)
+            sizes = [self.spec.state_size, self.units][:count]
+            return [tf.zeros([self.spec.num_pseudo_layers, batch, n]) for n in sizes] + [None] * (2 - count)
         states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
         if len(states) != count:
             raise ValueError(f"Received {len(states)} initial states, expected {count} for {type(self).__name__} "
-                             f"([h{', c' if count == 2 else ''}], each [batch, {self.spec.num_pseudo_layers}, "
-                             f"{self.units}])")
+                             f"([h{', c' if count == 2 else ''}], h [batch, {self.spec.num_pseudo_layers}, "
+                             f"{self.spec.state_size}])")
         states = [tf.transpose(tf.cast(s, "float32"), [1, 0, 2]) for s in states]
         return states + [None] * (2 - count)
 
@@ -179,18 +192,20 @@ class _CudnnRNN(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         batch, steps = input_shape[0], input_shape[1]
-        width = self.units * self.num_dirs
+        width = (self.num_proj or self.units) * self.num_dirs
         main = (batch, steps, width) if self.return_sequences else (batch, width)
         if not self.return_state:
             return main
-        state = (batch, self.num_layers * self.num_dirs, self.units)
-        return [main] + [state] * self.num_states
+        states = [(batch, self.num_layers * self.num_dirs, n) for n in (self.num_proj or self.units, self.units)]
+        return [main] + states[:self.num_states]
 
     def get_config(self):
         config = super().get_config()
         config.update(units=self.units, num_layers=self.num_layers, bidirectional=self.bidirectional,
                       dropout=self.dropout, return_sequences=self.return_sequences,
                       return_state=self.return_state, seed=self.seed)
+        if self.num_proj:
+            config["num_proj"] = self.num_proj
         return config
 
 
@@ -210,14 +225,32 @@ def _lengths(mask, batch, steps):
 
 
 @keras.saving.register_keras_serializable(package="cudnn_port")
-class CudnnLSTM(_CudnnRNN):
-    """A fused multi-layer, optionally bidirectional LSTM holding one cuDNN buffer (see the module docstring)."""
+class CudnnLSTM(CudnnRNN):
+    """A fused multi-layer, optionally bidirectional LSTM holding one cuDNN buffer (see the module docstring);
+    ``num_proj=P`` adds cuDNN's projection (LSTMP): h = Proj @ (o * tanh(c)), P wide."""
 
     mode = "lstm"
 
 
 @keras.saving.register_keras_serializable(package="cudnn_port")
-class CudnnGRU(_CudnnRNN):
+class CudnnGRU(CudnnRNN):
     """A fused multi-layer, optionally bidirectional GRU (cuDNN's reset-after form) holding one cuDNN buffer."""
 
     mode = "gru"
+
+
+def fused_layers(model):
+    """Every :class:`CudnnRNN` inside ``model``, nested models included, in layer order, each once."""
+    found, seen = [], set()
+
+    def visit(layer):
+        if id(layer) in seen:
+            return
+        seen.add(id(layer))
+        if isinstance(layer, CudnnRNN):
+            found.append(layer)
+        for child in getattr(layer, "layers", None) or []:
+            visit(child)
+
+    visit(model)
+    return found

@@ -1,39 +1,39 @@
 """The cuDNN opaque parameter buffer: its spec, its layout, and packing to and from the canonical model.
 
-Layout (G = 4 gates for LSTM, 3 for GRU; D = 1 or 2 directions; pseudo-layer p = layer * D + direction)::
+Layout (G = 4 gates for LSTM, 3 for GRU; D = 1 or 2 directions; pseudo-layer p = layer * D + direction;
+S = P when the LSTM has a projection of size P, else H)::
 
     for p in pseudo-layers:                      # weights of every pseudo-layer first ...
-        W_0 .. W_{G-1}     each [H, I_l]  row-major, I_0 = I, I_l = D * H for l >= 1
-        R_0 .. R_{G-1}     each [H, H]    row-major
+        W_0 .. W_{G-1}     each [H, I_l]  row-major, I_0 = I, I_l = D * S for l >= 1
+        R_0 .. R_{G-1}     each [H, S]    row-major
+        Proj               [P, H]         (LSTM with projection only: h = Proj @ (o * tanh(c)))
     for p in pseudo-layers:                      # ... then the biases of every pseudo-layer
         b_W_0 .. b_W_{G-1} each [H]
         b_R_0 .. b_R_{G-1} each [H]
-    size = sum_p G * H * (I_l + H + 2)           (no padding)
+    size = sum_p G * H * (I_l + S + 2) + P * H   (no padding)
 
 Gates are in cuDNN order: LSTM i, f, c, o; GRU r, z, h (``gates.CUDNN_ORDER``).
 
-Evidence (public sources, see conventions.md §1): TensorFlow ``core/kernels/cudnn_rnn_ops.cc`` (shapes
-``[num_units, width]``, width = input_size for the first layer and 2 * num_units after it in a bidirectional
-stack); Lingvo's GPU test (buffer == concat(all weights, all biases) for uni- and bidirectional stacks);
-MXNet gluon ``rnn_layer`` (weights of all layers, then biases, handed to cuDNN as is); Keras'
-``_standardize_cudnn_weights`` (single layer: concat(weights + biases)); a real R-Net checkpoint
-(``cudnn_gru/opaque_kernel`` of 86184 = 3*76*(300+76) + 6*76 elements).
+Checked against real cuDNN (``tests/fixtures/cudnn/``, cuDNN 9.19 on an H100, 2026-11-22): in every case there
+(LSTM and GRU, 1 to 3 layers, one and two directions, fp32 and fp16, an LSTM with projection) cuDNN's own offsets
+of every matrix and bias, read through ``cudnnGetRNNWeightParams``, are exactly the offsets of :meth:`RNNSpec.blocks`,
+and the buffer's size is exactly :attr:`RNNSpec.param_count` (``tests/test_cudnn_fixtures.py``). Public sources
+agree (docs/conventions.md, section 1): TensorFlow's ``cudnn_rnn_ops.cc``, Lingvo's GPU test, MXNet's rnn_layer,
+Keras' ``_standardize_cudnn_weights``, a real R-Net checkpoint (86184 = 3*76*(300+76) + 6*76 elements).
 
-UNVERIFIED ON GPU: the single-layer layout is confirmed by the sources above; the offsets of layers >= 1 and
-of the backward direction under cuDNN 8/9 are documented but have not yet been checked against real cuDNN
-output in this project's golden fixtures. Treat them as a hypothesis until those fixtures exist.
+Not supported (:class:`~cudnn_port.errors.UnsupportedError`): ``input_mode=skip_input``, which drops layer 0's
+input weights (x is added to each gate directly); it is rare in checkpoints.
 
-Not supported (``UnsupportedError``): LSTM projection (``num_proj``, linLayerID 8) and
-``input_mode=skip_input``; both change the region list and are rare in checkpoints.
-
-The region list (:meth:`RNNSpec.regions`) is the single encoding of this layout: :meth:`RNNSpec.param_count`,
-:func:`unpack` and :func:`pack` all derive from it.
+The block list (:meth:`RNNSpec.blocks`) is the single encoding of this layout: :attr:`RNNSpec.param_count`,
+:func:`unpack`, :func:`pack`, the TensorFlow slicing in :mod:`cudnn_port.tf_graph` and the fused layers'
+initializer all derive from it.
 
 >>> spec = RNNSpec("gru", num_layers=1, num_units=76, input_size=300)
 >>> spec.param_count
 86184
 """
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -42,22 +42,27 @@ from .errors import CudnnPortError, UnsupportedError
 
 MODES = {"lstm": 4, "gru": 3}
 FLOAT_DTYPES = ("float16", "float32", "float64")
-KINDS = ("W", "R", "b_W", "b_R")
+KINDS = ("W", "R", "P", "b_W", "b_R")  # LayerParams fields, in buffer order within a pseudo-layer
+MAX_ELEMENTS = 1 << 40  # far beyond any real buffer; keeps sizes exact in int64 arithmetic
 
 
 @dataclass(frozen=True)
-class Region:
-    """One gate block of the buffer: ``kind`` in W, R, b_W, b_R of gate ``gate`` (cuDNN index) of ``pseudo``."""
+class Block:
+    """One contiguous piece of the buffer: field ``kind`` of pseudo-layer ``pseudo`` (its G gate blocks together,
+    gate-major, or the one projection matrix), starting at element ``offset``."""
 
     pseudo: int
     kind: str
-    gate: int
     offset: int
     shape: tuple
 
     @property
-    def size(self):
+    def size(self) -> int:
         return int(np.prod(self.shape))
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,8 @@ class RNNSpec:
     """What a cuDNN RNN stack is: enough to lay out its buffer.
 
     mode: ``"lstm"`` or ``"gru"``; num_layers: L >= 1; num_units: H; input_size: I (width of layer 0's input);
-    bidirectional: D = 2 when true; dtype: element type of the buffer.
+    bidirectional: D = 2 when true; dtype: element type of the buffer; num_proj: P, the LSTM's projection size
+    (0 = none; 0 < P < H), which makes h (and every layer's output) P wide.
     """
 
     mode: str
@@ -82,80 +88,93 @@ class RNNSpec:
             raise CudnnPortError(f"Received mode {self.mode!r}, expected one of {sorted(MODES)}")
         for name in ("num_layers", "num_units", "input_size"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value < MAX_ELEMENTS:
                 raise CudnnPortError(f"Received {name}={value!r}, expected a positive integer")
+            object.__setattr__(self, name, int(value))
+        object.__setattr__(self, "bidirectional", bool(self.bidirectional))
         if self.dtype not in FLOAT_DTYPES:
             raise CudnnPortError(f"Received dtype {self.dtype!r}, expected one of {FLOAT_DTYPES}")
-        if self.num_proj:
-            raise UnsupportedError(
-                "LSTM projection (num_proj) is not supported: its buffer adds a [P, H] region per pseudo-layer "
-                "that no canonical target here can hold; convert a stack without projection")
+        proj = self.num_proj or 0
+        if isinstance(proj, bool) or not isinstance(proj, (int, np.integer)) or proj < 0:
+            raise CudnnPortError(f"Received num_proj={proj!r}, expected 0 (no projection) or a positive integer")
+        if proj and self.mode != "lstm":
+            raise CudnnPortError(f"Received num_proj={proj} for a {self.mode.upper()}; only LSTM has a projection")
+        if proj and proj >= self.num_units:
+            raise CudnnPortError(f"Received num_proj={proj} with num_units={self.num_units}, expected "
+                                 "num_proj < num_units (cuDNN projects only to a smaller size; 0 means none)")
+        object.__setattr__(self, "num_proj", int(proj))
         if self.input_mode != "linear_input":
             raise UnsupportedError(
                 f"input_mode={self.input_mode!r} is not supported: it drops layer 0's input weights "
                 "(x is added to each gate directly); retrain with input_mode='linear_input'")
+        if self.param_count >= MAX_ELEMENTS:
+            raise CudnnPortError(f"Received a {self.describe()}, whose buffer would hold {self.param_count} "
+                                 "elements; check the sizes")
 
     @property
-    def num_gates(self):
+    def num_gates(self) -> int:
         return MODES[self.mode]
 
     @property
-    def num_dirs(self):
+    def num_dirs(self) -> int:
         return 2 if self.bidirectional else 1
 
     @property
-    def num_pseudo_layers(self):
+    def num_pseudo_layers(self) -> int:
         return self.num_layers * self.num_dirs
 
-    def layer_input_size(self, layer):
+    @property
+    def state_size(self) -> int:
+        """S: the width of h (P with a projection, else H). c is always H wide."""
+        return self.num_proj or self.num_units
+
+    @property
+    def output_size(self) -> int:
+        """D * S: the width of every layer's output."""
+        return self.num_dirs * self.state_size
+
+    def layer_input_size(self, layer: int) -> int:
         """I_l: the width of layer ``layer``'s input."""
-        return self.input_size if layer == 0 else self.num_dirs * self.num_units
+        return self.input_size if layer == 0 else self.output_size
 
-    def regions(self):
-        """Every block of the buffer, in buffer order (see the module docstring)."""
-        G, H = self.num_gates, self.num_units
+    def blocks(self) -> list:
+        """Every :class:`Block` of the buffer, in buffer order (see the module docstring)."""
+        G, H, S, P = self.num_gates, self.num_units, self.state_size, self.num_proj
         out, offset = [], 0
-
-        def add(p, kind, gate, shape):
-            nonlocal offset
-            out.append(Region(p, kind, gate, offset, shape))
-            offset += int(np.prod(shape))
-
+        shapes = []
         for p in range(self.num_pseudo_layers):
-            width = self.layer_input_size(p // self.num_dirs)
-            for g in range(G):
-                add(p, "W", g, (H, width))
-            for g in range(G):
-                add(p, "R", g, (H, H))
-        for p in range(self.num_pseudo_layers):
-            for kind in ("b_W", "b_R"):
-                for g in range(G):
-                    add(p, kind, g, (H,))
+            shapes += [(p, "W", (G, H, self.layer_input_size(p // self.num_dirs))), (p, "R", (G, H, S))]
+            shapes += [(p, "P", (P, H))] if P else []
+        shapes += [(p, kind, (G, H)) for p in range(self.num_pseudo_layers) for kind in ("b_W", "b_R")]
+        for p, kind, shape in shapes:
+            out.append(Block(p, kind, offset, shape))
+            offset += out[-1].size
         return out
 
     @property
-    def param_count(self):
+    def param_count(self) -> int:
         """Elements in the buffer (never bytes)."""
-        G, H, D = self.num_gates, self.num_units, self.num_dirs
-        return sum(G * H * (self.layer_input_size(p // D) + H + 2) for p in range(self.num_pseudo_layers))
+        return self.blocks()[-1].end
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         d = asdict(self)
-        del d["num_proj"], d["input_mode"]
+        del d["input_mode"]
         return d
 
-    def flags(self):
+    def flags(self) -> str:
         """The CLI flags that select this spec."""
         return (f"--mode {self.mode} --num-layers {self.num_layers} --num-units {self.num_units} "
-                f"--input-size {self.input_size}" + (" --bidirectional" if self.bidirectional else ""))
+                f"--input-size {self.input_size} " + ("--bidirectional" if self.bidirectional else "--unidirectional")
+                + (f" --num-proj {self.num_proj}" if self.num_proj else ""))
 
-    def describe(self):
+    def describe(self) -> str:
         direction = "bidirectional" if self.bidirectional else "unidirectional"
+        proj = f", projection {self.num_proj}" if self.num_proj else ""
         return (f"{self.num_layers}-layer {direction} {self.mode.upper()}, input {self.input_size}, "
-                f"hidden {self.num_units}, {self.dtype}")
+                f"hidden {self.num_units}{proj}, {self.dtype}")
 
 
-def _check_blob(spec, blob):
+def _check_blob(spec: RNNSpec, blob) -> np.ndarray:
     blob = np.asarray(blob)
     if blob.ndim != 1:
         raise CudnnPortError(f"Received a buffer of shape {blob.shape}, expected a flat vector; pass blob.reshape(-1)")
@@ -166,21 +185,11 @@ def _check_blob(spec, blob):
     return blob
 
 
-def _kind_spans(spec):
-    """(pseudo, kind) -> (offset, [G, *shape]): the G gate blocks of one kind are adjacent in the buffer."""
-    spans = {}
-    for r in spec.regions():
-        key = (r.pseudo, r.kind)
-        if key not in spans:
-            spans[key] = (r.offset, (spec.num_gates,) + r.shape)
-    return spans
-
-
-def unpack(spec, blob):
+def unpack(spec: RNNSpec, blob) -> CanonicalRNN:
     """Opaque buffer ``[param_count]`` -> :class:`CanonicalRNN` in cuDNN gate order.
 
-    The canonical arrays are views into ``blob`` (no copy): W ``[G, H, I_l]``, R ``[G, H, H]``,
-    b_W and b_R ``[G, H]`` per pseudo-layer.
+    The canonical arrays are views into ``blob`` (no copy): W ``[G, H, I_l]``, R ``[G, H, S]``, b_W and b_R
+    ``[G, H]``, and P ``[P, H]`` (None without projection) per pseudo-layer.
 
     >>> spec = RNNSpec("lstm", 1, 2, 3)
     >>> canon = unpack(spec, np.arange(spec.param_count, dtype="float32"))
@@ -189,19 +198,20 @@ def unpack(spec, blob):
     """
     blob = _check_blob(spec, blob)
     layers = [{} for _ in range(spec.num_pseudo_layers)]
-    for (p, kind), (offset, shape) in _kind_spans(spec).items():
-        layers[p][kind] = blob[offset:offset + int(np.prod(shape))].reshape(shape)
+    for block in spec.blocks():
+        layers[block.pseudo][block.kind] = blob[block.offset:block.end].reshape(block.shape)
     return CanonicalRNN(spec, [LayerParams(**arrays) for arrays in layers])
 
 
-def pack(canon):
-    """:class:`CanonicalRNN` -> opaque buffer ``[param_count]`` of ``canon.spec.dtype``; inverse of :func:`unpack`."""
+def pack(canon: CanonicalRNN, dtype: Optional[str] = None) -> np.ndarray:
+    """:class:`CanonicalRNN` -> opaque buffer ``[param_count]`` of ``dtype`` (default ``canon.spec.dtype``);
+    inverse of :func:`unpack`."""
     spec = canon.spec
-    blob = np.empty(spec.param_count, dtype=spec.dtype)
-    for (p, kind), (offset, shape) in _kind_spans(spec).items():
-        value = np.asarray(getattr(canon.layers[p], kind))
-        if value.shape != shape:
-            raise CudnnPortError(
-                f"Received {kind} of pseudo-layer {p} with shape {value.shape}, expected {shape} for a {spec.describe()}")
-        blob[offset:offset + value.size] = value.reshape(-1)
+    blob = np.empty(spec.param_count, dtype=dtype or spec.dtype)
+    for block in spec.blocks():
+        value = np.asarray(getattr(canon.layers[block.pseudo], block.kind))
+        if value.shape != block.shape:
+            raise CudnnPortError(f"Received {block.kind} of pseudo-layer {block.pseudo} with shape {value.shape}, "
+                                 f"expected {block.shape} for a {spec.describe()}")
+        blob[block.offset:block.end] = value.reshape(-1)
     return blob

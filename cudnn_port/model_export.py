@@ -3,31 +3,39 @@
     cudnn_port.export(model, "out/")          # or: cudnn-port convert model.keras out/
 
 writes, for the whole model (embeddings, dense heads and every fused layer), built in a temporary sibling and
-renamed into place:
+renamed into place (:mod:`cudnn_port.outdir`):
 
-- ``OUT/saved_model/``: signature ``serving_default`` over the model's inputs, traced with every fused layer on
-  its CPU path (standard ops): no Cudnn op, loads and runs on a CPU-only TensorFlow;
-- ``OUT/frozen_graph.pb``: the same, variables frozen into constants, for TF1-style sessions (input and output
-  tensor names in the manifest);
-- ``OUT/model.onnx``: tf2onnx for the rest of the model, each fused layer as fused ONNX LSTM / GRU nodes (the
-  model is traced with the cuDNN op, whose frozen params the ONNX handler unpacks; nothing runs it);
-- ``OUT/checkpoint/``: the model's variables, each fused layer's buffer as per-layer Keras LSTM / GRU tensors
-  (``--style``-like ``style``), everything else copied;
+- ``OUT/saved_model/``: signature ``serving_default`` over the model's inputs (named as the model names them)
+  returning ``output_0`` ... ``output_{n-1}``, traced with every fused layer on its CPU path (standard ops): no
+  Cudnn op, loads and runs on a CPU-only TensorFlow;
+- ``OUT/frozen_graph.pb``: the same, variables frozen into constants, for TF1-style sessions: placeholders named
+  as the inputs, outputs ``output_0:0`` ...;
+- ``OUT/model.onnx``: tf2onnx for the rest of the model, each fused layer as fused ONNX LSTM / GRU nodes (the model
+  is traced with the cuDNN op, whose frozen params the ONNX handler unpacks; nothing runs it); dynamic dimensions
+  named ``batch`` and ``time``;
+- ``OUT/checkpoint/``: the model's variables, each fused layer's buffer as per-layer tensors of ``style`` (Keras
+  LSTM / GRU names by default; TF1 names for a layer with projection, which Keras cannot hold), the rest copied;
 - ``OUT/layers/<layer>/``: each fused layer alone as ``convert`` writes a stack (``saved_model/`` with the
   ``with_initial_state`` signature, ``frozen_graph.pb``, ``model.onnx``): step functions for decoding;
-- ``OUT/model_parity.json``: the whole model's outputs from each artifact against the Keras model itself, on
-  seeded inputs;
+- ``OUT/model_parity.json``: the whole model's outputs from each artifact against an independent judge (the same
+  model rebuilt from stock Keras layers, :mod:`cudnn_port.judges`) on seeded inputs;
 - ``OUT/manifest.json``.
+
+A parity failure raises :class:`~cudnn_port.errors.ParityError` and leaves no OUT (``keep_failed=True`` keeps it,
+and the error names its report).
 """
 import os
 
 import numpy as np
 
-from ._tf import import_tf as _tf
-from .errors import CudnnPortError
+from .deps import import_tf as _tf
+from .errors import CudnnPortError, ParityError
+from .outdir import OutputFolder, finish
+from .paths import sha256
+from .stacks import prepare_stacks, write_stacks
 
-ATOL, RTOL = 1e-5, 1e-4
 LAYER_FORMATS = ("checkpoint", "saved_model", "graphdef", "onnx")  # each fused layer alone, e.g. as a step function
+PARITY = "model_parity.json"
 
 
 def _input_specs(model):
@@ -54,38 +62,58 @@ def _traced(model, specs, path):
         return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
 
 
-def export(model, out, *, style="keras", force=False, progress=None, seed=0, path=None, xla=True):
+def export(model, out, *, style=None, force=False, progress=None, seed=0, path=None, xla=False, quantize=None,
+           keep_failed=False) -> dict:
     """Write the CPU artifacts of ``model`` (a built Keras model holding cudnn_port fused layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
-    came from, if any (recorded and hashed in the manifest). ``xla=False``: each layer's SavedModel in plain
-    ops (see :mod:`cudnn_port.exports.tensorflow`)."""
-    from .converter import _build, _finish, _prepare_out, _write, prepare_stacks
+    came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled
+    (see :mod:`cudnn_port.exports.tensorflow`). ``quantize="int8"``: int8 ONNX models next to the fp32 ones
+    (:mod:`cudnn_port.exports.quantize`). Raises :class:`~cudnn_port.errors.ParityError` if an artifact disagrees
+    with the judge."""
     from .readers.keras_model import KerasModelSource
 
     say = progress or (lambda message: None)
     specs = _input_specs(model)
-    out = _prepare_out(out, force)
+    folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None)
     stacks = prepare_stacks(source, say=say)
+    style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
     def write(tmp):
-        manifest = _write(source, stacks, tmp, style, LAYER_FORMATS, False, say, layer_dir="layers", xla=xla)
+        manifest = write_stacks(source, stacks, tmp, style=style, formats=LAYER_FORMATS, layer_dir="layers",
+                                xla=xla, say=say)
         manifest["kind"] = "keras_model"
+        if path:
+            manifest["source"]["files"] = {os.path.basename(path): sha256(path)}
         manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
-        manifest["parity"] = _parity(model, specs, tmp, manifest, seed, say)
-        return _finish(manifest, tmp)
+        if quantize:
+            from .exports.quantize import quantize_outputs
 
-    manifest = _build(out, write, say)
+            quantize_outputs(manifest, tmp, say)
+        manifest["parity"] = _parity(model, specs, tmp, manifest, seed, say)
+        if not manifest["parity"]["passed"] and not keep_failed:
+            raise ParityError(_failure(manifest["parity"], "nothing was written; pass keep_failed=True "
+                                       "(--keep-failed) to keep the output for inspection"), manifest["parity"])
+        return finish(manifest, tmp)
+
+    manifest = folder.build(write, say)
     if not manifest["parity"]["passed"]:
-        say("warning: an artifact disagrees with the Keras model; see model_parity.json")
+        report = os.path.join(folder.out, PARITY)
+        raise ParityError(_failure(manifest["parity"], f"the output was kept; see {report}"), manifest["parity"],
+                          report)
     return manifest
+
+
+def _failure(parity, what):
+    failed = [row[0] for row in parity["rows"] if not row[2]]
+    return f"whole-model parity FAILED for {', '.join(failed)}; {what}"
 
 
 def _write_model(model, specs, tmp, say, manifest):
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from .exports.onnx import write_graph_onnx
-    from .exports.tensorflow import op_types
+    from .exports.onnx_tf import name_dynamic_dims, write_graph_onnx
+    from .exports.tensorflow import op_types, strip_unused_placeholders
 
     tf = _tf()
     say("writing saved_model/ (fused layers on their CPU path)")
@@ -94,78 +122,54 @@ def _write_model(model, specs, tmp, say, manifest):
     module.variables_ = list(model.variables)
     module.serve = cpu
     tf.saved_model.save(module, os.path.join(tmp, "saved_model"), signatures={"serving_default": cpu})
-    ops = op_types(cpu.graph.as_graph_def())
-    if any(op.startswith("Cudnn") for op in ops):
+    if any(op.startswith("Cudnn") for op in op_types(cpu.graph.as_graph_def())):
         raise CudnnPortError("the CPU trace still holds a Cudnn op; a layer other than cudnn_port's calls cuDNN")
 
     say("writing frozen_graph.pb")
     frozen = convert_variables_to_constants_v2(cpu)
-    graph_def = frozen.graph.as_graph_def()
+    outputs = [f"output_{i}" for i in range(len(frozen.outputs))]
+    graph_def = strip_unused_placeholders(frozen.graph.as_graph_def(), keep=[t.name for t in frozen.inputs],
+                                          outputs=dict(zip(outputs, [t.name for t in frozen.outputs])))
     with open(os.path.join(tmp, "frozen_graph.pb"), "wb") as f:
         f.write(graph_def.SerializeToString())
-    manifest["graphdef_nodes"] = {"inputs": [t.name for t in frozen.inputs],
-                                  "outputs": [t.name for t in frozen.outputs]}
+    manifest["graphdef_nodes"] = {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in outputs]}
 
     say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
     fused = convert_variables_to_constants_v2(_traced(model, specs, "cudnn"))
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     renames = dict(zip(names_in, [s.name for s in specs]))
-    renames.update(zip(names_out, [f"output_{i}" for i in range(len(names_out))]))
-    write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, os.path.join(tmp, "model.onnx"), renames)
+    renames.update(zip(names_out, outputs))
+    onnx_model = write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames)
+    name_dynamic_dims(onnx_model, os.path.join(tmp, "model.onnx"))
     return {"saved_model": "saved_model", "graphdef": "frozen_graph.pb", "onnx": "model.onnx"}
 
 
 def _parity(model, specs, tmp, manifest, seed, say):
-    """Each artifact's outputs against the Keras model's own (CPU path), on seeded inputs; writes
-    model_parity.json (``cudnn-port verify OUT`` writes its own parity.json)."""
-    import json
+    """Each artifact's outputs against the stock-Keras judge (and the Keras model itself, one more row), on seeded
+    inputs; writes model_parity.json (``cudnn-port verify OUT`` writes its own parity.json)."""
+    from .judges import model_judge, run_model_artifacts
+    from .parity import ATOL, RTOL, sample_inputs, write_report
 
-    import onnxruntime as ort
-
-    from .exports.runners import load_graph
-    from .layers import forced_path
-    from .verify import _compare, failed_row, sample_inputs
-
-    tf = _tf()
     feeds = sample_inputs([(s.name, s) for s in specs], seed, pad_last=True)
-    with forced_path("cpu"):
-        want = model([feeds[s.name] for s in specs] if len(specs) > 1 else feeds[specs[0].name], training=False)
-    want = [np.asarray(w) for w in (want if isinstance(want, (list, tuple)) else [want])]
-    rows = []
-
-    def check(name, run):
-        say(f"parity: {name}")
-        try:
-            rows.append(_compare(name, run(), want, ATOL, RTOL))
-        except Exception as e:  # an artifact that fails to run is a failed check
-            rows.append(failed_row(name, e))
-
-    def saved_model():
-        fn = tf.saved_model.load(os.path.join(tmp, "saved_model")).signatures["serving_default"]
-        result = fn(**{s.name: feeds[s.name] for s in specs})
-        return [result[f"output_{i}"].numpy() for i in range(len(want))]
-
-    def graphdef():
-        names = manifest["graphdef_nodes"]
-        with tf.compat.v1.Session(graph=load_graph(os.path.join(tmp, "frozen_graph.pb"))) as session:
-            return session.run(names["outputs"], {n: feeds[s.name] for n, s in zip(names["inputs"], specs)})
-
-    def onnx_model():
-        session = ort.InferenceSession(os.path.join(tmp, "model.onnx"), providers=["CPUExecutionProvider"])
-        return session.run([f"output_{i}" for i in range(len(want))], {s.name: feeds[s.name] for s in specs})
-
-    check("saved_model", saved_model)
-    check("graphdef", graphdef)
-    check("onnx (onnxruntime)", onnx_model)
-    report = {"judge": "the Keras model itself (fused layers on their CPU path)", "atol": ATOL, "rtol": RTOL,
-              "seed": seed, "rows": rows, "passed": all(r["passed"] for r in rows)}
-    with open(os.path.join(tmp, "model_parity.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    return {"passed": report["passed"], "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
+    judge, judge_name = model_judge(model)
+    want = judge([feeds[s.name] for s in specs])
+    rows = run_model_artifacts(tmp, manifest, [s.name for s in specs], feeds, want, ATOL, RTOL, say, model=model)
+    report = {"judge": judge_name, "atol": ATOL, "rtol": RTOL, "seed": seed, "rows": rows,
+              "passed": all(r["passed"] for r in rows)}
+    write_report(os.path.join(tmp, PARITY), report)
+    return {"passed": report["passed"], "judge": judge_name,
+            "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
 
 
-def export_keras_file(path, out, style="keras", force=False, progress=None, xla=True):
+def export_keras_file(path, out, style=None, force=False, progress=None, xla=False, quantize=None,
+                      keep_failed=False):
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_keras_file
 
-    return export(load_keras_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla)
+    return export(load_keras_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
+                  quantize=quantize, keep_failed=keep_failed)
+
+
+def model_outputs(result):
+    """A model call's result as a list of NumPy arrays."""
+    return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]

@@ -1,10 +1,11 @@
 """NumPy reference of cuDNN's forward math; the judge of every artifact in tests and ``verify``.
 
 Deliberately plain: one time step at a time, one sequence length at a time, float64 throughout, no code shared
-with the fast export paths. Math (conventions.md §2), gates in cuDNN order, ``σ`` the logistic function::
+with the fast export paths. Math (docs/conventions.md, section 2), gates in cuDNN order, ``σ`` the logistic
+function::
 
     LSTM  i = σ(W_i x + b_W_i + R_i h + b_R_i)   f, o likewise    c~ = tanh(W_c x + b_W_c + R_c h + b_R_c)
-          c' = f * c + i * c~                    h' = o * tanh(c')
+          c' = f * c + i * c~                    h' = o * tanh(c')     (with projection: h' = Proj @ (o * tanh(c')))
     GRU   r = σ(W_r x + b_W_r + R_r h + b_R_r)   z likewise
           h~ = tanh(W_h x + b_W_h + r * (R_h h + b_R_h))      h' = (1 - z) * h~ + z * h
 
@@ -20,11 +21,12 @@ def _sigmoid(v):
 
 
 def lstm_step(params, x, h, c):
-    """One LSTM step for one sequence. x ``[I]``, h and c ``[H]`` -> (h', c')."""
+    """One LSTM step for one sequence. x ``[I]``, h ``[S]`` (P with projection, else H), c ``[H]`` -> (h', c')."""
     pre = [params.W[g] @ x + params.b_W[g] + params.R[g] @ h + params.b_R[g] for g in range(4)]
     i, f, o = _sigmoid(pre[0]), _sigmoid(pre[1]), _sigmoid(pre[3])
     c_new = f * c + i * np.tanh(pre[2])
-    return o * np.tanh(c_new), c_new
+    h_new = o * np.tanh(c_new)
+    return (h_new if params.P is None else params.P @ h_new), c_new
 
 
 def gru_step(params, x, h, c=None):
@@ -36,14 +38,16 @@ def gru_step(params, x, h, c=None):
 
 
 def _as64(params):
-    return type(params)(*(np.asarray(a, dtype=np.float64) for a in (params.W, params.R, params.b_W, params.b_R)))
+    return type(params)(*(None if a is None else np.asarray(a, dtype=np.float64)
+                          for a in (params.W, params.R, params.b_W, params.b_R, params.P)))
 
 
 def forward(canon, x, lengths=None, h_0=None, c_0=None):
     """Run the stack ``canon`` (a CanonicalRNN) on a right-padded batch.
 
-    x: ``[B, T, I]``; lengths: ``[B]`` ints in 1..T (default T); h_0, c_0: ``[L*D, B, H]`` (default zeros;
-    c_0 only for LSTM). Returns ``(outputs [B, T, D*H], h_n [L*D, B, H], c_n [L*D, B, H] or None)`` in float64.
+    x: ``[B, T, I]``; lengths: ``[B]`` ints in 1..T (default T); h_0 ``[L*D, B, S]`` and c_0 ``[L*D, B, H]``
+    (default zeros; c_0 only for LSTM; S = P with a projection, else H). Returns ``(outputs [B, T, D*S],
+    h_n [L*D, B, S], c_n [L*D, B, H] or None)`` in float64.
 
     >>> from cudnn_port.layout import RNNSpec, unpack
     >>> spec = RNNSpec("gru", 2, 3, 5, bidirectional=True)
@@ -55,16 +59,16 @@ def forward(canon, x, lengths=None, h_0=None, c_0=None):
     spec = canon.spec
     x = np.asarray(x, dtype=np.float64)
     B, T, _ = x.shape
-    H, D = spec.num_units, spec.num_dirs
+    H, S, D = spec.num_units, spec.state_size, spec.num_dirs
     lengths = np.full(B, T) if lengths is None else np.asarray(lengths)
-    h_0 = np.zeros((spec.num_pseudo_layers, B, H)) if h_0 is None else np.asarray(h_0, dtype=np.float64)
+    h_0 = np.zeros((spec.num_pseudo_layers, B, S)) if h_0 is None else np.asarray(h_0, dtype=np.float64)
     is_lstm = spec.mode == "lstm"
-    c_0 = np.zeros_like(h_0) if c_0 is None else np.asarray(c_0, dtype=np.float64)
+    c_0 = np.zeros((spec.num_pseudo_layers, B, H)) if c_0 is None else np.asarray(c_0, dtype=np.float64)
     step = lstm_step if is_lstm else gru_step
-    h_n, c_n = np.zeros_like(h_0), np.zeros_like(h_0)
+    h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):
-        layer_out = np.zeros((B, T, D * H))
+        layer_out = np.zeros((B, T, D * S))
         for direction in range(D):
             p = layer * D + direction
             params = _as64(canon.layers[p])
@@ -74,7 +78,7 @@ def forward(canon, x, lengths=None, h_0=None, c_0=None):
                 steps = range(n) if direction == 0 else range(n - 1, -1, -1)
                 for t in steps:
                     h, c = step(params, layer_in[b, t], h, c)
-                    layer_out[b, t, direction * H:(direction + 1) * H] = h
+                    layer_out[b, t, direction * S:(direction + 1) * S] = h
                 h_n[p, b] = h
                 if is_lstm:
                     c_n[p, b] = c

@@ -20,66 +20,60 @@ that is how a cuDNN node of a saved graph is replaced by CPU ops reading the sam
 """
 import numpy as np
 
-from ._tf import import_tf as _tf
+from .canonical import CanonicalRNN, LayerParams, input_bias
+from .deps import import_tf as _tf
 
 
-def layer_constants(canon, layer):
-    """NumPy arrays of one layer, both directions stacked: Wx [D, I_l, G*H], Rh [D, H, G*H], bx [D, G*H], bh [D, H].
+def layer_weights(canon, layer):
+    """Both directions of one layer, stacked, as the loops use them: Wx [D, I_l, G*H], Rh [D, S, G*H], bx [D, G*H],
+    bh [D, H] and Pt [D, H, P] (None without projection), float32; NumPy arrays for a CanonicalRNN of arrays
+    (they become constants: frozen exports), TensorFlow tensors for one of tensors (differentiable).
 
-    Gate blocks stay in cuDNN order. LSTM folds b_R into bx (its bh is zeros, unused); GRU folds b_R of r and z
-    into bx and keeps b_R_h as bh (it sits inside r * (...)).
+    Gate blocks stay in cuDNN order. bx is :func:`cudnn_port.canonical.input_bias` (the one bias fold); bh is GRU's
+    b_R_h, which sits inside r * (...) and is added there (zeros, unused, for LSTM).
     """
     spec = canon.spec
-    G, H = spec.num_gates, spec.num_units
-    Wx, Rh, bx, bh = [], [], [], []
+    G, H, S = spec.num_gates, spec.num_units, spec.state_size
+    if isinstance(canon.layers[0].W, np.ndarray):
+        reshape, transpose, concat = np.reshape, np.transpose, np.concatenate
+
+        def stack(parts):
+            return np.ascontiguousarray(np.stack(parts)).astype(np.float32)
+    else:
+        tf = _tf()
+        reshape, transpose = tf.reshape, tf.transpose
+
+        def concat(parts):
+            return tf.concat(parts, 0)
+
+        def stack(parts):
+            return tf.cast(tf.stack(parts), tf.float32)
+    Wx, Rh, bx, bh, Pt = [], [], [], [], []
     for direction in range(spec.num_dirs):
         p = canon.layer(layer, direction)
-        Wx.append(np.asarray(p.W).reshape(G * H, -1).T)
-        Rh.append(np.asarray(p.R).reshape(G * H, H).T)
-        b_W, b_R = np.asarray(p.b_W), np.asarray(p.b_R)
-        if spec.mode == "lstm":
-            bx.append((b_W + b_R).reshape(-1))
-            bh.append(np.zeros(H, b_W.dtype))
-        else:
-            bx.append(np.concatenate([b_W[0] + b_R[0], b_W[1] + b_R[1], b_W[2]]))
-            bh.append(b_R[2])
-    return tuple(np.ascontiguousarray(np.stack(a)).astype(np.float32) for a in (Wx, Rh, bx, bh))
+        Wx.append(transpose(reshape(p.W, [G * H, -1])))
+        Rh.append(transpose(reshape(p.R, [G * H, S])))
+        bx.append(input_bias(spec.mode, p.b_W, p.b_R, concat))
+        bh.append(p.b_R[2] if spec.mode == "gru" else p.b_R[0] * 0)
+        if spec.num_proj:
+            Pt.append(transpose(p.P))
+    return stack(Wx), stack(Rh), stack(bx), stack(bh), (stack(Pt) if Pt else None)
 
 
 def unpack_tensor(spec, params):
-    """:func:`cudnn_port.layout.unpack` for a TensorFlow tensor ``params`` [param_count]: a CanonicalRNN of slices."""
-    from .canonical import CanonicalRNN, LayerParams
-    from .layout import _kind_spans
-
+    """:func:`cudnn_port.layout.unpack` for a TensorFlow tensor ``params`` [param_count]: a CanonicalRNN of slices
+    at the offsets of :meth:`~cudnn_port.layout.RNNSpec.blocks`."""
     tf = _tf()
     layers = [{} for _ in range(spec.num_pseudo_layers)]
-    for (p, kind), (offset, shape) in _kind_spans(spec).items():
-        layers[p][kind] = tf.reshape(params[offset:offset + int(np.prod(shape))], shape)
+    for block in spec.blocks():
+        layers[block.pseudo][block.kind] = tf.reshape(params[block.offset:block.end], block.shape)
     return CanonicalRNN(spec, [LayerParams(**kinds) for kinds in layers])
 
 
-def layer_tensors(canon, layer):
-    """:func:`layer_constants` for a CanonicalRNN of tensors, in TensorFlow ops (differentiable)."""
-    tf = _tf()
-    spec = canon.spec
-    G, H = spec.num_gates, spec.num_units
-    Wx, Rh, bx, bh = [], [], [], []
-    for direction in range(spec.num_dirs):
-        p = canon.layer(layer, direction)
-        Wx.append(tf.transpose(tf.reshape(p.W, [G * H, -1])))
-        Rh.append(tf.transpose(tf.reshape(p.R, [G * H, H])))
-        if spec.mode == "lstm":
-            bx.append(tf.reshape(p.b_W + p.b_R, [-1]))
-            bh.append(tf.zeros([H], p.b_W.dtype))
-        else:
-            bx.append(tf.concat([p.b_W[0] + p.b_R[0], p.b_W[1] + p.b_R[1], p.b_W[2]], 0))
-            bh.append(p.b_R[2])
-    return tuple(tf.cast(tf.stack(a), tf.float32) for a in (Wx, Rh, bx, bh))
-
-
 def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None, until=None):
-    """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h / initial_c
-    [L*D, B, H] (zeros when None). Returns (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None).
+    """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h [L*D, B, S] and
+    initial_c [L*D, B, H] (zeros when None; S = P with a projection, else H). Returns (outputs [B, T, D*S],
+    final_h [L*D, B, S], final_c [L*D, B, H] or None).
     ``between(x, layer)`` (e.g. dropout) maps each layer's time-major output before the next layer reads it.
     ``until`` (a scalar, at least max(sequence_lengths)) stops the time loops early, for inputs padded past
     every length; the outputs of the steps skipped are then zeros only under XLA, where an unwritten
@@ -90,22 +84,23 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     inputs = tf.convert_to_tensor(inputs, tf.float32)
     lengths = tf.cast(sequence_lengths, tf.int32)
     batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
-    zeros = tf.zeros([spec.num_pseudo_layers, batch, spec.num_units])
-    initial_h = zeros if initial_h is None else tf.convert_to_tensor(initial_h, tf.float32)
-    initial_c = zeros if initial_c is None else tf.convert_to_tensor(initial_c, tf.float32)
+    initial_h = tf.zeros([spec.num_pseudo_layers, batch, spec.state_size]) if initial_h is None else \
+        tf.convert_to_tensor(initial_h, tf.float32)
+    initial_c = tf.zeros([spec.num_pseudo_layers, batch, spec.num_units]) if initial_c is None else \
+        tf.convert_to_tensor(initial_c, tf.float32)
     valid = tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]  # [T, B, 1]
     x = tf.transpose(inputs, [1, 0, 2])  # time-major [T, B, I]
     final_h, final_c = [], []
-    weights = layer_constants if isinstance(canon.layers[0].W, np.ndarray) else layer_tensors
     for layer in range(spec.num_layers):
-        Wx, Rh, bx, bh = weights(canon, layer)
+        Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
         width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
         outs = []
         for d in range(D):
             x_d = x if d == 0 else tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)
             xw = tf.reshape(tf.matmul(tf.reshape(x_d, [-1, width]), Wx[d]) + bx[d], [steps, batch, -1])
             p = layer * D + d
-            y, h, c = _time_loop(tf, xw, valid, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until)
+            y, h, c = _time_loop(tf, xw, valid, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until,
+                                 None if Pt is None else Pt[d])
             outs.append(y if d == 0 else tf.reverse_sequence(y, lengths, seq_axis=0, batch_axis=1))
             final_h.append(h)
             final_c.append(c)
@@ -116,9 +111,10 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
 
 
-def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
-    """One direction: xw [T, B, G*H], h0 / c0 [B, H], Rh [H, G*H], bh [H] -> (y [T, B, H], h, c)."""
-    steps, H = tf.shape(xw)[0], Rh.shape[0]
+def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
+    """One direction: xw [T, B, G*H], h0 [B, S], c0 [B, H], Rh [S, G*H], bh [H], Pt [H, P] or None
+    -> (y [T, B, S], h, c)."""
+    steps, H = tf.shape(xw)[0], bh.shape[0]
     out = tf.TensorArray(tf.float32, size=steps, element_shape=h0.shape)
 
     def body(t, h, c, out):
@@ -129,6 +125,8 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
             i, f, cc, o = tf.split(g + hr, 4, axis=-1)
             c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(cc)
             h_new = tf.sigmoid(o) * tf.tanh(c_new)
+            if Pt is not None:
+                h_new = tf.matmul(h_new, Pt)
             c = tf.where(keep, c_new, c)
         else:
             # b_R_h goes onto the h block alone: a bias added to the whole product is fused by XLA into the
@@ -148,8 +146,8 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None):
 
 def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None):
     """What a CudnnRNN / V2 / V3 op of ``spec`` returns, in standard ops: [output, output_h, output_c,
-    reserve_space, host_reserved][:count]. Time-major: input [T, B, I], states [L*D, B, H]; batch-major (V3 with
-    time_major=False): input [B, T, I], states [B, L*D, H]. No sequence_lengths: every sequence is full length.
+    reserve_space, host_reserved][:count]. Time-major: input [T, B, I], states [L*D, B, S or H]; batch-major (V3
+    with time_major=False): input [B, T, I], states [B, L*D, S or H] (S = num_proj or H: h is S wide, c H wide). No sequence_lengths: every sequence is full length.
     GRU's output_c is zeros like input_c; the reserve outputs are empty (only cuDNN's backward op reads them)."""
     tf = _tf()
     dtype, is_lstm = input.dtype, spec.mode == "lstm"
@@ -176,8 +174,8 @@ def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, seque
 def cudnn_forward(spec, params, inputs, sequence_lengths, initial_h, initial_c=None, dropout=0.0, seed=0,
                   training=False):
     """The whole stack as ONE fused ``CudnnRNNV3`` call (needs a GPU to run; any graph can hold it). Same
-    interface as :func:`stack_forward`: inputs [B, T, I] (batch-major), sequence_lengths [B], initial_h /
-    initial_c [L*D, B, H] -> (outputs [B, T, D*H], final_h [L*D, B, H], final_c or None)."""
+    interface as :func:`stack_forward`: inputs [B, T, I] (batch-major), sequence_lengths [B], initial_h
+    [L*D, B, S] / initial_c [L*D, B, H] -> (outputs [B, T, D*S], final_h [L*D, B, S], final_c or None)."""
     tf = _tf()
     h0 = tf.transpose(initial_h, [1, 0, 2])  # batch-major ops take states as [B, L*D, H]
     c0 = tf.transpose(initial_c, [1, 0, 2]) if spec.mode == "lstm" else tf.zeros([])
@@ -185,5 +183,5 @@ def cudnn_forward(spec, params, inputs, sequence_lengths, initial_h, initial_c=N
         input=tf.cast(inputs, "float32"), input_h=h0, input_c=c0, params=params,
         sequence_lengths=tf.cast(sequence_lengths, "int32"), rnn_mode=spec.mode, input_mode="linear_input",
         direction="bidirectional" if spec.bidirectional else "unidirectional", dropout=dropout, seed=seed,
-        is_training=training, time_major=False)
+        is_training=training, time_major=False, num_proj=spec.num_proj)
     return outputs, tf.transpose(h, [1, 0, 2]), tf.transpose(c, [1, 0, 2]) if spec.mode == "lstm" else None

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
 from cudnn_port import cli, reference
-from cudnn_port.converter import convert
+from cudnn_port import convert
 from cudnn_port.exports.tensorflow import op_types
 from cudnn_port.layout import unpack
 from test_targets import assert_close, spec_flags, write_source
@@ -174,10 +174,16 @@ def test_padded_steps_buckets():
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
-def test_xla_saved_model_stops_at_the_longest_sequence(exported, mode):
-    """Every length < T (and T off a bucket): the loops stop early and the steps they skip must read as zeros."""
-    spec, blob, out, manifest = exported[(mode, 2, True)]
-    assert manifest["saved_model_xla"] is True
+def test_xla_saved_model_stops_at_the_longest_sequence(tmp_path, mode, capsys):
+    """convert --xla (opt-in): every length < T (and T off a bucket): the loops stop early and the steps they skip
+    must read as zeros."""
+    spec = make_spec(mode, 2, True)
+    src, blob = write_source(tmp_path, spec, name=f"cudnn_{mode}/opaque_kernel", seed=5)
+    code = cli.main(["convert", str(src), str(tmp_path / "out"), "--formats", "saved_model", "--xla", "--json",
+                     "--quiet"] + spec.flags().split())
+    manifest = json.loads(capsys.readouterr().out)
+    out = tmp_path / "out"
+    assert code == 0 and manifest["saved_model_xla"] is True
     assert _xla_functions(out / manifest["stacks"][0]["artifacts"]["saved_model"])
     rng = np.random.default_rng(5)
     for steps, lengths in ((13, [9, 1, 4]), (33, [30, 17, 2]), (1, [1, 1, 1])):
@@ -194,18 +200,22 @@ def test_xla_saved_model_stops_at_the_longest_sequence(exported, mode):
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
-def test_saved_model_without_xla(tmp_path, mode, capsys):
-    """convert --no-xla: the same numbers from plain ops, and no function marked for XLA."""
+def test_default_saved_model_has_no_xla_function(tmp_path, mode, capsys):
+    """The default SavedModel is plain ops (TF Serving with default flags, TF Java and the C API run it): no function
+    is marked for XLA compilation, and the numbers are the reference's."""
     spec = make_spec(mode, 2, True)
     src, blob = write_source(tmp_path, spec, name=f"cudnn_{mode}/opaque_kernel", seed=11)
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in spec_flags(spec).items() if not isinstance(v, bool)]
-    flags.append("--bidirectional" if spec.bidirectional else "--unidirectional")
-    code = cli.main(["convert", str(src), str(tmp_path / "out"), "--formats", "saved_model", "--no-xla", "--json",
-                     "--quiet"] + flags)
+    code = cli.main(["convert", str(src), str(tmp_path / "out"), "--formats", "saved_model", "--json", "--quiet"]
+                    + spec.flags().split())
     manifest = json.loads(capsys.readouterr().out)
     assert code == 0 and manifest["saved_model_xla"] is False
     path = tmp_path / "out" / manifest["stacks"][0]["artifacts"]["saved_model"]
-    assert _xla_functions(path) == []
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((path / "saved_model.pb").read_bytes())
+    functions = [f for m in saved.meta_graphs for f in m.graph_def.library.function]
+    assert functions and _xla_functions(path) == []
     x, lengths, h_0, c_0 = ragged_batch(spec)
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
     got = run_saved_model(path, spec, feeds(spec, x, lengths, h_0, c_0))
@@ -222,9 +232,12 @@ def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["passed"]
     artifacts = {r["artifact"] for r in report["rows"] if r["passed"]}
-    assert artifacts == {"checkpoint (TF CPU graph)", "saved_model", "graphdef", "onnx (onnxruntime)"}
+    assert artifacts == {"files (sha256)", "checkpoint (tf1 style)", "saved_model [with_initial_state]",
+                         "saved_model [serving_default]", "graphdef", "onnx (onnxruntime), states fed",
+                         "onnx (onnxruntime), no states", "checkpoint (copied variables)"}
     assert json.loads((out / "parity.json").read_text())["passed"] is True
-    assert all(r["judge"] == "source buffer" for r in report["rows"] if r["judge"])
+    assert all(r["judge"] == "source buffer" for r in report["rows"] if r["stack"] == "cudnn_lstm/opaque_kernel"
+               and r["passed"] is not None)
     # Replace the ONNX file with one holding other weights: verify must fail, exit 1, and name the artifact.
     from cudnn_port.exports.onnx import write_onnx
     from test_convert import SAMPLE_SPEC
@@ -253,7 +266,8 @@ def test_verify_falls_back_to_the_converted_checkpoint(tmp_path, tf1_ckpt):
     for f in os.listdir(os.path.dirname(tf1_ckpt)):
         os.remove(os.path.join(os.path.dirname(tf1_ckpt), f))
     report = verify(out)
-    assert report["passed"] and report["rows"][0]["judge"].startswith("converted checkpoint")
+    stack_rows = [r for r in report["rows"] if r["stack"] == "cudnn_lstm/opaque_kernel" and r["passed"] is not None]
+    assert report["passed"] and stack_rows and all(r["judge"].startswith("converted checkpoint") for r in stack_rows)
 
 
 def test_parity_marker_in_a_users_suite(tmp_path, tf1_ckpt, pytester):

@@ -62,10 +62,16 @@ def test_wrong_size_buffer_is_rejected_with_expected_count():
         unpack(spec, np.zeros(spec.param_count + 1, "float32"))
 
 
-@pytest.mark.parametrize("kwargs,needle", [({"num_proj": 3}, "projection"), ({"input_mode": "skip_input"}, "skip_input")])
-def test_projection_and_skip_input_are_rejected_clearly(kwargs, needle):
-    with pytest.raises(UnsupportedError, match=needle):
-        RNNSpec("lstm", 1, 8, 8, **kwargs)
+def test_skip_input_is_rejected_clearly():
+    with pytest.raises(UnsupportedError, match="skip_input"):
+        RNNSpec("lstm", 1, 8, 8, input_mode="skip_input")
+
+
+@pytest.mark.parametrize("mode,units,proj,needle", [("gru", 8, 3, "only LSTM"), ("lstm", 8, 8, "num_proj < num_units"),
+                                                    ("lstm", 8, -1, "expected 0")])
+def test_projection_sizes_cudnn_cannot_have_are_refused(mode, units, proj, needle):
+    with pytest.raises(CudnnPortError, match=needle):
+        RNNSpec(mode, 1, units, 5, num_proj=proj)
 
 
 def test_reorder_moves_whole_gate_blocks():
@@ -98,7 +104,7 @@ def test_choose_explains_ambiguity_and_mismatch():
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 700), (513, 257), (256, 512)])
 def test_blocked_transpose_copy_equals_numpy(shape):
-    from cudnn_port.converter import contiguous
+    from cudnn_port.checkpoint import contiguous
 
     a = np.random.default_rng(0).normal(size=shape).astype("float32")
     got = contiguous(a.T)

@@ -1,12 +1,14 @@
-"""CPU artifacts of one stack, each computing cuDNN's forward pass (conventions.md §2) with no cuDNN op.
+"""CPU artifacts of one stack, each computing cuDNN's forward pass (docs/conventions.md, section 2) with no cuDNN op.
 
 Interface shared by every artifact (B batch, T time, L*D pseudo-layers):
 
     inputs            float32 [B, T, I]
     sequence_lengths  int32   [B]            (1 <= length <= T; right-padded batches)
-    initial_h         float32 [L*D, B, H]    (optional in the SavedModel and GraphDef; zeros when absent)
-    initial_c         float32 [L*D, B, H]    (LSTM only)
-    -> outputs [B, T, D*H] (zero past each length), final_h [L*D, B, H], final_c [L*D, B, H] (LSTM)
+    initial_h         float32 [L*D, B, S]    (optional; zeros when absent)
+    initial_c         float32 [L*D, B, H]    (LSTM only; optional)
+    -> outputs [B, T, D*S] (zero past each length), final_h [L*D, B, S], final_c [L*D, B, H] (LSTM)
+
+S = H, or P for an LSTM with projection (which ONNX cannot hold: no ONNX artifact is written for it).
 
 With T = 1 and states passed in and out, every artifact is a step function for decoding.
 """
@@ -18,3 +20,37 @@ def io_names(spec):
     """(input names, output names) of ``spec``'s artifacts: LSTM has a cell state, GRU does not."""
     keep = 4 if spec.mode == "lstm" else 3
     return INPUT_NAMES[:keep], OUTPUT_NAMES[:keep - 1]
+
+ARTIFACT_PATHS = {"keras": "keras/{label}.keras", "pytorch": "pytorch/{label}.safetensors",
+                  "saved_model": "saved_model{suffix}", "graphdef": "frozen_graph{suffix}.pb", "onnx": "model{suffix}.onnx"}
+"""Where each artifact of a stack goes inside OUT (``label``: the stack's safe name; ``suffix``: ``_label`` when a
+source holds several stacks)."""
+
+
+def write_artifact(kind, canon, path, name="rnn", xla=False):
+    """Write artifact ``kind`` (a key of :data:`ARTIFACT_PATHS`) of one stack at ``path``; the GraphDef returns its
+    input and output tensor names, the others None."""
+    import os
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if kind == "keras":
+        from ..targets import keras as keras_target
+
+        keras_target.save_model(canon, path, name=name)
+    elif kind == "pytorch":
+        from ..targets import pytorch as torch_target
+
+        torch_target.save_file(canon, path)
+    elif kind == "onnx":
+        from . import onnx as onnx_export
+
+        onnx_export.write_onnx(canon, path, name=name)
+    elif kind == "saved_model":
+        from . import tensorflow as tf_export
+
+        tf_export.write_saved_model(canon, path, xla)
+    else:
+        from . import tensorflow as tf_export
+
+        return tf_export.write_frozen_graph(canon, path)
+    return None

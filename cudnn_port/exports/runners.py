@@ -13,14 +13,17 @@ def _padded(values):
     return values + [None] * (3 - len(values))
 
 
-def saved_model(path, spec):
-    import tensorflow as tf
+def saved_model(path, spec, signature=None):
+    """``signature`` (default: with_initial_state when the feeds hold states, else serving_default)."""
+    from ..deps import import_tf
 
-    fn = tf.saved_model.load(os.fspath(path)).signatures["with_initial_state"]
+    tf = import_tf()
+    loaded = tf.saved_model.load(os.fspath(path))
     _, names_out = io_names(spec)
 
     def run(feeds):
-        result = fn(**{k: tf.constant(v) for k, v in feeds.items()})
+        name = signature or ("with_initial_state" if "initial_h" in feeds else "serving_default")
+        result = loaded.signatures[name](**{k: tf.constant(v) for k, v in feeds.items()})
         return _padded(result[n].numpy() for n in names_out)
 
     return run
@@ -28,8 +31,9 @@ def saved_model(path, spec):
 
 def load_graph(path):
     """A tf.Graph holding the frozen GraphDef at ``path`` (node names kept)."""
-    import tensorflow as tf
+    from ..deps import import_tf
 
+    tf = import_tf()
     graph_def = tf.compat.v1.GraphDef()
     with open(path, "rb") as f:
         graph_def.ParseFromString(f.read())
@@ -40,17 +44,27 @@ def load_graph(path):
 
 
 def graphdef(path, spec):
-    import tensorflow as tf
+    from ..deps import import_tf
 
+    tf = import_tf()
     session = tf.compat.v1.Session(graph=load_graph(path))
     fetches = [f"{n}:0" for n in io_names(spec)[1]]
     return lambda feeds: _padded(session.run(fetches, {f"{k}:0": v for k, v in feeds.items()}))
 
 
-def onnx(path, spec):
-    import onnxruntime as ort
+def onnx_session(path):
+    """An onnxruntime CPU session of the model at ``path``. Its log level is "error": onnxruntime warns about the
+    zero-state defaults of our ONNX models (initializers listed among the inputs), which is what they are for."""
+    from ..deps import optional
 
-    session = ort.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
+    ort = optional("onnxruntime", "running ONNX models")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+
+
+def onnx(path, spec):
+    session = onnx_session(path)
     names_out = list(io_names(spec)[1])
     return lambda feeds: _padded(session.run(names_out, feeds))
 

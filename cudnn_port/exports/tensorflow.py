@@ -4,17 +4,17 @@ SavedModel signatures: ``serving_default(inputs, sequence_lengths)`` (zero initi
 ``with_initial_state(inputs, sequence_lengths, initial_h[, initial_c])``. The frozen GraphDef has placeholders
 named after the inputs (``initial_h``/``initial_c`` default to zeros) and Identity nodes named after the outputs.
 
-By default the SavedModel's forward pass is one XLA-compiled function (``jit_compile``): about 2-3x faster at
-small batches on CPU, where TensorFlow's per-op dispatch and its matrix-vector products dominate. XLA compiles
-once per input shape, so the time axis is padded up to one of :data:`STEP_BUCKETS` (the loops stop at the
-longest sequence, so padding costs only the input projection) and a handful of compilations serve every length;
-each new batch size compiles once too (about 1-2 s). Runtimes without XLA:CPU JIT (TensorFlow Serving unless
-started with ``--xla_cpu_compilation_enabled``) need ``xla=False``: the same graph in plain ops. The frozen
-GraphDef is always plain ops.
+By default the SavedModel is plain TensorFlow ops, so it loads and serves in every runtime: TensorFlow Serving
+with its default flags, the TensorFlow Java bindings and the C API run no XLA-compiled function. ``xla=True``
+(``convert --xla``) makes the forward pass one XLA-compiled function (``jit_compile``) instead: about 2-3x faster
+at small batches on CPU in Python TensorFlow, where per-op dispatch and matrix-vector products dominate. XLA
+compiles once per input shape, so the time axis is then padded up to one of :data:`STEP_BUCKETS` (the loops stop
+at the longest sequence, so padding costs only the input projection) and a handful of compilations serve every
+length; each new batch size compiles once too (about 1-2 s). The frozen GraphDef is always plain ops.
 """
 import os
 
-from .._tf import import_tf as _tf
+from ..deps import import_tf as _tf
 from ..tf_graph import stack_forward
 from . import io_names
 
@@ -60,12 +60,13 @@ def _forward(canon, xla):
     return forward
 
 
-def build_module(canon, xla=True):
+def build_module(canon, xla=False):
     """A tf.Module with the two signature functions (traced, weights frozen in); ``xla``: see the module doc."""
     tf = _tf()
     forward = _forward(canon, xla)
     spec = canon.spec
-    state = tf.TensorSpec([spec.num_pseudo_layers, None, spec.num_units], tf.float32)
+    state_h = tf.TensorSpec([spec.num_pseudo_layers, None, spec.state_size], tf.float32)
+    state_c = tf.TensorSpec([spec.num_pseudo_layers, None, spec.num_units], tf.float32)
     x_spec = tf.TensorSpec([None, None, spec.input_size], tf.float32, name="inputs")
     len_spec = tf.TensorSpec([None], tf.int32, name="sequence_lengths")
     module = tf.Module()
@@ -75,12 +76,12 @@ def build_module(canon, xla=True):
         return _named(tf, spec, forward(inputs, sequence_lengths))
 
     if spec.mode == "lstm":
-        @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state, "initial_h"),
-                                      _named_spec(tf, state, "initial_c")], autograph=False)
+        @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state_h, "initial_h"),
+                                      _named_spec(tf, state_c, "initial_c")], autograph=False)
         def serve_state(inputs, sequence_lengths, initial_h, initial_c):
             return _named(tf, spec, forward(inputs, sequence_lengths, initial_h, initial_c))
     else:
-        @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state, "initial_h")], autograph=False)
+        @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state_h, "initial_h")], autograph=False)
         def serve_state(inputs, sequence_lengths, initial_h):
             return _named(tf, spec, forward(inputs, sequence_lengths, initial_h))
 
@@ -92,7 +93,7 @@ def _named_spec(tf, spec, name):
     return tf.TensorSpec(spec.shape, spec.dtype, name=name)
 
 
-def write_saved_model(canon, path, xla=True):
+def write_saved_model(canon, path, xla=False):
     tf = _tf()
     module = build_module(canon, xla)
     tf.saved_model.save(module, os.fspath(path), signatures={
@@ -109,10 +110,12 @@ def write_frozen_graph(canon, path):
         v1 = tf.compat.v1
         inputs = v1.placeholder(tf.float32, [None, None, spec.input_size], name="inputs")
         lengths = v1.placeholder(tf.int32, [None], name="sequence_lengths")
-        zeros = tf.zeros([spec.num_pseudo_layers, tf.shape(inputs)[0], spec.num_units])
-        shape = [spec.num_pseudo_layers, None, spec.num_units]
-        initial_h = v1.placeholder_with_default(zeros, shape, name="initial_h")
-        initial_c = v1.placeholder_with_default(zeros, shape, name="initial_c") if spec.mode == "lstm" else None
+        batch = tf.shape(inputs)[0]
+        initial_h = v1.placeholder_with_default(tf.zeros([spec.num_pseudo_layers, batch, spec.state_size]),
+                                                [spec.num_pseudo_layers, None, spec.state_size], name="initial_h")
+        initial_c = v1.placeholder_with_default(
+            tf.zeros([spec.num_pseudo_layers, batch, spec.num_units]), [spec.num_pseudo_layers, None, spec.num_units],
+            name="initial_c") if spec.mode == "lstm" else None
         _named(tf, spec, stack_forward(canon, inputs, lengths, initial_h, initial_c))
     graph_def = graph.as_graph_def()
     with open(path, "wb") as f:
@@ -128,3 +131,33 @@ def op_types(saved_model_or_graph_def):
     for function in graph_def.library.function:
         types |= {node.op for node in function.node_def}
     return types
+
+
+def strip_unused_placeholders(graph_def, keep, outputs):
+    """A frozen GraphDef without placeholders nothing reads (``convert_variables_to_constants_v2`` leaves one
+    ``unused_control_flow_input_N`` per loop input), and with an Identity node named after each key of ``outputs``
+    ({name: tensor name}), so the outputs have stable names."""
+    from tensorflow.core.framework import graph_pb2
+
+    read = {inp.split(":")[0].lstrip("^") for node in graph_def.node for inp in node.input}
+    read |= {t.split(":")[0] for t in outputs.values()}
+    keep = {t.split(":")[0] for t in keep}
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.op == "Placeholder" and node.name not in read and node.name not in keep:
+            continue
+        out.node.add().CopyFrom(node)
+    existing = {node.name for node in out.node}
+    for name, tensor in outputs.items():
+        if name == tensor.split(":")[0]:
+            continue
+        if name in existing:
+            raise ValueError(f"the frozen graph already has a node named {name}; cannot name an output so")
+        node = out.node.add(name=name, op="Identity", input=[tensor])
+        node.attr["T"].type = 1  # DT_FLOAT; fixed below from the producer when it says otherwise
+        producer = next((n for n in graph_def.node if n.name == tensor.split(":")[0]), None)
+        if producer is not None and "T" in producer.attr:
+            node.attr["T"].CopyFrom(producer.attr["T"])
+    return out

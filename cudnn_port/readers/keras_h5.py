@@ -15,7 +15,6 @@ buffer; every other weight is carried over as ``{weight name}`` without ``:0``.
 """
 import json
 import os
-import warnings
 
 import numpy as np
 
@@ -23,6 +22,8 @@ from ..canonical import CanonicalRNN, LayerParams
 from ..errors import CudnnPortError
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
+from ..paths import require_file
+from ..source import Source
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 CUDNN_CLASSES = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
@@ -38,7 +39,8 @@ def is_hdf5(path):
         return False
 
 
-def _text(value):
+def h5_text(value):
+    """An HDF5 attribute value (bytes or str) as str."""
     return value.decode("utf8") if isinstance(value, bytes) else str(value)
 
 
@@ -75,23 +77,23 @@ def keras2_to_canonical(mode, directions):
     return params
 
 
-class KerasH5:
-    """A Keras 2 ``.h5`` model or weights file, seen like a checkpoint: ``names``, ``shapes``, ``dtypes``,
-    ``get(name)``, ``files()``, plus ``specs`` (the exact spec of each stack, read off its shapes)."""
+class KerasH5(Source):
+    """A Keras 2 ``.h5`` model or weights file as a :class:`~cudnn_port.source.Source`; ``specs`` holds the exact
+    spec of each stack, read off its shapes; ``canonical`` its canonical model."""
 
     default_style = "keras"
-    object_based = False
+    MAX_BYTES = 1 << 34  # 16 GiB: a dataset declaring more is a damaged file, not a model
 
     def __init__(self, path):
         import h5py
 
-        self.prefix = os.path.abspath(os.fspath(path))
+        self.prefix = os.path.abspath(require_file(os.fspath(path), "Keras .h5 file"))
         try:
             with h5py.File(self.prefix, "r") as f:
                 self._read(f)
-        except (OSError, KeyError, ValueError) as e:
-            raise CudnnPortError(f"cannot read {self.prefix}: {str(e).splitlines()[0]}; is it a complete Keras "
-                                 ".h5 file?") from None
+        except (OSError, KeyError, ValueError, RuntimeError, TypeError, MemoryError) as e:
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CudnnPortError(f"cannot read {self.prefix}: {text[:120]}; is it a complete Keras .h5 file?") from None
 
     def _read(self, f):
         root = f["model_weights"] if "model_weights" in f else f
@@ -99,14 +101,18 @@ class KerasH5:
             raise CudnnPortError(f"{self.prefix} is an HDF5 file but not a Keras model or weights file (no "
                                  "layer_names attribute); pass a file written by Keras model.save or save_weights")
         config = f.attrs.get("model_config")
-        self.model_config = json.loads(_text(config)) if config is not None else None
+        self.model_config = json.loads(h5_text(config)) if config is not None else None
         classes = _classes(self.model_config) if self.model_config else {}
         self.format = f"Keras 2 HDF5 ({'full model' if self.model_config else 'weights only'}, " \
-                      f"keras {_text(root.attrs.get('keras_version', '?'))})"
+                      f"keras {h5_text(root.attrs.get('keras_version', '?'))})"
         self.layers, self.canonical, self._arrays, self.shapes, self.dtypes = [], {}, {}, {}, {}
-        for layer in (_text(n) for n in root.attrs["layer_names"]):
+        for layer in (h5_text(n) for n in root.attrs["layer_names"]):
             group = root[layer]
-            names = [_text(n) for n in group.attrs.get("weight_names", [])]
+            names = [h5_text(n) for n in group.attrs.get("weight_names", [])]
+            for n in names:
+                if group[n].size * group[n].dtype.itemsize > self.MAX_BYTES:
+                    raise CudnnPortError(f"{self.prefix}: weight {n} declares {group[n].size} elements, more than "
+                                         "any model holds; the file is damaged")
             arrays = {n: np.asarray(group[n]) for n in names}
             self.layers.append(layer)
             if self._cudnn_layer(layer, arrays, classes.get(layer)) is None:  # not a stack: carried over
@@ -199,62 +205,3 @@ def _cudnn_mode(weights):
         if H and r[1] == G * H and k[1] == G * H and b[0] == 2 * G * H:
             return mode
     return None
-
-
-def _standard_config(layer):
-    """Rewrite a Keras 2 layer config in place: CuDNNLSTM -> LSTM, CuDNNGRU -> GRU(reset_after=True)."""
-    if not isinstance(layer, dict):
-        return
-    cfg = layer.get("config")
-    if layer.get("class_name") in CUDNN_CLASSES and isinstance(cfg, dict):
-        mode = CUDNN_CLASSES[layer["class_name"]]
-        layer["class_name"] = mode.upper()
-        cfg.pop("time_major", None)
-        cfg.update(activation="tanh", recurrent_activation="sigmoid", use_bias=True)
-        if mode == "gru":
-            cfg["reset_after"] = True
-    if isinstance(cfg, dict):
-        _standard_config(cfg.get("layer"))
-        for child in cfg.get("layers") or []:
-            _standard_config(child)
-
-
-def save_keras3_model(source, path):
-    """Rebuild full-model file ``source`` (a :class:`KerasH5` with a model config) in Keras 3 at ``path``
-    (``.keras``): each CuDNN layer becomes LSTM / GRU(reset_after=True) with converted weights, every other layer
-    keeps its config and weights. Keras 3 builds the model from an edited copy of the file. Returns None, or
-    why Keras 3 could not rebuild it (the caller reports that and goes on with the per-layer files)."""
-    import shutil
-
-    import h5py
-    import keras
-
-    from ..targets.keras import VARS, layer_weights
-
-    edited = f"{path}.keras2.h5"
-    shutil.copyfile(source.prefix, edited)
-    try:
-        with h5py.File(edited, "r+") as f:
-            config = json.loads(json.dumps(source.model_config))
-            _standard_config(config)
-            f.attrs["model_config"] = json.dumps(config)
-            if "optimizer_weights" in f:
-                del f["optimizer_weights"]
-            root = f["model_weights"]
-            for name, canon in source.canonical.items():
-                group = root[name.rsplit("/", 1)[0]]
-                new = [dict(zip(VARS, layer_weights(canon.spec, p))) for p in canon.layers]
-                for wname in (_text(n) for n in group.attrs["weight_names"]):
-                    owner, _, var = wname.rpartition("/")
-                    direction = int(owner.rsplit("/", 1)[-1].startswith("backward_"))
-                    del group[wname]
-                    group.create_dataset(wname, data=new[direction][var.split(":")[0]])
-        with warnings.catch_warnings():  # Keras 3 frowns on the Keras 2 config style; it still builds the same model
-            warnings.simplefilter("ignore")
-            model = keras.models.load_model(edited, compile=False)
-        model.save(path)
-    except (ValueError, TypeError, KeyError) as e:  # a layer Keras 3 no longer knows, say
-        return f"Keras 3 cannot rebuild the whole model ({str(e).splitlines()[0]}); the per-layer files are written"
-    finally:
-        if os.path.exists(edited):
-            os.remove(edited)

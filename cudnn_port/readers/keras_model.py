@@ -4,15 +4,22 @@ Names are Keras variable paths (``encoder/opaque_kernel``, ``embed/embeddings``)
 stack whose spec the layer states; its ``cudnn_spec`` variable is left out (the converted tensors say it all).
 """
 import os
+import zipfile
 
 import numpy as np
 
 from ..errors import CudnnPortError
 from ..infer import SPEC_VARIABLE
+from ..paths import require_file
+from ..source import Source
 
 
 def load_keras_file(path):
     """Load a ``.keras`` file with cudnn_port's layers known to Keras."""
+    require_file(path, ".keras file")
+    if os.path.getsize(path) == 0 or not zipfile.is_zipfile(path):
+        raise CudnnPortError(f"{path} is empty or not a zip archive, so not a complete .keras file; save the model "
+                             "again with model.save(path)")
     import keras
 
     from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
@@ -20,24 +27,24 @@ def load_keras_file(path):
     try:
         return keras.saving.load_model(path, compile=False)
     except Exception as e:
-        raise CudnnPortError(f"cannot load {path} as a Keras model ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0] if str(e) else ''}); is it a complete .keras file?") from None
+        text = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        raise CudnnPortError(f"cannot load {path} as a Keras model ({type(e).__name__}: {text}); is it a complete "
+                             ".keras file?") from None
 
 
-class KerasModelSource:
+class KerasModelSource(Source):
     default_style = "keras"
-    object_based = False
     format = "Keras 3 model"
     names_note = "Keras variable paths"
     whole_model = True  # converts as a whole model (cudnn_port.model_export), not buffer by buffer
 
     def __init__(self, model, path=None):
-        from ..layers import _CudnnRNN
+        from ..layers import fused_layers
 
         self.path = path
         self.prefix = path or f"Keras model {model.name} (in memory)"
         self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}
-        fused = [layer for layer in model._flatten_layers() if isinstance(layer, _CudnnRNN)]
+        fused = fused_layers(model)
         for layer in fused:
             self.specs[layer.opaque_kernel.path] = layer.spec
             self._layers[layer.opaque_kernel.path] = layer.name

@@ -12,6 +12,7 @@ loads and runs on CPU; layer ``layer_{l}`` holds (layer l, both directions).
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
+from ..errors import UnsupportedError
 from ..gates import CUDNN_GRU, CUDNN_LSTM, KERAS_GRU, KERAS_LSTM, reorder
 from .common import bias_sum, join, write_all
 
@@ -23,8 +24,16 @@ def _scope(prefix, layer, direction):
     return join(prefix, f"layer_{layer}/{'backward' if direction else 'forward'}")
 
 
+def check(spec):
+    """Keras' LSTM has no projection: refuse a projected stack with the fix."""
+    if spec.num_proj:
+        raise UnsupportedError(f"a {spec.describe()} cannot be written as Keras layers: Keras' LSTM has no "
+                               "projection; use --style tf1 (LSTMCell(num_proj=...)) or --style pytorch")
+
+
 def layer_weights(spec, p, slot=False):
     """[kernel, recurrent_kernel, bias] of one Keras LSTM/GRU layer from LayerParams ``p``."""
+    check(spec)
     src, dst = ORDER[spec.mode]
     W, R = reorder(p.W, src, dst), reorder(p.R, src, dst)
     kernel = W.reshape(-1, W.shape[2]).T

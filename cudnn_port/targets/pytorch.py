@@ -1,7 +1,8 @@
 """PyTorch ``nn.LSTM`` / ``nn.GRU`` state_dict (gate order = cuDNN's; biases kept separate)::
 
-    weight_ih_l{k}[_reverse] [G*H, I_l] = vstack_g(W_g)    weight_hh_l{k}[_reverse] [G*H, H] = vstack_g(R_g)
+    weight_ih_l{k}[_reverse] [G*H, I_l] = vstack_g(W_g)    weight_hh_l{k}[_reverse] [G*H, S] = vstack_g(R_g)
     bias_ih_l{k}[_reverse]   [G*H]      = b_W              bias_hh_l{k}[_reverse]   [G*H]    = b_R
+    weight_hr_l{k}[_reverse] [P, H]     = Proj             (LSTM with projection: nn.LSTM(proj_size=P))
 
 In a checkpoint the keys sit under the buffer's scope (``{prefix}/weight_ih_l0``); in the safetensors file
 written by :func:`save_file` they are bare, as ``load_state_dict`` wants them.
@@ -19,8 +20,11 @@ def _suffix(layer, direction):
 
 
 def write_layer(spec, prefix, layer, direction, p, slot=False):
-    return {join(prefix, key + _suffix(layer, direction)): getattr(p, kind).reshape(-1, *getattr(p, kind).shape[2:])
-            for kind, key in KEYS}
+    out = {join(prefix, key + _suffix(layer, direction)): getattr(p, kind).reshape(-1, *getattr(p, kind).shape[2:])
+           for kind, key in KEYS}
+    if spec.num_proj:
+        out[join(prefix, "weight_hr" + _suffix(layer, direction))] = p.P
+    return out
 
 
 def write(canon, prefix, slot=False):
@@ -32,7 +36,8 @@ def read(tensors, prefix, spec):
     for p in range(spec.num_pseudo_layers):
         layer, direction = divmod(p, spec.num_dirs)
         arrays = {kind: np.asarray(tensors[join(prefix, key + _suffix(layer, direction))]) for kind, key in KEYS}
-        layers.append(LayerParams(**{k: v.reshape(G, H, *v.shape[1:]) for k, v in arrays.items()}))
+        proj = np.asarray(tensors[join(prefix, "weight_hr" + _suffix(layer, direction))]) if spec.num_proj else None
+        layers.append(LayerParams(**{k: v.reshape(G, H, *v.shape[1:]) for k, v in arrays.items()}, P=proj))
     return CanonicalRNN(spec, layers)
 
 

@@ -14,6 +14,12 @@ LSTM (``cudnn_compatible_lstm_cell``, = LSTMBlockCell with forget_bias=0)::
 
     kernel [I_l + H, 4H] = concat_g([W_g R_g]).T  in gate order i, c, f, o      bias [4H] = b_W + b_R (i, c, f, o)
 
+LSTM with projection P (``lstm_cell``, TF1's ``LSTMCell(num_units=H, num_proj=P, forget_bias=0.0)``; no
+cuDNN-compatible cell has a projection)::
+
+    kernel [I_l + P, 4H] = concat_g([W_g R_g]).T  in gate order i, c, f, o      bias [4H] = b_W + b_R (i, c, f, o)
+    projection/kernel [H, P] = Proj.T
+
 GRU (``cudnn_compatible_gru_cell``)::
 
     gates/kernel [I_l + H, 2H] = concat_g([W_g R_g]).T for g in r, z       gates/bias = b_W + b_R (r, z)
@@ -29,10 +35,12 @@ import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from ..gates import CUDNN_GRU, CUDNN_LSTM, TF1_LSTM, reorder
+from ..errors import CudnnPortError
 from ..layout import RNNSpec
 from .common import bias_sum, join, write_all
 
 CELL = {"lstm": "cudnn_compatible_lstm_cell", "gru": "cudnn_compatible_gru_cell"}
+PROJECTED_CELL = "lstm_cell"  # LSTMCell(num_proj=P): the only TF1 cell with a projection
 scheme = "current"  # the names this module writes; LEGACY writes the older ones
 
 
@@ -42,7 +50,7 @@ def cell_scope(prefix, spec, layer, direction, legacy=False):
         scope = f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'fw' if direction == 0 else 'bw'}"
     else:
         scope = f"{'' if legacy else 'rnn/'}multi_rnn_cell/cell_{layer}"
-    return join(prefix, f"{scope}/{CELL[spec.mode]}")
+    return join(prefix, f"{scope}/{PROJECTED_CELL if spec.num_proj else CELL[spec.mode]}")
 
 
 def _rows(params, order_src, order_dst):
@@ -59,6 +67,8 @@ def write_layer(spec, prefix, layer, direction, p, slot=False, legacy=False):
         if legacy:
             out[f"{scope}/bias_cudnn_0"] = reorder(p.b_W, CUDNN_LSTM, TF1_LSTM).reshape(-1)
             out[f"{scope}/bias_cudnn_1"] = reorder(p.b_R, CUDNN_LSTM, TF1_LSTM).reshape(-1)
+        if spec.num_proj:
+            out[f"{scope}/projection/kernel"] = p.P.T
         return out
     return {f"{scope}/gates/kernel": _rows(p, CUDNN_GRU, "rz").T,
             f"{scope}/gates/bias": bias_sum(p.b_W[:2], p.b_R[:2], slot).reshape(-1),
@@ -73,12 +83,13 @@ def write(canon, prefix, slot=False, legacy=False):
 
 
 def read(tensors, prefix, spec, legacy=False):
-    H, layers = spec.num_units, []
+    H, S, layers = spec.num_units, spec.state_size, []
     for p in range(spec.num_pseudo_layers):
         layer, direction = divmod(p, spec.num_dirs)
         scope, width = cell_scope(prefix, spec, layer, direction, legacy), spec.layer_input_size(layer)
+        proj = np.asarray(tensors[f"{scope}/projection/kernel"]).T if spec.num_proj else None
         if spec.mode == "lstm":
-            rows = reorder(np.asarray(tensors[f"{scope}/kernel"]).T.reshape(4, H, width + H), TF1_LSTM, CUDNN_LSTM)
+            rows = reorder(np.asarray(tensors[f"{scope}/kernel"]).T.reshape(4, H, width + S), TF1_LSTM, CUDNN_LSTM)
             if legacy and f"{scope}/bias_cudnn_0" in tensors:
                 b_W, b_R = (reorder(np.asarray(tensors[f"{scope}/bias_cudnn_{j}"]).reshape(4, H), TF1_LSTM,
                                     CUDNN_LSTM) for j in (0, 1))
@@ -94,12 +105,12 @@ def read(tensors, prefix, spec, legacy=False):
             b_W = np.concatenate([gate_bias, np.asarray(tensors[f"{scope}/candidate/input_projection/bias"])[None]])
             b_R = np.concatenate([np.zeros_like(gate_bias),
                                   np.asarray(tensors[f"{scope}/candidate/hidden_projection/bias"])[None]])
-        layers.append(LayerParams(W=rows[:, :, :width], R=rows[:, :, width:], b_W=b_W, b_R=b_R))
+        layers.append(LayerParams(W=rows[:, :, :width], R=rows[:, :, width:], b_W=b_W, b_R=b_R, P=proj))
     return CanonicalRNN(spec, layers)
 
 
 _CELL_RE = re.compile(r"^(?:(rnn/)?multi_rnn_cell/cell_(\d+)|stack_bidirectional_rnn/cell_(\d+)/bidirectional_rnn/(fw|bw))"
-                      r"/(cudnn_compatible_lstm_cell/kernel|cudnn_compatible_gru_cell/gates/kernel)$")
+                      r"/(cudnn_compatible_lstm_cell/kernel|cudnn_compatible_gru_cell/gates/kernel|lstm_cell/kernel)$")
 
 
 def detect(shapes, prefix):
@@ -107,18 +118,21 @@ def detect(shapes, prefix):
     start = join(prefix, "")
     cells = {}
     for name, shape in shapes.items():
-        if not name.startswith(start):
-            continue
-        m = _CELL_RE.match(name[len(start):])
+        m = _CELL_RE.match(name[len(start):]) if name.startswith(start) else None
         if m:
             layer = int(m.group(2) or m.group(3))
-            cells[(layer, m.group(4) or "fw")] = (("lstm" if "lstm" in m.group(5) else "gru"), tuple(shape))
+            projection = shapes.get(name[:-len("kernel")] + "projection/kernel", ()) if "lstm" in m.group(5) else ()
+            cells[(layer, m.group(4) or "fw")] = ("lstm" if "lstm" in m.group(5) else "gru", tuple(shape),
+                                                  int(projection[-1]) if len(projection) == 2 else 0)
     if not cells or 0 not in {layer for layer, _ in cells}:
         return None
-    mode, (rows, cols) = cells[(0, "fw")] if (0, "fw") in cells else next(iter(cells.values()))
+    mode, (rows, cols), P = cells[(0, "fw")] if (0, "fw") in cells else next(iter(cells.values()))
     H = cols // (4 if mode == "lstm" else 2)
-    num_layers = 1 + max(layer for layer, _ in cells)
-    return RNNSpec(mode, num_layers, H, rows - H, bidirectional=any(d == "bw" for _, d in cells))
+    try:
+        return RNNSpec(mode, 1 + max(layer for layer, _ in cells), H, rows - (P or H),
+                       any(d == "bw" for _, d in cells), num_proj=P)
+    except CudnnPortError:  # shapes that no cuDNN stack has: not canonical tensors of a buffer
+        return None
 
 
 def uses_legacy_names(shapes, prefix):

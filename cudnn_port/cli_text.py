@@ -1,0 +1,78 @@
+"""The CLI's reports for a person (``--json`` prints the same dicts as JSON)."""
+import os
+
+SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
+
+
+def describe(spec):
+    """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
+    from .layout import RNNSpec
+
+    return RNNSpec(**{k: spec[k] for k in SPEC_FIELDS if k in spec}).describe()
+
+
+def inspect_text(report):
+    """inspect's report."""
+    lines = [f"{report['checkpoint']}  [{report['format']}]"]
+    if "nodes" in report:
+        lines.append(f"signatures: {', '.join(report['signatures'])}")
+        for n in report["nodes"]:
+            lines += [f"  {n['node']} ({n['op']}) in {n['function'] or 'the main graph'}",
+                      f"    converts as: {n['converts_as']}"]
+        lines.append(f"writes: {', '.join(report['plan']['artifacts'])}")
+        return "\n".join(lines)
+    lines.append(f"{len(report['variables'])} variables:")
+    lines += [f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}" for v in report["variables"]]
+    for s in report["stacks"]:
+        lines += ["", f"cuDNN stack {s['variable']}: {s['size']} elements, {s['dtype']}", f"  found: {s['found']}"]
+        if s["spec"]:
+            plan = s["plan"]
+            lines += [f"  converts as: {describe(s['spec'])}  ({s['how']})", f"  flags: {s['flags']}"]
+            if plan.get("problem"):
+                lines.append(f"  style {plan['style']} cannot hold it: {plan['problem']}")
+            else:
+                scheme = f", {plan['scheme']} names" if plan["scheme"] else ""
+                lines += [f"  writes (style {plan['style']}{scheme}): {plan['layer_0_names'][0]}, ...",
+                          f"  artifacts: {', '.join(plan['artifacts'])}"]
+        else:
+            lines.append(f"  {s['candidate_count']} specs fit; best first:")
+            for c in s["candidates"][:8]:
+                why = f"  <- {', '.join(c['reasons'])}" if c["reasons"] else ""
+                lines.append(f"    {describe(c)}{why}")
+            lines.append(f"  to choose, pass {', '.join(s['settle_with']) or 'the spec flags'}")
+    return "\n".join(lines)
+
+
+def convert_text(manifest, out):
+    """convert's manifest."""
+    lines, stacks = [], manifest["stacks"]
+    if manifest.get("kind") == "saved_model":
+        lines.append(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}")
+        lines += [f"  {n['node']} ({n['op']}): {describe(n['spec'])}" for n in manifest["nodes"]]
+        lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
+        lines += [f"  warning: {w}" for w in manifest.get("warnings", [])]
+        lines.append(f"  manifest: {os.path.join(out, 'manifest.json')}")
+        return "\n".join(lines)
+    lines.append(f"converted {len(stacks)} cuDNN stack{'s' if len(stacks) != 1 else ''} from "
+                 f"{manifest['source']['checkpoint']}")
+    for s in stacks:
+        lines += [f"  {s['variable']}: {describe(s['spec'])} ({s['spec_source']})",
+                  f"    -> {len(s['targets'])} tensors, e.g. {s['targets'][0]}"]
+        if s["slots"]:
+            lines.append(f"    optimizer slots converted: {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}")
+        for kind, rel in s["artifacts"].items():
+            how = {True: " (XLA-compiled)", False: " (plain ops)"}.get(manifest.get("saved_model_xla")) \
+                if kind == "saved_model" else ""
+            lines.append(f"    {kind}: {os.path.join(out, rel)}{how}")
+    lines += [f"  whole model, {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
+    if "parity" in manifest:
+        worst = max((row[1] for row in manifest["parity"]["rows"] if row[1] is not None), default=None)
+        lines.append(f"  whole-model parity vs {manifest['parity'].get('judge', 'the judge')}: "
+                     f"{'passed' if manifest['parity']['passed'] else 'FAILED'}"
+                     + (f" (max abs err {worst:.2e}); {os.path.join(out, 'model_parity.json')}"
+                        if worst is not None else ""))
+    lines += [f"  warning: {w}" for w in manifest.get("warnings", [])]
+    lines.append(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
+                 + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
+    lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
+    return "\n".join(lines)

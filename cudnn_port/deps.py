@@ -1,0 +1,46 @@
+"""Heavy and optional dependencies, imported only by the code paths that need them.
+
+``import cudnn_port`` and ``cudnn-port --help`` import none of them. TensorFlow is not a requirement of the
+base package, so that installing cudnn-port never adds a second TensorFlow distribution next to the one a
+machine already has (``tensorflow``, ``tensorflow-cpu``, a GPU build); the extras ``[tensorflow]`` and
+``[cpu]`` bring one, with the ONNX tools. A missing piece stops with one line that names the extra to install.
+"""
+import importlib
+import importlib.util
+import os
+
+from .errors import CudnnPortError
+
+TF_RANGE = ((2, 16), (2, 22))  # the versions pyproject.toml declares: >= 2.16, < 2.22
+INSTALL = ("pip install 'cudnn-port[cpu]' (CPU-only TensorFlow where it exists), or 'cudnn-port[tensorflow]' in an "
+           "environment that has the tensorflow package")
+EXTRAS = {"tensorflow": INSTALL, "onnx": INSTALL, "onnxruntime": INSTALL, "tf2onnx": INSTALL,
+          "torch": "pip install torch (only the tests and the PyTorch parity row use it)"}
+
+
+def import_tf():
+    """TensorFlow, imported once, quietly; a one-line error naming the install when it is missing or too old."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    tf = optional("tensorflow", "this command")
+    version = tuple(int(part) for part in tf.__version__.split(".")[:2] if part.isdigit())
+    if not TF_RANGE[0] <= version < TF_RANGE[1]:
+        low, high = (".".join(map(str, v)) for v in TF_RANGE)
+        raise CudnnPortError(f"TensorFlow {tf.__version__} is installed, but cudnn-port needs >= {low}, < {high}; "
+                             f"install a version in that range")
+    return tf
+
+
+def optional(module, purpose):
+    """Import ``module`` (e.g. "onnxruntime") for ``purpose``; a one-line CudnnPortError naming the fix if absent."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        name = module.split(".")[0]
+        raise CudnnPortError(f"{purpose} needs {name}, which is not installed ({str(e).splitlines()[0]}); "
+                             f"{EXTRAS.get(name, f'pip install {name}')}") from None
+
+
+def available(module):
+    """Whether ``module`` can be imported (without importing it)."""
+    return importlib.util.find_spec(module) is not None

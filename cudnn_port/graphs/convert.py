@@ -1,0 +1,58 @@
+"""``cudnn-port convert SAVEDMODEL OUT``: a SavedModel holding cuDNN nodes -> OUT/saved_model (each node replaced by
+CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them, tf2onnx for the rest) and
+OUT/manifest.json."""
+import os
+
+from ..errors import CudnnPortError
+from ..outdir import OutputFolder, finish, manifest_head
+from ..paths import sha256
+from .nodes import find_nodes, load_proto
+from .rewrite import write_cpu_saved_model
+
+GRAPH_FORMATS = ("saved_model", "onnx")
+
+
+def convert_saved_model(source, out, formats=None, force=False, say=None):
+    """Convert SavedModel folder ``source`` into ``out``; returns the manifest."""
+    say = say or (lambda message: None)
+    formats = tuple(formats or GRAPH_FORMATS)
+    other = [f for f in formats if f not in GRAPH_FORMATS]
+    if other:
+        raise CudnnPortError(f"a SavedModel converts to {' and '.join(GRAPH_FORMATS)}, not {other[0]}; its weights "
+                             "live in the graph's variables, so pass --formats saved_model,onnx (the default)")
+    folder = OutputFolder(out, force=force, sources=[source])
+    proto = load_proto(source)
+    nodes = find_nodes(proto)
+    if not nodes:
+        raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
+                             "nothing to convert")
+    projected = [n for n in nodes if n.spec.num_proj]
+    if "onnx" in formats and projected and formats != GRAPH_FORMATS:
+        raise CudnnPortError(f"node {projected[0].name} is an LSTM with projection, which ONNX's LSTM cannot hold; "
+                             "leave onnx out of --formats")
+    for node in nodes:
+        say(f"{node.name} ({node.op}): {node.spec.describe()}")
+
+    def write(tmp):
+        manifest = manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
+                                 "signatures, inputs and outputs keep their names", formats)
+        manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[])
+        if "saved_model" in formats:
+            say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
+            write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
+            manifest["model_artifacts"]["saved_model"] = "saved_model"
+        if "onnx" in formats and projected:
+            manifest["warnings"].append(f"model.onnx not written: node {projected[0].name} is an LSTM with "
+                                        "projection, which ONNX's LSTM cannot hold")
+            say(f"warning: {manifest['warnings'][-1]}")
+        elif "onnx" in formats:
+            from ..exports.onnx_tf import write_saved_model_onnx
+
+            say("writing model.onnx (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
+            write_saved_model_onnx(source, os.path.join(tmp, "model.onnx"))
+            manifest["model_artifacts"]["onnx"] = "model.onnx"
+        files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
+        manifest["source"]["files"] = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
+        return finish(manifest, tmp)
+
+    return folder.build(write, say)

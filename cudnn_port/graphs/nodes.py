@@ -1,0 +1,149 @@
+"""The cuDNN nodes of a SavedModel: where each is, and what stack it computes.
+
+The node's attributes give the mode, the directions and the projection; the static shapes of its inputs (shape
+inference over the function that holds it) give input size, hidden size and layers, checked against the params
+size (docs/conventions.md, section 1).
+"""
+import os
+
+from ..deps import import_tf as _tf
+from ..errors import CudnnPortError
+from ..infer import candidates
+from ..layout import RNNSpec
+from ..paths import require_file
+
+FORWARD_OPS = {"CudnnRNN": 4, "CudnnRNNV2": 5, "CudnnRNNV3": 5}  # op -> number of outputs
+BACKWARD_OPS = ("CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3")
+
+
+def is_saved_model(path):
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, "saved_model.pb"))
+
+
+def load_proto(path):
+    """The parsed saved_model.pb of folder ``path``."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    pb = require_file(os.path.join(path, "saved_model.pb"), "saved_model.pb")
+    try:
+        with open(pb, "rb") as f:
+            proto.ParseFromString(f.read())
+    except Exception as e:  # DecodeError and friends
+        raise CudnnPortError(f"cannot read {pb} ({type(e).__name__}); is it a complete SavedModel folder?") from None
+    if not proto.meta_graphs:
+        raise CudnnPortError(f"{pb} holds no graph (it is empty or damaged); is it a complete SavedModel folder?")
+    return proto
+
+
+def _attrs(node):
+    """The node's attributes with the op's defaults filled in, as plain Python values."""
+    from tensorflow.python.framework import op_def_registry
+
+    values = {}
+    for attr in op_def_registry.get(node.op).attr:
+        value = node.attr[attr.name] if attr.name in node.attr else attr.default_value
+        kind = value.WhichOneof("value")
+        values[attr.name] = value.s.decode() if kind == "s" else getattr(value, kind) if kind else None
+    return values
+
+
+class CudnnNode:
+    """One cuDNN forward node: where it is, what it computes."""
+
+    def __init__(self, function, node, shapes):
+        self.function, self.name, self.op = function, node.name, node.op
+        attrs = _attrs(node)
+        where = f"node {node.name} ({node.op}) in {function or 'the main graph'}"
+        if attrs["rnn_mode"] not in ("lstm", "gru"):
+            raise CudnnPortError(f"{where} has rnn_mode={attrs['rnn_mode']}; only lstm and gru convert")
+        self.time_major = bool(attrs.get("time_major", True))
+        self.dtype = _tf().as_dtype(attrs["T"]).name
+        bidirectional = attrs["direction"] == "bidirectional"
+        x, h, c, params = (shapes[i] if shapes else None for i in range(4))
+        proj = int(attrs.get("num_proj") or 0)
+        input_size = _dim(x, -1)
+        units = _dim(c, -1) if proj else _dim(h, -1)  # with a projection h is P wide, c H wide
+        size = _dim(params, 0)
+        states = _dim(h, 0 if self.time_major else 1)
+        layers = states // (1 + bidirectional) if states else None
+        if attrs["input_mode"] == "skip_input" or (attrs["input_mode"] == "auto_select" and input_size == units):
+            raise CudnnPortError(f"{where} has input_mode={attrs['input_mode']} (no input weights); only "
+                                 "linear_input converts")
+        if None not in (input_size, units, layers):
+            spec = RNNSpec(attrs["rnn_mode"], layers, units, input_size, bidirectional, self.dtype, num_proj=proj)
+            if size is not None and size != spec.param_count:
+                raise CudnnPortError(f"{where}: its params hold {size} values, but a {spec.describe()} needs "
+                                     f"{spec.param_count}; the graph is inconsistent")
+        else:
+            found = candidates(size, mode=attrs["rnn_mode"], bidirectional=bidirectional, num_layers=layers,
+                               num_units=units, input_size=input_size, num_proj=proj, dtype=self.dtype) if size else []
+            if len(found) != 1:
+                raise CudnnPortError(f"{where}: its input shapes are unknown and its params size "
+                                     f"{size or 'is unknown'} fits {len(found)} specs; cannot tell its sizes")
+            spec = found[0]
+        self.spec = spec
+
+    @property
+    def config(self):
+        """What the replacement depends on: nodes with equal configs share one replacement function."""
+        return self.op, self.time_major, self.dtype, tuple(sorted(self.spec.to_dict().items()))
+
+    def to_dict(self):
+        return {"function": self.function, "node": self.name, "op": self.op, "time_major": self.time_major,
+                "spec": self.spec.to_dict()}
+
+    def converts_as(self):
+        onnx = "no ONNX (ONNX's LSTM has no projection)" if self.spec.num_proj else \
+            f"fused ONNX {self.spec.mode.upper()} nodes in ONNX"
+        return f"{self.spec.describe()}: CPU ops in the SavedModel, {onnx}"
+
+
+def _dim(shape, axis):
+    if shape is None or shape.rank is None or shape.rank == 0:
+        return None
+    value = shape[axis]
+    return int(value) if value is not None else None
+
+
+def _function_input_shapes(function_def):
+    """{node name: [input shapes]} of the cuDNN nodes of one function, by shape inference over it."""
+    from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
+
+    try:
+        graph = function_def_to_graph(function_def)
+    except Exception:  # shapes are a convenience: the params size alone settles most specs
+        return {}
+    return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if op.type in FORWARD_OPS}
+
+
+def _graph_input_shapes(graph_def):
+    """The same for nodes of a (TF1) main graph."""
+    tf = _tf()
+    try:
+        with tf.Graph().as_default() as graph:
+            tf.compat.v1.import_graph_def(graph_def, name="")
+    except Exception:
+        return {}
+    return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if op.type in FORWARD_OPS}
+
+
+def find_nodes(proto):
+    """Every cuDNN forward node of the SavedModel, with its spec; refuses backward (training) nodes."""
+    nodes = []
+    for meta in proto.meta_graphs:
+        library = meta.graph_def.library
+        for function in library.function:
+            found = [n for n in function.node_def if n.op in FORWARD_OPS or n.op in BACKWARD_OPS]
+            if not found:
+                continue
+            shapes = _function_input_shapes(function)
+            for node in found:
+                if node.op in BACKWARD_OPS:
+                    raise CudnnPortError(f"node {node.name} ({node.op}) in {function.signature.name} is cuDNN's "
+                                         "training (backward) op; export the model for inference and convert that")
+                nodes.append(CudnnNode(function.signature.name, node, shapes.get(node.name)))
+        main = [n for n in meta.graph_def.node if n.op in FORWARD_OPS]
+        shapes = _graph_input_shapes(meta.graph_def) if main else {}
+        nodes += [CudnnNode(None, node, shapes.get(node.name)) for node in main]
+    return nodes

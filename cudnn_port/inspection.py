@@ -1,0 +1,95 @@
+"""``cudnn-port inspect``: what a source holds, which specs fit each cuDNN buffer, and how it would convert."""
+import os
+
+import numpy as np
+
+from .canonical import LayerParams
+from .errors import CudnnPortError
+from .exports import ARTIFACT_PATHS
+from .infer import candidates, choose, differing_flags, ranked
+from .stacks import DEFAULT_FORMATS, clues_for, find_stacks
+from .targets import target_for, tf1
+
+WHOLE_MODEL_ARTIFACTS = ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "model_parity.json"]
+
+
+def inspect_source(path, variable=None, **flags) -> dict:
+    """What ``path`` holds and how each buffer would convert; a JSON-ready dict.
+
+    flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given).
+    """
+    from .converter import source_kind
+    from .readers import open_source
+
+    path = os.fspath(path)
+    if source_kind(path) == "saved_model":
+        return _inspect_saved_model(path)
+    source = open_source(path)
+    flags = {k: v for k, v in flags.items() if v is not None}
+    report = {"checkpoint": source.prefix, "format": source.format, "default_style": source.default_style,
+              "variables": [{"name": n, "shape": list(source.shapes[n]), "dtype": source.dtypes[n]}
+                            for n in source.names],
+              "stacks": []}
+    stacks = find_stacks(source, variable)
+    for stack in stacks:
+        clues = clues_for(source, stack)
+        found = ranked(candidates(stack.size, dtype=stack.dtype, **flags), clues)
+        entry = {"variable": stack.variable, "size": stack.size, "dtype": stack.dtype, "slots": stack.slots,
+                 "found": _found(source, stack, clues), "candidate_count": len(found),
+                 "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}
+        try:
+            spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
+            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags(),
+                         plan=_plan(source, stack, spec, several=len(stacks) > 1))
+        except CudnnPortError as e:
+            entry.update(spec=None, problem=str(e), settle_with=differing_flags(found))
+        report["stacks"].append(entry)
+    return report
+
+
+def _inspect_saved_model(path):
+    from .graphs import find_nodes, load_proto
+
+    proto = load_proto(path)
+    nodes = find_nodes(proto)
+    signatures = sorted({name for meta in proto.meta_graphs for name in meta.signature_def
+                         if not name.startswith("__")})
+    return {"checkpoint": os.path.abspath(path), "format": f"SavedModel with {len(nodes)} cuDNN nodes",
+            "signatures": signatures, "nodes": [dict(n.to_dict(), converts_as=n.converts_as()) for n in nodes],
+            "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]}, "variables": []}
+
+
+def _found(source, stack, clues):
+    """What the source holds for ``stack``, in words."""
+    if stack.variable in source.specs:
+        return source.describe(stack.variable)
+    words = f"cuDNN opaque buffer ({source.format} checkpoint)"
+    if clues.exact is not None and clues.exact_how == clues.CANONICAL:
+        scheme = "older names with bias_cudnn_0/1" if tf1.uses_legacy_names(source.shapes, stack.prefix) else \
+            "current names"
+        words += f", with TF1 canonical tensors beside it ({scheme}); they are compared with the buffer"
+    elif clues.exact is not None:
+        words += f", its spec {clues.exact_how}"
+    if stack.slots:
+        words += f"; optimizer slots {', '.join(s[len(stack.variable) + 1:] for s in stack.slots)} convert with it"
+    return words
+
+
+def _plan(source, stack, spec, several=False):
+    """How ``stack`` converts by default: the style, its tensor names for layer 0, and the artifacts."""
+    style = source.default_style
+    target = target_for(style, source.shapes, stack.prefix)
+    G, H, S, P = spec.num_gates, spec.num_units, spec.state_size, spec.num_proj
+    zeros = LayerParams(W=np.zeros((G, H, spec.input_size), spec.dtype), R=np.zeros((G, H, S), spec.dtype),
+                        b_W=np.zeros((G, H), spec.dtype), b_R=np.zeros((G, H), spec.dtype),
+                        P=np.zeros((P, H), spec.dtype) if P else None)
+    try:
+        names = list(target.write_layer(spec, stack.prefix, 0, 0, zeros))
+    except CudnnPortError as e:  # a style that cannot hold this stack
+        return {"style": style, "scheme": None, "layer_0_names": [], "problem": str(e), "artifacts": []}
+    if source.whole_model:  # a Keras model: its artifacts cover the whole model
+        return {"style": style, "scheme": None, "layer_0_names": names, "artifacts": WHOLE_MODEL_ARTIFACTS}
+    kinds = [k for k in DEFAULT_FORMATS[style] if k != "checkpoint" and not (k == "onnx" and spec.num_proj)]
+    return {"style": style, "scheme": getattr(target, "scheme", None), "layer_0_names": names,
+            "artifacts": [ARTIFACT_PATHS[k].format(label=stack.label, suffix=f"_{stack.label}" if several else "")
+                          for k in kinds] + (["keras/model.keras"] if "keras" in kinds and source.model_config else [])}

@@ -1,0 +1,217 @@
+"""Judges: components that compute what an artifact should, sharing no code path with the artifacts themselves.
+
+The artifacts run :mod:`cudnn_port.tf_graph` (TensorFlow ops) or ONNX nodes written by :mod:`cudnn_port.exports`.
+Their judges are the NumPy reference (:mod:`cudnn_port.reference`) and stock components loading the converted
+weights by name, as users load them.
+"""
+import os
+
+import numpy as np
+
+from .deps import import_tf as _tf
+from .parity import compare, failed_row
+
+
+def model_judge(model):
+    """(callable(list of inputs) -> list of arrays, its name) judging a whole Keras model's artifacts."""
+    from .layers import forced_path
+    from .model_export import model_outputs
+
+    def run(inputs):
+        with forced_path("cpu"):
+            return model_outputs(model(inputs if len(inputs) > 1 else inputs[0], training=False))
+
+    return run, "the Keras model itself (fused layers on their CPU path)"
+
+
+def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say, model=None):
+    """Report rows: the whole-model SavedModel, GraphDef and ONNX of ``out`` on ``feeds`` against ``want``."""
+    from .exports.runners import load_graph, onnx_session
+
+    tf = _tf()
+    arts, rows = manifest["model_artifacts"], []
+    count = len(want)
+
+    def check(name, run):
+        say(f"parity: {name}")
+        try:
+            rows.append(compare(name, run(), want, atol, rtol))
+        except Exception as e:  # an artifact that fails to run is a failed check
+            rows.append(failed_row(name, e))
+
+    def saved_model():
+        fn = tf.saved_model.load(os.path.join(out, arts["saved_model"])).signatures["serving_default"]
+        result = fn(**{name: tf.constant(feeds[name]) for name in input_names})
+        return [result[f"output_{i}"].numpy() for i in range(count)]
+
+    def graphdef():
+        names = manifest["graphdef_nodes"]
+        with tf.compat.v1.Session(graph=load_graph(os.path.join(out, arts["graphdef"]))) as session:
+            return session.run(names["outputs"], {n: feeds[name] for n, name in zip(names["inputs"], input_names)})
+
+    def onnx_model(path):
+        session = onnx_session(path)
+        return session.run([f"output_{i}" for i in range(count)], {name: feeds[name] for name in input_names})
+
+    if "saved_model" in arts:
+        check("saved_model", saved_model)
+    if "graphdef" in arts:
+        check("graphdef", graphdef)
+    if "onnx" in arts:
+        check("onnx (onnxruntime)", lambda: onnx_model(os.path.join(out, arts["onnx"])))
+    return rows
+
+
+def model_rows_keras(model, feeds, input_names, want, atol, rtol):
+    """The Keras model itself (its fused layers on their CPU path) against the judge: one more row."""
+    from .layers import forced_path
+    from .model_export import model_outputs
+
+    try:
+        with forced_path("cpu"):
+            got = model_outputs(model([feeds[n] for n in input_names] if len(input_names) > 1
+                                      else feeds[input_names[0]], training=False))
+        return compare("keras model (fused layers, CPU path)", got, want, atol, rtol)
+    except Exception as e:
+        return failed_row("keras model (fused layers, CPU path)", e)
+
+
+def as_arrays(values):
+    return [None if v is None else np.asarray(v) for v in values]
+
+
+# ------------------------------------------------------------------------------------------------ one stack
+def tf1_scope(prefix, mode, bidirectional, layer, direction, legacy=False, projected=False):
+    """The variable scope TF1 graphs give cell (layer, direction) of a cuDNN stack under ``prefix``, written from
+    TensorFlow's ``cudnn_rnn_ops`` saveable names (``LSTMCell``'s ``lstm_cell`` for a projected LSTM)."""
+    cell = "lstm_cell" if projected else ("cudnn_compatible_lstm_cell" if mode == "lstm" else "cudnn_compatible_gru_cell")
+    if bidirectional:
+        return f"{prefix}/stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if direction else 'fw'}/{cell}"
+    return f"{prefix}/{'' if legacy else 'rnn/'}multi_rnn_cell/cell_{layer}/{cell}"
+
+
+def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
+    """Restore TF1 cell variables by name (``tf.compat.v1.train.Saver``) and run them like ``dynamic_rnn`` /
+    ``stack_bidirectional_dynamic_rnn`` over a right-padded batch: LSTM through ``BlockLSTM`` (the kernel of
+    ``LSTMBlockFusedCell`` / ``CudnnCompatibleLSTMCell``: gates i, c, f, o, ``forget_bias=0``), a projected LSTM and
+    the GRU through their cells' math (``LSTMCell(num_proj)``, ``CudnnCompatibleGRUCell``). ``legacy``: the older
+    ``{prefix}/multi_rnn_cell/...`` names. x [B, T, I], lengths [B], h_0 [L*D, B, S], c_0 [L*D, B, H]. Returns
+    [outputs [B, T, D*S], h_n, c_n or None]."""
+    tf = _tf()
+    H, S, D, T = spec.num_units, spec.state_size, spec.num_dirs, x.shape[1]
+    graph = tf.Graph()
+    with graph.as_default():
+        v1 = tf.compat.v1
+        lens = tf.constant(np.asarray(lengths).astype(np.int64))
+        valid = tf.transpose(tf.sequence_mask(lens, T, dtype=tf.float32))[:, :, None]  # [T, B, 1]
+        restore, h_list, c_list = [], [], []
+        layer_in = tf.transpose(tf.constant(x), [1, 0, 2])  # time-major [T, B, I]
+
+        def var(name, shape):
+            restore.append(v1.get_variable(name, shape, use_resource=False))
+            return restore[-1]
+
+        for layer in range(spec.num_layers):
+            outs = []
+            for direction in range(D):
+                p = layer * D + direction
+                scope = tf1_scope(prefix, spec.mode, spec.bidirectional, layer, direction, legacy, spec.num_proj > 0)
+                width = spec.layer_input_size(layer)
+                inp = tf.reverse_sequence(layer_in, lens, seq_axis=0, batch_axis=1) if direction else layer_in
+                h0, c0 = tf.constant(h_0[p]), tf.constant(c_0[p]) if c_0 is not None else None
+                if spec.mode == "lstm" and not spec.num_proj:
+                    kernel, bias, zeros = var(f"{scope}/kernel", [width + H, 4 * H]), var(f"{scope}/bias", [4 * H]), \
+                        tf.zeros([H])
+                    _, cs, _, _, _, _, h = tf.raw_ops.BlockLSTM(
+                        seq_len_max=tf.constant(T, tf.int64), x=inp, cs_prev=c0, h_prev=h0, w=kernel, wci=zeros,
+                        wcf=zeros, wco=zeros, b=bias, forget_bias=0.0, cell_clip=-1.0, use_peephole=False)
+                elif spec.mode == "lstm":  # LSTMCell(num_proj=P, forget_bias=0): i, j, f, o = split([x, m] W + b)
+                    kernel, bias = var(f"{scope}/kernel", [width + S, 4 * H]), var(f"{scope}/bias", [4 * H])
+                    proj = var(f"{scope}/projection/kernel", [H, S])
+                    m, c, steps, cells = h0, c0, [], []
+                    mask = tf.reverse_sequence(valid, lens, seq_axis=0, batch_axis=1) if direction else valid
+                    for t in range(T):
+                        i, j, f, o = tf.split(tf.matmul(tf.concat([inp[t], m], 1), kernel) + bias, 4, axis=1)
+                        c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(j)
+                        m_new = tf.matmul(tf.sigmoid(o) * tf.tanh(c_new), proj)
+                        m, c = mask[t] * m_new + (1 - mask[t]) * m, mask[t] * c_new + (1 - mask[t]) * c
+                        steps.append(m)
+                        cells.append(c)
+                    h, cs = tf.stack(steps), tf.stack(cells)
+                else:  # CudnnCompatibleGRUCell
+                    names = ["gates/kernel", "gates/bias", "candidate/input_projection/kernel",
+                             "candidate/input_projection/bias", "candidate/hidden_projection/kernel",
+                             "candidate/hidden_projection/bias"]
+                    shapes = [[width + H, 2 * H], [2 * H], [width, H], [H], [H, H], [H]]
+                    gk, gb, ik, ib, hk, hb = [var(f"{scope}/{n}", s) for n, s in zip(names, shapes)]
+                    steps, state = [], h0
+                    mask = tf.reverse_sequence(valid, lens, seq_axis=0, batch_axis=1) if direction else valid
+                    for t in range(T):
+                        r, u = tf.split(tf.sigmoid(tf.matmul(tf.concat([inp[t], state], 1), gk) + gb), 2, axis=1)
+                        cand = tf.tanh(tf.matmul(inp[t], ik) + ib + r * (tf.matmul(state, hk) + hb))
+                        state = mask[t] * (u * state + (1 - u) * cand) + (1 - mask[t]) * state
+                        steps.append(state)
+                    h, cs = tf.stack(steps), None
+                last = tf.stack([tf.clip_by_value(lens - 1, 0, T), tf.range(x.shape[0], dtype=tf.int64)], 1)
+                h_list.append(tf.gather_nd(h, last))  # the state at step length-1 of this (reversed) sequence
+                if cs is not None:
+                    c_list.append(tf.gather_nd(cs, last))
+                if direction:
+                    h = tf.reverse_sequence(h, lens, seq_axis=0, batch_axis=1)
+                outs.append(h * valid)
+            layer_in = tf.concat(outs, axis=2)
+        outputs = tf.transpose(layer_in, [1, 0, 2])
+        saver = v1.train.Saver(var_list=restore)
+        with v1.Session(graph=graph) as sess:
+            saver.restore(sess, tf.train.latest_checkpoint(ckpt_dir))
+            fetched = sess.run([outputs, tf.stack(h_list)] + ([tf.stack(c_list)] if c_list else []))
+    return fetched + ([None] if not c_list else [])
+
+
+def keras_layers(spec, tensors, scope, x, lengths, h_0, c_0):
+    """Stock Keras ``LSTM`` / ``GRU(reset_after=True)`` layers holding ``tensors[f"{scope(l, d)}/kernel"]`` etc.
+    (Keras' own names and layouts), run over a right-padded batch with a mask and initial states; the backward
+    direction is ``go_backwards=True`` as ``Bidirectional`` builds it. Returns [outputs, h_n, c_n or None]."""
+    import keras
+
+    mask = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]
+    layer_in, h_n, c_n = x, [], []
+    for layer in range(spec.num_layers):
+        outs = []
+        for direction in range(spec.num_dirs):
+            p = layer * spec.num_dirs + direction
+            kwargs = dict(return_sequences=True, return_state=True, go_backwards=bool(direction),
+                          zero_output_for_mask=True)
+            rnn = keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm" else \
+                keras.layers.GRU(spec.num_units, reset_after=True, **kwargs)
+            states = [h_0[p], c_0[p]] if spec.mode == "lstm" else [h_0[p]]
+            result = rnn(layer_in, mask=mask, initial_state=states)  # builds, then runs with zero weights
+            rnn.set_weights([tensors[f"{scope(layer, direction)}/{v}"] for v in ("kernel", "recurrent_kernel", "bias")])
+            result = [np.asarray(t) for t in rnn(layer_in, mask=mask, initial_state=states)]
+            outs.append(result[0][:, ::-1] if direction else result[0])  # go_backwards emits reversed time
+            h_n.append(result[1])
+            if spec.mode == "lstm":
+                c_n.append(result[2])
+        layer_in = np.concatenate(outs, axis=-1) * mask[..., None]
+    return [layer_in, np.stack(h_n), np.stack(c_n) if c_n else None]
+
+
+def torch_modules(spec, state_dict, x, lengths, h_0, c_0):
+    """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` loading ``state_dict`` strictly, run on a
+    packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError without PyTorch."""
+    import torch
+
+    cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU
+    extra = {"proj_size": spec.num_proj} if spec.num_proj else {}
+    module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True,
+                 bidirectional=spec.bidirectional, **extra)
+    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in state_dict.items()})
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(np.asarray(lengths).astype(np.int64)),
+        batch_first=True, enforce_sorted=False)
+    state = (torch.from_numpy(h_0), torch.from_numpy(c_0)) if spec.mode == "lstm" else torch.from_numpy(h_0)
+    with torch.no_grad():
+        out, final = module(packed, state)
+    out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    h_n, c_n = final if spec.mode == "lstm" else (final, None)
+    return [out.numpy(), h_n.numpy(), None if c_n is None else c_n.numpy()]

@@ -1,0 +1,208 @@
+"""The output folder: the one module that decides where a run writes, and how OUT comes into being.
+
+What it guarantees (README, "Safety"):
+
+- OUT appears whole or not at all. Everything is written into a hidden sibling ``.OUT.tmp-XXXXXXXX`` and
+  published by one rename; an earlier output that ``force`` replaces is moved aside and removed in the same step.
+  SIGINT and SIGTERM are held back while that step runs, and an interrupted or failed build removes its sibling
+  (SIGTERM is handled like SIGINT), so neither OUT half-written nor a hidden temporary folder is ever left.
+- OUT is never a symbolic link, a file, or a non-empty folder other than an earlier cudnn-port output; ``force``
+  replaces only such an output.
+- No source lies inside OUT and OUT never lies inside a source folder, so ``force`` can never delete an input.
+- Problems with OUT itself (a parent that is a file, no permission, a read-only disk) are bad input: one
+  :class:`~cudnn_port.errors.CudnnPortError` line, nothing written.
+
+Every output carries ``manifest.json`` (:func:`manifest_head`, :func:`finish`): the tool and its version, the
+source and its files' sha256, and the sha256 of every other file of OUT.
+"""
+import contextlib
+import datetime
+import errno
+import json
+import os
+import shutil
+import signal
+import threading
+import uuid
+
+from . import __version__
+from .errors import CudnnPortError
+from .paths import is_within, sha256
+
+MANIFEST = "manifest.json"
+TOOL = "cudnn-port"
+USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.ELOOP,
+               errno.ENAMETOOLONG, errno.EEXIST, errno.EISDIR}
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived. ``published``: OUT had already been put in place, whole, when it did."""
+
+    def __init__(self, signum, published=False):
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.published = signum, published
+
+
+class _Signals:
+    held = 0  # > 0 while a step that must not be cut runs
+    pending = None  # a signal that arrived meanwhile
+
+
+def _on_signal(signum, frame):
+    if _Signals.held:
+        _Signals.pending = signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """While inside, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill the process with
+    no cleanup). Only the main thread can set handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_held(published=False, deliver=True):
+    """Hold SIGINT / SIGTERM back while inside; one that arrived is raised on leaving (``deliver``)."""
+    _Signals.held += 1
+    try:
+        yield
+    finally:
+        _Signals.held -= 1
+        if not _Signals.held and _Signals.pending is not None:
+            signum, _Signals.pending = _Signals.pending, None
+            if deliver:
+                raise Interrupted(signum, published)
+
+
+def is_ours(folder):
+    """Whether ``folder`` holds a cudnn-port output (a manifest.json of ours)."""
+    try:
+        with open(os.path.join(folder, MANIFEST)) as f:
+            return json.load(f).get("tool") == TOOL
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _user_error(error, what):
+    """An OSError about OUT as one CudnnPortError line, or None if it is not the user's to fix."""
+    if not isinstance(error, OSError) or error.errno not in USER_ERRNOS:
+        return None
+    return CudnnPortError(f"cannot {what}: {error.strerror} ({getattr(error, 'filename', '') or ''}); choose an "
+                          "output folder on a writable disk where you have write permission")
+
+
+class OutputFolder:
+    """Where a run writes. ``sources``: the files and folders the run reads (checked never to be inside OUT, and
+    OUT never inside them). Construct it before reading anything heavy: it refuses a bad OUT up front."""
+
+    def __init__(self, out, *, force=False, sources=()):
+        self.out = out = os.path.abspath(os.fspath(out))
+        if os.path.islink(out):
+            raise CudnnPortError(f"{out} is a symbolic link; pass the real folder path (cudnn-port never writes "
+                                 "through links)")
+        for source in sources:
+            source = os.path.abspath(os.fspath(source))
+            if is_within(source, out):
+                raise CudnnPortError(f"the source {source} lies inside OUT {out}, which would be replaced; "
+                                     "choose an output folder outside the source")
+            if os.path.isdir(source) and is_within(out, source):
+                raise CudnnPortError(f"OUT {out} lies inside the source folder {source}; choose an output folder "
+                                     "outside it (cudnn-port never writes into its input)")
+        parent = os.path.dirname(out)
+        if os.path.lexists(out):
+            if not os.path.isdir(out):
+                raise CudnnPortError(f"{out} exists and is a file, not a folder; choose a folder name for the output")
+            try:
+                entries = os.listdir(out)
+            except OSError as e:
+                raise _user_error(e, f"read {out}") or e from None
+            if entries and not force:
+                raise CudnnPortError(f"{out} exists and is not empty; choose a new folder, or pass --force to "
+                                     "replace an earlier cudnn-port output")
+            if entries and not is_ours(out):
+                raise CudnnPortError(f"{out} is not a cudnn-port output (no manifest.json of ours), so --force "
+                                     "will not replace it; choose a new folder")
+        ancestor = parent
+        while not os.path.lexists(ancestor):
+            ancestor = os.path.dirname(ancestor)
+        if not os.path.isdir(ancestor):
+            raise CudnnPortError(f"{ancestor} is a file, so {out} cannot be created; choose another output folder")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise CudnnPortError(f"cannot write in {ancestor} (permission denied); choose an output folder where "
+                                 "you have write permission")
+
+    def build(self, write, say=None):
+        """Run ``write(tmp)`` (returns the manifest) in a hidden sibling of OUT, then publish it as OUT."""
+        out, say = self.out, say or (lambda message: None)
+        parent = os.path.dirname(out)
+        tmp = os.path.join(parent, f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
+        with signals_interrupt():
+            try:
+                with signals_held():
+                    os.makedirs(parent, exist_ok=True)
+                    os.mkdir(tmp)
+            except OSError as e:
+                raise _user_error(e, f"create {out}") or e from None
+            try:
+                manifest = write(tmp)
+                with signals_held(published=True):
+                    self._publish(tmp)
+            except BaseException as e:
+                with signals_held(deliver=False):
+                    shutil.rmtree(tmp, ignore_errors=True)
+                problem = _user_error(e, f"write {out}")
+                if problem:
+                    raise problem from None
+                raise
+        say(f"wrote {out}")
+        return manifest
+
+    def _publish(self, tmp):
+        out, old = self.out, None
+        if os.path.lexists(out):
+            if os.listdir(out):
+                old = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.old-{uuid.uuid4().hex[:8]}")
+                os.rename(out, old)
+            else:
+                os.rmdir(out)
+        try:
+            os.rename(tmp, out)
+        except BaseException:
+            if old:
+                os.rename(old, out)  # put the earlier output back
+            raise
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def manifest_head(source, source_format, names_note, formats, style=None):
+    """The manifest's common part; ``source`` is the path the run read."""
+    return {"tool": TOOL, "version": __version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "source": {"checkpoint": os.path.abspath(source) if os.path.exists(source) else source,
+                       "format": source_format, "files": {}, "names": names_note},
+            "style": style, "formats": list(formats), "stacks": [], "model_artifacts": {}}
+
+
+def finish(manifest, tmp):
+    """Hash every file of the output (all but the manifest itself) into ``manifest`` and write it."""
+    manifest["files"] = {}
+    for root, dirs, files in os.walk(tmp):
+        dirs.sort()
+        for f in sorted(files):
+            rel = os.path.relpath(os.path.join(root, f), tmp)
+            if rel != MANIFEST:
+                manifest["files"][rel] = sha256(os.path.join(root, f))
+    with open(os.path.join(tmp, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest

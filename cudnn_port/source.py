@@ -1,0 +1,45 @@
+"""What every reader gives the converter: a :class:`Source`, the same verbs for every input format."""
+from typing import Dict, List, Optional
+
+import numpy as np
+
+
+class Source:
+    """A readable input seen like a checkpoint: named arrays, some of which are cuDNN buffers.
+
+    A reader sets ``prefix`` (the path it read, or a description of an in-memory model), ``format`` (words for
+    inspect and the manifest), ``shapes`` and ``dtypes`` (name -> shape tuple / dtype name), and implements
+    :meth:`get` and :meth:`files`. Buffers are the names ending in ``opaque_kernel``; ``specs`` holds the spec of
+    each buffer whose spec the source states outright (a Keras 2 layer's shapes, a fused layer's settings).
+    """
+
+    prefix: str = ""
+    format: str = ""
+    default_style: str = "tf1"  # the --style a plain `convert` writes
+    names_note: str = "names kept as they are"
+    whole_model: bool = False  # a Keras model with fused layers: exported whole by cudnn_port.model_export
+    model_config: Optional[dict] = None  # a Keras 2 full-model file's config (rebuilt whole in Keras 3)
+    shapes: Dict[str, tuple]
+    dtypes: Dict[str, str]
+    specs: Dict[str, object] = {}
+
+    @property
+    def names(self) -> List[str]:
+        return list(self.shapes)
+
+    def get(self, name: str) -> np.ndarray:
+        """The value of variable ``name``."""
+        raise NotImplementedError
+
+    def files(self) -> List[str]:
+        """The files this source was read from (hashed into the manifest, checked by verify)."""
+        raise NotImplementedError
+
+    def describe(self, name: str) -> str:
+        """How buffer ``name`` was found, in words."""
+        return f"cuDNN opaque buffer ({self.format})"
+
+    def nothing_found(self) -> str:
+        """The error message when the source holds no cuDNN buffer."""
+        return (f"no cuDNN buffer in {self.prefix}: no variable name ends in opaque_kernel; name it with "
+                "--variable NAME (cudnn-port inspect lists the variables)")
