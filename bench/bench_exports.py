@@ -106,12 +106,12 @@ def minimal_onnx(canon):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from cudnn_port.exports.onnx import IR_VERSION, OPSET, _weights
+    from cudnn_port.exports.onnx import IR_VERSION, OPSET, layer_weights as onnx_weights
 
     spec = canon.spec
     nodes, inits, x = [], [numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape")], "X"
     for layer in range(spec.num_layers):
-        W, R, B = _weights(canon, layer)
+        W, R, B = onnx_weights(canon, layer)
         inits += [numpy_helper.from_array(a, f"{n}{layer}") for n, a in (("W", W), ("R", R), ("B", B))]
         nodes.append(helper.make_node("LSTM", [x, f"W{layer}", f"R{layer}", f"B{layer}"], [f"Y{layer}"],
                                       hidden_size=spec.num_units, direction="bidirectional"))

@@ -47,7 +47,9 @@ def convert_text(manifest, out):
     """convert's manifest."""
     lines, stacks = [], manifest["stacks"]
     if manifest.get("kind") == "saved_model":
-        lines.append(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}")
+        dropped = manifest.get("uncalled_functions_dropped", {}).get("with_cudnn_ops", {})
+        lines.append(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}"
+                     + (f"; dropped {len(dropped)} functions nothing calls that held cuDNN ops" if dropped else ""))
         lines += [f"  {n['node']} ({n['op']}): {describe(n['spec'])}" for n in manifest["nodes"]]
         lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
         lines += [f"  warning: {w}" for w in manifest.get("warnings", [])]

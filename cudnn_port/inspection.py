@@ -49,14 +49,22 @@ def inspect_source(path, variable=None, **flags) -> dict:
 
 def _inspect_saved_model(path):
     from .graphs import find_nodes, load_proto
+    from .graphs.convert import dropped_summary
+    from .graphs.prune import prune
 
     proto = load_proto(path)
+    dropped = dropped_summary(prune(proto))
     nodes = find_nodes(proto)
     signatures = sorted({name for meta in proto.meta_graphs for name in meta.signature_def
                          if not name.startswith("__")})
-    return {"checkpoint": os.path.abspath(path), "format": f"SavedModel with {len(nodes)} cuDNN nodes",
-            "signatures": signatures, "nodes": [dict(n.to_dict(), converts_as=n.converts_as()) for n in nodes],
-            "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]}, "variables": []}
+    words = f"SavedModel with {len(nodes)} cuDNN nodes that its signatures call"
+    if dropped["with_cudnn_ops"]:
+        words += (f"; {len(dropped['with_cudnn_ops'])} functions nothing calls hold cuDNN ops (GPU alternatives, "
+                  "e.g. tf_keras's gpu_lstm_with_fallback) and are dropped")
+    return {"checkpoint": os.path.abspath(path), "format": words, "signatures": signatures,
+            "nodes": [dict(n.to_dict(), converts_as=n.converts_as()) for n in nodes],
+            "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]}, "variables": [],
+            "uncalled_functions_dropped": dropped}
 
 
 def _found(source, stack, clues):

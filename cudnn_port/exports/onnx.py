@@ -29,7 +29,9 @@ OPSET = 17
 IR_VERSION = 8
 
 
-def _weights(canon, layer):
+def layer_weights(canon, layer, dtype=np.float32):
+    """W [D, G*H, I_l], R [D, G*H, H], B [D, 2*G*H] of one layer in ONNX gate order. With ``canon`` unpacked from
+    ``np.arange(param_count)`` and ``dtype`` int64: the position in params each weight comes from."""
     spec = canon.spec
     dst = ONNX_LSTM if spec.mode == "lstm" else ONNX_GRU
     src = CUDNN_ORDER[spec.mode]
@@ -40,20 +42,22 @@ def _weights(canon, layer):
         R.append(reorder(np.asarray(p.R), src, dst).reshape(-1, spec.num_units))
         B.append(np.concatenate([reorder(np.asarray(p.b_W), src, dst).reshape(-1),
                                  reorder(np.asarray(p.b_R), src, dst).reshape(-1)]))
-    return [np.stack(a).astype(np.float32) for a in (W, R, B)]
+    return [np.stack(a).astype(dtype) for a in (W, R, B)]
 
 
-def stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
+def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None):
     """The stack's ONNX nodes, made through ``node(op, inputs, outputs, **attrs)`` and ``const(name, array) ->
     tensor name``: x time-major [T, B, I], lengths [B] int32 (or "" for full length), h0 / c0 [L*D, B, H] (c0
-    LSTM only). Returns the names of y [T, B, D*H], final_h and final_c (None for GRU)."""
+    LSTM only). Returns the names of y [T, B, D*H], final_h and final_c (None for GRU). ``weights(layer)``, if
+    given, returns the names of that layer's W, R, B tensors (computed in the graph) instead of constants."""
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
     flatten, axis = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64)), \
         const(f"{prefix}axis_0", np.array([0], np.int64))
     finals_h, finals_c = [], []
     for layer in range(spec.num_layers):
-        W, R, B = (const(f"{prefix}{n}_{layer}", a) for n, a in zip("WRB", _weights(canon, layer)))
+        W, R, B = weights(layer) if weights else (const(f"{prefix}{n}_{layer}", a)
+                                                  for n, a in zip("WRB", layer_weights(canon, layer)))
         start = const(f"{prefix}start_{layer}", np.array([layer * D], np.int64))
         end = const(f"{prefix}end_{layer}", np.array([(layer + 1) * D], np.int64))
         states = []

@@ -3,7 +3,7 @@ turns each CudnnRNN / V2 / V3 node (its params constant once the graph is frozen
 nodes of :func:`cudnn_port.exports.onnx.stack_graph`."""
 import numpy as np
 
-from .onnx import IR_VERSION, OPSET, stack_graph
+from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
 
 
 def cudnn_node_handler(ctx, node, name, args):
@@ -18,24 +18,39 @@ def cudnn_node_handler(ctx, node, name, args):
         return value.decode() if isinstance(value, bytes) else value
 
     params = node.inputs[3]
-    if not params.is_const():
-        raise CudnnPortError(f"node {name}: its params are not constant after freezing; cannot write ONNX weights")
-    value = params.get_tensor_value(as_list=False).reshape(-1)
+    if params.is_const():
+        value = params.get_tensor_value(as_list=False).reshape(-1)
+        size = value.size
+    else:  # computed in the graph: e.g. in a branch of an If, from weights the branch receives as inputs
+        value, size = None, (ctx.get_shape(node.input[3]) or [-1])[0]
+        if size in (None, -1):
+            raise CudnnPortError(f"node {name}: its params are neither constant after freezing nor of a known size; "
+                                 "cannot write ONNX weights")
     mode, bidirectional = attr("rnn_mode", "lstm"), attr("direction", "unidirectional") == "bidirectional"
     time_major = bool(attr("time_major", True)) if node.type == "CudnnRNNV3" else True
     dims = [ctx.get_shape(node.input[i]) or [None] for i in (0, 1)]
     known = dict(input_size=dims[0][-1], num_units=dims[1][-1])
-    found = candidates(value.size, mode=mode, bidirectional=bidirectional, dtype="float32",
+    found = candidates(size, mode=mode, bidirectional=bidirectional, dtype="float32",
                        **{k: v for k, v in known.items() if v not in (None, -1)})
     if len(found) != 1:
-        raise CudnnPortError(f"node {name}: {len(found)} specs fit its {value.size} params; cannot tell its sizes")
-    canon, is_lstm, prefix = unpack(found[0], value.astype(np.float32)), mode == "lstm", f"{name}/onnx/"
+        raise CudnnPortError(f"node {name}: {len(found)} specs fit its {size} params; cannot tell its sizes")
+    is_lstm, prefix, weights = mode == "lstm", f"{name}/onnx/", None
+    if value is not None:
+        canon = unpack(found[0], value.astype(np.float32))
+    else:  # W, R, B gathered from params at run time: the positions come from unpacking arange(size)
+        canon = unpack(found[0], np.arange(size, dtype=np.int64))
+
+        def weights(layer):
+            return [make("Gather", [node.input[3], const(f"{prefix}{n}_index_{layer}", index)],
+                         [f"{prefix}{n}_{layer}"], axis=0)
+                    for n, index in zip("WRB", layer_weights(canon, layer, np.int64))]
     from onnx import TensorProto
 
     onnx_float, onnx_int32 = TensorProto.FLOAT, TensorProto.INT32
 
     def make(op, inputs, outputs, **attrs):
-        ranks = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Cast": [1], "Transpose": [len(attrs.get("perm", ()))]}
+        ranks = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Cast": [1], "Transpose": [len(attrs.get("perm", ()))],
+                 "Gather": [2 if outputs[0].rsplit("/", 1)[-1].startswith("B_") else 3]}
         shapes = [[-1] * r for r in ranks.get(op, [3])]  # ranks let tf2onnx's optimizers reason about them
         dtypes = [onnx_int32 if op == "Cast" else onnx_float] * len(outputs)
         return ctx.make_node(op, inputs, attr=attrs, outputs=outputs, name=outputs[0], shapes=shapes,
@@ -51,7 +66,7 @@ def cudnn_node_handler(ctx, node, name, args):
     h0 = time_first(node.input[1], "h0_t")
     c0 = time_first(node.input[2], "c0_t") if is_lstm else None
     lengths = make("Cast", [node.input[4]], [f"{prefix}lengths"], to=6) if len(node.input) > 4 else ""
-    y, h_n, c_n = stack_graph(canon, x, lengths, h0, c0, make, const, prefix)
+    y, h_n, c_n = stack_graph(canon, x, lengths, h0, c0, make, const, prefix, weights)
     replaced = [time_first(y, "y_b"), time_first(h_n, "h_n_b")] + ([time_first(c_n, "c_n_b")] if is_lstm else [])
     outputs = list(node.output)
     ctx.remove_node(node.name)
@@ -84,6 +99,7 @@ def write_graph_onnx(graph_def, inputs, outputs, path, renames=None):
     for node in graph_def.node:  # TF's own shape hints for a GRU node's output_c can contradict its shape function
         if node.op in CUDNN_HANDLERS:
             node.attr.pop("_output_shapes", None)
+    _unique_returns(graph_def.library)
     model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
                                       custom_op_handlers=dict(CUDNN_HANDLERS), tensors_to_rename=renames)
     model.ir_version = IR_VERSION
@@ -91,6 +107,22 @@ def write_graph_onnx(graph_def, inputs, outputs, path, renames=None):
     if path is not None:
         onnx.save(model, str(path))
     return model
+
+
+def _unique_returns(library):
+    """Give (in place) each function output that repeats another output of its function a node of its own.
+    Grappler folds Identity nodes, so tf_keras's masked cuDNN branch (an If branch) returns h twice once frozen
+    (last output and state), and tf2onnx's If conversion loses an output named twice ("cannot find node by output
+    id"). The node is a StopGradient, which Grappler's passes here (constfold, function) keep."""
+    for f in library.function:
+        seen = set()
+        for arg in f.signature.output_arg:
+            value = f.ret[arg.name]
+            if value in seen:
+                node = f.node_def.add(name=f"{arg.name}_cudnn_port_unique", op="StopGradient", input=[value])
+                node.attr["T"].type = arg.type
+                f.ret[arg.name] = f"{node.name}:output:0"
+            seen.add(value)
 
 
 def name_dynamic_dims(model, path):

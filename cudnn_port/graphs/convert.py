@@ -7,6 +7,7 @@ from ..errors import CudnnPortError
 from ..outdir import OutputFolder, finish, manifest_head
 from ..paths import sha256
 from .nodes import find_nodes, load_proto
+from .prune import gpu_selected, prune
 from .rewrite import write_cpu_saved_model
 
 GRAPH_FORMATS = ("saved_model", "onnx")
@@ -22,21 +23,31 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
                              "live in the graph's variables, so pass --formats saved_model,onnx (the default)")
     folder = OutputFolder(out, force=force, sources=[source])
     proto = load_proto(source)
+    dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
+    uncalled = {name: ops for name, ops in dropped.items() if ops}
     nodes = find_nodes(proto)
-    if not nodes:
+    if not nodes and not uncalled:
         raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
                              "nothing to convert")
+    backward = [n for n in nodes if n.backward]
+    if backward and "onnx" in formats:
+        raise CudnnPortError(f"node {backward[0].name} ({backward[0].op}) is cuDNN's backward op, called by a "
+                             "signature that computes gradients; ONNX has no such op, so pass --formats saved_model")
     projected = [n for n in nodes if n.spec.num_proj]
     if "onnx" in formats and projected and formats != GRAPH_FORMATS:
         raise CudnnPortError(f"node {projected[0].name} is an LSTM with projection, which ONNX's LSTM cannot hold; "
                              "leave onnx out of --formats")
+    if uncalled:
+        say(f"dropped {len(dropped)} library functions nothing calls, {len(uncalled)} of them holding cuDNN ops "
+            "(GPU alternatives, e.g. tf_keras's gpu_lstm_with_fallback and its gradient)")
     for node in nodes:
         say(f"{node.name} ({node.op}): {node.spec.describe()}")
 
     def write(tmp):
         manifest = manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
                                  "signatures, inputs and outputs keep their names", formats)
-        manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[])
+        manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[],
+                        uncalled_functions_dropped=dropped_summary(dropped))
         if "saved_model" in formats:
             say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
             write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
@@ -49,10 +60,16 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
             from ..exports.onnx_tf import write_saved_model_onnx
 
             say("writing model.onnx (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-            write_saved_model_onnx(source, os.path.join(tmp, "model.onnx"))
+            with gpu_selected(source) as selected:  # tf_keras: its cuDNN path, which fuses even when masked
+                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"))
             manifest["model_artifacts"]["onnx"] = "model.onnx"
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
         manifest["source"]["files"] = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
         return finish(manifest, tmp)
 
     return folder.build(write, say)
+
+
+def dropped_summary(dropped):
+    """What pruning dropped: how many functions, and those that held cuDNN ops."""
+    return {"count": len(dropped), "with_cudnn_ops": {name: ops for name, ops in sorted(dropped.items()) if ops}}

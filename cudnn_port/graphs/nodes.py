@@ -16,6 +16,11 @@ FORWARD_OPS = {"CudnnRNN": 4, "CudnnRNNV2": 5, "CudnnRNNV3": 5}  # op -> number 
 BACKWARD_OPS = ("CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3")
 
 
+def is_cudnn(op):
+    """Whether ``op`` is a cuDNN RNN op, forward or backward."""
+    return op in FORWARD_OPS or op in BACKWARD_OPS
+
+
 def is_saved_model(path):
     return os.path.isdir(path) and os.path.lexists(os.path.join(path, "saved_model.pb"))
 
@@ -49,10 +54,12 @@ def _attrs(node):
 
 
 class CudnnNode:
-    """One cuDNN forward node: where it is, what it computes."""
+    """One cuDNN node, forward or backward (its first four inputs are the forward op's): where it is, what it
+    computes."""
 
     def __init__(self, function, node, shapes):
         self.function, self.name, self.op = function, node.name, node.op
+        self.backward = node.op in BACKWARD_OPS
         attrs = _attrs(node)
         where = f"node {node.name} ({node.op}) in {function or 'the main graph'}"
         if attrs["rnn_mode"] not in ("lstm", "gru"):
@@ -94,6 +101,8 @@ class CudnnNode:
                 "spec": self.spec.to_dict()}
 
     def converts_as(self):
+        if self.backward:
+            return f"{self.spec.describe()}: its gradient in CPU ops in the SavedModel; no ONNX (no backward op)"
         onnx = "no ONNX (ONNX's LSTM has no projection)" if self.spec.num_proj else \
             f"fused ONNX {self.spec.mode.upper()} nodes in ONNX"
         return f"{self.spec.describe()}: CPU ops in the SavedModel, {onnx}"
@@ -114,7 +123,7 @@ def _function_input_shapes(function_def):
         graph = function_def_to_graph(function_def)
     except Exception:  # shapes are a convenience: the params size alone settles most specs
         return {}
-    return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if op.type in FORWARD_OPS}
+    return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if is_cudnn(op.type)}
 
 
 def _graph_input_shapes(graph_def):
@@ -125,25 +134,22 @@ def _graph_input_shapes(graph_def):
             tf.compat.v1.import_graph_def(graph_def, name="")
     except Exception:
         return {}
-    return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if op.type in FORWARD_OPS}
+    return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if is_cudnn(op.type)}
 
 
 def find_nodes(proto):
-    """Every cuDNN forward node of the SavedModel, with its spec; refuses backward (training) nodes."""
+    """Every cuDNN node (forward and backward) of the SavedModel, with its spec. Prune the proto first
+    (:func:`cudnn_port.graphs.prune.prune`): this finds nodes in every function of the library, called or not."""
     nodes = []
     for meta in proto.meta_graphs:
         library = meta.graph_def.library
         for function in library.function:
-            found = [n for n in function.node_def if n.op in FORWARD_OPS or n.op in BACKWARD_OPS]
+            found = [n for n in function.node_def if is_cudnn(n.op)]
             if not found:
                 continue
             shapes = _function_input_shapes(function)
-            for node in found:
-                if node.op in BACKWARD_OPS:
-                    raise CudnnPortError(f"node {node.name} ({node.op}) in {function.signature.name} is cuDNN's "
-                                         "training (backward) op; export the model for inference and convert that")
-                nodes.append(CudnnNode(function.signature.name, node, shapes.get(node.name)))
-        main = [n for n in meta.graph_def.node if n.op in FORWARD_OPS]
+            nodes += [CudnnNode(function.signature.name, node, shapes.get(node.name)) for node in found]
+        main = [n for n in meta.graph_def.node if is_cudnn(n.op)]
         shapes = _graph_input_shapes(meta.graph_def) if main else {}
         nodes += [CudnnNode(None, node, shapes.get(node.name)) for node in main]
     return nodes

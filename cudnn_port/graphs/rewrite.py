@@ -12,31 +12,65 @@ they were::
           host_reserved, so every consumer's reference (``node:output_h:0``) still resolves
 
 reserve_space and host_reserved come back empty: they only feed cuDNN's backward op.
+
+A backward node (``CudnnRNNBackprop`` / V2 / V3, in a gradient that a signature computes) is replaced the same way,
+by a function that runs the same CPU forward pass from the node's inputs under a GradientTape and returns the
+gradients of ``sum(output * output_backprop) + sum(output_h * output_h_backprop) + sum(output_c *
+output_c_backprop)`` with respect to input, input_h, input_c and params (outputs named like the op's;
+reserve_space is not read).
 """
 import hashlib
 import os
 import shutil
 
 from ..deps import import_tf as _tf
-from .nodes import FORWARD_OPS
+from .nodes import FORWARD_OPS, is_cudnn
+from .prune import redirect
 
 OUTPUTS = ("output", "output_h", "output_c", "reserve_space", "host_reserved")
+BACKWARD_OUTPUTS = ("input_backprop", "input_h_backprop", "input_c_backprop", "params_backprop")
 FUNCTION_PREFIX = "cudnn_port_cpu_rnn"
+
+
+def _backward(tf, spec, time_major, dtype, forward_inputs):
+    """The CPU function of a backward node: args are the forward op's inputs (4, or 5 with sequence_lengths), its
+    three outputs, their three backprops, reserve_space[, host_reserved]."""
+    from ..tf_graph import cudnn_op_cpu
+
+    def run(*args):
+        inputs = list(args[:forward_inputs])
+        backprops = args[forward_inputs + 3:forward_inputs + 6]
+        with tf.GradientTape() as tape:
+            for t in inputs[:4]:
+                tape.watch(t)
+            outputs = cudnn_op_cpu(spec, time_major, 3, *inputs)
+            total = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32) * tf.cast(g, tf.float32))
+                              for o, g in zip(outputs, backprops)])
+        found = tape.gradient(total, inputs[:4])
+        return [tf.zeros_like(t) if g is None else tf.cast(g, dtype) for t, g in zip(inputs[:4], found)]
+
+    return run
 
 
 def replacement_functions(node):
     """FunctionDefs computing ``node`` on CPU: the replacement (first) and the loop functions it calls, all named
-    uniquely for this node's configuration. The replacement's outputs are named like the op's (OUTPUTS)."""
+    uniquely for this node's configuration. The replacement's outputs are named like the op's (OUTPUTS, or
+    BACKWARD_OUTPUTS for a backward node)."""
     from ..tf_graph import cudnn_op_cpu
 
     tf = _tf()
-    spec, count, v3 = node.spec, FORWARD_OPS[node.op], node.op == "CudnnRNNV3"
+    spec, v3 = node.spec, node.op.endswith("V3")
     dtype = tf.as_dtype(node.dtype)
     signature = [tf.TensorSpec(None, dtype), tf.TensorSpec(None, dtype), tf.TensorSpec(None, dtype),
                  tf.TensorSpec([spec.param_count], dtype)] + ([tf.TensorSpec([None], tf.int32)] if v3 else [])
-
-    def run(*args):
-        return cudnn_op_cpu(spec, node.time_major, count, *args)
+    if node.backward:
+        forward_inputs = len(signature)
+        signature += [tf.TensorSpec(None, dtype)] * 7 + ([tf.TensorSpec(None, tf.int8)] if node.op != "CudnnRNNBackprop"
+                                                          else [])
+        run = _backward(tf, spec, node.time_major, dtype, forward_inputs)
+    else:
+        def run(*args):
+            return cudnn_op_cpu(spec, node.time_major, FORWARD_OPS[node.op], *args)
 
     concrete = tf.function(run, input_signature=signature, autograph=False).get_concrete_function()
     main = concrete.function_def
@@ -49,7 +83,7 @@ def replacement_functions(node):
     old = [arg.name for arg in head.output_arg]
     rets = {name: renamed[0].ret[name] for name in old}
     renamed[0].ret.clear()
-    for arg, new in zip(head.output_arg, OUTPUTS):
+    for arg, new in zip(head.output_arg, BACKWARD_OUTPUTS if node.backward else OUTPUTS):
         renamed[0].ret[new] = rets[arg.name]
         arg.name = new
     return renamed
@@ -61,14 +95,7 @@ def _renamed(function_def, names):
     f.CopyFrom(function_def)
     f.signature.name = names.get(f.signature.name, f.signature.name)
     for node in f.node_def:
-        if node.op in names:
-            node.op = names[node.op]
-        for value in node.attr.values():
-            if value.HasField("func") and value.func.name in names:
-                value.func.name = names[value.func.name]
-            for func in value.list.func:
-                if func.name in names:
-                    func.name = names[func.name]
+        redirect(node, names)
     return f
 
 
@@ -83,7 +110,7 @@ def rewrite(proto, nodes):
         for where, node_defs in places:
             for node_def in node_defs:
                 node = by_place.get((where, node_def.name))
-                if node is None or node_def.op not in FORWARD_OPS:
+                if node is None or not is_cudnn(node_def.op):
                     continue
                 if node.config not in traced:
                     traced[node.config] = replacement_functions(node)
