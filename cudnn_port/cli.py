@@ -230,5 +230,20 @@ def _fail(message, code, want_json, **extra):
     return code
 
 
+def entry():
+    """The console script: :func:`main`, then exit at once. Once the work is done, SIGINT and SIGTERM are ignored
+    and the interpreter's teardown (seconds of TensorFlow's) is skipped, so a late signal cannot end the process
+    by the signal itself after OUT was published; the exit code is the command's."""
+    code = main()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -50,20 +50,61 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say):
 
 
 def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
-    """A whole Keras model's SavedModel, GraphDef and ONNX against the model rebuilt from stock Keras layers."""
+    """A whole Keras model's SavedModel, GraphDef and ONNX against the model with each fused layer rebuilt from
+    stock Keras layers (from the source .keras file, or from OUT/keras/model.keras when the source is gone); the
+    int8 model by its task cost, when OUT holds a task."""
+    import json
+
     from .judges import model_judge, run_model_artifacts
     from .readers.keras_model import load_keras_file
 
     source = manifest["source"].get("checkpoint", "")
-    if not (unchanged and os.path.isfile(source)):
-        return [{"artifact": "whole model", "stack": "(whole model)", "max_abs": None, "max_rel": None,
-                 "passed": None, "judge": None, "note": "skipped: the source .keras file is gone or changed"}]
-    model = load_keras_file(source)
+    copy = os.path.join(out, manifest["model_artifacts"].get("keras", "keras/model.keras"))
+    path, where = (source, "the source") if unchanged and os.path.isfile(source) else (copy, "OUT/keras/model.keras")
+    try:
+        model = load_keras_file(path)
+    except Exception as e:  # noqa: BLE001 (a model that does not load is a failed check)
+        return [dict(failed_row(f"whole model ({where})", e), stack="(whole model)", judge=None)]
     tf = _tf()
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0]) for t in model.inputs]
-    names = [s.name for s in specs]
-    feeds = sample_inputs([(s.name, s) for s in specs], seed, pad_last=True)
+    names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
+    feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
     judge, judge_name = model_judge(model)
     want = judge([feeds[n] for n in names])
-    rows = run_model_artifacts(out, manifest, names, feeds, want, atol, rtol, say, model=model)
+    rows = run_model_artifacts(out, manifest, names, feeds, want, atol, rtol, say)
+    judge_name = f"{judge_name} ({where})"
+    if "onnx_int8" in manifest["model_artifacts"]:
+        rows.append(_int8_model_row(out, manifest, names, feeds, want))
+    if manifest.get("task") and "onnx_int8" in manifest["model_artifacts"] and len(names) == 1:
+        from .exports.runners import onnx_session
+        from .tasks import task_row
+
+        with open(os.path.join(out, manifest["task"])) as f:
+            task = json.load(f)
+        say("task: fp32 and int8 ONNX")
+        runs = [onnx_session(os.path.join(out, manifest["model_artifacts"][k])) for k in ("onnx", "onnx_int8")]
+        try:
+            rows.append(task_row(task, *(lambda ids, s=s: s.run(["output_0"], {names[0]: ids})[0] for s in runs)))
+        except Exception as e:  # noqa: BLE001
+            rows.append(failed_row("task: next-token loss", e))
     return [dict(r, stack="(whole model)", judge=judge_name) for r in rows]
+
+
+def _int8_model_row(out, manifest, names, feeds, want):
+    """The whole model's int8 ONNX: it runs with the same interface; its error against the judge is reported. Its
+    LSTM weights are judged in each layer's int8 row, its cost on the task's row (a skip where there is no task)."""
+    from .exports.runners import onnx_session
+
+    name = "onnx int8 (onnxruntime)"
+    try:
+        session = onnx_session(os.path.join(out, manifest["model_artifacts"]["onnx_int8"]))
+        got = session.run([f"output_{i}" for i in range(len(want))], {n: feeds[n] for n in names})
+    except Exception as e:  # noqa: BLE001
+        return failed_row(name, e)
+    row = compare(name, got, want, np.inf, 0.0)
+    finite = all(np.isfinite(g).all() for g in got)
+    judged = bool(manifest.get("task"))
+    return dict(row, passed=None if finite else False, max_rel=None,
+                note=("error against the fp32 judge, for reference; judged by the task row below" if judged else
+                      "skipped: no task.json beside the model to judge int8's cost by; its layers' int8 rows judge "
+                      "the weights") if finite else "NaN/Inf in its outputs")

@@ -12,16 +12,83 @@ from .deps import import_tf as _tf
 from .parity import compare, failed_row
 
 
+class StockStack:
+    """One fused layer's stack computed by stock Keras ``LSTM`` / ``GRU(reset_after=True)`` layers holding its
+    converted weights (the Keras target's layout, :func:`cudnn_port.targets.keras.layer_weights`), one layer per
+    (layer, direction), the backward ones ``go_backwards=True`` as ``Bidirectional`` builds them. Called like the
+    fused layer's own paths: ``(x [B, T, I], lengths [B], h0 [L*D, B, H], c0) -> (outputs, h_n, c_n)``."""
+
+    def __init__(self, canon):
+        import keras
+
+        from .targets.keras import layer_weights
+
+        self.spec, self.rnns = canon.spec, []
+        for layer, direction, params in canon.pseudo_layers():
+            kwargs = dict(return_sequences=True, return_state=True, go_backwards=bool(direction),
+                          zero_output_for_mask=True)
+            rnn = keras.layers.LSTM(self.spec.num_units, **kwargs) if self.spec.mode == "lstm" else \
+                keras.layers.GRU(self.spec.num_units, reset_after=True, **kwargs)
+            rnn.build((None, None, self.spec.layer_input_size(layer)))
+            rnn.set_weights(layer_weights(self.spec, params))
+            self.rnns.append(rnn)
+
+    def __call__(self, x, lengths, h0, c0):
+        tf = _tf()
+        spec, D = self.spec, self.spec.num_dirs
+        mask = tf.sequence_mask(lengths, tf.shape(x)[1])
+        finals_h, finals_c = [], []
+        for layer in range(spec.num_layers):
+            outs = []
+            for direction in range(D):
+                p = layer * D + direction
+                states = [h0[p], c0[p]] if spec.mode == "lstm" else [h0[p]]
+                y, *final = self.rnns[p](x, mask=mask, initial_state=states)
+                outs.append(tf.reverse(y, [1]) if direction else y)  # go_backwards emits reversed time
+                finals_h.append(final[0])
+                finals_c += final[1:]
+            x = tf.concat(outs, axis=-1) * tf.cast(mask, x.dtype)[:, :, None]
+        return x, tf.stack(finals_h), (tf.stack(finals_c) if finals_c else None)
+
+
+class ReferenceStack:
+    """A stack Keras cannot hold (an LSTM with projection) computed by the NumPy reference, float64."""
+
+    def __init__(self, canon):
+        self.canon = canon
+
+    def __call__(self, x, lengths, h0, c0):
+        from . import reference
+
+        tf = _tf()
+        lstm = self.canon.spec.mode == "lstm"
+
+        def run(x, lengths, h0, c0):
+            y, h, c = reference.forward(self.canon, x, lengths, h0, c0 if lstm else None)
+            return [a.astype(np.float32) for a in (y, h, c if lstm else h)]
+
+        y, h, c = tf.numpy_function(run, [x, lengths, h0, c0 if lstm else h0], [tf.float32] * 3)
+        return y, h, (c if lstm else None)
+
+
 def model_judge(model):
-    """(callable(list of inputs) -> list of arrays, its name) judging a whole Keras model's artifacts."""
-    from .layers import forced_path
+    """(callable(list of inputs) -> list of arrays, its name): ``model`` with every fused layer's stack computed
+    by stock Keras layers holding its converted weights (:class:`StockStack`; a projected LSTM, which Keras cannot
+    hold, by the NumPy reference), sharing no code with the fused layers' own paths (cudnn_port.tf_graph)."""
+    from .layers import fused_layers, judged_by
+    from .layout import unpack
     from .model_export import model_outputs
 
+    judges = {}
+    for layer in fused_layers(model):
+        canon = unpack(layer.spec, layer.opaque_kernel.numpy())
+        judges[id(layer)] = ReferenceStack(canon) if layer.spec.num_proj else StockStack(canon)
+
     def run(inputs):
-        with forced_path("cpu"):
+        with judged_by(judges):
             return model_outputs(model(inputs if len(inputs) > 1 else inputs[0], training=False))
 
-    return run, "the Keras model itself (fused layers on their CPU path)"
+    return run, "the model with each fused layer rebuilt from stock Keras LSTM/GRU layers holding its converted weights"
 
 
 def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say, model=None):

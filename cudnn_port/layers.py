@@ -40,6 +40,7 @@ from .layout import RNNSpec
 
 
 _PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
+_JUDGES = contextvars.ContextVar("cudnn_port_layer_judges", default={})
 
 
 @contextlib.contextmanager
@@ -53,6 +54,18 @@ def forced_path(path):
         yield
     finally:
         _PATH.reset(token)
+
+
+@contextlib.contextmanager
+def judged_by(judges):
+    """While inside, each fused layer ``layer`` with ``id(layer)`` in ``judges`` computes its stack with
+    ``judges[id(layer)](x, lengths, h0, c0) -> (outputs, h_n, c_n)`` (time-major states) instead of its own paths:
+    how :func:`cudnn_port.judges.model_judge` runs a whole model with stock layers in place of the fused ones."""
+    token = _JUDGES.set(dict(judges))
+    try:
+        yield
+    finally:
+        _JUDGES.reset(token)
 
 
 class CudnnInitializer(keras.initializers.Initializer):
@@ -141,7 +154,10 @@ class CudnnRNN(keras.layers.Layer):
         lengths = _lengths(mask, batch, steps)
         states = self._states(initial_state, batch)
         dropout = self.dropout if training else 0.0
-        if (_PATH.get() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")) == "cudnn":
+        judge = _JUDGES.get().get(id(self))
+        if judge is not None:
+            outputs, h, c = judge(x, lengths, states[0], states[1])
+        elif (_PATH.get() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")) == "cudnn":
             outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
         else:
             outputs, h, c = self._cpu(x, lengths, states, dropout)

@@ -89,14 +89,14 @@ class RNNSpec:
         for name in ("num_layers", "num_units", "input_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value < MAX_ELEMENTS:
-                raise CudnnPortError(f"Received {name}={value!r}, expected a positive integer")
+                raise CudnnPortError(f"Received {name}={_show(value)}, expected a positive integer")
             object.__setattr__(self, name, int(value))
         object.__setattr__(self, "bidirectional", bool(self.bidirectional))
         if self.dtype not in FLOAT_DTYPES:
             raise CudnnPortError(f"Received dtype {self.dtype!r}, expected one of {FLOAT_DTYPES}")
         proj = self.num_proj or 0
         if isinstance(proj, bool) or not isinstance(proj, (int, np.integer)) or proj < 0:
-            raise CudnnPortError(f"Received num_proj={proj!r}, expected 0 (no projection) or a positive integer")
+            raise CudnnPortError(f"Received num_proj={_show(proj)}, expected 0 (no projection) or a positive integer")
         if proj and self.mode != "lstm":
             raise CudnnPortError(f"Received num_proj={proj} for a {self.mode.upper()}; only LSTM has a projection")
         if proj and proj >= self.num_units:
@@ -172,6 +172,11 @@ class RNNSpec:
         proj = f", projection {self.num_proj}" if self.num_proj else ""
         return (f"{self.num_layers}-layer {direction} {self.mode.upper()}, input {self.input_size}, "
                 f"hidden {self.num_units}{proj}, {self.dtype}")
+
+
+def _show(value):
+    """A value for a message: NumPy integers as plain numbers (not ``np.int32(7)``)."""
+    return int(value) if isinstance(value, np.integer) else repr(value)
 
 
 def _check_blob(spec: RNNSpec, blob) -> np.ndarray:

@@ -17,8 +17,13 @@ renamed into place (:mod:`cudnn_port.outdir`):
   LSTM / GRU names by default; TF1 names for a layer with projection, which Keras cannot hold), the rest copied;
 - ``OUT/layers/<layer>/``: each fused layer alone as ``convert`` writes a stack (``saved_model/`` with the
   ``with_initial_state`` signature, ``frozen_graph.pb``, ``model.onnx``): step functions for decoding;
+- ``OUT/keras/model.keras``: the model itself (with its fused layers), so that ``verify`` can rebuild the judge
+  when the original file is gone;
 - ``OUT/model_parity.json``: the whole model's outputs from each artifact against an independent judge (the same
-  model rebuilt from stock Keras layers, :mod:`cudnn_port.judges`) on seeded inputs;
+  model with each fused layer rebuilt from stock Keras layers, :mod:`cudnn_port.judges`) on seeded inputs;
+- ``OUT/task.json``: the model's task (:mod:`cudnn_port.tasks`), when a ``task.json`` lies beside the ``.keras``
+  file, with its data embedded: ``verify`` measures the int8 model's cost on it;
+- with ``quantize="int8"``: ``OUT/model_int8.onnx`` and ``OUT/layers/<layer>/model_int8.onnx``;
 - ``OUT/manifest.json``.
 
 A parity failure raises :class:`~cudnn_port.errors.ParityError` and leaves no OUT (``keep_failed=True`` keeps it,
@@ -32,7 +37,9 @@ from .deps import import_tf as _tf
 from .errors import CudnnPortError, ParityError
 from .outdir import OutputFolder, finish
 from .paths import sha256
+from .parity import write_report
 from .stacks import prepare_stacks, write_stacks
+from .tasks import TASK, load_task
 
 LAYER_FORMATS = ("checkpoint", "saved_model", "graphdef", "onnx")  # each fused layer alone, e.g. as a step function
 PARITY = "model_parity.json"
@@ -83,9 +90,17 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
         manifest = write_stacks(source, stacks, tmp, style=style, formats=LAYER_FORMATS, layer_dir="layers",
                                 xla=xla, say=say)
         manifest["kind"] = "keras_model"
+        manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         if path:
             manifest["source"]["files"] = {os.path.basename(path): sha256(path)}
         manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
+        os.makedirs(os.path.join(tmp, "keras"))
+        model.save(os.path.join(tmp, "keras", "model.keras"))
+        manifest["model_artifacts"]["keras"] = "keras/model.keras"
+        task = load_task(path) if path else None
+        if task:
+            write_report(os.path.join(tmp, TASK), task)
+            manifest["task"] = TASK
         if quantize:
             from .exports.quantize import quantize_outputs
 
@@ -148,7 +163,7 @@ def _parity(model, specs, tmp, manifest, seed, say):
     """Each artifact's outputs against the stock-Keras judge (and the Keras model itself, one more row), on seeded
     inputs; writes model_parity.json (``cudnn-port verify OUT`` writes its own parity.json)."""
     from .judges import model_judge, run_model_artifacts
-    from .parity import ATOL, RTOL, sample_inputs, write_report
+    from .parity import ATOL, RTOL, sample_inputs
 
     feeds = sample_inputs([(s.name, s) for s in specs], seed, pad_last=True)
     judge, judge_name = model_judge(model)

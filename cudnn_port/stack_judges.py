@@ -48,7 +48,7 @@ def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol):
         return failed_row(name, e)
 
 
-def stack_artifact_rows(out, stack, spec, batch, want, want_zero, atol, rtol, say):
+def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, rtol, say):
     """SavedModel (both signatures), GraphDef, ONNX (fed states and fed none), Keras and PyTorch files."""
     x, lengths, h, c = batch
     names_in, names_out = io_names(spec)
@@ -62,18 +62,19 @@ def stack_artifact_rows(out, stack, spec, batch, want, want_zero, atol, rtol, sa
         except Exception as e:  # an artifact that fails to load or run is a failed check, not a crash
             rows.append(failed_row(name, e))
 
-    if "saved_model" in arts:
-        path = os.path.join(out, arts["saved_model"])
-        row("saved_model [with_initial_state]", lambda: RUNNERS["saved_model"](path, spec)(feeds))
-        row("saved_model [serving_default]", lambda: RUNNERS["saved_model"](path, spec)(
-            {"inputs": x, "sequence_lengths": lengths}), want_zero)
-    if "graphdef" in arts:
-        row("graphdef", lambda: RUNNERS["graphdef"](os.path.join(out, arts["graphdef"]), spec)(feeds))
-    if "onnx" in arts:
-        path = os.path.join(out, arts["onnx"])
-        row("onnx (onnxruntime), states fed", lambda: RUNNERS["onnx"](path, spec)(feeds))
-        row("onnx (onnxruntime), no states", lambda: RUNNERS["onnx"](path, spec)(
-            {"inputs": x, "sequence_lengths": lengths}), want_zero)
+    plain = {"inputs": x, "sequence_lengths": lengths}  # the states left out: zeros
+    for kind, labels in (("saved_model", ("saved_model [with_initial_state]", "saved_model [serving_default]")),
+                         ("graphdef", ("graphdef",)),
+                         ("onnx", ("onnx (onnxruntime), states fed", "onnx (onnxruntime), no states"))):
+        if kind not in arts:
+            continue
+        try:
+            run = RUNNERS[kind](os.path.join(out, arts[kind]), spec)  # loaded once, called the ways users call it
+        except Exception as e:  # an artifact that fails to load is a failed check, not a crash
+            rows += [failed_row(label, e) for label in labels]
+            continue
+        for label, (fed, judge) in zip(labels, ((feeds, want), (plain, want_zero))):
+            row(label, lambda: run(fed), judge)
     if "keras" in arts:
         row("keras (.keras file)", lambda: _keras_file(os.path.join(out, arts["keras"]), x, lengths), want_zero[:1])
     if "pytorch" in arts:
@@ -83,12 +84,12 @@ def stack_artifact_rows(out, stack, spec, batch, want, want_zero, atol, rtol, sa
             rows.append(_skip("pytorch (.safetensors)", "PyTorch is not installed (pip install torch)"))
         else:
             row("pytorch (.safetensors)", lambda: _torch_file(os.path.join(out, arts["pytorch"]), spec, batch))
-    for kind, label in (("onnx_int8", "onnx int8 (onnxruntime)"),):
-        if kind in arts:
-            from .exports.quantize import int8_row
+    if "onnx_int8" in arts:
+        from .int8_judge import int8_row
 
-            say(f"{stack['variable']}: {label}")
-            rows.append(int8_row(label, os.path.join(out, arts[kind]), spec, feeds, want))
+        say(f"{stack['variable']}: onnx int8")
+        rows.append(int8_row("onnx int8 (onnxruntime)", os.path.join(out, arts["onnx_int8"]), spec, canon, feeds,
+                             want))
     return rows
 
 

@@ -117,7 +117,8 @@ def read_index(path):
             if key == b"":
                 header = {f: v for f, _, v in _fields(value)}
                 continue
-            entry = {"dtype": 0, "shape": [], "shard": 0, "offset": 0, "size": 0, "sliced": False, "unknown": False}
+            entry = {"dtype": 0, "shape": [], "shard": 0, "offset": 0, "size": 0, "sliced": False, "unknown": False,
+                     "crc32c": None}
             for field, _, v in _fields(value):
                 if field == 1:
                     entry["dtype"] = v
@@ -129,6 +130,8 @@ def read_index(path):
                             entry["unknown"] = True
                 elif field in (3, 4, 5):
                     entry[{3: "shard", 4: "offset", 5: "size"}[field]] = _signed(v)
+                elif field == 6:
+                    entry["crc32c"] = v
                 elif field == 7:
                     entry["sliced"] = True
             entries[key.decode("utf8", "replace")] = entry

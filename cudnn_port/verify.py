@@ -106,9 +106,9 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -
         from .graph_judges import keras_model_rows
 
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
-    source = _open_source(manifest) if unchanged and manifest.get("kind") != "keras_model" else None
+    source, judged_by = _judge_source(manifest, out, unchanged)
     for stack in manifest["stacks"]:
-        report["rows"] += _stack_rows(manifest, out, stack, source, atol, rtol, seed, batch, steps, say)
+        report["rows"] += _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say)
     if source is not None:
         report["rows"].append(_copied_row(manifest, out, source))
     report["passed"] = all(r["passed"] is not False for r in report["rows"])
@@ -116,24 +116,32 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -
     return report
 
 
-def _open_source(manifest):
+def _judge_source(manifest, out, unchanged):
+    """(the source the judge reads buffers from, words for the report): the source itself when it is unchanged;
+    for a whole Keras model whose file is gone, the copy export kept in OUT; else None (OUT/checkpoint read back)."""
     from .readers import open_source
 
+    path, words = manifest["source"].get("checkpoint", ""), "source buffer"
+    if not unchanged:
+        copy = os.path.join(out, manifest.get("model_artifacts", {}).get("keras", ""))
+        if manifest.get("kind") != "keras_model" or not os.path.isfile(copy):
+            return None, None
+        path, words = copy, "buffer in OUT/keras/model.keras (source unavailable)"
     try:
-        return open_source(manifest["source"]["checkpoint"])
+        return open_source(path), words
     except CudnnPortError:
-        return None
+        return None, None
 
 
-def _stack_rows(manifest, out, stack, source, atol, rtol, seed, batch, steps, say):
+def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say):
     try:
         spec = RNNSpec(**stack["spec"])
-    except (TypeError, CudnnPortError) as e:
+        if source is not None and stack["variable"] in source.shapes:
+            canon = unpack(spec, source.get(stack["variable"]))
+        else:
+            canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
+    except (TypeError, KeyError, ValueError, CudnnPortError) as e:  # the manifest's spec fits no buffer
         return [dict(failed_row("manifest spec", e), stack=stack.get("variable"), judge=None)]
-    if source is not None and stack["variable"] in source.shapes:
-        canon, judged_by = unpack(spec, source.get(stack["variable"])), "source buffer"
-    else:
-        canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
     x, lengths, h, c = sample_batch(spec, batch, steps, seed)
     c = c if spec.mode == "lstm" else None
     want = reference.forward(canon, x, lengths, h, c)
@@ -142,7 +150,7 @@ def _stack_rows(manifest, out, stack, source, atol, rtol, seed, batch, steps, sa
     if manifest.get("kind") != "keras_model" or "checkpoint" in manifest.get("formats", []):
         say(f"{stack['variable']}: checkpoint")
         rows.append(checkpoint_judge(manifest, out, stack, spec, (x, lengths, h, c), want, atol, rtol))
-    rows += stack_artifact_rows(out, stack, spec, (x, lengths, h, c), want, want_zero, atol, rtol, say)
+    rows += stack_artifact_rows(out, stack, spec, canon, (x, lengths, h, c), want, want_zero, atol, rtol, say)
     floor = max((r["max_abs"] for r in rows if r["passed"] and r["max_abs"] is not None), default=atol)
     rows.append(gpu_row(spec, canon, (x, lengths, h, c), want, fp32_floor(floor), rtol))
     for row in rows:

@@ -7,14 +7,14 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import make_spec, random_blob, tree_hash
-from cudnn_port import cli
+from conftest import make_spec, ragged_batch, random_blob, tree_hash
+from cudnn_port import cli, reference
 from cudnn_port.checkpoint import Checkpoint
 from cudnn_port.paths import sha256
 from cudnn_port import convert, inspect_checkpoint
 from cudnn_port.layout import unpack
 from cudnn_port.targets import STYLES
-from test_targets import spec_flags, write_source
+from test_targets import assert_close, spec_flags, write_source
 
 tf = pytest.importorskip("tensorflow")
 SAMPLE_SPEC = make_spec("lstm", 2, True, input_size=32, hidden=48)  # what make_tf1_checkpoint writes
@@ -49,18 +49,22 @@ def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_c
     for name in others:
         assert out.dtypes[name] == src.dtypes[name]
         assert out.get(name).tobytes() == src.get(name).tobytes(), name
-    # The buffer and its slots are gone, replaced by the style's tensors.
+    # The buffer and its slots are gone, replaced by the style's tensors: judged by stock components restoring them
+    # by name, against the reference on the source buffer.
     stack = manifest["stacks"][0]
     assert stack["spec"] == SAMPLE_SPEC.to_dict() and "chosen by clues" in stack["spec_source"]
-    canon = unpack(SAMPLE_SPEC, src.get("cudnn_lstm/opaque_kernel"))
-    for name, value in STYLES[style].write(canon, "cudnn_lstm").items():
-        np.testing.assert_array_equal(out.get(name), value, err_msg=name)
     assert not any(n.startswith("cudnn_lstm/opaque_kernel") for n in out.names)
-    # Slots: same mapping, summed biases take b_W's slot (identical to b_R's in the sample).
+    canon = unpack(SAMPLE_SPEC, src.get("cudnn_lstm/opaque_kernel"))
+    x, lengths, h_0, c_0 = ragged_batch(SAMPLE_SPEC)
+    want = reference.forward(canon, x, lengths, h_0, c_0)
+    got = stock_forward(style, str(tmp_path / "out" / "checkpoint"), stack["targets"], x, lengths, h_0, c_0)
+    for what, g, w in zip(("outputs", "h_n", "c_n"), got, want):
+        assert_close(g, w, f"{style} checkpoint {what}")
+    # Slots: the same mapping, written here from each format's definition; a summed bias takes b_W's slot.
     for slot in ("Adam", "Adam_1"):
         slot_canon = unpack(SAMPLE_SPEC, src.get(f"cudnn_lstm/opaque_kernel/{slot}"))
-        for name, value in STYLES[style].write(slot_canon, "cudnn_lstm", slot=True).items():
-            np.testing.assert_array_equal(out.get(f"{name}/{slot}"), value, err_msg=f"{name}/{slot}")
+        for name, value in slot_tensors(style, slot_canon).items():
+            np.testing.assert_array_equal(out.get(f"cudnn_lstm/{name}/{slot}"), value, err_msg=f"{name}/{slot}")
         assert stack["slots"][f"cudnn_lstm/opaque_kernel/{slot}"]["max_abs_b_W_minus_b_R"] == 0.0
     # Manifest: every file hashed, name map complete.
     for rel, digest in manifest["files"].items():
@@ -68,6 +72,44 @@ def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_c
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["name_map"] == manifest["name_map"]
     assert set(manifest["name_map"]) == set(src.names)
     assert manifest["source"]["files"] == {os.path.basename(f): sha256(f) for f in src.files()} != {}
+
+
+def stock_forward(style, ckpt_dir, names, x, lengths, h_0, c_0):
+    """The converted sample restored by name into stock TF1 cells, Keras layers or PyTorch modules."""
+    from cudnn_port.judges import keras_layers, tf1_cells, torch_modules
+
+    if style == "tf1":
+        return tf1_cells(SAMPLE_SPEC, "cudnn_lstm", ckpt_dir, x, lengths, h_0, c_0)
+    stored = tf.train.load_checkpoint(ckpt_dir)
+    tensors = {n: stored.get_tensor(n) for n in names}
+    if style == "keras":
+        return keras_layers(SAMPLE_SPEC, tensors, lambda l, d: f"cudnn_lstm/layer_{l}/{'backward' if d else 'forward'}",
+                            x, lengths, h_0, c_0)
+    return torch_modules(SAMPLE_SPEC, {n[len("cudnn_lstm/"):]: v for n, v in tensors.items()}, x, lengths, h_0, c_0)
+
+
+def slot_tensors(style, canon):
+    """An optimizer slot of the buffer in ``style``'s names and layout, written from each format's definition
+    (docs/conventions.md, section 3): TF1 kernel = [W_g R_g] stacked in gate order i, c, f, o, transposed; Keras
+    kernels = W_g.T side by side in i, f, c, o; PyTorch = W_g stacked in cuDNN's order; a summed bias is b_W's."""
+    out = {}
+    for layer, direction, p in canon.pseudo_layers():
+        if style == "tf1":
+            scope = f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if direction else 'fw'}/" \
+                    "cudnn_compatible_lstm_cell"
+            icfo = [0, 2, 1, 3]
+            out[f"{scope}/kernel"] = np.concatenate([np.concatenate([p.W[g], p.R[g]], 1) for g in icfo]).T
+            out[f"{scope}/bias"] = np.concatenate([p.b_W[g] for g in icfo])
+        elif style == "keras":
+            scope = f"layer_{layer}/{'backward' if direction else 'forward'}"
+            out[f"{scope}/kernel"] = np.concatenate([p.W[g].T for g in range(4)], 1)
+            out[f"{scope}/recurrent_kernel"] = np.concatenate([p.R[g].T for g in range(4)], 1)
+            out[f"{scope}/bias"] = p.b_W.reshape(-1)
+        else:
+            suffix = f"_l{layer}" + ("_reverse" if direction else "")
+            out.update({f"weight_ih{suffix}": p.W.reshape(-1, p.W.shape[2]), f"weight_hh{suffix}": p.R.reshape(-1, 48),
+                        f"bias_ih{suffix}": p.b_W.reshape(-1), f"bias_hh{suffix}": p.b_R.reshape(-1)})
+    return out
 
 
 def test_summed_bias_slot_uses_b_W_slot_not_the_sum(tmp_path):
@@ -139,10 +181,13 @@ def test_inspect_lists_candidates_and_the_flags_that_settle_them(tmp_path, capsy
     src, _ = write_source(tmp_path, spec, name="rnn/opaque_kernel")
     report = inspect_checkpoint(src)
     stack = report["stacks"][0]
-    assert stack["spec"] is None and stack["candidate_count"] > 1
-    assert spec.to_dict() in [{k: c[k] for k in spec.to_dict()} for c in stack["candidates"]] or \
-        stack["candidate_count"] > 20
+    assert stack["spec"] is None and stack["candidate_count"] > 20  # a bare size: many specs fit
     assert "--num-units" in stack["settle_with"]
+    narrowed = inspect_checkpoint(src, mode="lstm", num_layers=2, bidirectional=True)["stacks"][0]
+    listed = [{k: c[k] for k in spec.to_dict()} for c in narrowed["candidates"]]
+    assert 1 < narrowed["candidate_count"] == len(listed) <= 20 and spec.to_dict() in listed, listed
+    assert all(c["mode"] == "lstm" and c["num_layers"] == 2 and c["bidirectional"] for c in listed)
+    assert narrowed["settle_with"] == ["--num-units", "--input-size"]
     code, out, _ = run_cli(capsys, "inspect", src, "--json", *spec.flags().split())
     assert code == 0 and json.loads(out)["stacks"][0]["spec"] == spec.to_dict()
     code, out, _ = run_cli(capsys, "inspect", src)
@@ -288,3 +333,68 @@ def test_real_process_exit_codes_and_no_traceback(tmp_path):
     assert json.loads(proc.stdout)["exit_code"] == 2
     proc = subprocess.run([sys.executable, "-m", "cudnn_port.cli", "--help"], capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and "convert" in proc.stdout
+
+
+def test_a_custom_variable_name_converts_and_verifies(tmp_path, capsys):
+    """A buffer not named *opaque_kernel, chosen with --variable, with a slot of its own."""
+    spec = make_spec("gru", 2, True)
+    src, blob = write_source(tmp_path, spec, name="encoder/rnn_params", seed=31, extra={
+        "encoder/rnn_params/Momentum": random_blob(spec, seed=32)})
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "refused")
+    assert_clean_error(code, err, "no cuDNN buffer", "--variable")
+    code, out, err = run_cli(capsys, "convert", src, tmp_path / "out", "--variable", "encoder/rnn_params", "--json",
+                             *spec.flags().split())
+    manifest = json.loads(out)
+    assert code == 0, err
+    assert manifest["stacks"][0]["variable"] == "encoder/rnn_params"
+    assert manifest["stacks"][0]["slots"] and "encoder/rnn_params/Momentum" in manifest["stacks"][0]["slots"]
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    want = reference.forward(unpack(spec, blob), x, lengths, h_0)
+    from cudnn_port.judges import tf1_cells
+
+    got = tf1_cells(spec, "encoder", str(tmp_path / "out" / "checkpoint"), x, lengths, h_0, None)
+    assert_close(got[0], want[0], "custom-name buffer, TF1 cells")
+    assert cli.main(["verify", str(tmp_path / "out"), "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("float64", 1e-5)])
+def test_fp16_and_fp64_buffers_export(tmp_path, dtype, tol):
+    """The artifacts compute in fp32 from the buffer's own values: fp64 weights rounded to fp32 (error ~1e-7),
+    fp16 weights exact in fp32; the reference runs in fp64 on the same weights. fp16: tol 2e-3 for the fp16
+    rounding of the inputs the artifacts cast to."""
+    from cudnn_port.exports import io_names
+    from cudnn_port.exports.runners import RUNNERS
+
+    spec = make_spec("lstm", 2, True, dtype=dtype)
+    src, blob = write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=33)
+    manifest = convert(src, tmp_path / "out", **spec_flags(spec))
+    x, lengths, h_0, c_0 = ragged_batch(spec)
+    want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
+    feeds = dict(zip(io_names(spec)[0], (x, lengths, h_0, c_0)))
+    for kind in ("saved_model", "graphdef", "onnx"):
+        got = RUNNERS[kind](tmp_path / "out" / manifest["stacks"][0]["artifacts"][kind], spec)(feeds)
+        err = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+        assert err <= tol, f"{dtype} {kind}: {err:.2e}"
+    assert Checkpoint(tmp_path / "out" / "checkpoint").dtypes[manifest["stacks"][0]["targets"][0]] == dtype
+
+
+def test_force_keeps_the_earlier_output_when_the_final_rename_fails(tmp_path, tf1_ckpt, capsys, monkeypatch):
+    """--force replaces an earlier output in two renames; if the second fails the earlier output is put back,
+    and nothing hidden is left beside it."""
+    from cudnn_port import outdir
+
+    out = tmp_path / "out"
+    convert(tf1_ckpt, out, formats=["checkpoint"])
+    before = tree_hash(out)
+    real = os.rename
+
+    def failing(a, b):
+        if os.path.basename(str(a)).startswith(".out.tmp-"):
+            raise OSError(28, "No space left on device", str(b))
+        return real(a, b)
+
+    monkeypatch.setattr(outdir.os, "rename", failing)
+    code, _, err = run_cli(capsys, "convert", tf1_ckpt, out, "--force", "--formats", "checkpoint,onnx")
+    assert_clean_error(code, err, "No space left on device")
+    assert tree_hash(out) == before
+    assert sorted(os.listdir(tmp_path)) == ["out", "src"]

@@ -1,11 +1,13 @@
 """``cudnn-port convert SAVEDMODEL OUT``: a SavedModel holding cuDNN nodes -> OUT/saved_model (each node replaced by
 CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them, tf2onnx for the rest) and
 OUT/manifest.json."""
+import contextlib
 import os
 
+from .. import tf_index
 from ..errors import CudnnPortError
 from ..outdir import OutputFolder, finish, manifest_head
-from ..paths import sha256
+from ..paths import require_file, sha256
 from .nodes import find_nodes, load_proto
 from .prune import gpu_selected, prune
 from .rewrite import write_cpu_saved_model
@@ -23,6 +25,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
                              "live in the graph's variables, so pass --formats saved_model,onnx (the default)")
     folder = OutputFolder(out, force=force, sources=[source])
     proto = load_proto(source)
+    check_files(source, proto)
     dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
     uncalled = {name: ops for name, ops in dropped.items() if ops}
     nodes = find_nodes(proto)
@@ -50,7 +53,9 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
                         uncalled_functions_dropped=dropped_summary(dropped))
         if "saved_model" in formats:
             say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
-            write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
+            with user_graph(source, "rewrite"):
+                write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
+                _load(os.path.join(tmp, "saved_model"))  # proves it loads: a damaged graph or variables fail here
             manifest["model_artifacts"]["saved_model"] = "saved_model"
         if "onnx" in formats and projected:
             manifest["warnings"].append(f"model.onnx not written: node {projected[0].name} is an LSTM with "
@@ -60,8 +65,8 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
             from ..exports.onnx_tf import write_saved_model_onnx
 
             say("writing model.onnx (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-            with gpu_selected(source) as selected:  # tf_keras: its cuDNN path, which fuses even when masked
-                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"))
+            with user_graph(source, "write ONNX for"), gpu_selected(source) as selected:  # tf_keras: its cuDNN
+                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"))  # path, which fuses when masked
             manifest["model_artifacts"]["onnx"] = "model.onnx"
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
         manifest["source"]["files"] = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
@@ -73,3 +78,44 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
 def dropped_summary(dropped):
     """What pruning dropped: how many functions, and those that held cuDNN ops."""
     return {"count": len(dropped), "with_cudnn_ops": {name: ops for name, ops in sorted(dropped.items()) if ops}}
+
+
+def check_files(source, proto):
+    """Refuse a SavedModel folder TensorFlow would hang or crash on: a file that is not a regular one (a pipe), or
+    variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`)."""
+    for root, _, files in os.walk(source):
+        for name in files:
+            require_file(os.path.join(root, name), "SavedModel file")
+    prefix = os.path.join(source, "variables", "variables")
+    has_variables = any(node.WhichOneof("kind") == "variable" for meta in proto.meta_graphs
+                        for node in meta.object_graph_def.nodes)
+    if os.path.lexists(prefix + ".index"):
+        tf_index.check(prefix)
+    elif has_variables:
+        raise CudnnPortError(f"{source}/variables/ is missing, but the graph has variables; copy the whole "
+                             "SavedModel folder")
+
+
+@contextlib.contextmanager
+def user_graph(source, what):
+    """Errors TensorFlow or tf2onnx raise on the user's graph are bad input: one line naming the SavedModel."""
+    try:
+        yield
+    except CudnnPortError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, OSError) as e:
+        text = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        raise CudnnPortError(f"cannot {what} {source} ({type(e).__name__}: {text}); is it a complete, undamaged "
+                             "SavedModel folder?") from None
+    except Exception as e:  # tf.errors.OpError (DataLossError, NotFoundError, ...) and protobuf's DecodeError
+        if type(e).__module__.startswith(("tensorflow", "google.protobuf", "tf2onnx")):
+            text = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+            raise CudnnPortError(f"cannot {what} {source} ({type(e).__name__}: {text}); is it a complete, "
+                                 "undamaged SavedModel folder?") from None
+        raise
+
+
+def _load(path):
+    from ..deps import import_tf
+
+    import_tf().saved_model.load(path)

@@ -1,0 +1,171 @@
+"""Opt-in int8 ONNX (``convert --quantize int8``): onnxruntime dynamic quantization of the float32 exports.
+
+:func:`quantize_onnx` rewrites each ``LSTM`` node as ``com.microsoft:DynamicQuantizeLSTM``: W and R stored as
+symmetric int8, x and h quantized to uint8 on the fly, biases kept float32. Inputs, outputs, ``sequence_lens`` and
+the initial states are kept. On request (``matmul=True``) it also rewrites each ``MatMul`` with a constant B (a
+Dense head) as ``DynamicQuantizeLinear`` + ``MatMulInteger``, in a second pass with its own settings.
+
+Settings, and why (measured with onnxruntime 1.31 on a 2-core AVX2 CPU without VNNI):
+
+* LSTM: ``per_channel=True, reduce_range=True``, i.e. one scale per (direction, gate, unit) row and 7-bit weights
+  (+-64). On AVX2, onnxruntime's u8s8 GEMM adds pairs of uint8 x int8 products in int16 (``vpmaddubsw``), and
+  255 * 127 * 2 overflows int16 while 255 * 64 * 2 does not. So 8-bit weights saturate: per channel (every row
+  reaches +-127) gives 2-10x the error of exact int8 (char LM loss +226%); per tensor saturates on small or
+  light-tailed weight tensors (the trained tagger: 9.8x the exact-int8 error; 47 of 108 small random stacks fail
+  :func:`judge_int8`, none with 7 bits). 7-bit per channel cannot saturate: its error equals exact int8 rounding
+  (0.85-1.10x on every model measured) and is the same on CPUs with and without VNNI. It costs about 15% more
+  error than 8-bit per tensor where the latter does not saturate (bench config mean error 2.3e-3 vs 2.0e-3), at
+  the same speed.
+  ``weight_type`` does not reach LSTM nodes (onnxruntime always writes int8 there), and DynamicQuantizeLSTM
+  rejects a non-zero weight zero point at run time, so weights must be symmetric.
+* MatMul: off by default (for the models measured, a small head's int8 buys no time and adds error: tagger mean
+  logit error 0.011 -> 0.018, char LM loss +0.3%); when on, ``reduce_range=True`` for the same saturation reason
+  (8-bit int8 MatMul weights doubled the tagger's logit error).
+* GRU: onnxruntime has no int8 GRU kernel (no ``DynamicQuantizeGRU``); ``quantize_dynamic`` leaves GRU nodes
+  float32. A model with no LSTM node is refused: its "int8" file would be the float32 model.
+* Embedding ``Gather`` and 8-bit ``Transpose`` rewrites are left out (``op_types_to_quantize`` is explicit).
+
+:mod:`cudnn_port.int8_judge` holds the tolerance rule ``verify`` judges the int8 models with. (1) Weights: every int8 weight dequantizes to within half
+a quantization step of the source weight, the step no coarser than 7 bits of its row's range, and b_W + b_R is the
+source's. (2) Outputs, on ``verify``'s seeded ragged batch with non-zero states: zero past each length, and for
+each of outputs, final_h, final_c the max and mean error against the float64 reference on the source weights at
+most ``K_MAX`` = 3 and ``K_MEAN`` = 1.5 times those of ``ideal_int8_forward``, the same reference computed
+with exact int8 rounding of weights and activations (so the bound scales with the weights, the inputs, the
+sequence length and the hidden size by itself). Measured: correct 7-bit exports reach at most 0.72 of either limit
+(0.85-1.10x the exact-int8 mean error) over 108 small stacks and the bench, char LM and tagger stacks at T = 9 and
+100; weights off by N(0, 0.05 * std) or more, a swapped gate, another checkpoint's weights, a zeroed bias, a
+dropped sequence_lens or initial_c exceed them 2-100x (smaller weight errors are left to check (1)).
+"""
+import os
+import tempfile
+from collections import Counter
+
+import numpy as np
+
+from ..deps import optional
+from ..errors import CudnnPortError
+
+LSTM_SETTINGS = dict(per_channel=True, reduce_range=True)
+MATMUL_SETTINGS = dict(per_channel=False, reduce_range=True)
+QUANTIZED_OPS = {"LSTM": "DynamicQuantizeLSTM", "MatMul": "MatMulInteger"}
+SUFFIX = "_int8"  # model.onnx -> model_int8.onnx
+
+
+def _value_infos(values):
+    return [(v.name, v.type.tensor_type.elem_type,
+             [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]) for v in values]
+
+
+def _quantize_pass(src, dst, op_type, settings):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(src, dst, op_types_to_quantize=[op_type], weight_type=QuantType.QInt8,
+                     per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
+                     extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True})
+
+
+def quantize_onnx(src_path, dst_path, lstm=None, matmul=False):
+    """Write the int8 model of the float32 ONNX model at ``src_path`` to ``dst_path``; return a report dict.
+
+    ``lstm``: settings for LSTM nodes (default :data:`LSTM_SETTINGS`); ``matmul``: False (default) to keep MatMul
+    nodes float32, True for :data:`MATMUL_SETTINGS`, or a settings dict. Raises CudnnPortError when nothing would be
+    quantized (e.g. a GRU stack) or when the result lost an input or output of the source.
+    """
+    import logging
+
+    import onnx
+
+    onnxruntime = optional("onnxruntime", "int8 quantization")
+
+    lstm = dict(LSTM_SETTINGS, **(lstm or {}))
+    matmul = dict(MATMUL_SETTINGS, **(matmul if isinstance(matmul, dict) else {})) if matmul else None
+    src_path, dst_path = os.fspath(src_path), os.fspath(dst_path)
+    source = onnx.load(src_path)
+    before = Counter(n.op_type for n in source.graph.node)
+    if not before["LSTM"]:
+        why = (f"{before['GRU']} GRU node(s): onnxruntime has no int8 GRU kernel (no DynamicQuantizeGRU), so "
+               "quantize_dynamic would leave them float32" if before["GRU"] else "no LSTM node")
+        raise CudnnPortError(f"{src_path}: nothing to quantize to int8 ({why}); use the float32 model")
+    passes = [("LSTM", lstm)] + ([("MatMul", matmul)] if matmul and before["MatMul"] else [])
+    quiet = logging.getLogger()
+    level, quiet.level = quiet.level, logging.ERROR  # quantize_dynamic warns to run its pre-processing
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            current = src_path
+            for i, (op_type, settings) in enumerate(passes):
+                step = os.path.join(tmp, f"pass{i}.onnx")
+                _quantize_pass(current, step, op_type, settings)
+                current = step
+            result = onnx.load(current)
+    finally:
+        quiet.level = level
+    after = Counter(n.op_type for n in result.graph.node)
+    for kind, values, want in (("inputs", result.graph.input, source.graph.input),
+                               ("outputs", result.graph.output, source.graph.output)):
+        if _value_infos(values) != _value_infos(want):
+            raise CudnnPortError(f"int8 model of {src_path}: its {kind} {_value_infos(values)} differ from the "
+                                 f"source's {_value_infos(want)}")
+    _check_lstm_wiring(source, result)
+    onnx.checker.check_model(result)
+    tmp_path = dst_path + ".tmp"
+    onnx.save(result, tmp_path)
+    os.replace(tmp_path, dst_path)
+    warnings = []
+    if before["GRU"]:
+        warnings.append(f"{before['GRU']} GRU node(s) stay float32: onnxruntime has no int8 GRU kernel")
+    if after["MatMul"]:
+        warnings.append(f"{after['MatMul']} MatMul node(s) stay float32 (non-constant B, or matmul=False)")
+    size_src, size_dst = os.path.getsize(src_path), os.path.getsize(dst_path)
+    return {"src": src_path, "dst": dst_path, "onnxruntime": onnxruntime.__version__,
+            "settings": {"LSTM": lstm, "MatMul": matmul}, "bytes": {"float32": size_src, "int8": size_dst},
+            "size_ratio": size_src / size_dst,
+            "quantized": {op: before[op] - after[op] for op in QUANTIZED_OPS if before[op] - after[op]},
+            "float32_left": {op: after[op] for op in ("LSTM", "GRU", "MatMul") if after[op]},
+            "ir_version": result.ir_version, "opsets": {o.domain or "ai.onnx": o.version for o in result.opset_import},
+            "warnings": warnings}
+
+
+def _check_lstm_wiring(source, result):
+    """Each DynamicQuantizeLSTM reads the X, B, sequence_lens and initial states its LSTM read."""
+    lstm = {n.output[0]: n for n in source.graph.node if n.op_type == "LSTM"}
+    for node in result.graph.node:
+        if node.op_type != "DynamicQuantizeLSTM":
+            continue
+        old = list(lstm[node.output[0]].input) + [""] * 8
+        new = list(node.input)
+        for i, label in ((0, "X"), (3, "B"), (4, "sequence_lens"), (5, "initial_h"), (6, "initial_c")):
+            if new[i] != old[i]:
+                raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
+
+
+def int8_path(rel):
+    """Where the int8 model of the float32 ONNX artifact ``rel`` goes: beside it, ``model.onnx`` -> ``model_int8.onnx``."""
+    stem, ext = os.path.splitext(rel)
+    return stem + SUFFIX + ext
+
+
+def quantize_outputs(manifest, tmp, say):
+    """Write the int8 model of each ONNX artifact of an output being built in ``tmp`` (each LSTM stack's, and the
+    whole model's) and record them in ``manifest``. GRU and projected stacks have no int8 form (a warning says so);
+    nothing quantizable at all is an error."""
+    written, skipped = [], []
+    targets = [(stack["artifacts"], f"stack {stack['variable']}") for stack in manifest["stacks"]]
+    targets.append((manifest["model_artifacts"], "the whole model"))
+    for artifacts, what in targets:
+        if "onnx" not in artifacts:
+            continue
+        rel = artifacts["onnx"]
+        try:
+            say(f"writing {int8_path(rel)} (int8)")
+            report = quantize_onnx(os.path.join(tmp, rel), os.path.join(tmp, int8_path(rel)))
+        except CudnnPortError as e:
+            skipped.append(f"{what}: no int8 model ({str(e).split('(', 1)[-1].rstrip(')')})")
+            continue
+        artifacts["onnx_int8"] = int8_path(rel)
+        written.append({"artifact": int8_path(rel), **{k: report[k] for k in ("settings", "bytes", "quantized",
+                                                                               "float32_left", "warnings")}})
+    if not written:
+        raise CudnnPortError("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it "
+                             "has no int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
+    manifest["int8"] = written
+    manifest.setdefault("warnings", []).extend(skipped)

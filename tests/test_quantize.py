@@ -1,0 +1,91 @@
+"""int8 ONNX (convert --quantize int8): the interface is kept, the judge passes correct models and fails wrong ones,
+GRU stacks are refused, and convert/verify carry it through."""
+import json
+
+import onnx
+import pytest
+
+from conftest import ROOT, make_spec, random_canon
+from cudnn_port import cli, reference
+from cudnn_port.errors import CudnnPortError
+from cudnn_port.exports import io_names
+from cudnn_port.exports.onnx import write_onnx
+from cudnn_port.exports.quantize import quantize_onnx
+from cudnn_port.int8_judge import int8_row
+from cudnn_port.parity import sample_batch
+
+pytest.importorskip("onnxruntime")
+
+
+def int8_of(canon, tmp_path):
+    src, dst = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
+    write_onnx(canon, src)
+    return quantize_onnx(src, dst), dst
+
+
+def judged(path, spec, canon, steps=9):
+    x, lengths, h, c = sample_batch(spec, 4, steps)
+    return int8_row("int8", path, spec, canon, dict(zip(io_names(spec)[0], (x, lengths, h, c))),
+                    reference.forward(canon, x, lengths, h, c))
+
+
+@pytest.mark.parametrize("layers,bi,hidden", [(1, False, 5), (2, True, 16), (3, True, 16)])
+def test_int8_keeps_the_interface_and_passes_its_judge(tmp_path, layers, bi, hidden):
+    canon = random_canon(make_spec("lstm", layers, bi, input_size=24, hidden=hidden))
+    report, path = int8_of(canon, tmp_path)
+    model = onnx.load(path)
+    assert [i.name for i in model.graph.input] == list(io_names(canon.spec)[0])
+    assert [o.name for o in model.graph.output] == list(io_names(canon.spec)[1])
+    assert report["quantized"] == {"LSTM": layers} and not report["float32_left"]
+    assert [n.op_type for n in model.graph.node].count("DynamicQuantizeLSTM") == layers
+    assert report["bytes"]["int8"] < report["bytes"]["float32"]
+    row = judged(path, canon.spec, canon, steps=20)
+    assert row["passed"] and row["weights_worst_steps"] <= 0.5 + 1e-3, row
+
+
+def test_the_judge_fails_other_weights_and_dropped_lengths(tmp_path):
+    spec = make_spec("lstm", 2, True, input_size=24, hidden=16)
+    canon, other = random_canon(spec, seed=0), random_canon(spec, seed=1)
+    _, path = int8_of(other, tmp_path)
+    row = judged(path, spec, canon)
+    assert not row["passed"] and "from the source" in row["note"], row  # the weight check, besides the outputs
+    _, path = int8_of(canon, tmp_path)
+    model = onnx.load(path)
+    for node in model.graph.node:
+        if node.op_type == "DynamicQuantizeLSTM":
+            node.input[4] = ""  # sequence_lens
+    onnx.save(model, path)
+    row = judged(path, spec, canon)
+    assert not row["passed"] and "past a sequence's length" in row["note"], row
+
+
+def test_gru_is_refused(tmp_path):
+    canon = random_canon(make_spec("gru", 2, True))
+    write_onnx(canon, tmp_path / "gru.onnx")
+    with pytest.raises(CudnnPortError, match="no int8 GRU kernel"):
+        quantize_onnx(tmp_path / "gru.onnx", tmp_path / "gru_int8.onnx")
+    assert not (tmp_path / "gru_int8.onnx").exists()
+
+
+def test_convert_quantize_int8_then_verify(tmp_path, capsys):
+    import os
+
+    src = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
+    code = cli.main(["convert", src, str(tmp_path / "out"), "--quantize", "int8", "--json", "--quiet"])
+    manifest = json.loads(capsys.readouterr().out)
+    assert code == 0 and manifest["stacks"][0]["artifacts"]["onnx_int8"] == "model_int8.onnx"
+    assert manifest["int8"][0]["quantized"] == {"LSTM": 2}
+    code = cli.main(["verify", str(tmp_path / "out")])
+    text = capsys.readouterr().out
+    assert code == 0 and [line for line in text.splitlines() if "onnx int8" in line and "pass" in line], text
+
+
+def test_quantize_int8_of_a_gru_only_source_is_refused(tmp_path, capsys):
+    from test_convert import assert_clean_error, run_cli
+    from test_targets import write_source
+
+    spec = make_spec("gru", 1, False)
+    src, _ = write_source(tmp_path, spec, name="cudnn_gru/opaque_kernel")
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out", "--quantize", "int8", *spec.flags().split())
+    assert_clean_error(code, err, "nothing to quantize", "GRU")
+    assert not (tmp_path / "out").exists()

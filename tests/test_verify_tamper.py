@@ -1,0 +1,199 @@
+"""verify sees everything it vouches for: each tampering of a converted OUT makes it exit 1 and names the artifact.
+
+Every tampering below changes one thing by a little (weights moved by N(0, 1e-3), about what a wrong signature copy
+moved outputs by when this was found) and then rewrites manifest.json's sha256 so that the hashes still match: the
+artifact's judge must catch it. Two more tamperings leave the hashes stale, one adds a file: the hash check must
+catch those.
+"""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, random_blob
+from cudnn_port import cli
+from cudnn_port.layout import unpack
+from cudnn_port.outdir import MANIFEST
+from cudnn_port.paths import sha256
+
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("onnxruntime")
+
+
+def rehash(out):
+    """Rewrite manifest.json's sha256 of every file: a tamperer who knows the format."""
+    path = os.path.join(out, MANIFEST)
+    manifest = json.load(open(path))
+    manifest["files"] = {rel: sha256(os.path.join(out, rel)) for rel in manifest["files"]
+                         if os.path.exists(os.path.join(out, rel))}
+    json.dump(manifest, open(path, "w"), indent=2)
+    return manifest
+
+
+def verify_fails(out, capsys, artifact):
+    code = cli.main(["verify", str(out), "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    failed = [r["artifact"] for r in report["rows"] if r["passed"] is False]
+    assert code == 1 and not report["passed"], failed
+    assert any(artifact in name for name in failed), (artifact, failed)
+    return failed
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """The bundled TF1 sample converted to every per-stack format, int8 included, once."""
+    from cudnn_port import convert
+
+    out = tmp_path_factory.mktemp("converted") / "out"
+    manifest = convert(os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt"), out,
+                       formats=["checkpoint", "pytorch", "saved_model", "graphdef", "onnx"], quantize="int8")
+    return out, manifest
+
+
+@pytest.fixture
+def out(tmp_path, converted):
+    path = tmp_path / "out"
+    shutil.copytree(converted[0], path)
+    return path
+
+
+def moved(manifest, seed=99):
+    """The stack's canonical weights moved by N(0, 1e-3)."""
+    from cudnn_port.layout import RNNSpec
+    from cudnn_port.readers import open_source
+
+    spec = RNNSpec(**manifest["stacks"][0]["spec"])
+    blob = open_source(manifest["source"]["checkpoint"]).get(manifest["stacks"][0]["variable"])
+    return unpack(spec, blob + (random_blob(spec, seed) / 0.3 * 1e-3).astype(blob.dtype))
+
+
+def _source_canon(manifest):
+    from cudnn_port.layout import RNNSpec
+    from cudnn_port.readers import open_source
+
+    spec = RNNSpec(**manifest["stacks"][0]["spec"])
+    return unpack(spec, open_source(manifest["source"]["checkpoint"]).get(manifest["stacks"][0]["variable"]))
+
+
+def test_untampered_output_passes(converted, capsys):
+    assert cli.main(["verify", str(converted[0]), "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("signature", ["serving_default", "with_initial_state"])
+def test_weights_of_one_signature(out, converted, capsys, signature):
+    from cudnn_port.exports.tensorflow import build_module
+
+    manifest = converted[1]
+    bad, fine = build_module(moved(manifest)), build_module(_source_canon(manifest))
+    functions = {"serving_default": (bad if signature == "serving_default" else fine).serve,
+                 "with_initial_state": (bad if signature == "with_initial_state" else fine).serve_state}
+    module = tf.Module()
+    module.serve, module.serve_state = functions["serving_default"], functions["with_initial_state"]
+    shutil.rmtree(out / "saved_model")
+    tf.saved_model.save(module, str(out / "saved_model"), signatures={k: f.get_concrete_function()
+                                                                      for k, f in functions.items()})
+    rehash(out)
+    verify_fails(out, capsys, f"saved_model [{signature}]")
+
+
+@pytest.mark.parametrize("kind,path", [("graphdef", "frozen_graph.pb"), ("onnx", "model.onnx"),
+                                       ("pytorch", "pytorch/cudnn_lstm.safetensors")])
+def test_weights_of_one_artifact(out, converted, capsys, kind, path):
+    from cudnn_port.exports import write_artifact
+
+    os.remove(out / path)
+    write_artifact(kind, moved(converted[1]), str(out / path))
+    rehash(out)
+    verify_fails(out, capsys, {"onnx": "onnx (onnxruntime)"}.get(kind, kind))
+
+
+def test_int8_model_with_other_weights(out, converted, capsys):
+    from cudnn_port.exports.onnx import write_onnx
+    from cudnn_port.exports.quantize import quantize_onnx
+
+    write_onnx(moved(converted[1], seed=5), str(out / "other.onnx"))
+    quantize_onnx(out / "other.onnx", out / "model_int8.onnx")
+    os.remove(out / "other.onnx")
+    rehash(out)
+    verify_fails(out, capsys, "onnx int8")
+
+
+def rewrite_checkpoint(out, change):
+    from cudnn_port.checkpoint import Checkpoint, write_checkpoint
+
+    ckpt = Checkpoint(out / "checkpoint")
+    items = [(n, change(n, ckpt.get(n)), ckpt.dtypes[n]) for n in ckpt.names]
+    shutil.rmtree(out / "checkpoint")
+    write_checkpoint(str(out / "checkpoint"), items)
+
+
+def test_a_converted_tensor_in_the_checkpoint(out, converted, capsys):
+    target = converted[1]["stacks"][0]["targets"][0]
+    rewrite_checkpoint(out, lambda n, v: v + np.float32(1e-3) if n == target else v)
+    rehash(out)
+    verify_fails(out, capsys, "checkpoint (tf1 style)")
+
+
+def test_a_copied_variable_in_the_checkpoint(out, capsys):
+    rewrite_checkpoint(out, lambda n, v: v + np.float32(1e-3) if n == "dense/kernel" else v)
+    rehash(out)
+    verify_fails(out, capsys, "copied variables")
+
+
+@pytest.mark.parametrize("edit,artifact", [
+    (lambda m: m["stacks"][0]["spec"].update(num_units=47), "manifest spec"),
+    (lambda m: m["stacks"][0]["spec"].update(input_size=31), "manifest spec"),
+    (lambda m: m.update(style="pytorch"), "checkpoint (pytorch style)"),
+    (lambda m: m["stacks"][0]["artifacts"].update(onnx="model_int8.onnx"), "onnx (onnxruntime)"),
+], ids=["units", "input", "style", "artifact"])
+def test_the_manifest(out, capsys, edit, artifact):
+    manifest = json.load(open(out / MANIFEST))
+    edit(manifest)
+    json.dump(manifest, open(out / MANIFEST, "w"))
+    verify_fails(out, capsys, artifact)
+
+
+def test_stale_hashes_extra_and_missing_files(out, capsys):
+    with open(out / "model.onnx", "ab") as f:
+        f.write(b"\0")  # a byte appended: onnxruntime ignores it, the hash does not
+    verify_fails(out, capsys, "files (sha256)")
+    rehash(out)
+    (out / "notes.txt").write_text("added")
+    verify_fails(out, capsys, "files (sha256)")
+    os.remove(out / "notes.txt")
+    os.remove(out / "frozen_graph.pb")
+    verify_fails(out, capsys, "files (sha256)")
+
+
+# --------------------------------------------------------------------------------------------- a whole model
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    import cudnn_port
+    from test_layers import tagger
+
+    root = tmp_path_factory.mktemp("exported")
+    model = tagger()
+    model.save(root / "tagger.keras")
+    manifest = cudnn_port.convert(str(root / "tagger.keras"), root / "out")
+    return root / "out", manifest
+
+
+@pytest.mark.parametrize("path", ["saved_model", "frozen_graph.pb", "model.onnx"])
+def test_whole_model_artifact_from_another_model(tmp_path, exported, capsys, path):
+    """Replaced by the same artifact of the same architecture with other weights (and the hashes redone)."""
+    import cudnn_port
+    from test_layers import tagger
+
+    out = tmp_path / "out"
+    shutil.copytree(exported[0], out)
+    other = tagger()
+    other.set_weights([w + np.random.default_rng(1).normal(size=w.shape).astype(w.dtype) * 1e-3
+                       if w.dtype.kind == "f" else w for w in other.get_weights()])
+    cudnn_port.export(other, tmp_path / "other")
+    target = out / path
+    shutil.rmtree(target) if target.is_dir() else os.remove(target)
+    (shutil.copytree if (tmp_path / "other" / path).is_dir() else shutil.copy)(tmp_path / "other" / path, target)
+    rehash(out)
+    verify_fails(out, capsys, {"frozen_graph.pb": "graphdef", "model.onnx": "onnx"}.get(path, path))
