@@ -14,7 +14,7 @@ import numpy as np
 
 from . import tf_index
 from .deps import import_tf as _tf
-from .errors import CudnnPortError
+from .errors import CudnnPortError, reason
 from .paths import require_file
 from .source import Source
 
@@ -66,8 +66,8 @@ class Checkpoint(Source):
             shapes = self._reader.get_variable_to_shape_map()
             dtypes = self._reader.get_variable_to_dtype_map()
         except (tf.errors.OpError, ValueError, IndexError, RuntimeError, OSError) as e:
-            raise CudnnPortError(f"cannot read checkpoint {self.prefix}: {_first_line(e)}; "
-                                 "is it a complete TensorFlow checkpoint (prefix.index + prefix.data-*)?") from None
+            raise CudnnPortError(f"cannot read checkpoint {self.prefix} ({reason(e, 64)}); is it complete "
+                                 "(prefix.index and prefix.data-*)?") from None
         self.object_based = OBJECT_GRAPH_KEY in shapes
         self.keys, self.shapes, self.dtypes = {}, {}, {}
         for key in sorted(shapes):
@@ -99,18 +99,13 @@ class Checkpoint(Source):
         try:
             value = self._reader.get_tensor(self.keys[name])
         except (tf.errors.OpError, ValueError, IndexError, RuntimeError, OSError) as e:
-            raise CudnnPortError(f"cannot read {name} from {self.prefix}: {_first_line(e)}; "
+            raise CudnnPortError(f"cannot read {name} from {self.prefix} ({reason(e, 64)}); "
                                  "the checkpoint's data file is corrupt or truncated") from None
         return np.asarray(value)
 
     def files(self):
         """The files that make up this checkpoint (index and data shards)."""
         return sorted(glob.glob(glob.escape(self.prefix) + ".index") + glob.glob(glob.escape(self.prefix) + ".data-*"))
-
-
-def _first_line(error):
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def write_checkpoint(directory, items, name="model.ckpt", progress=None):

@@ -13,7 +13,7 @@ import signal
 import sys
 
 from . import __version__
-from .errors import CudnnPortError, ParityError
+from .errors import CudnnPortError, ParityError, reason
 
 EPILOG = """examples:
   cudnn-port inspect train/model.ckpt
@@ -218,9 +218,8 @@ def main(argv=None):
         except Exception as e:  # internals never leak tracebacks to CLI users
             if os.environ.get("CUDNN_PORT_DEBUG"):
                 raise
-            text = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
-            return _fail(f"cudnn-port: internal error: {type(e).__name__}: {text} (rerun with CUDNN_PORT_DEBUG=1 "
-                         "for the traceback, and report it)", 1, want_json)
+            return _fail(f"cudnn-port: internal error: {reason(e, 120)} (rerun with CUDNN_PORT_DEBUG=1 for the "
+                         "traceback, and report it)", 1, want_json)
 
 
 def _fail(message, code, want_json, **extra):

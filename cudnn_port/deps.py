@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 import os
 
-from .errors import CudnnPortError
+from .errors import CudnnPortError, reason
 
 TF_RANGE = ((2, 16), (2, 22))  # the versions pyproject.toml declares: >= 2.16, < 2.22
 INSTALL = ("pip install 'cudnn-port[cpu]' (CPU-only TensorFlow where it exists), or 'cudnn-port[tensorflow]' in an "
@@ -37,7 +37,7 @@ def optional(module, purpose):
         return importlib.import_module(module)
     except ImportError as e:
         name = module.split(".")[0]
-        raise CudnnPortError(f"{purpose} needs {name}, which is not installed ({str(e).splitlines()[0]}); "
+        raise CudnnPortError(f"{purpose} needs {name}, which is not installed ({reason(e, 60)}); "
                              f"{EXTRAS.get(name, f'pip install {name}')}") from None
 
 

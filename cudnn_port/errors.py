@@ -17,3 +17,18 @@ class ParityError(Exception):
     def __init__(self, message, report=None, report_path=None):
         super().__init__(message)
         self.report, self.report_path = report, report_path
+
+
+def reason(error, limit=80):
+    """What an exception from a library says, fit for one short line: its first line, file paths shortened to
+    their last part, at most ``limit`` characters.
+
+    >>> reason(RuntimeError("TensorBundle at /tmp/x/model.ckpt shard 0: Checksum does not match: stored 1 vs. 2"))
+    'RuntimeError: TensorBundle at model.ckpt shard 0: Checksum does not match: stored 1 vs. 2'
+    """
+    import re
+
+    text = (getattr(error, "message", None) or str(error)).strip()
+    text = re.sub(r"(?:/[^\s/:;,()'\"]+)+/([^\s/:;,()'\"]+)", r"\1", text.splitlines()[0] if text else "")
+    text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text if len(text) <= limit else text[:limit - 1] + "…"

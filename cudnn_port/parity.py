@@ -9,6 +9,8 @@ import os
 
 import numpy as np
 
+from .errors import reason
+
 ATOL, RTOL = 1e-5, 1e-4
 
 
@@ -65,9 +67,7 @@ def compare(name, got, want, atol=ATOL, rtol=RTOL, note=""):
 
 def failed_row(name, error):
     """The report row of an artifact that failed to load or run: a failed check, not a crash."""
-    text = str(error).strip()
-    return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False,
-            "note": f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"}
+    return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False, "note": reason(error, 200)}
 
 
 def fp32_floor(reference_error, factor=4.0, minimum=1e-5):

@@ -9,6 +9,7 @@ import os
 import shutil
 import warnings
 
+from ..errors import reason
 from ..readers.keras_h5 import CUDNN_CLASSES, h5_text
 
 
@@ -63,7 +64,7 @@ def save_keras3_model(source, path):
             model = keras.models.load_model(edited, compile=False)
         model.save(path)
     except (ValueError, TypeError, KeyError) as e:  # a layer Keras 3 no longer knows, say
-        return f"Keras 3 cannot rebuild the whole model ({str(e).splitlines()[0]}); the per-layer files are written"
+        return f"Keras 3 cannot rebuild the whole model ({reason(e)}); the per-layer files are written"
     finally:
         if os.path.exists(edited):
             os.remove(edited)

@@ -5,7 +5,7 @@ import contextlib
 import os
 
 from .. import tf_index
-from ..errors import CudnnPortError
+from ..errors import CudnnPortError, reason
 from ..outdir import OutputFolder, finish, manifest_head
 from ..paths import require_file, sha256
 from .nodes import find_nodes, load_proto
@@ -103,15 +103,11 @@ def user_graph(source, what):
         yield
     except CudnnPortError:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, OSError) as e:
-        text = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-        raise CudnnPortError(f"cannot {what} {source} ({type(e).__name__}: {text}); is it a complete, undamaged "
-                             "SavedModel folder?") from None
-    except Exception as e:  # tf.errors.OpError (DataLossError, NotFoundError, ...) and protobuf's DecodeError
-        if type(e).__module__.startswith(("tensorflow", "google.protobuf", "tf2onnx")):
-            text = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-            raise CudnnPortError(f"cannot {what} {source} ({type(e).__name__}: {text}); is it a complete, "
-                                 "undamaged SavedModel folder?") from None
+    except Exception as e:  # tf.errors.OpError (DataLossError, NotFoundError, ...), protobuf's DecodeError, ...
+        if isinstance(e, (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, OSError)) or \
+                type(e).__module__.startswith(("tensorflow", "google.protobuf", "tf2onnx")):
+            raise CudnnPortError(f"cannot {what} {source} ({reason(e)}); is it a complete, undamaged SavedModel "
+                                 "folder?") from None
         raise
 
 

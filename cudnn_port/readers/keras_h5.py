@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
-from ..errors import CudnnPortError
+from ..errors import CudnnPortError, reason
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
 from ..paths import require_file
@@ -92,8 +92,7 @@ class KerasH5(Source):
             with h5py.File(self.prefix, "r") as f:
                 self._read(f)
         except (OSError, KeyError, ValueError, RuntimeError, TypeError, MemoryError) as e:
-            text = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise CudnnPortError(f"cannot read {self.prefix}: {text[:120]}; is it a complete Keras .h5 file?") from None
+            raise CudnnPortError(f"cannot read {self.prefix} ({reason(e)}); is it a complete Keras .h5 file?") from None
 
     def _read(self, f):
         root = f["model_weights"] if "model_weights" in f else f

@@ -8,7 +8,7 @@ import zipfile
 
 import numpy as np
 
-from ..errors import CudnnPortError
+from ..errors import CudnnPortError, reason
 from ..infer import SPEC_VARIABLE
 from ..paths import require_file
 from ..source import Source
@@ -27,9 +27,8 @@ def load_keras_file(path):
     try:
         return keras.saving.load_model(path, compile=False)
     except Exception as e:
-        text = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-        raise CudnnPortError(f"cannot load {path} as a Keras model ({type(e).__name__}: {text}); is it a complete "
-                             ".keras file?") from None
+        raise CudnnPortError(f"cannot load {path} as a Keras model ({reason(e)}); is it a complete .keras "
+                             "file?") from None
 
 
 class KerasModelSource(Source):
