@@ -60,7 +60,7 @@ def forced_path(path):
 def judged_by(judges):
     """While inside, each fused layer ``layer`` with ``id(layer)`` in ``judges`` computes its stack with
     ``judges[id(layer)](x, lengths, h0, c0) -> (outputs, h_n, c_n)`` (time-major states) instead of its own paths:
-    how :func:`cudnn_port.judges.model_judge` runs a whole model with stock layers in place of the fused ones."""
+    how :func:`cudnn_port.judging.stock.model_judge` runs a whole model with stock layers in place of the fused ones."""
     token = _JUDGES.set(dict(judges))
     try:
         yield

@@ -20,8 +20,8 @@ renamed into place (:mod:`cudnn_port.outdir`):
 - ``OUT/keras/model.keras``: the model itself (with its fused layers), so that ``verify`` can rebuild the judge
   when the original file is gone;
 - ``OUT/model_parity.json``: the whole model's outputs from each artifact against an independent judge (the same
-  model with each fused layer rebuilt from stock Keras layers, :mod:`cudnn_port.judges`) on seeded inputs;
-- ``OUT/task.json``: the model's task (:mod:`cudnn_port.tasks`), when a ``task.json`` lies beside the ``.keras``
+  model with each fused layer rebuilt from stock Keras layers, :mod:`cudnn_port.judging.stock`) on seeded inputs;
+- ``OUT/task.json``: the model's task (:mod:`cudnn_port.judging.tasks`), when a ``task.json`` lies beside the ``.keras``
   file, with its data embedded: ``verify`` measures the int8 model's cost on it;
 - with ``quantize="int8"``: ``OUT/model_int8.onnx`` and ``OUT/layers/<layer>/model_int8.onnx``;
 - ``OUT/manifest.json``.
@@ -37,9 +37,9 @@ from .deps import import_tf as _tf
 from .errors import CudnnPortError, ParityError
 from .outdir import OutputFolder, finish
 from .paths import sha256
-from .parity import write_report
+from .judging.parity import write_report
 from .stacks import prepare_stacks, write_stacks
-from .tasks import TASK, load_task
+from .judging.tasks import TASK, load_task
 
 LAYER_FORMATS = ("checkpoint", "saved_model", "graphdef", "onnx")  # each fused layer alone, e.g. as a step function
 PARITY = "model_parity.json"
@@ -162,8 +162,8 @@ def _write_model(model, specs, tmp, say, manifest):
 def _parity(model, specs, tmp, manifest, seed, say):
     """Each artifact's outputs against the stock-Keras judge (and the Keras model itself, one more row), on seeded
     inputs; writes model_parity.json (``cudnn-port verify OUT`` writes its own parity.json)."""
-    from .judges import model_judge, run_model_artifacts
-    from .parity import ATOL, RTOL, sample_inputs
+    from .judging.stock import model_judge, run_model_artifacts
+    from .judging.parity import ATOL, RTOL, sample_inputs
 
     feeds = sample_inputs([(s.name, s) for s in specs], seed, pad_last=True)
     judge, judge_name = model_judge(model)

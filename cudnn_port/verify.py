@@ -5,11 +5,11 @@ share no code path with them.
 - per stack, on seeded ragged batches with non-zero initial states, the NumPy reference of cuDNN's math
   (:mod:`cudnn_port.reference`) is the judge of: OUT/checkpoint restored by name into stock components
   (TF1 cells for ``--style tf1``, Keras layers for ``keras``, PyTorch modules for ``pytorch``,
-  :mod:`cudnn_port.judges`); both SavedModel signatures; the GraphDef; the ONNX model fed states and fed none;
+  :mod:`cudnn_port.judging.stock`); both SavedModel signatures; the GraphDef; the ONNX model fed states and fed none;
   the Keras and PyTorch files; and, where TensorFlow sees a GPU, the fused cuDNN op itself (TF32 off);
 - copied variables: equal to the source's;
 - a whole model (``convert model.keras``): its SavedModel, GraphDef and ONNX against the model rebuilt from stock
-  Keras layers (:mod:`cudnn_port.judges`).
+  Keras layers (:mod:`cudnn_port.judging.stock`).
 
 The judge's weights come from the source buffer when the source is still where the manifest says and its files
 hash the same; otherwise from OUT/checkpoint (the report says which). An element passes when
@@ -28,9 +28,9 @@ from .errors import CudnnPortError
 from .exports import io_names
 from .layout import RNNSpec, unpack
 from .outdir import MANIFEST, TOOL
-from .parity import ATOL, RTOL, compare, failed_row, fp32_floor, sample_batch, write_report
+from .judging.parity import ATOL, RTOL, compare, failed_row, fp32_floor, sample_batch, write_report
 from .paths import sha256
-from .stack_judges import checkpoint_judge, gpu_row, stack_artifact_rows
+from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
 
 REPORT = "parity.json"
@@ -99,11 +99,11 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -
               "rows": file_rows(out, manifest)}
     unchanged = source_unchanged(manifest)
     if manifest.get("kind") == "saved_model":
-        from .graph_judges import saved_model_rows
+        from .judging.model_rows import saved_model_rows
 
         report["rows"] += saved_model_rows(manifest, out, atol, rtol, seed, say)
     elif manifest.get("kind") == "keras_model":
-        from .graph_judges import keras_model_rows
+        from .judging.model_rows import keras_model_rows
 
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
     source, judged_by = _judge_source(manifest, out, unchanged)

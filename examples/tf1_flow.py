@@ -3,7 +3,7 @@ training wrote) -> ``cudnn-port convert`` -> restored by name into CPU cells, in
 
     python examples/tf1_flow.py --out out/tf1_flow
 
-The CPU graph is what a TF1 inference graph does (:func:`cudnn_port.judges.tf1_cells`, written from the TF1 cell
+The CPU graph is what a TF1 inference graph does (:func:`cudnn_port.judging.stock.tf1_cells`, written from the TF1 cell
 definitions, sharing no code with the converter): variables created under the names ``CudnnCompatibleLSTMCell``
 / ``CudnnCompatibleGRUCell`` use (docs/conventions.md, section 4), restored with ``tf.compat.v1.train.Saver``,
 run with ``BlockLSTM`` (the kernel of ``LSTMBlockFusedCell``, ``forget_bias=0``, gates i, c, f, o) or the GRU
@@ -27,7 +27,7 @@ def main(argv=None):
     from make_tf1_checkpoint import sample_variables, save_tf1
 
     from cudnn_port import RNNSpec, convert, reference, unpack
-    from cudnn_port.judges import tf1_cells
+    from cudnn_port.judging.stock import tf1_cells
 
     variables = sample_variables(seed=5)
     os.makedirs(os.path.join(args.out, "train"), exist_ok=True)

@@ -76,7 +76,7 @@ def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_c
 
 def stock_forward(style, ckpt_dir, names, x, lengths, h_0, c_0):
     """The converted sample restored by name into stock TF1 cells, Keras layers or PyTorch modules."""
-    from cudnn_port.judges import keras_layers, tf1_cells, torch_modules
+    from cudnn_port.judging.stock import keras_layers, tf1_cells, torch_modules
 
     if style == "tf1":
         return tf1_cells(SAMPLE_SPEC, "cudnn_lstm", ckpt_dir, x, lengths, h_0, c_0)
@@ -350,7 +350,7 @@ def test_a_custom_variable_name_converts_and_verifies(tmp_path, capsys):
     assert manifest["stacks"][0]["slots"] and "encoder/rnn_params/Momentum" in manifest["stacks"][0]["slots"]
     x, lengths, h_0, c_0 = ragged_batch(spec)
     want = reference.forward(unpack(spec, blob), x, lengths, h_0)
-    from cudnn_port.judges import tf1_cells
+    from cudnn_port.judging.stock import tf1_cells
 
     got = tf1_cells(spec, "encoder", str(tmp_path / "out" / "checkpoint"), x, lengths, h_0, None)
     assert_close(got[0], want[0], "custom-name buffer, TF1 cells")

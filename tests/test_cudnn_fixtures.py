@@ -139,7 +139,7 @@ def run_artifacts(spec, out, manifest, feeds):
 @pytest.mark.parametrize("case", STRICT)
 def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
     from cudnn_port.exports import io_names
-    from cudnn_port.judges import keras_layers, tf1_cells, torch_modules
+    from cudnn_port.judging.stock import keras_layers, tf1_cells, torch_modules
 
     x, lengths, h0, c0 = arrays(case, "x", "lengths", "h0", "c0")
     want, tol = arrays(case, "y", "hn", "cn"), tolerance(floors[case][0])
@@ -234,7 +234,7 @@ def test_realistic_size_within_the_fp32_floor(tmp_path, mode, layers, hidden, in
     fp32 error against it on the same case; this project's SavedModel, GraphDef and ONNX must stay within
     FACTOR times that floor."""
     from cudnn_port.exports import io_names
-    from cudnn_port.judges import torch_modules
+    from cudnn_port.judging.stock import torch_modules
     from cudnn_port.targets import pytorch as torch_target
 
     spec = RNNSpec(mode, layers, hidden, inputs, True)

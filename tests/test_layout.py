@@ -10,7 +10,7 @@ from cudnn_port.layout import RNNSpec, pack, unpack
 
 
 def independent_pack(spec, rng):
-    """Build a buffer from per-gate arrays following conventions.md §1 literally; return (buffer, arrays)."""
+    """Build a buffer from per-gate arrays following docs/conventions.md, section 1, literally; return (buffer, arrays)."""
     G, H, D = spec.num_gates, spec.num_units, spec.num_dirs
     arrays, weights, biases = [], [], []
     for p in range(spec.num_layers * D):
@@ -48,7 +48,7 @@ def test_round_trip_is_bit_exact(mode, layers, bi, dtype):
 
 
 def test_param_count_matches_known_checkpoint_and_formula():
-    # R-Net's cudnn_gru/opaque_kernel: 86184 = 3*76*(300+76) + 6*76 (conventions.md §1).
+    # R-Net's cudnn_gru/opaque_kernel: 86184 = 3*76*(300+76) + 6*76 (docs/conventions.md, section 1).
     assert RNNSpec("gru", 1, 76, 300).param_count == 86184
     # 2-layer BiLSTM, I=256, H=512, written out by hand: layer 0 and layer 1 (input 2H), both directions.
     G, H, I = 4, 512, 256

@@ -11,8 +11,8 @@ from cudnn_port.errors import CudnnPortError
 from cudnn_port.exports import io_names
 from cudnn_port.exports.onnx import write_onnx
 from cudnn_port.exports.quantize import quantize_onnx
-from cudnn_port.int8_judge import int8_row
-from cudnn_port.parity import sample_batch
+from cudnn_port.judging.int8 import int8_row
+from cudnn_port.judging.parity import sample_batch
 
 pytest.importorskip("onnxruntime")
 

@@ -25,7 +25,7 @@ Settings, and why (measured with onnxruntime 1.31 on a 2-core AVX2 CPU without V
   float32. A model with no LSTM node is refused: its "int8" file would be the float32 model.
 * Embedding ``Gather`` and 8-bit ``Transpose`` rewrites are left out (``op_types_to_quantize`` is explicit).
 
-:mod:`cudnn_port.int8_judge` holds the tolerance rule ``verify`` judges the int8 models with. (1) Weights: every int8 weight dequantizes to within half
+:mod:`cudnn_port.judging.int8` holds the tolerance rule ``verify`` judges the int8 models with. (1) Weights: every int8 weight dequantizes to within half
 a quantization step of the source weight, the step no coarser than 7 bits of its row's range, and b_W + b_R is the
 source's. (2) Outputs, on ``verify``'s seeded ragged batch with non-zero states: zero past each length, and for
 each of outputs, final_h, final_c the max and mean error against the float64 reference on the source weights at

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from .errors import reason
+from ..errors import reason
 
 ATOL, RTOL = 1e-5, 1e-4
 

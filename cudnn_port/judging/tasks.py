@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from .errors import CudnnPortError
+from ..errors import CudnnPortError
 
 TASK = "task.json"
 

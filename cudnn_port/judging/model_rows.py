@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 
-from .deps import import_tf as _tf
+from ..deps import import_tf as _tf
 from .parity import compare, failed_row, sample_inputs
 
 
@@ -35,7 +35,7 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say):
             serving = (feeds, results)
         rows.append(dict(row, stack="(whole graph)", judge=None))
     if "onnx" in arts and serving and serving[1] is not None:
-        from .exports.runners import onnx_session
+        from ..exports.runners import onnx_session
 
         say("onnx: against the SavedModel")
         feeds, want = serving
@@ -55,8 +55,8 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
     int8 model by its task cost, when OUT holds a task."""
     import json
 
-    from .judges import model_judge, run_model_artifacts
-    from .readers.keras_model import load_keras_file
+    from .stock import model_judge, run_model_artifacts
+    from ..readers.keras_model import load_keras_file
 
     source = manifest["source"].get("checkpoint", "")
     copy = os.path.join(out, manifest["model_artifacts"].get("keras", "keras/model.keras"))
@@ -76,7 +76,7 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
     if "onnx_int8" in manifest["model_artifacts"]:
         rows.append(_int8_model_row(out, manifest, names, feeds, want))
     if manifest.get("task") and "onnx_int8" in manifest["model_artifacts"] and len(names) == 1:
-        from .exports.runners import onnx_session
+        from ..exports.runners import onnx_session
         from .tasks import task_row
 
         with open(os.path.join(out, manifest["task"])) as f:
@@ -93,7 +93,7 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
 def _int8_model_row(out, manifest, names, feeds, want):
     """The whole model's int8 ONNX: it runs with the same interface; its error against the judge is reported. Its
     LSTM weights are judged in each layer's int8 row, its cost on the task's row (a skip where there is no task)."""
-    from .exports.runners import onnx_session
+    from ..exports.runners import onnx_session
 
     name = "onnx int8 (onnxruntime)"
     try:

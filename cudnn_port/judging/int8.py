@@ -11,7 +11,7 @@ them 2-100x.
 """
 import numpy as np
 
-from .exports.quantize import LSTM_SETTINGS
+from ..exports.quantize import LSTM_SETTINGS
 
 K_MAX, K_MEAN, FLOOR_MAX, FLOOR_MEAN = 3.0, 1.5, 1e-4, 1e-5
 
@@ -28,7 +28,7 @@ def _round_like_int8(a, per_channel, reduce_range):
 def rounded_canon(canon, per_channel=False, reduce_range=False):
     """``canon`` with W and R rounded as the int8 model rounds them (biases unchanged): the reference on it gives
     the error of weight rounding alone, the scale of :func:`judge_int8`'s tolerance."""
-    from .canonical import CanonicalRNN, LayerParams
+    from ..canonical import CanonicalRNN, LayerParams
 
     layers = [LayerParams(_round_like_int8(np.asarray(p.W, np.float64), per_channel, reduce_range),
                           _round_like_int8(np.asarray(p.R, np.float64), per_channel, reduce_range),
@@ -91,7 +91,7 @@ def check_int8_weights(model, canon, max_bits_lost=1):
     ``2**max_bits_lost * amax / 127`` of its row. Returns (ok, worst normalised error, note)."""
     from onnx import numpy_helper
 
-    from .exports.onnx import layer_weights
+    from ..exports.onnx import layer_weights
 
     inits = {i.name: i for i in model.graph.initializer}
     nodes = [n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM"]
@@ -141,7 +141,7 @@ def int8_row(label, path, spec, canon, feeds, want):
     batch with non-zero states), against ``want`` (the float64 reference's outputs, final_h, final_c)."""
     import onnx
 
-    from .exports.runners import RUNNERS
+    from ..exports.runners import RUNNERS
     from .parity import failed_row
 
     try:

@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 
-from .exports import io_names
-from .exports.runners import RUNNERS, onnx_session
+from ..exports import io_names
+from ..exports.runners import RUNNERS, onnx_session
 from .parity import compare, failed_row
 
 
@@ -18,8 +18,8 @@ def _skip(name, why):
 
 def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol):
     """OUT/checkpoint restored by name into the stock components of its style, against the reference."""
-    from .deps import import_tf
-    from .judges import keras_layers, tf1_cells, torch_modules
+    from ..deps import import_tf
+    from .stock import keras_layers, tf1_cells, torch_modules
 
     x, lengths, h, c = batch
     style, prefix, ckpt_dir = manifest.get("style"), stack.get("prefix", ""), os.path.join(out, "checkpoint")
@@ -85,7 +85,7 @@ def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, r
         else:
             row("pytorch (.safetensors)", lambda: _torch_file(os.path.join(out, arts["pytorch"]), spec, batch))
     if "onnx_int8" in arts:
-        from .int8_judge import int8_row
+        from .int8 import int8_row
 
         say(f"{stack['variable']}: onnx int8")
         rows.append(int8_row("onnx int8 (onnxruntime)", os.path.join(out, arts["onnx_int8"]), spec, canon, feeds,
@@ -108,7 +108,7 @@ def _keras_file(path, x, lengths):
 def _torch_file(path, spec, batch):
     from safetensors.numpy import load_file
 
-    from .judges import torch_modules
+    from .stock import torch_modules
 
     return torch_modules(spec, load_file(path), *batch)
 
@@ -117,7 +117,7 @@ def gpu_row(spec, canon, batch, want, atol, rtol):
     """The fused cuDNN op itself (one CudnnRNNV3 call on the judge's buffer), where TensorFlow sees a GPU, with
     TensorFloat-32 off (TensorFlow allows it by default on Ampere and newer, and it moves cuDNN's fp32 output by
     up to ~3e-3 on small stacks, 7.5e-2 on large ones). Its tolerance is the fp32 floor of the case: ``atol``."""
-    from .deps import import_tf
+    from ..deps import import_tf
 
     name = "cudnn (GPU, TF32 off)"
     try:
@@ -127,8 +127,8 @@ def gpu_row(spec, canon, batch, want, atol, rtol):
         gpus = []
     if not gpus:
         return _skip(name, "TensorFlow sees no GPU")
-    from .layout import pack
-    from .tf_graph import cudnn_forward
+    from ..layout import pack
+    from ..tf_graph import cudnn_forward
 
     x, lengths, h, c = batch
     tf32 = tf.config.experimental.tensor_float_32_execution_enabled()

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from .deps import import_tf as _tf
+from ..deps import import_tf as _tf
 from .parity import compare, failed_row
 
 
@@ -21,7 +21,7 @@ class StockStack:
     def __init__(self, canon):
         import keras
 
-        from .targets.keras import layer_weights
+        from ..targets.keras import layer_weights
 
         self.spec, self.rnns = canon.spec, []
         for layer, direction, params in canon.pseudo_layers():
@@ -58,7 +58,7 @@ class ReferenceStack:
         self.canon = canon
 
     def __call__(self, x, lengths, h0, c0):
-        from . import reference
+        from .. import reference
 
         tf = _tf()
         lstm = self.canon.spec.mode == "lstm"
@@ -75,9 +75,9 @@ def model_judge(model):
     """(callable(list of inputs) -> list of arrays, its name): ``model`` with every fused layer's stack computed
     by stock Keras layers holding its converted weights (:class:`StockStack`; a projected LSTM, which Keras cannot
     hold, by the NumPy reference), sharing no code with the fused layers' own paths (cudnn_port.tf_graph)."""
-    from .layers import fused_layers, judged_by
-    from .layout import unpack
-    from .model_export import model_outputs
+    from ..layers import fused_layers, judged_by
+    from ..layout import unpack
+    from ..model_export import model_outputs
 
     judges = {}
     for layer in fused_layers(model):
@@ -93,7 +93,7 @@ def model_judge(model):
 
 def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say, model=None):
     """Report rows: the whole-model SavedModel, GraphDef and ONNX of ``out`` on ``feeds`` against ``want``."""
-    from .exports.runners import load_graph, onnx_session
+    from ..exports.runners import load_graph, onnx_session
 
     tf = _tf()
     arts, rows = manifest["model_artifacts"], []
@@ -131,8 +131,8 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
 
 def model_rows_keras(model, feeds, input_names, want, atol, rtol):
     """The Keras model itself (its fused layers on their CPU path) against the judge: one more row."""
-    from .layers import forced_path
-    from .model_export import model_outputs
+    from ..layers import forced_path
+    from ..model_export import model_outputs
 
     try:
         with forced_path("cpu"):
