@@ -129,6 +129,7 @@ def _write_model(model, specs, tmp, say, manifest):
 
     from .exports.onnx_tf import name_dynamic_dims, write_graph_onnx
     from .exports.tensorflow import op_types, strip_unused_placeholders
+    from .layers import fused_layers
 
     tf = _tf()
     say("writing saved_model/ (fused layers on their CPU path)")
@@ -149,6 +150,12 @@ def _write_model(model, specs, tmp, say, manifest):
         f.write(graph_def.SerializeToString())
     manifest["graphdef_nodes"] = {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in outputs]}
 
+    projected = [layer.name for layer in fused_layers(model) if layer.num_proj]
+    if projected:
+        manifest.setdefault("warnings", []).append(f"model.onnx not written: fused layer {projected[0]} has a "
+                                                   "projection, which ONNX's LSTM cannot hold")
+        say(f"warning: {manifest['warnings'][-1]}")
+        return {"saved_model": "saved_model", "graphdef": "frozen_graph.pb"}
     say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
     fused = convert_variables_to_constants_v2(_traced(model, specs, "cudnn"))
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]

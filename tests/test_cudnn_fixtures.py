@@ -258,3 +258,70 @@ def test_realistic_size_within_the_fp32_floor(tmp_path, mode, layers, hidden, in
     got = run_artifacts(spec, tmp_path / "out", manifest, dict(zip(io_names(spec)[0], (x, lengths, h0, c0))))
     errors = {k: max_err(g, want) for k, g in got.items()}
     assert len(errors) == 3 and max(errors.values()) <= tolerance(floor, 0), (floor, errors)
+
+
+# ------------------------------------------------------------------------------------------- projection (LSTMP)
+def test_a_model_with_a_projected_fused_layer_exports_and_verifies(tmp_path):
+    """The fixture's projected stack inside a Keras model: SavedModel and GraphDef reproduce cuDNN, no ONNX (with a
+    warning), TF1 names by default (Keras' LSTM has no projection), and verify passes."""
+    import keras
+
+    import cudnn_port
+    from cudnn_port.layers import CudnnLSTM
+    from cudnn_port.verify import verify
+
+    case = "lstm_L2_uni_proj"
+    spec = case_spec(case)
+    buffer, x, lengths, h0, c0, y = arrays(case, "buffer", "x", "lengths", "h0", "c0", "y")
+    inputs = keras.Input((None, spec.input_size), name="features")
+    layer = CudnnLSTM(spec.num_units, num_layers=spec.num_layers, num_proj=spec.num_proj, return_sequences=True,
+                      name="lstmp")
+    model = keras.Model(inputs, layer(inputs))
+    layer.opaque_kernel.assign(buffer)
+    manifest = cudnn_port.export(model, tmp_path / "out")
+    assert manifest["style"] == "tf1" and "onnx" not in manifest["model_artifacts"] and manifest["warnings"]
+    assert manifest["parity"]["passed"]
+    mask = np.arange(x.shape[1])[None, :] < lengths[:, None]
+    got = layer(x, mask=mask)  # zero initial states here: compare with the reference, and the SavedModel with both
+    want, _, _ = reference.forward(unpack(spec, buffer), x, lengths)
+    assert max_err([got], [want]) <= 1e-6
+    loaded = tf.saved_model.load(str(tmp_path / "out" / "layers" / "lstmp" / "saved_model"))
+    result = loaded.signatures["with_initial_state"](inputs=x, sequence_lengths=lengths, initial_h=h0, initial_c=c0)
+    assert max_err([result["outputs"].numpy(), result["final_h"].numpy(), result["final_c"].numpy()],
+                   arrays(case, "y", "hn", "cn")) <= tolerance(2.4e-7)
+    assert verify(tmp_path / "out")["passed"]
+
+
+def test_a_saved_model_node_with_num_proj_converts(tmp_path):
+    """A CudnnRNNV3 node with num_proj in a SavedModel: replaced by CPU ops that reproduce cuDNN on the fixture's
+    projected case; no ONNX (a warning says why)."""
+    from cudnn_port import convert
+
+    case = "lstm_L2_uni_proj"
+    spec = case_spec(case)
+    buffer, x, lengths, h0, c0 = arrays(case, "buffer", "x", "lengths", "h0", "c0")
+
+    class Projected(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.params = tf.Variable(buffer)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32, name="x"),
+                                      tf.TensorSpec([None], tf.int32, name="lengths"),
+                                      tf.TensorSpec([spec.num_layers, None, spec.num_proj], tf.float32, name="h0"),
+                                      tf.TensorSpec([spec.num_layers, None, spec.num_units], tf.float32, name="c0")])
+        def run(self, x, lengths, h0, c0):
+            y, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
+                input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]), params=self.params,
+                sequence_lengths=lengths, rnn_mode="lstm", num_proj=spec.num_proj, is_training=False, time_major=False)
+            return {"y": y, "hn": tf.transpose(h, [1, 0, 2]), "cn": tf.transpose(c, [1, 0, 2])}
+
+    module = Projected()
+    tf.saved_model.save(module, str(tmp_path / "src"), signatures=module.run.get_concrete_function())
+    manifest = convert(str(tmp_path / "src"), tmp_path / "out")
+    assert {n["spec"]["num_proj"] for n in manifest["nodes"]} == {spec.num_proj}
+    assert "onnx" not in manifest["model_artifacts"] and manifest["warnings"]
+    result = tf.saved_model.load(str(tmp_path / "out" / "saved_model")).signatures["serving_default"](
+        x=x, lengths=lengths, h0=h0, c0=c0)
+    got = [result[k].numpy() for k in ("y", "hn", "cn")]
+    assert max_err(got, arrays(case, "y", "hn", "cn")) <= tolerance(2.4e-7)

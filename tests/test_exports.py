@@ -294,3 +294,27 @@ def test_bench_reports_each_artifact_at_batch_1_and_32(tmp_path, tf1_ckpt, capsy
     cases = {(r["artifact"], r["batch"]) for r in report["rows"]}
     assert cases == {(a, b) for a in ("saved_model", "graphdef", "onnx") for b in (1, 32)}
     assert all(r["latency_ms"] > 0 and r["steps"] == 4 for r in report["rows"])
+
+
+@pytest.mark.gpu
+def test_verify_gpu_row_runs_cudnn_with_tf32_off(tmp_path, tf1_ckpt):
+    """Where TensorFlow sees a GPU, verify's GPU row runs the fused op on the source buffer with TF32 off, within the
+    fp32 floor; a wrong reference (here a swapped gate order in the judge's weights) fails it."""
+    if not tf.config.list_logical_devices("GPU"):
+        pytest.skip("TensorFlow sees no GPU")
+    from cudnn_port.judging.stack_rows import gpu_row
+    from cudnn_port.layout import RNNSpec
+    from cudnn_port.verify import verify
+
+    out = tmp_path / "out"
+    convert(tf1_ckpt, out, formats=["checkpoint"])
+    row = [r for r in verify(out)["rows"] if r["artifact"].startswith("cudnn (GPU")][0]
+    assert row["passed"] is True and "TF32 off" in row["note"], row
+    spec = RNNSpec("lstm", 2, 48, 32, True)
+    canon = unpack(spec, random_blob(spec, seed=3))
+    x, lengths, h, c = ragged_batch(spec)
+    want = list(reference.forward(canon, x, lengths, h, c))
+    swapped = unpack(spec, random_blob(spec, seed=3))
+    for p in swapped.layers:
+        p.W[[1, 2]] = p.W[[2, 1]]
+    assert gpu_row(spec, swapped, (x, lengths, h, c), want, 1e-5, 1e-4)["passed"] is False
