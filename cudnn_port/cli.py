@@ -216,6 +216,10 @@ def main(argv=None):
             what = "OUT was already complete and is kept" if getattr(e, "published", False) else "nothing was written"
             return _fail(f"cudnn-port: interrupted ({signal.Signals(signum).name}); {what}", 128 + signum, want_json)
         except Exception as e:  # internals never leak tracebacks to CLI users
+            from .deps import missing_message
+
+            if isinstance(e, ImportError) and missing_message(e):  # an optional piece is not installed
+                return _fail(f"cudnn-port: error: {missing_message(e)}", 2, want_json)
             if os.environ.get("CUDNN_PORT_DEBUG"):
                 raise
             return _fail(f"cudnn-port: internal error: {reason(e, 120)} (rerun with CUDNN_PORT_DEBUG=1 for the "

@@ -10,6 +10,7 @@ anything is written; OUT is built by :class:`cudnn_port.outdir.OutputFolder`, wh
 import os
 from typing import Callable, Iterable, Optional
 
+from .deps import require
 from .errors import CudnnPortError
 from .outdir import OutputFolder, finish
 from .stacks import DEFAULT_FORMATS, FORMATS, SPEC_FLAGS, prepare_stacks, write_stacks
@@ -70,6 +71,9 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
     kind = source_kind(source)
+    onnx = formats is None or "onnx" in formats or kind == "keras_model"
+    require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
+            *(["onnxruntime"] if quantize else []), purpose="convert")
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
     if kind != "weights" and (given or variable):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "

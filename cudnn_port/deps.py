@@ -43,4 +43,21 @@ def optional(module, purpose):
 
 def available(module):
     """Whether ``module`` can be imported (without importing it)."""
-    return importlib.util.find_spec(module) is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module blocked or half-installed
+        return False
+
+
+def require(*modules, purpose):
+    """Stop with one line naming the extra to install if any of ``modules`` is missing (checked before work)."""
+    for module in modules:
+        optional(module, purpose)
+
+
+def missing_message(error):
+    """The one-line message for a ModuleNotFoundError of an optional dependency, or None for any other module."""
+    name = (getattr(error, "name", None) or "").split(".")[0]
+    if name not in EXTRAS:
+        return None
+    return f"this command needs {name}, which is not installed; {EXTRAS[name]}"

@@ -339,3 +339,27 @@ def test_sigint_while_exporting_a_keras_model_is_handled(tmp_path):
     code, err = run_and_signal(["convert", CHAR_LM, "out"], signal.SIGINT, 5.0, tmp_path)
     assert code in (0, 130), (code, err)
     assert leftovers(tmp_path) == [] and (code == 0) == (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------- what is not installed
+def without(modules, code):
+    """Run ``code`` in a fresh interpreter where ``modules`` cannot be imported."""
+    blocker = f"import sys\nfor m in {modules!r}: sys.modules[m] = None\n"
+    return subprocess.run([sys.executable, "-c", blocker + code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+
+
+def test_import_and_help_need_no_tensorflow():
+    proc = without(["tensorflow", "keras", "onnx", "onnxruntime", "tf2onnx", "torch"],
+                   "import cudnn_port, cudnn_port.cli\nfrom cudnn_port import RNNSpec, unpack, reference\n"
+                   "sys.argv = ['cudnn-port', '--help']\ncudnn_port.cli.main()")
+    assert proc.returncode == 0 and "convert" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("modules,needle", [(["tensorflow"], "needs tensorflow"), (["onnx"], "needs onnx"),
+                                            (["tf2onnx"], "needs tf2onnx")])
+def test_a_missing_optional_piece_names_the_extra(tmp_path, modules, needle):
+    proc = without(modules, f"from cudnn_port.cli import main\nsys.exit(main(['convert', {SAMPLE!r}, "
+                            f"{str(tmp_path / 'out')!r}]))")
+    assert proc.returncode == 2 and needle in proc.stderr and "cudnn-port[cpu]" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
