@@ -52,7 +52,8 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
 
 
 def format_table(report):
-    lines = [f"{'stack':<28} {'artifact':<12} {'batch':>5} {'steps':>5} {'latency ms':>11} {'seq/s':>9} {'steps/s':>10}"]
+    lines = [f"{'stack':<28} {'artifact':<12} {'batch':>5} {'steps':>5} {'latency ms':>11} {'seq/s':>9} "
+             f"{'steps/s':>10}"]
     for r in report["rows"]:
         lines.append(f"{r['stack']:<28} {r['artifact']:<12} {r['batch']:>5} {r['steps']:>5} {r['latency_ms']:>11.2f} "
                      f"{r['sequences_per_s']:>9.1f} {r['steps_per_s']:>10.0f}")

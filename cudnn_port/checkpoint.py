@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from . import tf_index
-from .deps import import_tf as _tf
+from .deps import import_tf
 from .errors import CudnnPortError, reason
 from .paths import require_file
 from .source import Source
@@ -29,7 +29,7 @@ def resolve_prefix(path):
     if os.path.isdir(path):
         state = os.path.join(path, "checkpoint")
         if os.path.isfile(state):
-            latest = _tf().train.latest_checkpoint(path)
+            latest = import_tf().train.latest_checkpoint(path)
             if latest:
                 return latest
         found = sorted(glob.glob(os.path.join(path, "*.index")))
@@ -60,7 +60,7 @@ class Checkpoint(Source):
     def __init__(self, path):
         self.prefix = resolve_prefix(path)
         tf_index.check(self.prefix)
-        tf = _tf()
+        tf = import_tf()
         try:
             self._reader = tf.train.load_checkpoint(self.prefix)
             shapes = self._reader.get_variable_to_shape_map()
@@ -95,7 +95,7 @@ class Checkpoint(Source):
         """The value of variable ``name`` as a NumPy array."""
         if name not in self.keys:
             raise CudnnPortError(f"unknown variable {name} in {self.prefix}; run cudnn-port inspect to list them")
-        tf = _tf()
+        tf = import_tf()
         try:
             value = self._reader.get_tensor(self.keys[name])
         except (tf.errors.OpError, ValueError, IndexError, RuntimeError, OSError) as e:
@@ -114,7 +114,7 @@ def write_checkpoint(directory, items, name="model.ckpt", progress=None):
     Writes the ``checkpoint`` state file too, so ``tf.train.latest_checkpoint(directory)`` finds it. Arrays are
     consumed one shard (``SHARD_BYTES``) at a time. ``progress(done_bytes)`` is called after each shard.
     """
-    tf = _tf()
+    tf = import_tf()
     os.makedirs(directory, exist_ok=True)
     prefix = os.path.join(directory, name)
     shard_prefixes, names, tensors, pending, done, seen = [], [], [], 0, 0, set()

@@ -34,7 +34,7 @@ import contextvars
 import keras
 import numpy as np
 
-from .deps import import_tf as _tf
+from .deps import import_tf
 from .infer import MODE_IDS, SPEC_VARIABLE
 from .layout import RNNSpec
 
@@ -75,7 +75,7 @@ class CudnnInitializer(keras.initializers.Initializer):
         self.spec, self.seed = spec, seed
 
     def __call__(self, shape, dtype=None):
-        tf = _tf()
+        tf = import_tf()
         spec = self.spec
         G, H, S = spec.num_gates, spec.num_units, spec.state_size
         seed = keras.random.SeedGenerator(self.seed) if self.seed is not None else None
@@ -147,7 +147,7 @@ class CudnnRNN(keras.layers.Layer):
                                           initializer=keras.initializers.Constant(vector))
 
     def call(self, inputs, initial_state=None, mask=None, training=None):
-        tf = _tf()
+        tf = import_tf()
         spec, D = self.spec, self.num_dirs
         x = tf.convert_to_tensor(inputs)
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
@@ -172,7 +172,7 @@ class CudnnRNN(keras.layers.Layer):
 
     def _states(self, initial_state, batch):
         """[h0 [L*D, B, S], c0 [L*D, B, H]] (c0 None for GRU); zeros when not given."""
-        tf = _tf()
+        tf = import_tf()
         count = self.num_states
         if initial_state is None:
             sizes = [self.spec.state_size, self.units][:count]
@@ -227,7 +227,7 @@ class CudnnRNN(keras.layers.Layer):
 
 def _lengths(mask, batch, steps):
     """Sequence lengths from a right-padded mask [B, T]; full length without one. Other masks are refused."""
-    tf = _tf()
+    tf = import_tf()
     if mask is None:
         return tf.fill([batch], steps)
     mask = tf.cast(mask, "bool")

@@ -33,7 +33,7 @@ import os
 
 import numpy as np
 
-from .deps import import_tf as _tf
+from .deps import import_tf
 from .errors import CudnnPortError, ParityError
 from .outdir import OutputFolder, finish
 from .paths import sha256
@@ -46,7 +46,7 @@ PARITY = "model_parity.json"
 
 
 def _input_specs(model):
-    tf = _tf()
+    tf = import_tf()
     inputs = getattr(model, "inputs", None)
     if not inputs:
         raise CudnnPortError(f"model {model.name} has no known inputs; build it (call it once, or use "
@@ -58,7 +58,7 @@ def _traced(model, specs, path):
     """The model as a concrete function over ``specs``, its fused layers traced on ``path``."""
     from .layers import forced_path
 
-    tf = _tf()
+    tf = import_tf()
 
     def call(*xs):
         result = model(xs[0] if len(xs) == 1 else list(xs), training=False)
@@ -131,7 +131,7 @@ def _write_model(model, specs, tmp, say, manifest):
     from .exports.tensorflow import op_types, strip_unused_placeholders
     from .layers import fused_layers
 
-    tf = _tf()
+    tf = import_tf()
     say("writing saved_model/ (fused layers on their CPU path)")
     cpu = _traced(model, specs, "cpu")
     module = tf.Module()

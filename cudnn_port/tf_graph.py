@@ -21,7 +21,7 @@ that is how a cuDNN node of a saved graph is replaced by CPU ops reading the sam
 import numpy as np
 
 from .canonical import CanonicalRNN, LayerParams, input_bias
-from .deps import import_tf as _tf
+from .deps import import_tf
 
 
 def layer_weights(canon, layer):
@@ -40,7 +40,7 @@ def layer_weights(canon, layer):
         def stack(parts):
             return np.ascontiguousarray(np.stack(parts)).astype(np.float32)
     else:
-        tf = _tf()
+        tf = import_tf()
         reshape, transpose = tf.reshape, tf.transpose
 
         def concat(parts):
@@ -63,7 +63,7 @@ def layer_weights(canon, layer):
 def unpack_tensor(spec, params):
     """:func:`cudnn_port.layout.unpack` for a TensorFlow tensor ``params`` [param_count]: a CanonicalRNN of slices
     at the offsets of :meth:`~cudnn_port.layout.RNNSpec.blocks`."""
-    tf = _tf()
+    tf = import_tf()
     layers = [{} for _ in range(spec.num_pseudo_layers)]
     for block in spec.blocks():
         layers[block.pseudo][block.kind] = tf.reshape(params[block.offset:block.end], block.shape)
@@ -78,7 +78,7 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     ``until`` (a scalar, at least max(sequence_lengths)) stops the time loops early, for inputs padded past
     every length; the outputs of the steps skipped are then zeros only under XLA, where an unwritten
     TensorArray entry reads as zeros (plain TensorFlow refuses to stack one)."""
-    tf = _tf()
+    tf = import_tf()
     spec = canon.spec
     D, is_lstm = spec.num_dirs, spec.mode == "lstm"
     inputs = tf.convert_to_tensor(inputs, tf.float32)
@@ -147,9 +147,10 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
 def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None):
     """What a CudnnRNN / V2 / V3 op of ``spec`` returns, in standard ops: [output, output_h, output_c,
     reserve_space, host_reserved][:count]. Time-major: input [T, B, I], states [L*D, B, S or H]; batch-major (V3
-    with time_major=False): input [B, T, I], states [B, L*D, S or H] (S = num_proj or H: h is S wide, c H wide). No sequence_lengths: every sequence is full length.
+    with time_major=False): input [B, T, I], states [B, L*D, S or H] (S = num_proj or H: h is S wide, c H wide).
+    No sequence_lengths: every sequence is full length.
     GRU's output_c is zeros like input_c; the reserve outputs are empty (only cuDNN's backward op reads them)."""
-    tf = _tf()
+    tf = import_tf()
     dtype, is_lstm = input.dtype, spec.mode == "lstm"
     x, h0 = tf.cast(input, tf.float32), tf.cast(input_h, tf.float32)
     c0 = tf.cast(input_c, tf.float32) if is_lstm else None
@@ -176,7 +177,7 @@ def cudnn_forward(spec, params, inputs, sequence_lengths, initial_h, initial_c=N
     """The whole stack as ONE fused ``CudnnRNNV3`` call (needs a GPU to run; any graph can hold it). Same
     interface as :func:`stack_forward`: inputs [B, T, I] (batch-major), sequence_lengths [B], initial_h
     [L*D, B, S] / initial_c [L*D, B, H] -> (outputs [B, T, D*S], final_h [L*D, B, S], final_c or None)."""
-    tf = _tf()
+    tf = import_tf()
     h0 = tf.transpose(initial_h, [1, 0, 2])  # batch-major ops take states as [B, L*D, H]
     c0 = tf.transpose(initial_c, [1, 0, 2]) if spec.mode == "lstm" else tf.zeros([])
     outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV3(

@@ -25,10 +25,9 @@ import numpy as np
 
 from . import reference
 from .errors import CudnnPortError
-from .exports import io_names
 from .layout import RNNSpec, unpack
 from .outdir import MANIFEST, TOOL
-from .judging.parity import ATOL, RTOL, compare, failed_row, fp32_floor, sample_batch, write_report
+from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
 from .paths import sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
@@ -82,7 +81,7 @@ def source_unchanged(manifest):
 
 
 def converted_canon(manifest, out, stack, spec):
-    """The stack as read back from OUT/checkpoint by the style's reader (the judge's weights when the source is gone)."""
+    """The stack read back from OUT/checkpoint by the style's reader (the judge's weights when the source is gone)."""
     from .checkpoint import Checkpoint
 
     ckpt = Checkpoint(os.path.join(out, "checkpoint"))

@@ -151,8 +151,8 @@ def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
     _, out, manifest = convert_case(tmp_path / "pytorch", case, "pytorch")
     from safetensors.numpy import load_file
 
-    got["pytorch safetensors"] = torch_modules(spec, load_file(str(out / manifest["stacks"][0]["artifacts"]["pytorch"])),
-                                               x, lengths, h0, c0)
+    state = load_file(str(out / manifest["stacks"][0]["artifacts"]["pytorch"]))
+    got["pytorch safetensors"] = torch_modules(spec, state, x, lengths, h0, c0)
     if not spec.num_proj:  # Keras' LSTM has no projection
         _, out, manifest = convert_case(tmp_path / "keras", case, "keras")
         stored = tf.train.load_checkpoint(str(out / "checkpoint"))

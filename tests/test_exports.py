@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
+from conftest import CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
 from cudnn_port import cli, reference
 from cudnn_port import convert
 from cudnn_port.exports.tensorflow import op_types

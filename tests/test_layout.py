@@ -10,7 +10,7 @@ from cudnn_port.layout import RNNSpec, pack, unpack
 
 
 def independent_pack(spec, rng):
-    """Build a buffer from per-gate arrays following docs/conventions.md, section 1, literally; return (buffer, arrays)."""
+    """A buffer from per-gate arrays following docs/conventions.md, section 1, literally: (buffer, arrays)."""
     G, H, D = spec.num_gates, spec.num_units, spec.num_dirs
     arrays, weights, biases = [], [], []
     for p in range(spec.num_layers * D):

@@ -72,8 +72,9 @@ def test_several_inputs_and_outputs(tmp_path):
     x = keras.layers.Concatenate()([keras.layers.Embedding(12, 5, mask_zero=True)(tokens), features])
     seq, h, c = CudnnLSTM(6, num_layers=2, return_sequences=True, return_state=True, name="enc")(x)
     y = CudnnGRU(4, bidirectional=True, name="dec")(seq)
+    pooled = keras.layers.Concatenate()([y, h[:, -1]])
     model = keras.Model([tokens, features], [keras.layers.Dense(3, name="tags")(seq),
-                                            keras.layers.Dense(2, name="cls")(keras.layers.Concatenate()([y, h[:, -1]]))])
+                                            keras.layers.Dense(2, name="cls")(pooled)])
     manifest = cudnn_port.export(model, tmp_path / "out")
     assert manifest["parity"]["passed"] and len(manifest["graphdef_nodes"]["outputs"]) == 2
     ids = np.array([[3, 4, 5, 0], [1, 2, 0, 0]], np.int32)
@@ -81,7 +82,8 @@ def test_several_inputs_and_outputs(tmp_path):
     want = [np.asarray(t) for t in model([ids, feats])]
     from cudnn_port.exports.runners import onnx_session
 
-    got = onnx_session(tmp_path / "out" / "model.onnx").run(["output_0", "output_1"], {"tokens": ids, "features": feats})
+    session = onnx_session(tmp_path / "out" / "model.onnx")
+    got = session.run(["output_0", "output_1"], {"tokens": ids, "features": feats})
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, atol=1e-5)
     loaded = tf.saved_model.load(str(tmp_path / "out" / "saved_model")).signatures["serving_default"]

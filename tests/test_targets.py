@@ -56,7 +56,7 @@ def test_keras_model_loads_and_matches(tmp_path, mode, layers, bi):
     import keras
 
     spec = make_spec(mode, layers, bi)
-    src, blob = write_source(tmp_path, spec, name=f"rnn/opaque_kernel", seed=layers + 1)
+    src, blob = write_source(tmp_path, spec, name="rnn/opaque_kernel", seed=layers + 1)
     manifest = convert(src, tmp_path / "out", style="keras", **spec_flags(spec))
     model = keras.saving.load_model(tmp_path / "out" / manifest["stacks"][0]["artifacts"]["keras"])
     x, lengths, _, _ = ragged_batch(spec)

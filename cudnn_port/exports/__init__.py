@@ -22,7 +22,8 @@ def io_names(spec):
     return INPUT_NAMES[:keep], OUTPUT_NAMES[:keep - 1]
 
 ARTIFACT_PATHS = {"keras": "keras/{label}.keras", "pytorch": "pytorch/{label}.safetensors",
-                  "saved_model": "saved_model{suffix}", "graphdef": "frozen_graph{suffix}.pb", "onnx": "model{suffix}.onnx"}
+                  "saved_model": "saved_model{suffix}", "graphdef": "frozen_graph{suffix}.pb",
+                  "onnx": "model{suffix}.onnx"}
 """Where each artifact of a stack goes inside OUT (``label``: the stack's safe name; ``suffix``: ``_label`` when a
 source holds several stacks)."""
 

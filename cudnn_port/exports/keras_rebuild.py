@@ -32,10 +32,11 @@ def _standard_config(layer):
 
 
 def save_keras3_model(source, path):
-    """Rebuild full-model file ``source`` (a :class:`~cudnn_port.readers.keras_h5.KerasH5` with a model config) in Keras 3 at ``path``
-    (``.keras``): each CuDNN layer becomes LSTM / GRU(reset_after=True) with converted weights, every other layer
-    keeps its config and weights. Keras 3 builds the model from an edited copy of the file. Returns None, or
-    why Keras 3 could not rebuild it (the caller reports that and goes on with the per-layer files)."""
+    """Rebuild full-model file ``source`` (a :class:`~cudnn_port.readers.keras_h5.KerasH5` with a model config) in
+    Keras 3 at ``path`` (``.keras``): each CuDNN layer becomes LSTM / GRU(reset_after=True) with converted weights,
+    every other layer keeps its config and weights. Keras 3 builds the model from an edited copy of the file.
+    Returns None, or why Keras 3 could not rebuild it (the caller reports that and goes on with the per-layer
+    files)."""
     import h5py
     import keras
 

@@ -14,7 +14,7 @@ length; each new batch size compiles once too (about 1-2 s). The frozen GraphDef
 """
 import os
 
-from ..deps import import_tf as _tf
+from ..deps import import_tf
 from ..tf_graph import stack_forward
 from . import io_names
 
@@ -42,7 +42,7 @@ def padded_steps(tf, steps):
 def _forward(canon, xla):
     """``stack_forward(canon, ...)`` as the SavedModel runs it: plain ops, or one XLA-compiled function fed
     inputs padded to a bucket of :data:`STEP_BUCKETS` and its outputs cut back to the real length."""
-    tf = _tf()
+    tf = import_tf()
     if not xla:
         return lambda *args: stack_forward(canon, *args)
 
@@ -62,7 +62,7 @@ def _forward(canon, xla):
 
 def build_module(canon, xla=False):
     """A tf.Module with the two signature functions (traced, weights frozen in); ``xla``: see the module doc."""
-    tf = _tf()
+    tf = import_tf()
     forward = _forward(canon, xla)
     spec = canon.spec
     state_h = tf.TensorSpec([spec.num_pseudo_layers, None, spec.state_size], tf.float32)
@@ -94,7 +94,7 @@ def _named_spec(tf, spec, name):
 
 
 def write_saved_model(canon, path, xla=False):
-    tf = _tf()
+    tf = import_tf()
     module = build_module(canon, xla)
     tf.saved_model.save(module, os.fspath(path), signatures={
         "serving_default": module.serve.get_concrete_function(),
@@ -103,7 +103,7 @@ def write_saved_model(canon, path, xla=False):
 
 def write_frozen_graph(canon, path):
     """Write a frozen GraphDef; return {"inputs": [tensor names], "outputs": [tensor names]}."""
-    tf = _tf()
+    tf = import_tf()
     spec = canon.spec
     graph = tf.Graph()
     with graph.as_default():

@@ -6,7 +6,7 @@ size (docs/conventions.md, section 1).
 """
 import os
 
-from ..deps import import_tf as _tf
+from ..deps import import_tf
 from ..errors import CudnnPortError
 from ..infer import candidates
 from ..layout import RNNSpec
@@ -65,7 +65,7 @@ class CudnnNode:
         if attrs["rnn_mode"] not in ("lstm", "gru"):
             raise CudnnPortError(f"{where} has rnn_mode={attrs['rnn_mode']}; only lstm and gru convert")
         self.time_major = bool(attrs.get("time_major", True))
-        self.dtype = _tf().as_dtype(attrs["T"]).name
+        self.dtype = import_tf().as_dtype(attrs["T"]).name
         bidirectional = attrs["direction"] == "bidirectional"
         x, h, c, params = (shapes[i] if shapes else None for i in range(4))
         proj = int(attrs.get("num_proj") or 0)
@@ -128,7 +128,7 @@ def _function_input_shapes(function_def):
 
 def _graph_input_shapes(graph_def):
     """The same for nodes of a (TF1) main graph."""
-    tf = _tf()
+    tf = import_tf()
     try:
         with tf.Graph().as_default() as graph:
             tf.compat.v1.import_graph_def(graph_def, name="")

@@ -23,7 +23,7 @@ import hashlib
 import os
 import shutil
 
-from ..deps import import_tf as _tf
+from ..deps import import_tf
 from .nodes import FORWARD_OPS, is_cudnn
 from .prune import redirect
 
@@ -58,7 +58,7 @@ def replacement_functions(node):
     BACKWARD_OUTPUTS for a backward node)."""
     from ..tf_graph import cudnn_op_cpu
 
-    tf = _tf()
+    tf = import_tf()
     spec, v3 = node.spec, node.op.endswith("V3")
     dtype = tf.as_dtype(node.dtype)
     signature = [tf.TensorSpec(None, dtype), tf.TensorSpec(None, dtype), tf.TensorSpec(None, dtype),

@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 
-from ..deps import import_tf as _tf
+from ..deps import import_tf
 from .parity import compare, failed_row, sample_inputs
 
 
@@ -11,7 +11,7 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say):
     """A converted SavedModel: every signature runs on CPU with finite outputs, and the ONNX model agrees with the
     serving signature. (The NumPy reference judges the replacement of each kind of cuDNN node in the test suite; a
     whole foreign graph has no reference here.)"""
-    tf = _tf()
+    tf = import_tf()
     arts, rows = manifest["model_artifacts"], []
     if "saved_model" not in arts:
         return rows
@@ -65,7 +65,7 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
         model = load_keras_file(path)
     except Exception as e:  # noqa: BLE001 (a model that does not load is a failed check)
         return [dict(failed_row(f"whole model ({where})", e), stack="(whole model)", judge=None)]
-    tf = _tf()
+    tf = import_tf()
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
     specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from ..exports import io_names
-from ..exports.runners import RUNNERS, onnx_session
+from ..exports.runners import RUNNERS
 from .parity import compare, failed_row
 
 

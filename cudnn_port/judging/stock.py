@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from ..deps import import_tf as _tf
+from ..deps import import_tf
 from .parity import compare, failed_row
 
 
@@ -34,7 +34,7 @@ class StockStack:
             self.rnns.append(rnn)
 
     def __call__(self, x, lengths, h0, c0):
-        tf = _tf()
+        tf = import_tf()
         spec, D = self.spec, self.spec.num_dirs
         mask = tf.sequence_mask(lengths, tf.shape(x)[1])
         finals_h, finals_c = [], []
@@ -60,7 +60,7 @@ class ReferenceStack:
     def __call__(self, x, lengths, h0, c0):
         from .. import reference
 
-        tf = _tf()
+        tf = import_tf()
         lstm = self.canon.spec.mode == "lstm"
 
         def run(x, lengths, h0, c0):
@@ -95,7 +95,7 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
     """Report rows: the whole-model SavedModel, GraphDef and ONNX of ``out`` on ``feeds`` against ``want``."""
     from ..exports.runners import load_graph, onnx_session
 
-    tf = _tf()
+    tf = import_tf()
     arts, rows = manifest["model_artifacts"], []
     count = len(want)
 
@@ -151,7 +151,8 @@ def as_arrays(values):
 def tf1_scope(prefix, mode, bidirectional, layer, direction, legacy=False, projected=False):
     """The variable scope TF1 graphs give cell (layer, direction) of a cuDNN stack under ``prefix``, written from
     TensorFlow's ``cudnn_rnn_ops`` saveable names (``LSTMCell``'s ``lstm_cell`` for a projected LSTM)."""
-    cell = "lstm_cell" if projected else ("cudnn_compatible_lstm_cell" if mode == "lstm" else "cudnn_compatible_gru_cell")
+    cell = "lstm_cell" if projected else \
+        ("cudnn_compatible_lstm_cell" if mode == "lstm" else "cudnn_compatible_gru_cell")
     if bidirectional:
         return f"{prefix}/stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if direction else 'fw'}/{cell}"
     return f"{prefix}/{'' if legacy else 'rnn/'}multi_rnn_cell/cell_{layer}/{cell}"
@@ -164,7 +165,7 @@ def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
     the GRU through their cells' math (``LSTMCell(num_proj)``, ``CudnnCompatibleGRUCell``). ``legacy``: the older
     ``{prefix}/multi_rnn_cell/...`` names. x [B, T, I], lengths [B], h_0 [L*D, B, S], c_0 [L*D, B, H]. Returns
     [outputs [B, T, D*S], h_n, c_n or None]."""
-    tf = _tf()
+    tf = import_tf()
     H, S, D, T = spec.num_units, spec.state_size, spec.num_dirs, x.shape[1]
     graph = tf.Graph()
     with graph.as_default():

@@ -8,7 +8,8 @@ axis (LSTM i, f, c, o; GRU z, r, h)::
 
 Keras 2 handed each block to cuDNN by its C-order bytes, with no transpose: ``W_g`` is
 ``kernel[:, g*H:(g+1)*H]`` reshaped (not transposed) to ``[H, I]``, and ``R_g`` likewise to ``[H, H]``
-(docs/conventions.md, section 3; tf_keras's own loader undoes it with ``k.T.reshape(k.shape, order="F")``). A layer is recognised by
+(docs/conventions.md, section 3; tf_keras's own loader undoes it with ``k.T.reshape(k.shape, order="F")``). A layer
+is recognised by
 those shapes (a bias of 2*G*H is unique to the cuDNN layers), and the model config, when the file has one, must
 agree. Each layer becomes one stack named ``{layer}/opaque_kernel``, its canonical model packed into a cuDNN
 buffer; every other weight is carried over as ``{weight name}`` without ``:0``.

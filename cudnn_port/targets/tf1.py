@@ -109,7 +109,8 @@ def read(tensors, prefix, spec, legacy=False):
     return CanonicalRNN(spec, layers)
 
 
-_CELL_RE = re.compile(r"^(?:(rnn/)?multi_rnn_cell/cell_(\d+)|stack_bidirectional_rnn/cell_(\d+)/bidirectional_rnn/(fw|bw))"
+_CELL_RE = re.compile(r"^(?:(rnn/)?multi_rnn_cell/cell_(\d+)"
+                      r"|stack_bidirectional_rnn/cell_(\d+)/bidirectional_rnn/(fw|bw))"
                       r"/(cudnn_compatible_lstm_cell/kernel|cudnn_compatible_gru_cell/gates/kernel|lstm_cell/kernel)$")
 
 
