@@ -54,11 +54,16 @@ def _value_infos(values):
 
 
 def _quantize_pass(src, dst, op_type, settings):
+    import inspect
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    extra = {}
+    if "optimize_model" in inspect.signature(quantize_dynamic).parameters:  # onnxruntime < 1.16 optimised the
+        extra["optimize_model"] = False  # graph first, which wrote attributes its own DynamicQuantizeLSTM rejects
     quantize_dynamic(src, dst, op_types_to_quantize=[op_type], weight_type=QuantType.QInt8,
                      per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
-                     extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True})
+                     extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True}, **extra)
 
 
 def quantize_onnx(src_path, dst_path, lstm=None, matmul=False):
@@ -103,6 +108,8 @@ def quantize_onnx(src_path, dst_path, lstm=None, matmul=False):
             raise CudnnPortError(f"int8 model of {src_path}: its {kind} {_value_infos(values)} differ from the "
                                  f"source's {_value_infos(want)}")
     _check_lstm_wiring(source, result)
+    if not any(o.domain == "com.microsoft" for o in result.opset_import):  # onnxruntime < 1.16 left it out
+        result.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     onnx.checker.check_model(result)
     tmp_path = dst_path + ".tmp"
     onnx.save(result, tmp_path)
@@ -123,15 +130,20 @@ def quantize_onnx(src_path, dst_path, lstm=None, matmul=False):
 
 
 def _check_lstm_wiring(source, result):
-    """Each DynamicQuantizeLSTM reads the X, B, sequence_lens and initial states its LSTM read."""
+    """Each DynamicQuantizeLSTM reads the X, B, sequence_lens and initial states its LSTM read (or what an Identity
+    or Cast between them read, where the quantizer's clean-up dropped one that changed nothing)."""
     lstm = {n.output[0]: n for n in source.graph.node if n.op_type == "LSTM"}
+    producer = {out: n for n in source.graph.node for out in n.output}
     for node in result.graph.node:
         if node.op_type != "DynamicQuantizeLSTM":
             continue
         old = list(lstm[node.output[0]].input) + [""] * 8
         new = list(node.input)
         for i, label in ((0, "X"), (3, "B"), (4, "sequence_lens"), (5, "initial_h"), (6, "initial_c")):
-            if new[i] != old[i]:
+            before = producer.get(old[i])
+            same = new[i] == old[i] or (before is not None and before.op_type in ("Cast", "Identity")
+                                        and new[i] == before.input[0])
+            if not same:
                 raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
 
 
