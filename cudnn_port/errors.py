@@ -23,8 +23,10 @@ def reason(error, limit=80):
     """What an exception from a library says, fit for one short line: its first line, file paths shortened to
     their last part, at most ``limit`` characters.
 
-    >>> reason(RuntimeError("TensorBundle at /tmp/x/model.ckpt shard 0: Checksum does not match: stored 1 vs. 2"))
-    'RuntimeError: TensorBundle at model.ckpt shard 0: Checksum does not match: stored 1 vs. 2'
+    >>> reason(RuntimeError("TensorBundle at /tmp/x/model.ckpt: Checksum does not match\\nstack trace"))
+    'RuntimeError: TensorBundle at model.ckpt: Checksum does not match'
+    >>> reason(ValueError("x" * 100), limit=20)
+    'ValueError: xxxxxxx…'
     """
     import re
 
