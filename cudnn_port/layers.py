@@ -8,7 +8,8 @@ needs no flags).
 
 - On a GPU the stack is one ``tf.raw_ops.CudnnRNNV3`` call (dropout between layers done by cuDNN).
 - On a CPU it is the same function of the same buffer in standard TensorFlow ops
-  (:func:`cudnn_port.tf_graph.stack_forward`); gradients flow on both.
+  (:func:`cudnn_port.tf_train.stack_train`: the export path's arithmetic with a hand-written backward pass);
+  gradients flow on both.
 
 Inputs ``[batch, time, features]``. Masks: a right-padded mask (True then False along time) becomes cuDNN's
 ``sequence_lengths``; any other mask is refused. States are batch-major: ``initial_state=[h, c]`` (LSTM) or
@@ -186,7 +187,8 @@ class CudnnRNN(keras.layers.Layer):
         return states + [None] * (2 - count)
 
     def _cpu(self, x, lengths, states, dropout):
-        from .tf_graph import stack_forward, unpack_tensor
+        from .tf_graph import unpack_tensor
+        from .tf_train import stack_train
 
         between = None
         if dropout:
@@ -194,7 +196,7 @@ class CudnnRNN(keras.layers.Layer):
                 return keras.random.dropout(y, dropout, seed=self._dropout_seed)
 
         canon = unpack_tensor(self.spec, self.opaque_kernel.value)
-        return stack_forward(canon, x, lengths, states[0], states[1], between=between)
+        return stack_train(canon, x, lengths, states[0], states[1], between=between)
 
     def _cudnn(self, x, lengths, states, dropout, training):
         from .tf_graph import cudnn_forward

@@ -62,11 +62,14 @@ def layer_weights(canon, layer):
 
 def unpack_tensor(spec, params):
     """:func:`cudnn_port.layout.unpack` for a TensorFlow tensor ``params`` [param_count]: a CanonicalRNN of slices
-    at the offsets of :meth:`~cudnn_port.layout.RNNSpec.blocks`."""
+    at the offsets of :meth:`~cudnn_port.layout.RNNSpec.blocks`. The blocks tile the buffer in order, so one
+    ``tf.split`` cuts them: its gradient is one concat, where per-block slices would each scatter into a zero
+    buffer of the whole size."""
     tf = import_tf()
+    blocks = spec.blocks()
     layers = [{} for _ in range(spec.num_pseudo_layers)]
-    for block in spec.blocks():
-        layers[block.pseudo][block.kind] = tf.reshape(params[block.offset:block.end], block.shape)
+    for block, part in zip(blocks, tf.split(params, [block.size for block in blocks])):
+        layers[block.pseudo][block.kind] = tf.reshape(part, block.shape)
     return CanonicalRNN(spec, [LayerParams(**kinds) for kinds in layers])
 
 
