@@ -8,8 +8,8 @@ needs no flags).
 
 - On a GPU the stack is one ``tf.raw_ops.CudnnRNNV3`` call (dropout between layers done by cuDNN).
 - On a CPU it is the same function of the same buffer in standard TensorFlow ops
-  (:func:`cudnn_port.tf_train.stack_train`: the export path's arithmetic with a hand-written backward pass);
-  gradients flow on both.
+  (training: :func:`cudnn_port.tf_train.stack_train`, the export path's arithmetic with a hand-written backward
+  pass; inference: :func:`cudnn_port.tf_graph.stack_forward`, the export path itself); gradients flow on both.
 
 Inputs ``[batch, time, features]``. Masks: a right-padded mask (True then False along time) becomes cuDNN's
 ``sequence_lengths``; any other mask is refused. States are batch-major: ``initial_state=[h, c]`` (LSTM) or
@@ -161,7 +161,7 @@ class CudnnRNN(keras.layers.Layer):
         elif (_PATH.get() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")) == "cudnn":
             outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
         else:
-            outputs, h, c = self._cpu(x, lengths, states, dropout)
+            outputs, h, c = self._cpu(x, lengths, states, dropout, bool(training))
         if self.return_sequences:
             result = outputs
         else:
@@ -186,8 +186,12 @@ class CudnnRNN(keras.layers.Layer):
         states = [tf.transpose(tf.cast(s, "float32"), [1, 0, 2]) for s in states]
         return states + [None] * (2 - count)
 
-    def _cpu(self, x, lengths, states, dropout):
-        from .tf_graph import unpack_tensor
+    def _cpu(self, x, lengths, states, dropout, training):
+        """Training (``fit``, a step called with ``training=True``): :func:`~cudnn_port.tf_train.stack_train`, with
+        its hand-written backward pass. Otherwise (inference, and what an export traces): the export path's
+        :func:`~cudnn_port.tf_graph.stack_forward`, which keeps no per-step activations; gradients still flow
+        through it, by autodiff, to the same values."""
+        from .tf_graph import stack_forward, unpack_tensor
         from .tf_train import stack_train
 
         between = None
@@ -196,7 +200,8 @@ class CudnnRNN(keras.layers.Layer):
                 return keras.random.dropout(y, dropout, seed=self._dropout_seed)
 
         canon = unpack_tensor(self.spec, self.opaque_kernel.value)
-        return stack_train(canon, x, lengths, states[0], states[1], between=between)
+        run = stack_train if training else stack_forward
+        return run(canon, x, lengths, states[0], states[1], between=between)
 
     def _cudnn(self, x, lengths, states, dropout, training):
         from .tf_graph import cudnn_forward

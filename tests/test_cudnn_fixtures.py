@@ -166,9 +166,11 @@ def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
     assert all(e <= tol for e in errors.values()), f"{case} (tolerance {tol:.1e}): {errors}"
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
 @pytest.mark.parametrize("case", STRICT)
-def test_fused_layer_cpu_path_and_its_gradients_are_cudnns(case, floors):
-    """A model trained on a GPU and fine-tuned or debugged on a CPU follows the same loss surface."""
+def test_fused_layer_cpu_path_and_its_gradients_are_cudnns(case, training, floors):
+    """A model trained on a GPU and fine-tuned or debugged on a CPU follows the same loss surface: both CPU paths
+    (training: the hand-written backward pass; inference: autodiff of the export path)."""
     from cudnn_port.layers import CudnnGRU, CudnnLSTM
 
     spec = case_spec(case)
@@ -182,7 +184,7 @@ def test_fused_layer_cpu_path_and_its_gradients_are_cudnns(case, floors):
     xv = tf.Variable(x)
     states = [tf.Variable(np.transpose(s, (1, 0, 2))) for s in (h0, c0) if s is not None]  # batch-major
     with tf.GradientTape() as tape:
-        y, *finals = layer(xv, initial_state=states, mask=mask)
+        y, *finals = layer(xv, initial_state=states, mask=mask, training=training)
         finals = [tf.transpose(s, [1, 0, 2]) for s in finals]
         loss = tf.reduce_sum(y * gy) + tf.reduce_sum(finals[0] * ghn)
         if spec.mode == "lstm":

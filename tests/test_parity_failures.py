@@ -16,8 +16,9 @@ from cudnn_port.layers import CudnnGRU, CudnnLSTM  # noqa: E402
 
 @pytest.fixture
 def broken(monkeypatch):
-    """Every fused layer's CPU path (what the SavedModel and GraphDef are traced from) off by 1e-3: a broken export
-    the stock-Keras judge must catch."""
+    """Every fused layer's inference path (what the whole model's SavedModel and GraphDef are traced from) off by
+    1e-3: a broken export the stock-Keras judge must catch."""
+    import cudnn_port.exports.tensorflow  # noqa: F401  binds the real stack_forward first: per-layer exports stay right
     from cudnn_port import tf_graph
 
     real = tf_graph.stack_forward
@@ -48,6 +49,7 @@ def test_cli_exits_1_on_a_broken_export(tmp_path, capsys, monkeypatch):
     from test_layers import tagger
 
     tagger().save(tmp_path / "tagger.keras")
+    import cudnn_port.exports.tensorflow  # noqa: F401  as in ``broken``
     from cudnn_port import tf_graph
 
     real = tf_graph.stack_forward
