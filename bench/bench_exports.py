@@ -273,17 +273,19 @@ def main():
         print(json.dumps(res, indent=2))
         return
     print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores)")
-    print(f"sgemm 2048^3: onnxruntime {gemm['onnxruntime_matmul']:.1f} GFLOP/s, numpy {gemm['numpy_matmul']:.1f} GFLOP/s")
+    print(f"sgemm 2048^3: onnxruntime {gemm['onnxruntime_matmul']:.1f} GFLOP/s, "
+          f"numpy {gemm['numpy_matmul']:.1f} GFLOP/s")
     print(f"1. ONNX batch 32   {onnx32 * 1e3:8.1f} ms  {res['onnx_b32_gflops']:6.1f} GFLOP/s = "
-          f"{res['onnx_b32_share_of_sgemm']:.0%} of the best sgemm ({res['onnx_b32_share_of_onnxruntime_matmul']:.0%} of "
-          f"onnxruntime's MatMul)   target >= 85%")
+          f"{res['onnx_b32_share_of_sgemm']:.0%} of the best sgemm "
+          f"({res['onnx_b32_share_of_onnxruntime_matmul']:.0%} of onnxruntime's MatMul)   target >= 85%")
     print(f"2. ONNX batch 1    {onnx1 * 1e3:8.2f} ms  vs minimal hand-built graph {minimal1 * 1e3:.2f} ms = "
           f"{res['onnx_b1_over_minimal']:.2f}x   target <= 1\n"
-          f"   control: the minimal graph against a second session of itself = {res['control_minimal_over_minimal']:.2f}x "
-          f"(the noise in ratio 2)")
+          f"   control: the minimal graph against a second session of itself = "
+          f"{res['control_minimal_over_minimal']:.2f}x (the noise in ratio 2)")
     if res.get("ragged_speedup_over_tf2onnx"):
         print(f"3. ragged batch 1  {res['ragged_onnx_b1_ms']:8.2f} ms  vs tf2onnx(masked Keras) "
-              f"{res['ragged_tf2onnx_b1_ms']:.2f} ms (its graph has {', '.join(res['tf2onnx_control_ops']) or 'no Loop'}) = "
+              f"{res['ragged_tf2onnx_b1_ms']:.2f} ms "
+              f"(its graph has {', '.join(res['tf2onnx_control_ops']) or 'no Loop'}) = "
               f"{res['ragged_speedup_over_tf2onnx']:.1f}x faster   target >= 2.5x")
     else:
         print(f"3. ragged batch 1  skipped: tf2onnx {res['tf2onnx']}")
@@ -291,11 +293,12 @@ def main():
           f"export   (the default: plain ops, every runtime serves it; batch 32: {res['saved_model_b32_ms']:.1f} ms)")
     print(f"   --xla           {res['saved_model_xla_b1_ms']:8.2f} ms  = {res['saved_model_xla_b1_over_onnx']:.2f}x "
           f"the ONNX export   target <= 2x   (batch 32: {res['saved_model_xla_b32_ms']:.1f} ms)")
-    print(f"5. GRU, same sizes: SavedModel b1 {res['gru_saved_model_b1_ms']:.2f} ms vs ONNX {res['gru_onnx_b1_ms']:.2f} ms = "
-          f"{res['gru_saved_model_b1_over_onnx']:.2f}x   (no target)")
+    print(f"5. GRU, same sizes: SavedModel b1 {res['gru_saved_model_b1_ms']:.2f} ms "
+          f"vs ONNX {res['gru_onnx_b1_ms']:.2f} ms = {res['gru_saved_model_b1_over_onnx']:.2f}x   (no target)")
     print(f"6. int8 ONNX b1    {res['int8_b1_ms']:8.2f} ms  = {res['int8_b1_speedup']:.2f}x faster than fp32   "
-          f"target >= 2x\n   int8 ONNX b32   {res['int8_b32_ms']:8.1f} ms  = {res['int8_b32_speedup']:.2f}x faster than "
-          f"fp32   target >= 2x   ({res['int8_size_ratio']:.1f}x smaller; max |int8 - fp32| "
+          f"target >= 2x\n   int8 ONNX b32   {res['int8_b32_ms']:8.1f} ms  = "
+          f"{res['int8_b32_speedup']:.2f}x faster than fp32   target >= 2x   "
+          f"({res['int8_size_ratio']:.1f}x smaller; max |int8 - fp32| "
           f"{res['int8_max_abs_vs_fp32']:.1e} at batch 32)\n"
           f"   char LM loss: fp32 {res['char_lm_loss_fp32']:.4f}, int8 {res['char_lm_loss_int8']:.4f} nats/char = "
           f"{res['char_lm_loss_change']:+.2%}   target within 1%")

@@ -110,7 +110,7 @@ def _sum_over_batch_and_steps(tf, g):
 def _lstm_direction(tf, xw, b, lengths, h0, c0, Rh, reverse):
     """One LSTM direction with its gradient. xw [T, B, 4H] (x @ W^T), b [4H] (b_W + b_R), lengths [B], h0 / c0
     [B, H], Rh [H, 4H] -> (y [T, B, H] zero past each length, h, c [B, H]). ``reverse``: t = T-1 .. 0."""
-    H, G4 = Rh.shape[0], Rh.shape[1]
+    G4 = Rh.shape[1]
     lengths_col = lengths[:, None]
 
     @tf.custom_gradient

@@ -83,7 +83,7 @@ def stock_forward(style, ckpt_dir, names, x, lengths, h_0, c_0):
     stored = tf.train.load_checkpoint(ckpt_dir)
     tensors = {n: stored.get_tensor(n) for n in names}
     if style == "keras":
-        return keras_layers(SAMPLE_SPEC, tensors, lambda l, d: f"cudnn_lstm/layer_{l}/{'backward' if d else 'forward'}",
+        return keras_layers(SAMPLE_SPEC, tensors, lambda k, d: f"cudnn_lstm/layer_{k}/{'backward' if d else 'forward'}",
                             x, lengths, h_0, c_0)
     return torch_modules(SAMPLE_SPEC, {n[len("cudnn_lstm/"):]: v for n, v in tensors.items()}, x, lengths, h_0, c_0)
 

@@ -51,9 +51,9 @@ def test_param_count_matches_known_checkpoint_and_formula():
     # R-Net's cudnn_gru/opaque_kernel: 86184 = 3*76*(300+76) + 6*76 (docs/conventions.md, section 1).
     assert RNNSpec("gru", 1, 76, 300).param_count == 86184
     # 2-layer BiLSTM, I=256, H=512, written out by hand: layer 0 and layer 1 (input 2H), both directions.
-    G, H, I = 4, 512, 256
-    by_hand = 2 * (G * H * I + G * H * H + 2 * G * H) + 2 * (G * H * 2 * H + G * H * H + 2 * G * H)
-    assert RNNSpec("lstm", 2, H, I, True).param_count == by_hand
+    G, H, In = 4, 512, 256
+    by_hand = 2 * (G * H * In + G * H * H + 2 * G * H) + 2 * (G * H * 2 * H + G * H * H + 2 * G * H)
+    assert RNNSpec("lstm", 2, H, In, True).param_count == by_hand
 
 
 def test_wrong_size_buffer_is_rejected_with_expected_count():

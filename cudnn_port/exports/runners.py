@@ -53,8 +53,9 @@ def graphdef(path, spec):
 
 
 def onnx_session(path):
-    """An onnxruntime CPU session of the model at ``path`` (or of a serialized model). Its log level is "error": onnxruntime warns about the
-    zero-state defaults of our ONNX models (initializers listed among the inputs), which is what they are for."""
+    """An onnxruntime CPU session of the model at ``path`` (or of a serialized model). Its log level is "error":
+    onnxruntime warns about the zero-state defaults of our ONNX models (initializers listed among the inputs), which
+    is what they are for."""
     from ..deps import optional
 
     ort = optional("onnxruntime", "running ONNX models")

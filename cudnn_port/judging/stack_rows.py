@@ -34,8 +34,8 @@ def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol):
             def scope(layer, direction):
                 return f"{prefix + '/' if prefix else ''}layer_{layer}/{'backward' if direction else 'forward'}"
 
-            tensors = {f"{scope(l, d)}/{v}": stored.get_tensor(f"{scope(l, d)}/{v}")
-                       for l in range(spec.num_layers) for d in range(spec.num_dirs)
+            tensors = {f"{scope(k, d)}/{v}": stored.get_tensor(f"{scope(k, d)}/{v}")
+                       for k in range(spec.num_layers) for d in range(spec.num_dirs)
                        for v in ("kernel", "recurrent_kernel", "bias")}
             return compare(name, keras_layers(spec, tensors, scope, x, lengths, h, c), want, atol, rtol)
         start = f"{prefix}/" if prefix else ""

@@ -68,8 +68,8 @@ def keras2_to_canonical(mode, directions):
     params = []
     for kernel, recurrent, bias in directions:
         G, H = (4 if mode == "lstm" else 3), recurrent.shape[0]
-        I = kernel.shape[0]
-        W = np.stack([np.ascontiguousarray(kernel[:, g * H:(g + 1) * H]).reshape(H, I) for g in range(G)])
+        width = kernel.shape[0]
+        W = np.stack([np.ascontiguousarray(kernel[:, g * H:(g + 1) * H]).reshape(H, width) for g in range(G)])
         R = np.stack([np.ascontiguousarray(recurrent[:, g * H:(g + 1) * H]).reshape(H, H) for g in range(G)])
         b = bias.reshape(2, G, H)
         src, dst = KERAS2_ORDER[mode], CUDNN_ORDER[mode]
