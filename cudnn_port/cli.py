@@ -193,7 +193,7 @@ def run(args, progress):
 
 
 def main(argv=None):
-    from .outdir import signals_interrupt
+    from .outdir import raised_signal, signals_interrupt
 
     argv = sys.argv[1:] if argv is None else list(argv)
     want_json = "--json" in argv
@@ -205,25 +205,36 @@ def main(argv=None):
             code, result, text = run(args, progress)
             print(json.dumps(result, indent=2) if want_json else text)
             return code
-        except CudnnPortError as e:
-            return _fail(f"cudnn-port: error: {e}", 2, want_json)
-        except ParityError as e:
-            return _fail(f"cudnn-port: {e}", 1, want_json, passed=False, report=e.report_path)
-        except BrokenPipeError:  # output piped into e.g. head, which stopped reading
-            return 0
         except KeyboardInterrupt as e:
-            signum = getattr(e, "signum", signal.SIGINT)
-            what = "OUT was already complete and is kept" if getattr(e, "published", False) else "nothing was written"
-            return _fail(f"cudnn-port: interrupted ({signal.Signals(signum).name}); {what}", 128 + signum, want_json)
-        except Exception as e:  # internals never leak tracebacks to CLI users
-            from .deps import missing_message
+            return _interrupted(getattr(e, "signum", signal.SIGINT), getattr(e, "published", False), want_json)
+        except Exception as e:
+            if raised_signal() is not None:  # a library turned our Interrupted into its own error
+                return _interrupted(raised_signal(), False, want_json)
+            return _error(e, want_json)
 
-            if isinstance(e, ImportError) and missing_message(e):  # an optional piece is not installed
-                return _fail(f"cudnn-port: error: {missing_message(e)}", 2, want_json)
-            if os.environ.get("CUDNN_PORT_DEBUG"):
-                raise
-            return _fail(f"cudnn-port: internal error: {reason(e, 120)} (rerun with CUDNN_PORT_DEBUG=1 for the "
-                         "traceback, and report it)", 1, want_json)
+
+def _interrupted(signum, published, want_json):
+    what = "OUT was already complete and is kept" if published else "nothing was written"
+    return _fail(f"cudnn-port: interrupted ({signal.Signals(signum).name}); {what}", 128 + signum, want_json)
+
+
+def _error(e, want_json):
+    """The one line and exit code for an exception that is not an interrupt; internals never leak tracebacks to CLI
+    users."""
+    from .deps import missing_message
+
+    if isinstance(e, CudnnPortError):
+        return _fail(f"cudnn-port: error: {e}", 2, want_json)
+    if isinstance(e, ParityError):
+        return _fail(f"cudnn-port: {e}", 1, want_json, passed=False, report=e.report_path)
+    if isinstance(e, BrokenPipeError):  # output piped into e.g. head, which stopped reading
+        return 0
+    if isinstance(e, ImportError) and missing_message(e):  # an optional piece is not installed
+        return _fail(f"cudnn-port: error: {missing_message(e)}", 2, want_json)
+    if os.environ.get("CUDNN_PORT_DEBUG"):
+        raise e
+    return _fail(f"cudnn-port: internal error: {reason(e, 120)} (rerun with CUDNN_PORT_DEBUG=1 for the "
+                 "traceback, and report it)", 1, want_json)
 
 
 def _fail(message, code, want_json, **extra):

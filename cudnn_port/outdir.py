@@ -46,13 +46,22 @@ class Interrupted(KeyboardInterrupt):
 class _Signals:
     held = 0  # > 0 while a step that must not be cut runs
     pending = None  # a signal that arrived meanwhile
+    raised = None  # the signal last raised as Interrupted, even if a library caught it and raised its own error
 
 
 def _on_signal(signum, frame):
     if _Signals.held:
         _Signals.pending = signum
         return
+    _Signals.raised = signum
     raise Interrupted(signum)
+
+
+def raised_signal():
+    """The signal raised as :class:`Interrupted` inside the current :func:`signals_interrupt`, or None. A library
+    may turn it into its own error (TensorFlow's import into "ImportError: initialization failed"): this still
+    knows the run was interrupted."""
+    return _Signals.raised
 
 
 @contextlib.contextmanager
@@ -62,6 +71,7 @@ def signals_interrupt():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _Signals.raised = None
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield

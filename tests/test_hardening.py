@@ -334,6 +334,24 @@ def test_a_signal_at_any_moment_leaves_no_out_or_a_whole_one(tmp_path, signum, d
         assert code == 128 + signum and "nothing was written" in err
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(monkeypatch, capsys, signum):
+    """TensorFlow's import, cut by a signal, raises "ImportError: initialization failed" in place of ours: that was
+    reported as "tensorflow is not installed", exit 2."""
+    from cudnn_port import cli
+
+    def run(args, progress):
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(5)
+        except BaseException:
+            raise ImportError("initialization failed") from None
+
+    monkeypatch.setattr(cli, "run", run)
+    assert cli.main(["inspect", "x"]) == 128 + signum
+    assert "interrupted" in capsys.readouterr().err
+
+
 def test_sigint_while_exporting_a_keras_model_is_handled(tmp_path):
     """One SIGINT 5 s into converting the char LM ended the process by the signal itself (exit -2)."""
     code, err = run_and_signal(["convert", CHAR_LM, "out"], signal.SIGINT, 5.0, tmp_path)
