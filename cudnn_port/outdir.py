@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import uuid
 
@@ -64,18 +65,36 @@ def raised_signal():
     return _Signals.raised
 
 
+def _unraisable(hook):
+    """A ``sys.unraisablehook``: an :class:`Interrupted` raised inside a destructor (``__del__``, where Python
+    cannot propagate it and would print a traceback) is raised again: the signal is sent once more, 50 ms later
+    from another thread, so that it lands after this hook has returned (sent from here, its handler would raise
+    inside the hook). Anything else goes to ``hook``."""
+    def handle(unraisable):
+        if isinstance(unraisable.exc_value, Interrupted):
+            resend = threading.Timer(0.05, os.kill, (os.getpid(), unraisable.exc_value.signum))
+            resend.daemon = True
+            resend.start()
+        else:
+            hook(unraisable)
+    return handle
+
+
 @contextlib.contextmanager
 def signals_interrupt():
     """While inside, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill the process with
-    no cleanup). Only the main thread can set handlers; elsewhere this does nothing."""
+    no cleanup), also when the signal lands inside a destructor. Only the main thread can set handlers; elsewhere
+    this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _Signals.raised = None
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for s, handler in previous.items():
             signal.signal(s, handler)
 

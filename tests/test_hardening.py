@@ -352,6 +352,29 @@ def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(monke
     assert "interrupted" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_inside_a_destructor_is_still_an_interrupt(monkeypatch, capsys, signum):
+    """SIGTERM 4.5 s into convert landed in a TensorFlow ``__del__``: Python printed "Exception ignored ...
+    Traceback" and carried on."""
+    from cudnn_port import cli
+
+    class Resource:
+        def __del__(self):
+            os.kill(os.getpid(), signum)
+            time.sleep(0.5)
+
+    def run(args, progress):
+        resource = Resource()
+        del resource
+        time.sleep(5)  # the interrupt lands here
+        return 0, {}, "finished: the signal was lost"
+
+    monkeypatch.setattr(cli, "run", run)
+    assert cli.main(["inspect", "x"]) == 128 + signum
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err and "ignored" not in err
+
+
 def test_sigint_while_exporting_a_keras_model_is_handled(tmp_path):
     """One SIGINT 5 s into converting the char LM ended the process by the signal itself (exit -2)."""
     code, err = run_and_signal(["convert", CHAR_LM, "out"], signal.SIGINT, 5.0, tmp_path)
