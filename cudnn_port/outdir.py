@@ -69,13 +69,15 @@ def _unraisable(hook):
     """A ``sys.unraisablehook``: an :class:`Interrupted` raised inside a destructor (``__del__``, where Python
     cannot propagate it and would print a traceback) is raised again: the signal is sent once more, 50 ms later
     from another thread, so that it lands after this hook has returned (sent from here, its handler would raise
-    inside the hook). Anything else goes to ``hook``."""
+    inside the hook). Once a signal has been raised, other destructor errors are dropped: they come from objects
+    the interrupt cut short (TensorFlow 2.16's ``ApiDefMap.__del__`` without its ``_api_def_map``). Anything else
+    goes to ``hook``."""
     def handle(unraisable):
         if isinstance(unraisable.exc_value, Interrupted):
             resend = threading.Timer(0.05, os.kill, (os.getpid(), unraisable.exc_value.signum))
             resend.daemon = True
             resend.start()
-        else:
+        elif _Signals.raised is None:
             hook(unraisable)
     return handle
 

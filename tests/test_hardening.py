@@ -375,6 +375,30 @@ def test_a_signal_inside_a_destructor_is_still_an_interrupt(monkeypatch, capsys,
     assert "interrupted" in err and "Traceback" not in err and "ignored" not in err
 
 
+def test_a_destructor_the_interrupt_cut_short_prints_nothing(monkeypatch, capsys):
+    """SIGINT 3.5 s into convert at TF 2.16 cut an object's __init__ short; its __del__ then failed with an
+    AttributeError that Python printed with a traceback after our one line."""
+    from cudnn_port import cli
+
+    class HalfBuilt:
+        def __init__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+            self.handle = 1
+
+        def __del__(self):
+            self.handle.close()
+
+    def run(args, progress):
+        HalfBuilt()
+
+    monkeypatch.setattr(cli, "run", run)
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: print(f"Traceback: {u.exc_value!r}", file=sys.stderr))
+    assert cli.main(["inspect", "x"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
+
+
 def test_sigint_while_exporting_a_keras_model_is_handled(tmp_path):
     """One SIGINT 5 s into converting the char LM ended the process by the signal itself (exit -2)."""
     code, err = run_and_signal(["convert", CHAR_LM, "out"], signal.SIGINT, 5.0, tmp_path)
