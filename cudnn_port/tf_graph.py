@@ -84,15 +84,9 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     tf = import_tf()
     spec = canon.spec
     D, is_lstm = spec.num_dirs, spec.mode == "lstm"
-    inputs = tf.convert_to_tensor(inputs, tf.float32)
-    lengths = tf.cast(sequence_lengths, tf.int32)
-    batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
-    initial_h = tf.zeros([spec.num_pseudo_layers, batch, spec.state_size]) if initial_h is None else \
-        tf.convert_to_tensor(initial_h, tf.float32)
-    initial_c = tf.zeros([spec.num_pseudo_layers, batch, spec.num_units]) if initial_c is None else \
-        tf.convert_to_tensor(initial_c, tf.float32)
-    valid = tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]  # [T, B, 1]
-    x = tf.transpose(inputs, [1, 0, 2])  # time-major [T, B, I]
+    x, lengths, initial_h, initial_c = stack_inputs(spec, inputs, sequence_lengths, initial_h, initial_c)
+    steps, batch = tf.shape(x)[0], tf.shape(x)[1]
+    valid = valid_steps(lengths, steps)
     final_h, final_c = [], []
     for layer in range(spec.num_layers):
         Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
@@ -112,6 +106,25 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
             x = between(x, layer)
     outputs = tf.transpose(x, [1, 0, 2])
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
+
+
+def stack_inputs(spec, inputs, sequence_lengths, initial_h=None, initial_c=None):
+    """A stack's arguments as its loops read them: (x time-major [T, B, I] float32, lengths [B] int32,
+    initial_h [L*D, B, S], initial_c [L*D, B, H]), the states zeros when None."""
+    tf = import_tf()
+    inputs = tf.convert_to_tensor(inputs, tf.float32)
+    batch = tf.shape(inputs)[0]
+    initial_h = tf.zeros([spec.num_pseudo_layers, batch, spec.state_size]) if initial_h is None else \
+        tf.convert_to_tensor(initial_h, tf.float32)
+    initial_c = tf.zeros([spec.num_pseudo_layers, batch, spec.num_units]) if initial_c is None else \
+        tf.convert_to_tensor(initial_c, tf.float32)
+    return tf.transpose(inputs, [1, 0, 2]), tf.cast(sequence_lengths, tf.int32), initial_h, initial_c
+
+
+def valid_steps(lengths, steps):
+    """[T, B, 1] bool: step t of sequence b is before its length."""
+    tf = import_tf()
+    return tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]
 
 
 def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):

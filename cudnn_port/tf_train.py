@@ -15,7 +15,7 @@ the buffer, the inputs and the initial states equal real cuDNN's as closely as t
 (``tests/test_cudnn_fixtures.py``); an LSTM with projection falls back to autodiff of the export path.
 """
 from .deps import import_tf
-from .tf_graph import layer_weights, stack_forward
+from .tf_graph import layer_weights, stack_forward, stack_inputs, valid_steps
 
 
 def stack_train(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None):
@@ -30,13 +30,9 @@ def stack_train(canon, inputs, sequence_lengths, initial_h=None, initial_c=None,
         return stack_forward(canon, inputs, sequence_lengths, initial_h, initial_c, between=between)
     D, is_lstm = spec.num_dirs, spec.mode == "lstm"
     G, H, P = spec.num_gates, spec.num_units, spec.num_pseudo_layers
-    inputs = tf.convert_to_tensor(inputs, tf.float32)
-    lengths = tf.cast(sequence_lengths, tf.int32)
-    batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
-    zeros = tf.zeros([P, batch, H])
-    initial_h = tf.unstack(zeros if initial_h is None else tf.convert_to_tensor(initial_h, tf.float32), P)
-    initial_c = tf.unstack(zeros if initial_c is None else tf.convert_to_tensor(initial_c, tf.float32), P)
-    x = tf.transpose(inputs, [1, 0, 2])  # time-major [T, B, I]
+    x, lengths, initial_h, initial_c = stack_inputs(spec, inputs, sequence_lengths, initial_h, initial_c)
+    initial_h, initial_c = tf.unstack(initial_h, P), tf.unstack(initial_c, P)
+    steps, batch = tf.shape(x)[0], tf.shape(x)[1]
     final_h, final_c = [], []
     for layer in range(spec.num_layers):
         Wx, Rh, bx, bh, _ = layer_weights(canon, layer)  # cuDNN gate order; bx the one bias fold
@@ -132,7 +128,7 @@ def _lstm_direction(tf, xw, b, lengths, h0, c0, Rh, reverse):
             (tf.constant(0), h0, c0, _array(tf, steps, h0.shape), _array(tf, steps, [None, G4]),
              _array(tf, steps, h0.shape)), maximum_iterations=steps)
         states_h, gates, states_c = hs.stack(), acts.stack(), cs.stack()
-        valid = tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]  # [T, B, 1]
+        valid = valid_steps(lengths, steps)
         y = tf.where(valid, states_h, 0.0)
 
         def grad(dy, dh, dc):
@@ -196,7 +192,7 @@ def _gru_direction(tf, xw, b, lengths, h0, Rh, bh, reverse):
             (tf.constant(0), h0, _array(tf, steps, h0.shape), _array(tf, steps, [None, 4 * H])),
             maximum_iterations=steps)
         states_h, acts = hs.stack(), saved.stack()
-        valid = tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]
+        valid = valid_steps(lengths, steps)
         y = tf.where(valid, states_h, 0.0)
 
         def grad(dy, dh):
