@@ -15,6 +15,7 @@ Every number is measured in this one run, so the ratios compare like with like:
 5. The same SavedModel-vs-ONNX ratio for a GRU of the same sizes (no target).
 6. int8 ONNX (``convert --quantize int8``) vs the fp32 ONNX export at batch 1 and 32. Target >= 2x at both; and the
    bundled char LM's next-token loss on its text with the int8 whole-model ONNX vs fp32: within 1% (relative).
+   The int8 speed-up depends on how the CPU multiplies int8 (VNNI or int16 pairs); the first line says which.
 
 Ratios 1, 2, 4, 5 and 6 time their sides in alternating blocks so that machine noise falls on all of them.
 
@@ -58,6 +59,24 @@ def time_blocks(calls, repeat, rounds=3):
 def time_pair(fn_a, feeds_a, fn_b, feeds_b, repeat, rounds=3):
     """:func:`time_blocks` of two calls."""
     return tuple(time_blocks([(fn_a, feeds_a), (fn_b, feeds_b)], repeat, rounds))
+
+
+def cpu_int8_kind():
+    """How this CPU multiplies int8, which sets int8's speed-up: "AVX512-VNNI" or "AVX-VNNI" (one instruction per
+    4 uint8 x int8 products), "AVX2, no VNNI" (pairs summed in int16, then widened), or the machine's name where
+    /proc/cpuinfo does not say (macOS, Windows)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line for line in f if line.startswith(("flags", "Features"))), ":").split(":")[1].split())
+    except OSError:
+        flags = set()
+    for flag, name in (("avx512_vnni", "AVX512-VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2, no VNNI"),
+                       ("asimddp", "ARM dot product")):
+        if flag in flags:
+            return name
+    return platform.machine() or "unknown"
 
 
 def random_stack(mode, seed):
@@ -213,7 +232,7 @@ def main():
                 "sequence_lengths": np.asarray(lengths, np.int32), "initial_h": state, "initial_c": state}
 
     run_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
-    res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat}
+    res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat, "cpu_int8": cpu_int8_kind()}
     # 1. batch-32 efficiency
     flops, gemms = sgemm_calls()
     full32 = feeds(32, [STEPS] * 32)
@@ -272,7 +291,7 @@ def main():
     if args.json:
         print(json.dumps(res, indent=2))
         return
-    print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores)")
+    print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores, int8: {res['cpu_int8']})")
     print(f"sgemm 2048^3: onnxruntime {gemm['onnxruntime_matmul']:.1f} GFLOP/s, "
           f"numpy {gemm['numpy_matmul']:.1f} GFLOP/s")
     print(f"1. ONNX batch 32   {onnx32 * 1e3:8.1f} ms  {res['onnx_b32_gflops']:6.1f} GFLOP/s = "

@@ -18,6 +18,10 @@ Settings, and why (measured with onnxruntime 1.31 on a 2-core AVX2 CPU without V
   the same speed.
   ``weight_type`` does not reach LSTM nodes (onnxruntime always writes int8 there), and DynamicQuantizeLSTM
   rejects a non-zero weight zero point at run time, so weights must be symmetric.
+  On a CPU with AVX512-VNNI (one instruction per four uint8 x int8 products into int32) nothing saturates: there,
+  8-bit per channel has 0.69x the error of 7-bit (benchmark stack at batch 32, mean 1.7e-3 vs 2.5e-3, max 1.5e-2
+  vs 2.2e-2) at the same speed (3.09x vs 3.10x fp32 at batch 32, 2.23x vs 2.34x at batch 1). A model file does not
+  know the CPU that will run it, so it keeps the 7 bits that are safe on both.
 * MatMul: off by default (for the models measured, a small head's int8 buys no time and adds error: tagger mean
   logit error 0.011 -> 0.018, char LM loss +0.3%); when on, ``reduce_range=True`` for the same saturation reason
   (8-bit int8 MatMul weights doubled the tagger's logit error).
