@@ -8,8 +8,9 @@ import time
 
 import numpy as np
 
+from . import deps
 from .exports import io_names
-from .exports.runners import RUNNERS
+from .formats import artifacts as registered
 from .layout import RNNSpec
 from .verify import load_manifest
 
@@ -35,14 +36,15 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
     for stack in manifest["stacks"]:
         spec = RNNSpec(**stack["spec"])
         names_in, _ = io_names(spec)
-        for name in (kind for kind in RUNNERS if kind in stack["artifacts"]):
-            fn = RUNNERS[name](os.path.join(out, stack["artifacts"][name]), spec)
+        for name, states, fn in _runners(out, stack, spec):
             for batch in batches:
                 rng = np.random.default_rng(0)
                 h = np.zeros((spec.num_pseudo_layers, batch, spec.state_size), np.float32)
                 c = np.zeros((spec.num_pseudo_layers, batch, spec.num_units), np.float32)
                 feeds = dict(zip(names_in, (rng.normal(size=(batch, steps, spec.input_size)).astype(np.float32),
                                             np.full(batch, steps, np.int32), h, c)))
+                if states == "none":
+                    feeds = {k: feeds[k] for k in ("inputs", "sequence_lengths")}
                 say(f"{stack['variable']}: {name} batch {batch}")
                 seconds = time_call(fn, feeds, repeat)
                 rows.append({"stack": stack["variable"], "artifact": name, "batch": batch, "steps": steps,
@@ -51,10 +53,23 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
     return {"out": os.path.abspath(out), "threads": os.cpu_count(), "rows": rows}
 
 
+def _runners(out, stack, spec):
+    """(row name, what states it takes, run) for every artifact of ``stack`` in each runtime its format benches (one whose package is
+    missing is left out). Artifacts that take states are fed zeros."""
+    for key, rel in stack["artifacts"].items():
+        if key not in registered():
+            continue
+        fmt, artifact = registered()[key]
+        runtimes = [r for r in fmt.runtimes if r.bench and all(deps.available(m) for m in r.needs)]
+        for runtime in runtimes:
+            name = key if len(runtimes) == 1 else f"{key} ({runtime.name})"
+            yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
+
+
 def format_table(report):
-    lines = [f"{'stack':<28} {'artifact':<12} {'batch':>5} {'steps':>5} {'latency ms':>11} {'seq/s':>9} "
+    lines = [f"{'stack':<28} {'artifact':<24} {'batch':>5} {'steps':>5} {'latency ms':>11} {'seq/s':>9} "
              f"{'steps/s':>10}"]
     for r in report["rows"]:
-        lines.append(f"{r['stack']:<28} {r['artifact']:<12} {r['batch']:>5} {r['steps']:>5} {r['latency_ms']:>11.2f} "
+        lines.append(f"{r['stack']:<28} {r['artifact']:<24} {r['batch']:>5} {r['steps']:>5} {r['latency_ms']:>11.2f} "
                      f"{r['sequences_per_s']:>9.1f} {r['steps_per_s']:>10.0f}")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from . import __version__
+from . import __version__, formats
 from .errors import CudnnPortError, ParityError, reason
 
 EPILOG = """examples:
@@ -120,10 +120,9 @@ def build_parser():
                      "tf1, CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope; for a Keras .h5 file: "
                      "keras, which also rebuilds a full model in Keras 3 as OUT/keras/model.keras; for a .keras "
                      "model: keras, or tf1 for a layer with projection)")
-    out.add_argument("--formats", metavar="LIST", help="comma-separated artifacts: checkpoint, keras "
-                     "(OUT/keras/*.keras), pytorch (OUT/pytorch/*.safetensors), saved_model (OUT/saved_model/), "
-                     "graphdef (OUT/frozen_graph.pb), onnx (OUT/model.onnx); default: checkpoint, the style's own "
-                     "(keras or pytorch), saved_model, graphdef, onnx")
+    out.add_argument("--formats", metavar="LIST", help="comma-separated artifacts: " + formats.help_text() +
+                     "; default: checkpoint, the style's own (keras or pytorch), " +
+                     ", ".join(f for f in formats.default_formats() if f != "checkpoint"))
     out.add_argument("--xla", action="store_true", help="compile the SavedModel's forward pass with XLA: about 2.5x "
                      "faster at batch 1 in Python TensorFlow, but TensorFlow Serving (unless started with "
                      "--xla_cpu_compilation_enabled), TF Java and the C API cannot run it. Default: plain ops, which "

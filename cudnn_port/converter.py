@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Optional
 from .deps import require
 from .errors import CudnnPortError
 from .outdir import OutputFolder, finish
-from .stacks import DEFAULT_FORMATS, FORMATS, SPEC_FLAGS, prepare_stacks, write_stacks
+from . import formats as registry
+from .stacks import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
 from .targets import STYLES
 
 QUANTIZE = ("int8",)
@@ -60,12 +61,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     say = progress or (lambda message: None)
     if style is not None and style not in STYLES:
         raise CudnnPortError(f"unknown style {style!r}; choose one of {', '.join(STYLES)}")
-    formats = None if formats is None else tuple(formats)
-    if formats is not None and not formats:
-        raise CudnnPortError("--formats is empty; name at least one of " + ", ".join(FORMATS))
-    unknown = [f for f in formats or () if f not in FORMATS]
-    if unknown:
-        raise CudnnPortError(f"unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
+    formats = None if formats is None else registry.check_names(formats)
     if quantize is not None and quantize not in QUANTIZE:
         raise CudnnPortError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)}")
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
@@ -73,7 +69,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     kind = source_kind(source)
     onnx = formats is None or "onnx" in formats or kind == "keras_model"
     require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
-            *(["onnxruntime"] if quantize else []), purpose="convert")
+            *(["onnxruntime"] if quantize else []), *registry.needs(formats or ()), purpose="convert")
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
     if kind != "weights" and (given or variable):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "
@@ -96,10 +92,13 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     src = open_source(source)
     folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files())
     style = style or src.default_style
-    formats = formats or DEFAULT_FORMATS[style]
+    explicit, formats = formats is not None, formats or default_formats(style)
     if quantize and "onnx" not in formats:
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
+    refused = refusals(stacks, formats) if explicit else []
+    if refused:
+        raise CudnnPortError(f"{refused[0]}; leave it out of --formats")
 
     def write(tmp):
         manifest = write_stacks(src, stacks, tmp, style=style, formats=formats, drop_slots=drop_optimizer_slots,

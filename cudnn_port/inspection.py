@@ -5,9 +5,9 @@ import numpy as np
 
 from .canonical import LayerParams
 from .errors import CudnnPortError
-from .exports import ARTIFACT_PATHS
+from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
-from .stacks import DEFAULT_FORMATS, clues_for, find_stacks
+from .stacks import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
 
 WHOLE_MODEL_ARTIFACTS = ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "model_parity.json"]
@@ -97,7 +97,18 @@ def _plan(source, stack, spec, several=False):
         return {"style": style, "scheme": None, "layer_0_names": [], "problem": str(e), "artifacts": []}
     if source.whole_model:  # a Keras model: its artifacts cover the whole model
         return {"style": style, "scheme": None, "layer_0_names": names, "artifacts": WHOLE_MODEL_ARTIFACTS}
-    kinds = [k for k in DEFAULT_FORMATS[style] if k != "checkpoint" and not (k == "onnx" and spec.num_proj)]
-    return {"style": style, "scheme": getattr(target, "scheme", None), "layer_0_names": names,
-            "artifacts": [ARTIFACT_PATHS[k].format(label=stack.label, suffix=f"_{stack.label}" if several else "")
-                          for k in kinds] + (["keras/model.keras"] if "keras" in kinds and source.model_config else [])}
+    kinds = default_formats(style)
+    paths, not_written = [], {}
+    for name in kinds:
+        fmt = registry.get(name)
+        why = fmt.cannot_hold(spec)
+        rels = list(artifact_paths(fmt, stack.label, several).values())
+        if why:
+            not_written.update((rel, why) for rel in rels)
+        else:
+            paths += rels
+    plan = {"style": style, "scheme": getattr(target, "scheme", None), "layer_0_names": names,
+            "artifacts": paths + (["keras/model.keras"] if "keras" in kinds and source.model_config else [])}
+    if not_written:
+        plan["not_written"] = not_written
+    return plan

@@ -38,10 +38,10 @@ from .errors import CudnnPortError, ParityError
 from .outdir import OutputFolder, finish
 from .paths import sha256
 from .judging.parity import write_report
-from .stacks import prepare_stacks, write_stacks
+from .stacks import default_formats, prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
 
-LAYER_FORMATS = ("checkpoint", "saved_model", "graphdef", "onnx")  # each fused layer alone, e.g. as a step function
+LAYER_FORMATS = default_formats(None)  # each fused layer alone (checkpoint and the default exports): step functions
 PARITY = "model_parity.json"
 
 

@@ -1,7 +1,7 @@
 """A source's cuDNN stacks: found, their specs chosen, their buffers read and checked, then written out.
 
     stacks = prepare_stacks(source, flags={...})          # everything that can be refused is checked here
-    manifest = write_stacks(source, stacks, tmp, style="tf1", formats=DEFAULT_FORMATS["tf1"])
+    manifest = write_stacks(source, stacks, tmp, style="tf1", formats=default_formats("tf1"))
 
 A buffer is a variable whose name ends in ``opaque_kernel`` (or the one named by ``variable=``). Variables
 ``{buffer}/…`` of the buffer's shape are its optimizer slots (``/Adam``, ``/Adam_1``, ``/Momentum``, object-based
@@ -15,8 +15,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .checkpoint import contiguous, write_checkpoint
-from .errors import CudnnPortError, UnsupportedError
-from .exports import ARTIFACT_PATHS, write_artifact
+from .errors import CudnnPortError
+from . import formats as registry
 from .infer import SPEC_VARIABLE, Clues, choose, clues_from, spec_from_vector
 from .layout import FLOAT_DTYPES, RNNSpec, unpack
 from .outdir import manifest_head
@@ -24,10 +24,6 @@ from .paths import sha256, unique_components
 from .targets import STYLES, target_for, tf1
 
 BUFFER_SUFFIX = "opaque_kernel"
-EXPORTS = ("saved_model", "graphdef", "onnx")
-FORMATS = ("checkpoint", "keras", "pytorch") + EXPORTS
-DEFAULT_FORMATS = {"tf1": ("checkpoint",) + EXPORTS, "keras": ("checkpoint", "keras") + EXPORTS,
-                   "pytorch": ("checkpoint", "pytorch") + EXPORTS}
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
                "summed bias b_W + b_R, its slot is b_W's slot: cuDNN's b_W and b_R always receive identical "
                "gradients, so their slots are identical too (the largest difference found is recorded per slot).")
@@ -158,11 +154,22 @@ def agreement(stored, converted):
     return {"agrees": diff <= 1e-6 * max(1.0, float(np.max(np.abs(converted), initial=0.0))), "max_abs_diff": diff}
 
 
-def artifact_path(kind, stack, several=False, layer_dir=None):
-    """Where ``kind`` of ``stack`` goes inside OUT."""
+def default_formats(style: str) -> tuple:
+    """What ``convert`` writes for ``style`` when --formats is not given (:func:`cudnn_port.formats.default_formats`)."""
+    return registry.default_formats(style if style in registry.formats() else None)
+
+
+def artifact_paths(fmt, label: str, several: bool = False, layer_dir: Optional[str] = None) -> Dict[str, str]:
+    """{artifact key: path inside OUT} of format ``fmt`` for the stack named ``label``."""
     if layer_dir:
-        return f"{layer_dir}/{stack.label}/{ARTIFACT_PATHS[kind].format(label=stack.label, suffix='')}"
-    return ARTIFACT_PATHS[kind].format(label=stack.label, suffix=f"_{stack.label}" if several else "")
+        return {a.key: f"{layer_dir}/{label}/{a.where(label)}" for a in fmt.artifacts}
+    return {a.key: a.where(label, several) for a in fmt.artifacts}
+
+
+def refusals(stacks, formats) -> List[str]:
+    """Why some of ``formats`` cannot hold some of ``stacks``: one phrase per (format, stack)."""
+    return [f"{name} cannot hold {stack.variable} ({why})" for name in formats for stack in stacks
+            for why in [registry.refusal(name, stack.spec)] if why]
 
 
 def write_stacks(source, stacks, tmp, *, style, formats, drop_slots=False, layer_dir=None, xla=False,
@@ -216,21 +223,22 @@ def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla, s
         entry["stored_canonical"] = {"count": len(stack.stored), "max_abs_diff": worst,
                                      "agree": all(a["agrees"] for a in stack.stored.values())}
     canon = unpack(stack.spec, stack.blob)
-    for kind in formats:
-        if kind == "checkpoint":
+    for name in formats:
+        fmt = registry.get(name)
+        if fmt.write is None:  # the checkpoint: written for every stack at once
             continue
-        rel = artifact_path(kind, stack, several, layer_dir)
-        try:
+        rels = artifact_paths(fmt, stack.label, several, layer_dir)
+        why = fmt.cannot_hold(stack.spec)
+        if why:  # a default format that cannot hold this stack (an explicit one is refused before writing)
+            manifest["warnings"].append(f"{', '.join(rels.values())} not written: {why}")
+            continue
+        for rel in rels.values():
             say(f"writing {rel}")
-            details = write_artifact(kind, canon, os.path.join(tmp, rel), name=stack.label, xla=xla)
-        except UnsupportedError as e:
-            if kind != "onnx":
-                raise
-            manifest["warnings"].append(f"{rel} not written: {e}")
-            continue
-        entry["artifacts"][kind] = rel
-        if details:
-            entry["graphdef_nodes"] = details
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+        details = fmt.write(canon, {k: os.path.join(tmp, rel) for k, rel in rels.items()}, name=stack.label,
+                            options={"xla": xla})
+        entry["artifacts"].update(rels)
+        entry.update(details or {})
     return entry
 
 

@@ -175,11 +175,11 @@ def _copied_row(manifest, out, source):
 
 
 def format_table(report):
-    lines = [f"{'stack':<28} {'artifact':<34} {'max abs err':>12} {'max rel err':>12}  result", "-" * 98]
+    lines = [f"{'stack':<28} {'artifact':<40} {'max abs err':>12} {'max rel err':>12}  result", "-" * 104]
     for r in report["rows"]:
         result = "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
         fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"  # noqa: E731
-        lines.append(f"{str(r['stack'])[:28]:<28} {r['artifact'][:34]:<34} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  "
+        lines.append(f"{str(r['stack'])[:28]:<28} {r['artifact'][:40]:<40} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  "
                      f"{result}" + (f"  ({r['note']})" if r.get("note") else ""))
     judges = sorted({r["judge"] for r in report["rows"] if r.get("judge")})
     lines.append(f"tolerance: |err| <= {report['atol']:g} + {report['rtol']:g} * |judge| (rows with their own "

@@ -129,10 +129,10 @@ def convert_case(tmp_path, case, style):
 
 
 def run_artifacts(spec, out, manifest, feeds):
-    from cudnn_port.exports.runners import RUNNERS
+    from cudnn_port.exports.runners import open_artifact
 
     arts = manifest["stacks"][0]["artifacts"]
-    return {kind: RUNNERS[kind](out / arts[kind], spec)(feeds) for kind in ("saved_model", "graphdef", "onnx")
+    return {kind: open_artifact(kind, out / arts[kind], spec)(feeds) for kind in ("saved_model", "graphdef", "onnx")
             if kind in arts}
 
 

@@ -95,16 +95,38 @@ def test_weights_of_one_signature(out, converted, capsys, signature):
     tf.saved_model.save(module, str(out / "saved_model"), signatures={k: f.get_concrete_function()
                                                                       for k, f in functions.items()})
     rehash(out)
-    verify_fails(out, capsys, f"saved_model [{signature}]")
+    verify_fails(out, capsys, {"serving_default": "saved_model (signatures), no states",
+                               "with_initial_state": "saved_model (signatures), states fed"}[signature])
+
+
+@pytest.mark.parametrize("function", ["serve", "serve_state"])
+def test_weights_of_one_saved_model_function(out, converted, capsys, function):
+    """``tf.saved_model.load(p).serve(...)`` runs the module's own functions, which hold their own copy of the graph:
+    tampering with one while the signatures stay right must fail too."""
+    from cudnn_port.exports.tensorflow import build_module
+
+    manifest = converted[1]
+    bad, fine = build_module(moved(manifest)), build_module(_source_canon(manifest))
+    module = tf.Module()
+    module.serve = (bad if function == "serve" else fine).serve
+    module.serve_state = (bad if function == "serve_state" else fine).serve_state
+    shutil.rmtree(out / "saved_model")
+    tf.saved_model.save(module, str(out / "saved_model"), signatures={
+        "serving_default": fine.serve.get_concrete_function(),
+        "with_initial_state": fine.serve_state.get_concrete_function()})
+    rehash(out)
+    failed = verify_fails(out, capsys, {"serve": "saved_model (functions), no states",
+                                        "serve_state": "saved_model (functions), states fed"}[function])
+    assert not any("(signatures)" in name for name in failed), failed
 
 
 @pytest.mark.parametrize("kind,path", [("graphdef", "frozen_graph.pb"), ("onnx", "model.onnx"),
                                        ("pytorch", "pytorch/cudnn_lstm.safetensors")])
 def test_weights_of_one_artifact(out, converted, capsys, kind, path):
-    from cudnn_port.exports import write_artifact
+    from cudnn_port import formats
 
     os.remove(out / path)
-    write_artifact(kind, moved(converted[1]), str(out / path))
+    formats.get(kind).write(moved(converted[1]), {kind: str(out / path)}, name="rnn", options={})
     rehash(out)
     verify_fails(out, capsys, {"onnx": "onnx (onnxruntime)"}.get(kind, kind))
 

@@ -20,38 +20,3 @@ def io_names(spec):
     """(input names, output names) of ``spec``'s artifacts: LSTM has a cell state, GRU does not."""
     keep = 4 if spec.mode == "lstm" else 3
     return INPUT_NAMES[:keep], OUTPUT_NAMES[:keep - 1]
-
-ARTIFACT_PATHS = {"keras": "keras/{label}.keras", "pytorch": "pytorch/{label}.safetensors",
-                  "saved_model": "saved_model{suffix}", "graphdef": "frozen_graph{suffix}.pb",
-                  "onnx": "model{suffix}.onnx"}
-"""Where each artifact of a stack goes inside OUT (``label``: the stack's safe name; ``suffix``: ``_label`` when a
-source holds several stacks)."""
-
-
-def write_artifact(kind, canon, path, name="rnn", xla=False):
-    """Write artifact ``kind`` (a key of :data:`ARTIFACT_PATHS`) of one stack at ``path``; the GraphDef returns its
-    input and output tensor names, the others None."""
-    import os
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if kind == "keras":
-        from ..targets import keras as keras_target
-
-        keras_target.save_model(canon, path, name=name)
-    elif kind == "pytorch":
-        from ..targets import pytorch as torch_target
-
-        torch_target.save_file(canon, path)
-    elif kind == "onnx":
-        from . import onnx as onnx_export
-
-        onnx_export.write_onnx(canon, path, name=name)
-    elif kind == "saved_model":
-        from . import tensorflow as tf_export
-
-        tf_export.write_saved_model(canon, path, xla)
-    else:
-        from . import tensorflow as tf_export
-
-        return tf_export.write_frozen_graph(canon, path)
-    return None

@@ -141,12 +141,12 @@ def int8_row(label, path, spec, canon, feeds, want):
     batch with non-zero states), against ``want`` (the float64 reference's outputs, final_h, final_c)."""
     import onnx
 
-    from ..exports.runners import RUNNERS
+    from ..exports.runners import open_artifact
     from .parity import failed_row
 
     try:
         model = onnx.load(str(path))
-        got = RUNNERS["onnx"](path, spec)(feeds)
+        got = open_artifact("onnx", path, spec)(feeds)
     except Exception as e:  # an int8 model that fails to load or run is a failed check
         return failed_row(label, e)
     settings = dict(LSTM_SETTINGS, **infer_settings(model))

@@ -5,10 +5,7 @@ failed row, never a crash; a row that cannot run here (no PyTorch, no GPU) is sk
 """
 import os
 
-import numpy as np
-
 from ..exports import io_names
-from ..exports.runners import RUNNERS
 from .parity import compare, failed_row
 
 
@@ -49,68 +46,49 @@ def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol):
 
 
 def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, rtol, say):
-    """SavedModel (both signatures), GraphDef, ONNX (fed states and fed none), Keras and PyTorch files."""
+    """Every artifact of the stack (:mod:`cudnn_port.formats`), in every runtime its format names, called every way
+    its users call it: with states fed (judged against ``want``) and with none (zero states: ``want_zero``), as the
+    artifact takes them; then the int8 model, if any."""
+    from .. import deps
+    from ..formats import artifacts as registered
+
     x, lengths, h, c = batch
-    names_in, names_out = io_names(spec)
-    feeds = dict(zip(names_in, (x, lengths, h, c)))
-    arts, rows = stack.get("artifacts", {}), []
-
-    def row(name, run, judge_of=None):
-        say(f"{stack['variable']}: {name}")
-        try:
-            rows.append(compare(name, run(), want if judge_of is None else judge_of, atol, rtol))
-        except Exception as e:  # an artifact that fails to load or run is a failed check, not a crash
-            rows.append(failed_row(name, e))
-
+    names_in, _ = io_names(spec)
+    fed = dict(zip(names_in, (x, lengths, h, c)))
     plain = {"inputs": x, "sequence_lengths": lengths}  # the states left out: zeros
-    for kind, labels in (("saved_model", ("saved_model [with_initial_state]", "saved_model [serving_default]")),
-                         ("graphdef", ("graphdef",)),
-                         ("onnx", ("onnx (onnxruntime), states fed", "onnx (onnxruntime), no states"))):
-        if kind not in arts:
+    arts, rows = stack.get("artifacts", {}), []
+    for key, rel in arts.items():
+        if key not in registered():
             continue
-        try:
-            run = RUNNERS[kind](os.path.join(out, arts[kind]), spec)  # loaded once, called the ways users call it
-        except Exception as e:  # an artifact that fails to load is a failed check, not a crash
-            rows += [failed_row(label, e) for label in labels]
-            continue
-        for label, (fed, judge) in zip(labels, ((feeds, want), (plain, want_zero))):
-            row(label, lambda: run(fed), judge)
-    if "keras" in arts:
-        row("keras (.keras file)", lambda: _keras_file(os.path.join(out, arts["keras"]), x, lengths), want_zero[:1])
-    if "pytorch" in arts:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            rows.append(_skip("pytorch (.safetensors)", "PyTorch is not installed (pip install torch)"))
-        else:
-            row("pytorch (.safetensors)", lambda: _torch_file(os.path.join(out, arts["pytorch"]), spec, batch))
+        fmt, artifact = registered()[key]
+        calls = {"none": [("", plain, want_zero)], "required": [("", fed, want)],
+                 "optional": [(", states fed", fed, want), (", no states", plain, want_zero)]}[artifact.states]
+        for runtime in fmt.runtimes:
+            name = artifact.label or key
+            where = f"{name} ({runtime.name})" if len(fmt.runtimes) > 1 or name == key else name
+            labels = [where + suffix for suffix, _, _ in calls]
+            missing = [m for m in runtime.needs if not deps.available(m)]
+            if missing:
+                rows += [_skip(label, f"{missing[0]} is not installed") for label in labels]
+                continue
+            say(f"{stack['variable']}: {where}")
+            try:
+                run = runtime.open(os.path.join(out, rel), spec)  # loaded once, called the ways users call it
+            except Exception as e:  # an artifact that fails to load is a failed check, not a crash
+                rows += [failed_row(label, e) for label in labels]
+                continue
+            for label, (_, feeds, judge) in zip(labels, calls):
+                try:
+                    rows.append(compare(label, run(feeds), judge[:1] if runtime.outputs_only else judge, atol, rtol))
+                except Exception as e:  # an artifact that fails to run is a failed check, not a crash
+                    rows.append(failed_row(label, e))
     if "onnx_int8" in arts:
         from .int8 import int8_row
 
         say(f"{stack['variable']}: onnx int8")
-        rows.append(int8_row("onnx int8 (onnxruntime)", os.path.join(out, arts["onnx_int8"]), spec, canon, feeds,
+        rows.append(int8_row("onnx int8 (onnxruntime)", os.path.join(out, arts["onnx_int8"]), spec, canon, fed,
                              want))
     return rows
-
-
-def _keras_file(path, x, lengths):
-    """The per-stack .keras file loaded by plain Keras, run layer by layer with a right-padded mask."""
-    import keras
-
-    model = keras.saving.load_model(path, compile=False)
-    mask = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]
-    h = x
-    for layer in model.layers[1:]:
-        h = layer(h, mask=mask)
-    return [np.asarray(h) * mask[..., None]]
-
-
-def _torch_file(path, spec, batch):
-    from safetensors.numpy import load_file
-
-    from .stock import torch_modules
-
-    return torch_modules(spec, load_file(path), *batch)
 
 
 def gpu_row(spec, canon, batch, want, atol, rtol):

@@ -1,0 +1,148 @@
+"""The format registry: every output format of a stack is one module of this package, and registers itself.
+
+A format module defines ``FORMAT = Format(...)``: its ``--formats`` name, the files it writes inside OUT, its writer,
+the runtimes that run it (for ``verify`` and ``bench``), what it cannot hold and why, and the packages it needs.
+Everything that lists, writes, runs or checks formats (the CLI's ``--formats`` help, ``convert``'s dependency
+checks, ``stacks.write_stacks``, ``inspect``'s plan, ``verify``'s rows and ``bench``) asks this registry, so a new
+format is one module here plus its test::
+
+    FORMAT = Format(name="tflite", help="OUT/model.tflite: ...", artifacts=(Artifact("tflite", "model{suffix}.tflite",
+                    states="optional"),), write=_write, runtimes=(Runtime("litert", _open, needs=("ai_edge_litert",)),),
+                    cannot_hold=_cannot_hold, needs=("tensorflow",), order=70)
+
+Format modules import nothing heavy at module level (``import cudnn_port`` and ``cudnn-port --help`` stay light);
+their writers and runtimes import TensorFlow, onnx, ... when called.
+
+Every runtime opener ``open(path, spec) -> run`` loads the artifact once; ``run(feeds)`` takes the interface's
+inputs by name (``inputs`` [B, T, I] float32, ``sequence_lengths`` [B] int32, and ``initial_h`` / ``initial_c``
+[L*D, B, S|H] where the artifact takes states) and returns ``[outputs, final_h, final_c or None]`` (a runtime that
+returns only ``outputs`` returns ``[outputs]``).
+"""
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..errors import CudnnPortError
+
+STATES = ("none", "optional", "required")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file (or folder) a format writes per stack. ``key``: its key in the manifest's ``artifacts``; ``path``:
+    where it goes inside OUT (``{label}``: the stack's safe name, ``{suffix}``: ``_label`` when a source holds
+    several stacks); ``states``: whether it takes initial states ("none": only inputs and sequence_lengths;
+    "optional": states may be fed or left out (zeros); "required")."""
+
+    key: str
+    path: str
+    states: str = "optional"
+    label: str = ""  # how verify names it; default: the key
+
+    def __post_init__(self):
+        if self.states not in STATES:
+            raise ValueError(f"states must be one of {STATES}, got {self.states!r}")
+
+    def where(self, label: str, several: bool = False) -> str:
+        return self.path.format(label=label, suffix=f"_{label}" if several else "")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A way users run an artifact: ``open(path, spec) -> run(feeds)``; ``needs``: modules it imports (a missing one
+    makes verify skip its rows with the reason); ``outputs_only``: it returns ``[outputs]`` alone."""
+
+    name: str
+    open: Callable
+    needs: Tuple[str, ...] = ()
+    outputs_only: bool = False
+    bench: bool = True
+
+
+@dataclass(frozen=True)
+class Format:
+    """One output format of a stack (see the module docstring). ``write(canon, paths, *, name, options)`` writes
+    every artifact of ``paths`` ({artifact key: absolute path}) and returns details for the manifest or None;
+    ``cannot_hold(spec)`` returns why this format cannot hold a stack of ``spec``, or None; ``order`` sorts formats in
+    help texts and tables; ``default``: written by default (with the checkpoint and the style's own format)."""
+
+    name: str
+    help: str
+    artifacts: Tuple[Artifact, ...] = ()
+    write: Optional[Callable] = None
+    runtimes: Tuple[Runtime, ...] = ()
+    cannot_hold: Callable = field(default=lambda spec: None)
+    needs: Tuple[str, ...] = ()
+    default: bool = False
+    order: int = 100
+
+
+_REGISTRY: Dict[str, Format] = {}
+
+
+def formats() -> Dict[str, Format]:
+    """Every registered format by name, in ``order``: the modules of this package, imported once (they are light)."""
+    if not _REGISTRY:
+        found = []
+        for module in pkgutil.iter_modules(__path__):
+            fmt = getattr(importlib.import_module(f"{__name__}.{module.name}"), "FORMAT", None)
+            if isinstance(fmt, Format):
+                found.append(fmt)
+        names = [f.name for f in found]
+        if len(set(names)) != len(names):
+            raise RuntimeError(f"two format modules register the same name: {sorted(names)}")
+        _REGISTRY.update((f.name, f) for f in sorted(found, key=lambda f: (f.order, f.name)))
+    return _REGISTRY
+
+
+def names() -> Tuple[str, ...]:
+    return tuple(formats())
+
+
+def get(name: str) -> Format:
+    """The format called ``name``; an unknown name is bad input (one line naming the choices), never a default."""
+    try:
+        return formats()[name]
+    except KeyError:
+        raise CudnnPortError(f"unknown format {name!r}; choose from {', '.join(formats())}") from None
+
+
+def check_names(requested) -> Tuple[str, ...]:
+    """``requested`` as a tuple of known format names: an empty or unknown one is bad input."""
+    requested = tuple(requested)
+    if not requested:
+        raise CudnnPortError("--formats is empty; name at least one of " + ", ".join(formats()))
+    for name in requested:
+        get(name)
+    return requested
+
+
+def default_formats(style_format: Optional[str] = None) -> Tuple[str, ...]:
+    """What ``convert`` writes when --formats is not given: the checkpoint, the style's own format (keras or
+    pytorch) and every format marked default."""
+    chosen = {"checkpoint", style_format} | {f.name for f in formats().values() if f.default}
+    return tuple(name for name in formats() if name in chosen)
+
+
+def artifacts() -> Dict[str, Tuple[Format, Artifact]]:
+    """{artifact key: (its format, the artifact)} over every format."""
+    return {a.key: (f, a) for f in formats().values() for a in f.artifacts}
+
+
+def needs(requested) -> List[str]:
+    """The modules writing ``requested`` formats needs, in a stable order, once each."""
+    found = []
+    for name in requested:
+        found += [m for m in get(name).needs if m not in found]
+    return found
+
+
+def refusal(name: str, spec) -> Optional[str]:
+    """Why format ``name`` cannot hold a stack of ``spec`` (None if it can)."""
+    return get(name).cannot_hold(spec)
+
+
+def help_text() -> str:
+    """One phrase per format for ``--formats``' help."""
+    return "; ".join(f"{f.name} ({f.help})" for f in formats().values())

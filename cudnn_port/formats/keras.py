@@ -1,0 +1,39 @@
+"""``keras``: OUT/keras/<stack>.keras, a Keras 3 model of stock ``LSTM`` / ``GRU(reset_after=True)`` /
+``Bidirectional`` layers holding the converted weights (:mod:`cudnn_port.targets.keras`). Keras layers take no
+sequence lengths, so the file is run with a right-padded mask and zero initial states and judged on its outputs."""
+import numpy as np
+
+from . import Artifact, Format, Runtime
+
+
+def _write(canon, paths, *, name, options):
+    from ..targets import keras as keras_target
+
+    keras_target.save_model(canon, paths["keras"], name=name)
+
+
+def _open(path, spec):
+    """The file loaded by plain Keras, run layer by layer with a right-padded mask; returns [outputs]."""
+    import keras
+
+    model = keras.saving.load_model(path, compile=False)
+
+    def run(feeds):
+        x, lengths = feeds["inputs"], feeds["sequence_lengths"]
+        mask = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]
+        h = x
+        for layer in model.layers[1:]:
+            h = layer(h, mask=mask)
+        return [np.asarray(h) * mask[..., None]]
+
+    return run
+
+
+def _cannot_hold(spec):
+    return "Keras' LSTM has no projection" if spec.num_proj else None
+
+
+FORMAT = Format(name="keras", help="OUT/keras/<stack>.keras, stock Keras 3 layers",
+                artifacts=(Artifact("keras", "keras/{label}.keras", states="none", label="keras (.keras file)"),),
+                write=_write, runtimes=(Runtime("keras", _open, needs=("keras",), outputs_only=True, bench=False),),
+                cannot_hold=_cannot_hold, needs=("keras",), order=10)
