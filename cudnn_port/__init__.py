@@ -9,8 +9,7 @@ True
 
 Importing the package imports neither TensorFlow nor Keras: the functions below import them when called.
 """
-__version__ = "0.2.0"
-
+from ._version import __version__  # noqa: E402
 from .canonical import CanonicalRNN, LayerParams  # noqa: E402
 from .converter import convert  # noqa: E402
 from .errors import CudnnPortError, ParityError, UnsupportedError  # noqa: E402

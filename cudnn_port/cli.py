@@ -12,7 +12,8 @@ import os
 import signal
 import sys
 
-from . import __version__, formats
+from . import formats
+from ._version import __version__
 from .errors import CudnnPortError, ParityError, reason
 
 EPILOG = """examples:

@@ -31,7 +31,6 @@ and the error names its report).
 """
 import os
 
-import numpy as np
 
 from .deps import import_tf
 from .errors import CudnnPortError, ParityError
@@ -190,8 +189,3 @@ def export_keras_file(path, out, style=None, force=False, progress=None, xla=Fal
 
     return export(load_keras_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
                   quantize=quantize, keep_failed=keep_failed)
-
-
-def model_outputs(result):
-    """A model call's result as a list of NumPy arrays."""
-    return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]

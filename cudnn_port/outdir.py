@@ -26,7 +26,7 @@ import sys
 import threading
 import uuid
 
-from . import __version__
+from ._version import __version__
 from .errors import CudnnPortError
 from .paths import is_within, sha256
 

@@ -76,7 +76,8 @@ def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_c
 
 def stock_forward(style, ckpt_dir, names, x, lengths, h_0, c_0):
     """The converted sample restored by name into stock TF1 cells, Keras layers or PyTorch modules."""
-    from cudnn_port.judging.stock import keras_layers, tf1_cells, torch_modules
+    from cudnn_port.formats.pytorch import torch_modules
+    from cudnn_port.judging.stock import keras_layers, tf1_cells
 
     if style == "tf1":
         return tf1_cells(SAMPLE_SPEC, "cudnn_lstm", ckpt_dir, x, lengths, h_0, c_0)
@@ -363,7 +364,7 @@ def test_fp16_and_fp64_buffers_export(tmp_path, dtype, tol):
     fp16 weights exact in fp32; the reference runs in fp64 on the same weights. fp16: tol 2e-3 for the fp16
     rounding of the inputs the artifacts cast to."""
     from cudnn_port.exports import io_names
-    from cudnn_port.exports.runners import open_artifact
+    from cudnn_port.formats import open_artifact
 
     spec = make_spec("lstm", 2, True, dtype=dtype)
     src, blob = write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=33)

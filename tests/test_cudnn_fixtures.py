@@ -129,7 +129,7 @@ def convert_case(tmp_path, case, style):
 
 
 def run_artifacts(spec, out, manifest, feeds):
-    from cudnn_port.exports.runners import open_artifact
+    from cudnn_port.formats import open_artifact
 
     arts = manifest["stacks"][0]["artifacts"]
     return {kind: open_artifact(kind, out / arts[kind], spec)(feeds) for kind in ("saved_model", "graphdef", "onnx")
@@ -139,7 +139,8 @@ def run_artifacts(spec, out, manifest, feeds):
 @pytest.mark.parametrize("case", STRICT)
 def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
     from cudnn_port.exports import io_names
-    from cudnn_port.judging.stock import keras_layers, tf1_cells, torch_modules
+    from cudnn_port.formats.pytorch import torch_modules
+    from cudnn_port.judging.stock import keras_layers, tf1_cells
 
     x, lengths, h0, c0 = arrays(case, "x", "lengths", "h0", "c0")
     want, tol = arrays(case, "y", "hn", "cn"), tolerance(floors[case][0])
@@ -236,7 +237,7 @@ def test_realistic_size_within_the_fp32_floor(tmp_path, mode, layers, hidden, in
     fp32 error against it on the same case; this project's SavedModel, GraphDef and ONNX must stay within
     FACTOR times that floor."""
     from cudnn_port.exports import io_names
-    from cudnn_port.judging.stock import torch_modules
+    from cudnn_port.formats.pytorch import torch_modules
     from cudnn_port.targets import pytorch as torch_target
 
     spec = RNNSpec(mode, layers, hidden, inputs, True)

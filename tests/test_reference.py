@@ -5,7 +5,7 @@ import pytest
 
 from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_canon
 from cudnn_port import reference
-from cudnn_port.judging.stock import torch_modules
+from cudnn_port.formats.pytorch import torch_modules
 from cudnn_port.targets import pytorch as torch_target
 
 torch = pytest.importorskip("torch")

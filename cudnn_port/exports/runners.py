@@ -28,14 +28,3 @@ def onnx_session(path):
     options.log_severity_level = 4
     return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
-
-def open_artifact(key, path, spec, runtime=None):
-    """``run(feeds)`` of the artifact ``key`` of a stack (a key of the manifest's ``artifacts``) at ``path``, through
-    ``runtime`` (a name; default the format's first runtime)."""
-    from ..formats import artifacts
-
-    fmt, _ = artifacts()[key]
-    chosen = [r for r in fmt.runtimes if runtime in (None, r.name)]
-    if not chosen:
-        raise ValueError(f"{key} has no runtime {runtime!r}")
-    return chosen[0].open(os.fspath(path), spec)

@@ -130,6 +130,18 @@ def artifacts() -> Dict[str, Tuple[Format, Artifact]]:
     return {a.key: (f, a) for f in formats().values() for a in f.artifacts}
 
 
+def open_artifact(key: str, path, spec, runtime: Optional[str] = None) -> Callable:
+    """``run(feeds)`` of the artifact ``key`` of a stack (a key of the manifest's ``artifacts``) at ``path``, through
+    ``runtime`` (a name; default the format's first runtime)."""
+    import os
+
+    fmt, _ = artifacts()[key]
+    chosen = [r for r in fmt.runtimes if runtime in (None, r.name)]
+    if not chosen:
+        raise ValueError(f"{key} has no runtime {runtime!r}")
+    return chosen[0].open(os.fspath(path), spec)
+
+
 def needs(requested) -> List[str]:
     """The modules writing ``requested`` formats needs, in a stable order, once each."""
     found = []

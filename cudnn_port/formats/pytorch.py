@@ -1,5 +1,7 @@
 """``pytorch``: OUT/pytorch/<stack>.safetensors, a state_dict for ``torch.nn.LSTM`` / ``GRU`` (``proj_size`` for a
 projection) written with safetensors (:mod:`cudnn_port.targets.pytorch`); run by stock PyTorch modules."""
+import numpy as np
+
 from . import Artifact, Format, Runtime
 
 
@@ -12,11 +14,30 @@ def _write(canon, paths, *, name, options):
 def _open(path, spec):
     from safetensors.numpy import load_file
 
-    from ..judging.stock import torch_modules
-
     state = load_file(path)
     return lambda feeds: torch_modules(spec, state, feeds["inputs"], feeds["sequence_lengths"], feeds["initial_h"],
                                        feeds.get("initial_c"))
+
+
+def torch_modules(spec, state_dict, x, lengths, h_0, c_0):
+    """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` loading ``state_dict`` strictly, run on a
+    packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError without PyTorch."""
+    import torch
+
+    cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU
+    extra = {"proj_size": spec.num_proj} if spec.num_proj else {}
+    module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True,
+                 bidirectional=spec.bidirectional, **extra)
+    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in state_dict.items()})
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(np.asarray(lengths).astype(np.int64)),
+        batch_first=True, enforce_sorted=False)
+    state = (torch.from_numpy(h_0), torch.from_numpy(c_0)) if spec.mode == "lstm" else torch.from_numpy(h_0)
+    with torch.no_grad():
+        out, final = module(packed, state)
+    out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    h_n, c_n = final if spec.mode == "lstm" else (final, None)
+    return [out.numpy(), h_n.numpy(), None if c_n is None else c_n.numpy()]
 
 
 FORMAT = Format(name="pytorch", help="OUT/pytorch/<stack>.safetensors for torch.nn.LSTM/GRU",

@@ -141,7 +141,7 @@ def int8_row(label, path, spec, canon, feeds, want):
     batch with non-zero states), against ``want`` (the float64 reference's outputs, final_h, final_c)."""
     import onnx
 
-    from ..exports.runners import open_artifact
+    from ..formats import open_artifact
     from .parity import failed_row
 
     try:

@@ -16,7 +16,8 @@ def _skip(name, why):
 def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol):
     """OUT/checkpoint restored by name into the stock components of its style, against the reference."""
     from ..deps import import_tf
-    from .stock import keras_layers, tf1_cells, torch_modules
+    from ..formats.pytorch import torch_modules
+    from .stock import keras_layers, tf1_cells
 
     x, lengths, h, c = batch
     style, prefix, ckpt_dir = manifest.get("style"), stack.get("prefix", ""), os.path.join(out, "checkpoint")

@@ -71,13 +71,17 @@ class ReferenceStack:
         return y, h, (c if lstm else None)
 
 
+def model_outputs(result):
+    """A model call's result as a list of NumPy arrays."""
+    return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
+
+
 def model_judge(model):
     """(callable(list of inputs) -> list of arrays, its name): ``model`` with every fused layer's stack computed
     by stock Keras layers holding its converted weights (:class:`StockStack`; a projected LSTM, which Keras cannot
     hold, by the NumPy reference), sharing no code with the fused layers' own paths (cudnn_port.tf_graph)."""
     from ..layers import fused_layers, judged_by
     from ..layout import unpack
-    from ..model_export import model_outputs
 
     judges = {}
     for layer in fused_layers(model):
@@ -129,35 +133,7 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
     return rows
 
 
-def model_rows_keras(model, feeds, input_names, want, atol, rtol):
-    """The Keras model itself (its fused layers on their CPU path) against the judge: one more row."""
-    from ..layers import forced_path
-    from ..model_export import model_outputs
-
-    try:
-        with forced_path("cpu"):
-            got = model_outputs(model([feeds[n] for n in input_names] if len(input_names) > 1
-                                      else feeds[input_names[0]], training=False))
-        return compare("keras model (fused layers, CPU path)", got, want, atol, rtol)
-    except Exception as e:
-        return failed_row("keras model (fused layers, CPU path)", e)
-
-
-def as_arrays(values):
-    return [None if v is None else np.asarray(v) for v in values]
-
-
 # ------------------------------------------------------------------------------------------------ one stack
-def tf1_scope(prefix, mode, bidirectional, layer, direction, legacy=False, projected=False):
-    """The variable scope TF1 graphs give cell (layer, direction) of a cuDNN stack under ``prefix``, written from
-    TensorFlow's ``cudnn_rnn_ops`` saveable names (``LSTMCell``'s ``lstm_cell`` for a projected LSTM)."""
-    cell = "lstm_cell" if projected else \
-        ("cudnn_compatible_lstm_cell" if mode == "lstm" else "cudnn_compatible_gru_cell")
-    if bidirectional:
-        return f"{prefix}/stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if direction else 'fw'}/{cell}"
-    return f"{prefix}/{'' if legacy else 'rnn/'}multi_rnn_cell/cell_{layer}/{cell}"
-
-
 def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
     """Restore TF1 cell variables by name (``tf.compat.v1.train.Saver``) and run them like ``dynamic_rnn`` /
     ``stack_bidirectional_dynamic_rnn`` over a right-padded batch: LSTM through ``BlockLSTM`` (the kernel of
@@ -165,6 +141,8 @@ def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
     the GRU through their cells' math (``LSTMCell(num_proj)``, ``CudnnCompatibleGRUCell``). ``legacy``: the older
     ``{prefix}/multi_rnn_cell/...`` names. x [B, T, I], lengths [B], h_0 [L*D, B, S], c_0 [L*D, B, H]. Returns
     [outputs [B, T, D*S], h_n, c_n or None]."""
+    from ..targets.tf1 import cell_scope  # the names are the convention (docs/conventions.md); the math is the judge's
+
     tf = import_tf()
     H, S, D, T = spec.num_units, spec.state_size, spec.num_dirs, x.shape[1]
     graph = tf.Graph()
@@ -183,7 +161,7 @@ def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
             outs = []
             for direction in range(D):
                 p = layer * D + direction
-                scope = tf1_scope(prefix, spec.mode, spec.bidirectional, layer, direction, legacy, spec.num_proj > 0)
+                scope = cell_scope(prefix, spec, layer, direction, legacy)
                 width = spec.layer_input_size(layer)
                 inp = tf.reverse_sequence(layer_in, lens, seq_axis=0, batch_axis=1) if direction else layer_in
                 h0, c0 = tf.constant(h_0[p]), tf.constant(c_0[p]) if c_0 is not None else None
@@ -262,24 +240,3 @@ def keras_layers(spec, tensors, scope, x, lengths, h_0, c_0):
                 c_n.append(result[2])
         layer_in = np.concatenate(outs, axis=-1) * mask[..., None]
     return [layer_in, np.stack(h_n), np.stack(c_n) if c_n else None]
-
-
-def torch_modules(spec, state_dict, x, lengths, h_0, c_0):
-    """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` loading ``state_dict`` strictly, run on a
-    packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError without PyTorch."""
-    import torch
-
-    cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU
-    extra = {"proj_size": spec.num_proj} if spec.num_proj else {}
-    module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True,
-                 bidirectional=spec.bidirectional, **extra)
-    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in state_dict.items()})
-    packed = torch.nn.utils.rnn.pack_padded_sequence(
-        torch.from_numpy(np.asarray(x, np.float32)), torch.from_numpy(np.asarray(lengths).astype(np.int64)),
-        batch_first=True, enforce_sorted=False)
-    state = (torch.from_numpy(h_0), torch.from_numpy(c_0)) if spec.mode == "lstm" else torch.from_numpy(h_0)
-    with torch.no_grad():
-        out, final = module(packed, state)
-    out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
-    h_n, c_n = final if spec.mode == "lstm" else (final, None)
-    return [out.numpy(), h_n.numpy(), None if c_n is None else c_n.numpy()]
