@@ -1,0 +1,94 @@
+"""The format registry: every format is one module of cudnn_port.formats, and everything that lists, writes, runs or
+checks formats derives from it."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import make_spec
+from cudnn_port import formats
+from cudnn_port.errors import CudnnPortError
+from test_targets import spec_flags, write_source
+
+tf = pytest.importorskip("tensorflow")
+
+
+def test_every_format_module_registers_one_format_and_help_lists_them():
+    registered = formats.formats()
+    assert {"checkpoint", "keras", "pytorch", "saved_model", "graphdef", "onnx"} <= set(registered)
+    keys = [a.key for f in registered.values() for a in f.artifacts]
+    assert len(keys) == len(set(keys)), keys
+    help_text = subprocess.run([sys.executable, "-m", "cudnn_port.cli", "convert", "--help"], capture_output=True,
+                               text=True, check=True).stdout
+    flat = " ".join(help_text.split())
+    for name, fmt in registered.items():
+        assert f"{name} (" in flat, name
+        assert fmt.write is None or fmt.runtimes, f"{name}: verify could not run what it writes"
+
+
+def test_an_unknown_format_is_refused_never_written_as_something_else(tmp_path):
+    spec = make_spec("lstm", 2, True)
+    src, _ = write_source(tmp_path, spec)
+    with pytest.raises(CudnnPortError, match="unknown format 'graph_def'; choose from"):
+        from cudnn_port import convert
+
+        convert(src, tmp_path / "out", formats=["checkpoint", "graph_def"], **spec_flags(spec))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_explicit_format_that_cannot_hold_the_stack_is_refused_a_default_one_is_skipped(tmp_path):
+    """A projected LSTM: ONNX's LSTM has no projection. Asked for by name, onnx is an error before anything is
+    written; left to the defaults, it is skipped with a warning in the manifest, and inspect's plan says why."""
+    from cudnn_port import convert, inspect_source
+    from cudnn_port.layout import RNNSpec
+
+    spec = RNNSpec("lstm", 2, 6, 5, True, num_proj=4)
+    src, _ = write_source(tmp_path, spec)
+    flags = dict(spec_flags(spec), num_proj=4)
+    with pytest.raises(CudnnPortError, match=r"onnx cannot hold cudnn_lstm/opaque_kernel \(ONNX's LSTM has no "):
+        convert(src, tmp_path / "explicit", formats=["checkpoint", "onnx"], **flags)
+    assert not (tmp_path / "explicit").exists()
+    manifest = convert(src, tmp_path / "default", **flags)
+    assert "onnx" not in manifest["stacks"][0]["artifacts"] and "saved_model" in manifest["stacks"][0]["artifacts"]
+    assert any("model.onnx not written: ONNX's LSTM has no projection" in w for w in manifest["warnings"])
+    plan = inspect_source(src, **flags)["stacks"][0]["plan"]
+    assert "model.onnx" not in plan["artifacts"] and "model.onnx" in plan["not_written"]
+
+
+def test_verify_and_bench_rows_come_from_each_formats_runtimes(tmp_path):
+    """Every artifact of every format in every runtime, called each way its states allow, is a verify row that
+    passes against the reference; bench times each benched runtime."""
+    from cudnn_port import convert
+    from cudnn_port.benchmark import bench
+    from cudnn_port.verify import verify
+
+    spec = make_spec("gru", 2, True)
+    src, _ = write_source(tmp_path, spec)
+    manifest = convert(src, tmp_path / "out", style="pytorch", **spec_flags(spec))
+    report = verify(tmp_path / "out")
+    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
+    rows = {r["artifact"] for r in report["rows"] if r["passed"]}
+    for key in manifest["stacks"][0]["artifacts"]:
+        fmt, artifact = formats.artifacts()[key]
+        for runtime in fmt.runtimes:
+            assert any(row.startswith(artifact.label or key) and (runtime.name in row or len(fmt.runtimes) == 1)
+                       for row in rows), (key, runtime.name, rows)
+    benched = {r["artifact"] for r in bench(tmp_path / "out", batches=(1,), steps=3, repeat=1)["rows"]}
+    assert {"saved_model", "graphdef", "onnx"} <= benched, benched
+
+
+def test_a_top_level_buffer_converts_and_verifies_in_tf1_cells(tmp_path):
+    """A buffer saved at the top level (no scope): the writer's and the TF1 judge's scope names must agree (they
+    once differed, 'rnn/...' against '/rnn/...', which failed a correct output)."""
+    from cudnn_port import convert
+    from cudnn_port.verify import verify
+
+    spec = make_spec("lstm", 2, False)
+    src, _ = write_source(tmp_path, spec, name="opaque_kernel")
+    manifest = convert(src, tmp_path / "out", formats=["checkpoint"], **spec_flags(spec))
+    assert manifest["stacks"][0]["targets"][0].startswith("rnn/multi_rnn_cell/cell_0/")
+    rows = verify(tmp_path / "out")["rows"]
+    row = next(r for r in rows if r["artifact"] == "checkpoint (tf1 style)")
+    assert row["passed"] and row["max_abs"] < 1e-5, row
+    assert np.isfinite(row["max_abs"])
