@@ -28,6 +28,7 @@ from .tflite_fb import FlatModel
 
 BIG = 1.0e4  # |pre-activation| past each length: sigmoid(-BIG) = 0 and sigmoid(BIG) = 1 in float32
 TANH = 4  # ActivationFunctionType.TANH
+SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_default")(inputs=..., sequence_lengths=...)
 
 
 class _Graph:
@@ -141,6 +142,7 @@ def build_model(canon, stateful=False) -> bytes:
     g.outputs = [x, g.op("PACK", finals_h, "final_h", options="PackOptions", valuesCount=len(finals_h), axis=0)]
     if finals_c:
         g.outputs.append(g.op("PACK", finals_c, "final_c", options="PackOptions", valuesCount=len(finals_c), axis=0))
+    graph.model.signature(SIGNATURE)
     return graph.model.serialize()
 
 

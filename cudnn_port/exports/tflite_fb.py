@@ -78,13 +78,31 @@ class FlatModel:
     def __init__(self, description="cudnn-port"):
         self.fb = schema()
         self.description = description
-        self.subgraphs, self.codes = [], []
+        self.subgraphs, self.codes, self.signatures = [], [], []
         self.buffers = [self.fb.BufferT()]  # buffer 0: the empty buffer of every non-constant tensor
 
     def subgraph(self, name):
         g = Subgraph(self, name)
         self.subgraphs.append(g)
         return g
+
+    def signature(self, key, subgraph=0):
+        """A SignatureDef ``key`` naming subgraph ``subgraph``'s inputs and outputs by their tensor names, for
+        ``interpreter.get_signature_runner(key)``."""
+        fb, g = self.fb, self.subgraphs[subgraph]
+
+        def tensor_map(indices):
+            found = []
+            for index in indices:
+                m = fb.TensorMapT()
+                m.name, m.tensorIndex = g.tensors[index].name, index
+                found.append(m)
+            return found
+
+        s = fb.SignatureDefT()
+        s.signatureKey, s.subgraphIndex = key, subgraph
+        s.inputs, s.outputs = tensor_map(g.inputs), tensor_map(g.outputs)
+        self.signatures.append(s)
 
     def buffer(self, data: bytes):
         b = self.fb.BufferT()
@@ -103,7 +121,7 @@ class FlatModel:
         fb = self.fb
         model = fb.ModelT()
         model.version, model.description, model.buffers = VERSION, self.description, self.buffers
-        model.operatorCodes = []
+        model.signatureDefs, model.operatorCodes = self.signatures, []
         for code in self.codes:
             c = fb.OperatorCodeT()
             value = getattr(fb.BuiltinOperator, code)
