@@ -41,7 +41,7 @@ from .judging.parity import write_report
 from .stacks import default_formats, prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
 
-LAYER_FORMATS = default_formats(None)  # each fused layer alone (checkpoint and the default exports): step functions
+LAYER_FORMATS = default_formats(None) + ("tflite",)  # each fused layer alone (checkpoint and the default exports): step functions
 PARITY = "model_parity.json"
 
 
