@@ -48,6 +48,9 @@ class _Graph:
                       dtype="int32", options="StridedSliceOptions", shrinkAxisMask=1)
         batch = g.op("STRIDED_SLICE", [shape, i32("zero_1", [0]), i32("one_1c", [1]), i32("one_1d", [1])], "batch",
                      dtype="int32", options="StridedSliceOptions")
+        self.batch_time = g.op("STRIDED_SLICE", [shape, i32("zero_1b", [0]), i32("two_1b", [2]),
+                                                 i32("one_1e", [1])], "batch_time", dtype="int32",
+                               options="StridedSliceOptions")
         steps = g.op("RANGE", [i32("zero", 0), self.T, i32("one", 1)], "steps", dtype="int32")
         row = g.op("RESHAPE", [steps, i32("row_shape", [1, -1])], "steps_row", dtype="int32")
         column = g.op("RESHAPE", [self.lengths, i32("column_shape", [-1, 1])], "lengths_column", dtype="int32")

@@ -72,8 +72,9 @@ def gru_layer(graph, canon, x, layer, direction):
     bias = input_bias("gru", np.asarray(params.b_W, np.float32), np.asarray(params.b_R, np.float32), np.concatenate)
     xw = g.op("FULLY_CONNECTED", [x, g.const(f"{name}/W", W), g.const(f"{name}/bias", bias)], f"{name}/xw",
               options="FullyConnectedOptions", keepNumDims=True)
-    y0 = g.op("SLICE", [xw, graph.i32(f"{name}/begin", [0, 0, 0]), graph.i32(f"{name}/size", [-1, -1, H])],
-              f"{name}/y0")  # any [B, T, H] tensor: every step writes its column
+    y_shape = g.op("CONCATENATION", [graph.batch_time, graph.i32(f"{name}/width", [H])], f"{name}/y_shape",
+                   dtype="int32", options="ConcatenationOptions", axis=0)
+    y0 = g.op("FILL", [y_shape, g.const(f"{name}/zero", np.float32(0))], f"{name}/y0")  # every step writes its t
     h0 = graph.state("initial_h", p, H)
     outs = [g.tensor(f"{name}/out_{n}", dtype, shape) for n, dtype, shape in LOOP]
     cond = _cond(graph)
