@@ -11,12 +11,12 @@ Graph, x_0 = inputs, valid[b, t] = t < length_b, pad = 1 - valid, last[b, t] = (
     for layer l, direction d (p = l*D + d):
         x = x_l, or REVERSE_SEQUENCE(x_l, lengths) for the backward direction (each sequence's valid part reversed)
         LSTM: y = UNIDIRECTIONAL_SEQUENCE_LSTM(CONCATENATION(x, pad), W, R, b_W + b_R, projection, h, c)
-              (time-major, between TRANSPOSEs: batch-major, the op runs each sequence alone, 1.7-2x slower at B=32)
+              (time-major, between TRANSPOSEs: batch-major, the op steps each sequence alone, 3-6x slower at B=32)
               h, c: variable tensors set from initial_h[p], initial_c[p] (GATHER) at the start of every call
-              pad's column of W adds -BIG to gate i and +BIG to gate f past each length: i = 0, f = 1, so c stays
-              at its value at length - 1 (the op itself runs over all T steps: it takes no lengths)
+              pad's column of W adds -BIG to gate i and +BIG to gate f past each length: i = 0, f = 1 (in float32),
+              so c stays at its value at length - 1 (the op itself runs over all T steps: it takes no lengths)
         GRU:  y, h = WHILE(t < T) of builtin ops: one step of cuDNN's GRU, h kept past each length (SELECT_V2)
-        final_h[p] = SUM(y * last, time)       final_c[p] = c after the op
+        LSTM: final_h[p] = SUM(y * last, time), final_c[p] = c after the op;  GRU: final_h[p] = the loop's h
         y = REVERSE_SEQUENCE(y, lengths) for the backward direction
     x_{l+1} = CONCATENATION(y over directions) * valid
 
@@ -130,7 +130,7 @@ def build_model(canon, stateful=False) -> bytes:
     from .tflite_gru import gru_layer
 
     spec = canon.spec
-    graph, g = _Graph(spec, stateful), None
+    graph = _Graph(spec, stateful)
     g = graph.g
     x, finals_h, finals_c = graph.x, [], []
     for layer in range(spec.num_layers):
