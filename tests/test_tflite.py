@@ -179,3 +179,15 @@ def test_char_lm_generates_the_same_text_from_tflite_and_onnx(tmp_path):
                                  runtime=r)[0] for r in ("tflite", "onnx")}
     assert texts["tflite"] == texts["onnx"]
     assert os.path.exists(tmp_path / "export" / "layers" / "lstm" / "model_stateful.tflite")
+
+
+def test_registry_and_import_stay_light():
+    """``import cudnn_port`` and loading the format registry import neither LiteRT, flatbuffers nor TensorFlow."""
+    import subprocess
+    import sys
+
+    code = ("import sys, cudnn_port; from cudnn_port import formats; assert 'tflite' in formats.names(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ai_edge_litert', 'flatbuffers', 'tensorflow')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.stdout.strip() == "[]", done.stdout
