@@ -132,7 +132,7 @@ def test_convert_verify_and_bench_rows(tmp_path, tf1_ckpt, capsys):
     capsys.readouterr()
     assert cli.main(["verify", str(out), "--json", "--quiet"]) == 0
     rows = {r["artifact"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
-    for name in ("tflite (litert)", "tflite_stateful (litert)"):
+    for name in ("tflite (litert)", "tflite_stateful (litert)", "tflite (tf.lite)", "tflite_stateful (tf.lite)"):
         assert rows[name]["passed"] and rows[name]["max_abs"] <= ATOL_FP32, rows[name]
     assert cli.main(["bench", str(out), "--steps", "4", "--repeat", "1", "--json", "--quiet"]) == 0
     cases = {(r["artifact"], r["batch"]) for r in json.loads(capsys.readouterr().out)["rows"]}

@@ -21,6 +21,11 @@ Graph, x_0 = inputs, valid[b, t] = t < length_b, pad = 1 - valid, last[b, t] = (
     x_{l+1} = CONCATENATION(y over directions) * valid
 
 So outputs, final_h and final_c follow cuDNN's semantics on ragged batches too (docs/conventions.md, section 2).
+Run through the SignatureDef ``serving_default``, which resizes the inputs itself::
+
+    from ai_edge_litert.interpreter import Interpreter
+    step = Interpreter("OUT/model_stateful.tflite").get_signature_runner("serving_default")
+    result = step(inputs=x, sequence_lengths=lengths, initial_h=h, initial_c=c)   # {"outputs", "final_h", "final_c"}
 """
 import numpy as np
 
