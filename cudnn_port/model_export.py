@@ -40,7 +40,8 @@ from .judging.parity import write_report
 from .stacks import default_formats, prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
 
-LAYER_FORMATS = default_formats(None)  # each fused layer alone (checkpoint and the default exports): step functions
+# each fused layer alone (checkpoint, the default exports and its TFLite models): step functions
+LAYER_FORMATS = default_formats(None) + ("tflite",)
 PARITY = "model_parity.json"
 
 

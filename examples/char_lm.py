@@ -14,6 +14,10 @@ Generation runs from the exported artifacts only: the fused layer's CPU SavedMod
 and the embedding and output weights from ``OUT/checkpoint``. Beam search is vectorised: one tf.while_loop over
 steps, all n prompts x k beams as one batch, parents and tokens kept in TensorArrays and traced back in
 TensorFlow at the end: no Python work per beam or per step.
+
+``generate --tflite`` decodes from the layer's LiteRT model instead (``OUT/layers/lstm/model_stateful.tflite``,
+states in and out) and ``--onnx`` from its ONNX model, with the same beam search in NumPy (:class:`StepDecoder`);
+the three give the same text.
 """
 import argparse
 import json
@@ -167,22 +171,88 @@ class Decoder:
         return sequences, tf.reshape(scores, [n, k])
 
 
-def generate(export_dir, vocab, prompts, beams=8, steps=60, log=print):
-    """Beam-search ``steps`` characters after each prompt; returns (texts [n][k], beams per second)."""
+class StepDecoder:
+    """The same beam search in NumPy over the layer's LiteRT model (``runtime="tflite"``) or ONNX model
+    (``runtime="onnx"``), each called one step at a time with states in and out."""
+
+    def __init__(self, export_dir, layer="lstm", runtime="tflite"):
+        import tensorflow as tf
+
+        with open(os.path.join(export_dir, "manifest.json")) as f:
+            manifest = json.load(f)
+        stack = next(s for s in manifest["stacks"] if s["variable"] == f"{layer}/opaque_kernel")
+        arts = stack["artifacts"]
+        if runtime == "tflite":
+            from ai_edge_litert.interpreter import Interpreter
+
+            from cudnn_port.formats.tflite import interpreter_runner
+
+            self.step = interpreter_runner(Interpreter(os.path.join(export_dir, arts["tflite_stateful"])))
+        else:
+            from cudnn_port.exports.runners import onnx_session
+
+            rel = next((r for k, r in arts.items() if k.startswith("onnx") and "stateful" in r), arts.get("onnx"))
+            session = onnx_session(os.path.join(export_dir, rel))
+            self.step = lambda feeds: session.run(["outputs", "final_h", "final_c"], feeds)
+        reader = tf.train.load_checkpoint(os.path.join(export_dir, "checkpoint"))
+        self.embed = reader.get_tensor("embed/embeddings")
+        self.kernel, self.bias = (reader.get_tensor(f"head/{n}") for n in ("kernel", "bias"))
+        self.states, self.units = stack["spec"]["num_layers"], stack["spec"]["num_units"]
+
+    def _run(self, tokens, h, c):
+        lengths = np.full(tokens.shape[0], tokens.shape[1], np.int32)
+        y, h, c = self.step({"inputs": self.embed[tokens], "sequence_lengths": lengths, "initial_h": h,
+                             "initial_c": c})
+        logits = y[:, -1] @ self.kernel + self.bias
+        shifted = logits - logits.max(-1, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True)), h, c  # log_softmax
+
+    def search(self, prompts, k, steps):
+        """prompts int32 [n, P] -> (sequences int32 [n, k, steps], scores float32 [n, k]), best beam first."""
+        prompts = np.asarray(prompts, np.int32)
+        n, vocab = prompts.shape[0], self.kernel.shape[1]
+        zeros = np.zeros((self.states, n, self.units), np.float32)
+        logp, h, c = self._run(prompts, zeros, zeros)
+        best = np.argsort(-logp, axis=1, kind="stable")[:, :k]  # ties: the lower index first, as tf.math.top_k
+        tokens, scores = best.reshape(-1), np.take_along_axis(logp, best, 1).reshape(-1)
+        h, c = (np.repeat(s, k, axis=1) for s in (h, c))
+        chosen, parents, offsets = [tokens], [np.arange(n * k)], np.repeat(np.arange(n) * k, k)
+        for _ in range(1, steps):
+            logp, h, c = self._run(tokens[:, None].astype(np.int32), h, c)
+            total = (scores[:, None] + logp).reshape(n, k * vocab)
+            best = np.argsort(-total, axis=1, kind="stable")[:, :k]
+            parent, tokens = (best // vocab).reshape(-1) + offsets, (best % vocab).reshape(-1)
+            scores = np.take_along_axis(total, best, 1).reshape(-1)
+            h, c = h[:, parent], c[:, parent]
+            chosen.append(tokens)
+            parents.append(parent)
+        row, sequence = np.arange(n * k), []
+        for t in range(steps - 1, -1, -1):  # follow each final beam's parents back to step 0
+            sequence.append(chosen[t][row])
+            row = parents[t][row]
+        return np.stack(sequence[::-1], axis=1).reshape(n, k, steps), scores.reshape(n, k)
+
+
+def generate(export_dir, vocab, prompts, beams=8, steps=60, log=print, runtime="saved_model"):
+    """Beam-search ``steps`` characters after each prompt from the export's ``runtime`` ("saved_model", "tflite"
+    or "onnx"); returns (texts [n][k], beams per second)."""
     import tensorflow as tf
 
     index = {ch: i for i, ch in enumerate(vocab)}
     width = max(len(p) for p in prompts)
     ids = np.array([[index.get(ch, 0) for ch in p.rjust(width)] for p in prompts], np.int32)
-    decoder = Decoder(export_dir)
-    decoder.search(tf.constant(ids), beams, steps)  # trace once
+    if runtime == "saved_model":
+        decoder = Decoder(export_dir)
+        decoder.search(tf.constant(ids), beams, steps)  # trace once
+    else:
+        decoder = StepDecoder(export_dir, runtime=runtime)
     start = time.perf_counter()
-    sequences, scores = decoder.search(tf.constant(ids), beams, steps)
+    sequences, scores = decoder.search(tf.constant(ids) if runtime == "saved_model" else ids, beams, steps)
     seconds = time.perf_counter() - start
     rate = len(prompts) * beams / seconds
     log(f"{len(prompts)} prompts x {beams} beams x {steps} steps in {seconds * 1e3:.0f} ms: {rate:.0f} beams/s, "
         f"{rate * steps:.0f} characters/s")
-    texts = [["".join(vocab[i] for i in row) for row in prompt] for prompt in sequences.numpy()]
+    texts = [["".join(vocab[i] for i in row) for row in prompt] for prompt in np.asarray(sequences)]
     return texts, rate
 
 
@@ -197,6 +267,10 @@ def main(argv=None):
     parser.add_argument("--length", type=int, default=60, help="characters to generate")
     parser.add_argument("--steps", type=int, help="training steps")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes, for a quick end-to-end run")
+    parser.add_argument("--tflite", dest="runtime", action="store_const", const="tflite", default="saved_model",
+                        help="generate from the LiteRT model (layers/lstm/model_stateful.tflite; needs ai-edge-litert)")
+    parser.add_argument("--onnx", dest="runtime", action="store_const", const="onnx",
+                        help="generate from the layer's ONNX model (onnxruntime)")
     args = parser.parse_args(argv)
     sizes = dict(TINY if args.tiny else FULL)
     if args.steps:
@@ -213,7 +287,8 @@ def main(argv=None):
     if args.command in ("generate", "all"):
         with open(args.vocab) as f:
             vocab = json.load(f)
-        texts, _ = generate(args.export, vocab, prompts, args.beams, args.length if not args.tiny else 12)
+        texts, _ = generate(args.export, vocab, prompts, args.beams, args.length if not args.tiny else 12,
+                            runtime=args.runtime)
         for prompt, beams in zip(prompts, texts):
             print(f"{prompt!r} -> {beams[0]!r}")
     return 0

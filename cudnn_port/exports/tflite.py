@@ -1,0 +1,164 @@
+"""TFLite model of one stack, builtin ops only (no Flex op), written as a flatbuffer (:mod:`.tflite_fb`).
+
+Interface (batch and time dynamic: ``resize_tensor_input`` then ``allocate_tensors``)::
+
+    model.tflite           inputs [B, T, I] float32, sequence_lengths [B] int32
+    model_stateful.tflite  the same and initial_h [L*D, B, S], initial_c [L*D, B, H] (LSTM)
+    -> outputs [B, T, D*S] (zero past each length), final_h [L*D, B, S], final_c [L*D, B, H] (LSTM)
+
+Graph, x_0 = inputs, valid[b, t] = t < length_b, pad = 1 - valid, last[b, t] = (t == length_b - 1)::
+
+    for layer l, direction d (p = l*D + d):
+        x = x_l, or REVERSE_SEQUENCE(x_l, lengths) for the backward direction (each sequence's valid part reversed)
+        LSTM: y = UNIDIRECTIONAL_SEQUENCE_LSTM(CONCATENATION(x, pad), W, R, b_W + b_R, projection, h, c)
+              (time-major, between TRANSPOSEs: batch-major, the op steps each sequence alone, 3-6x slower at B=32)
+              h, c: variable tensors set from initial_h[p], initial_c[p] (GATHER) at the start of every call
+              pad's column of W adds -BIG to gate i and +BIG to gate f past each length: i = 0, f = 1 (in float32),
+              so c stays at its value at length - 1 (the op itself runs over all T steps: it takes no lengths)
+        GRU:  y, h = WHILE(t < T) of builtin ops: one step of cuDNN's GRU, h kept past each length (SELECT_V2)
+        LSTM: final_h[p] = SUM(y * last, time), final_c[p] = c after the op;  GRU: final_h[p] = the loop's h
+        y = REVERSE_SEQUENCE(y, lengths) for the backward direction
+    x_{l+1} = CONCATENATION(y over directions) * valid
+
+So outputs, final_h and final_c follow cuDNN's semantics on ragged batches too (docs/conventions.md, section 2).
+Run through the SignatureDef ``serving_default``, which resizes the inputs itself::
+
+    from ai_edge_litert.interpreter import Interpreter
+    step = Interpreter("OUT/model_stateful.tflite").get_signature_runner("serving_default")
+    result = step(inputs=x, sequence_lengths=lengths, initial_h=h, initial_c=c)   # {"outputs", "final_h", "final_c"}
+"""
+import numpy as np
+
+from ..gates import CUDNN_ORDER
+from .tflite_fb import FlatModel
+
+BIG = 1.0e4  # |pre-activation| past each length: sigmoid(-BIG) = 0 and sigmoid(BIG) = 1 in float32
+TANH = 4  # ActivationFunctionType.TANH
+SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_default")(inputs=..., sequence_lengths=...)
+
+
+class _Graph:
+    """The main subgraph of one model and the tensors every layer shares."""
+
+    def __init__(self, spec, stateful):
+        self.spec, self.model = spec, FlatModel()
+        g = self.g = self.model.subgraph("main")
+        S, H, LD = spec.state_size, spec.num_units, spec.num_pseudo_layers
+        self.x = g.tensor("inputs", "float32", [-1, -1, spec.input_size])
+        self.lengths = g.tensor("sequence_lengths", "int32", [-1])
+        g.inputs = [self.x, self.lengths]
+        shape = g.op("SHAPE", [self.x], "input_shape", dtype="int32", options="ShapeOptions", outType=2)
+        i32 = lambda name, v: g.const(name, np.asarray(v, np.int32))  # noqa: E731
+        self.i32 = i32
+        self.T = g.op("STRIDED_SLICE", [shape, i32("one_1", [1]), i32("two_1", [2]), i32("one_1b", [1])], "time",
+                      dtype="int32", options="StridedSliceOptions", shrinkAxisMask=1)
+        batch = g.op("STRIDED_SLICE", [shape, i32("zero_1", [0]), i32("one_1c", [1]), i32("one_1d", [1])], "batch",
+                     dtype="int32", options="StridedSliceOptions")
+        self.batch_time = g.op("STRIDED_SLICE", [shape, i32("zero_1b", [0]), i32("two_1b", [2]),
+                                                 i32("one_1e", [1])], "batch_time", dtype="int32",
+                               options="StridedSliceOptions")
+        self.swap = i32("swap_batch_time", [1, 0, 2])
+        steps = g.op("RANGE", [i32("zero", 0), self.T, i32("one", 1)], "steps", dtype="int32")
+        row = g.op("RESHAPE", [steps, i32("row_shape", [1, -1])], "steps_row", dtype="int32")
+        column = g.op("RESHAPE", [self.lengths, i32("column_shape", [-1, 1])], "lengths_column", dtype="int32")
+        self.valid_b = g.op("EXPAND_DIMS", [g.op("LESS", [row, column], "valid_2d", dtype="bool"), i32("axis2", 2)],
+                            "valid_bool", dtype="bool")
+        self.valid = g.op("CAST", [self.valid_b], "valid")
+        self.pad = g.op("SUB", [g.const("one_f", np.ones(1, np.float32)), self.valid], "pad",
+                        options="SubOptions")
+        final_step = g.op("SUB", [column, i32("one_2d", [[1]])], "final_step", dtype="int32", options="SubOptions")
+        self.last = g.op("CAST", [g.op("EXPAND_DIMS", [g.op("EQUAL", [row, final_step], "last_2d", dtype="bool"),
+                                                       i32("axis2b", 2)], "last_bool", dtype="bool")], "last")
+        self.states = {}
+        for label, width in (("initial_h", S), ("initial_c", H))[:2 if spec.mode == "lstm" else 1]:
+            if stateful:
+                self.states[label] = g.tensor(label, "float32", [LD, -1, width])
+                g.inputs.append(self.states[label])
+            else:
+                dims = g.op("CONCATENATION", [i32(f"{label}_ld", [LD]), batch, i32(f"{label}_w", [width])],
+                            f"{label}_shape", dtype="int32", options="ConcatenationOptions", axis=0)
+                self.states[label] = g.op("FILL", [dims, g.const(f"{label}_zero", np.float32(0))], label)
+
+    def state(self, label, p, width, variable=False):
+        """initial_h[p] or initial_c[p], [B, width]: a variable tensor where a fused op updates it in place."""
+        out = self.g.tensor(f"{label}_{p}", "float32", [-1, width], variable=variable)
+        return self.g.op("GATHER", [self.states[label], self.i32(f"{label}_index_{p}", p)], out,
+                         options="GatherOptions", axis=0)
+
+    def reverse(self, x, name):
+        return self.g.op("REVERSE_SEQUENCE", [x, self.lengths], name, options="ReverseSequenceOptions", seqDim=1,
+                         batchDim=0)
+
+    def final(self, y, p):
+        """y [B, T, S] at each sequence's last valid step: [B, S] (exact: one 1 and zeros summed)."""
+        g = self.g
+        return g.op("SUM", [g.op("MUL", [y, self.last], f"y_last_{p}", options="MulOptions"),
+                            self.i32(f"time_axis_{p}", [1])], f"final_h_{p}", options="ReducerOptions")
+
+
+def _lstm(graph, canon, x, layer, direction):
+    """One fused UNIDIRECTIONAL_SEQUENCE_LSTM over x [B, T, I_l]: (y [B, T, S], final_h [B, S], final_c [B, H])."""
+    g, spec, p = graph.g, graph.spec, layer * graph.spec.num_dirs + direction
+    params, H, S = canon.layer(layer, direction), spec.num_units, spec.state_size
+    steer = np.zeros((4, H, 1), np.float32)
+    steer[CUDNN_ORDER["lstm"].index("i")], steer[CUDNN_ORDER["lstm"].index("f")] = -BIG, BIG
+    W = np.concatenate([np.asarray(params.W, np.float32), steer], axis=2)
+    bias = np.asarray(params.b_W, np.float32) + np.asarray(params.b_R, np.float32)
+    name = f"lstm_{layer}_{direction}"
+    gates = [g.const(f"{name}/W_{gate}", W[k]) for k, gate in enumerate(CUDNN_ORDER["lstm"])]
+    recurrent = [g.const(f"{name}/R_{gate}", np.asarray(params.R[k], np.float32))
+                 for k, gate in enumerate(CUDNN_ORDER["lstm"])]
+    biases = [g.const(f"{name}/b_{gate}", bias[k]) for k, gate in enumerate(CUDNN_ORDER["lstm"])]
+    projection = g.const(f"{name}/P", np.asarray(params.P, np.float32)) if spec.num_proj else -1
+    h = graph.state("initial_h", p, S, variable=True)
+    c = graph.state("initial_c", p, H, variable=True)
+    x_pad = g.op("CONCATENATION", [x, graph.pad], f"{name}/x_pad", options="ConcatenationOptions", axis=2)
+    # inputs: x, 4 input weights, 4 recurrent weights, 3 peepholes, 4 biases, projection (weights, bias),
+    # output state, cell state, 4 layer-norm weights (TFLite's order of gates is cuDNN's: i, f, c, o)
+    # time-major: the op then steps the whole batch at once (batch-major, it runs each sequence on its own)
+    x_pad = g.op("TRANSPOSE", [x_pad, graph.swap], f"{name}/x_time_major")
+    y = g.op("UNIDIRECTIONAL_SEQUENCE_LSTM", [x_pad] + gates + recurrent + [-1] * 3 + biases +
+             [projection, -1, h, c] + [-1] * 4, f"{name}/y_time_major", options="UnidirectionalSequenceLSTMOptions",
+             fusedActivationFunction=TANH, timeMajor=True)
+    y = g.op("TRANSPOSE", [y, graph.swap], f"{name}/y")
+    # c is updated in place; adding 0 * sum(y) orders its read after the op for runtimes that schedule by data
+    # edges (XNNPACK's partitions), and is exact (y is finite)
+    after = g.op("MUL", [g.op("SUM", [y, graph.i32(f"{name}/all_axes", [0, 1, 2])], f"{name}/y_sum",
+                               options="ReducerOptions"), g.const(f"{name}/zero", np.float32(0))], f"{name}/after",
+                 options="MulOptions")
+    final_c = g.op("ADD", [c, after], f"{name}/final_c", options="AddOptions")
+    return y, graph.final(y, p), final_c
+
+
+def build_model(canon, stateful=False) -> bytes:
+    """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs."""
+    from .tflite_gru import gru_layer
+
+    spec = canon.spec
+    graph = _Graph(spec, stateful)
+    g = graph.g
+    x, finals_h, finals_c = graph.x, [], []
+    for layer in range(spec.num_layers):
+        ys = []
+        for direction in range(spec.num_dirs):
+            x_in = x if direction == 0 else graph.reverse(x, f"x_reversed_{layer}")
+            if spec.mode == "lstm":
+                y, h_n, c_n = _lstm(graph, canon, x_in, layer, direction)
+                finals_c.append(c_n)
+            else:
+                y, h_n = gru_layer(graph, canon, x_in, layer, direction)
+            finals_h.append(h_n)
+            ys.append(y if direction == 0 else graph.reverse(y, f"y_reversed_{layer}"))
+        y = ys[0] if len(ys) == 1 else g.op("CONCATENATION", ys, f"y_{layer}", options="ConcatenationOptions", axis=2)
+        x = g.op("MUL", [y, graph.valid], "outputs" if layer == spec.num_layers - 1 else f"x_{layer + 1}",
+                 options="MulOptions")
+    g.outputs = [x, g.op("PACK", finals_h, "final_h", options="PackOptions", valuesCount=len(finals_h), axis=0)]
+    if finals_c:
+        g.outputs.append(g.op("PACK", finals_c, "final_c", options="PackOptions", valuesCount=len(finals_c), axis=0))
+    graph.model.signature(SIGNATURE)
+    return graph.model.serialize()
+
+
+def write_tflite(canon, path, stateful=False) -> None:
+    with open(path, "wb") as f:
+        f.write(build_model(canon, stateful))

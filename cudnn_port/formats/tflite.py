@@ -1,0 +1,69 @@
+"""``tflite``: OUT/model.tflite (inputs, sequence_lengths) and OUT/model_stateful.tflite (and initial_h[,
+initial_c], for streaming), builtin ops only: LSTM stacks as fused ``UNIDIRECTIONAL_SEQUENCE_LSTM`` ops (projection
+included), GRU stacks as a ``WHILE`` loop of builtin ops (:mod:`cudnn_port.exports.tflite`). Both return outputs,
+final_h (and final_c) with cuDNN's semantics on ragged batches. Run by LiteRT's interpreter (``ai_edge_litert``) and,
+as a second judge, TensorFlow's own ``tf.lite.Interpreter``."""
+import warnings
+
+import numpy as np
+
+from . import Artifact, Format, Runtime
+
+
+def _write(canon, paths, *, name, options):
+    from ..exports import tflite as tflite_export
+
+    tflite_export.write_tflite(canon, paths["tflite"])
+    tflite_export.write_tflite(canon, paths["tflite_stateful"], stateful=True)
+
+
+def interpreter_runner(interpreter):
+    """``run(feeds) -> [outputs, final_h, final_c or None]`` over a TFLite ``interpreter`` of an exported stack; it
+    resizes the inputs (and reallocates) only when the feeds' shapes change."""
+    from ..exports import OUTPUT_NAMES
+
+    inputs = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    outputs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
+    shapes = {}
+
+    def run(feeds):
+        if set(feeds) != set(inputs):
+            raise ValueError(f"the model takes {sorted(inputs)}, got {sorted(feeds)}")
+        wanted = {k: np.shape(v) for k, v in feeds.items()}
+        if wanted != shapes:
+            for key, shape in wanted.items():
+                interpreter.resize_tensor_input(inputs[key], shape)
+            interpreter.allocate_tensors()
+            shapes.clear()
+            shapes.update(wanted)
+        for key, value in feeds.items():
+            interpreter.set_tensor(inputs[key], np.asarray(value, np.int32 if key == "sequence_lengths" else
+                                                           np.float32))
+        interpreter.invoke()
+        return [interpreter.get_tensor(outputs[n]) if n in outputs else None for n in OUTPUT_NAMES]
+
+    return run
+
+
+def _open_litert(path, spec):
+    from ai_edge_litert.interpreter import Interpreter
+
+    return interpreter_runner(Interpreter(model_path=path))
+
+
+def _open_tf(path, spec):
+    from ..deps import import_tf
+
+    tf = import_tf()
+    with warnings.catch_warnings():  # TF >= 2.20 warns that tf.lite.Interpreter moves to ai_edge_litert
+        warnings.simplefilter("ignore")
+        return interpreter_runner(tf.lite.Interpreter(model_path=path))
+
+
+FORMAT = Format(name="tflite", help="OUT/model.tflite and OUT/model_stateful.tflite, builtin TFLite ops only (fused "
+                "sequence-LSTM ops), for LiteRT",
+                artifacts=(Artifact("tflite", "model{suffix}.tflite", states="none"),
+                           Artifact("tflite_stateful", "model_stateful{suffix}.tflite", states="required")),
+                write=_write, runtimes=(Runtime("litert", _open_litert, needs=("ai_edge_litert",)),
+                                        Runtime("tf.lite", _open_tf, needs=("tensorflow",), bench=False)),
+                needs=("flatbuffers",), order=70)
