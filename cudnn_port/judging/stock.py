@@ -153,9 +153,10 @@ def tf1_scope(prefix, mode, bidirectional, layer, direction, legacy=False, proje
     TensorFlow's ``cudnn_rnn_ops`` saveable names (``LSTMCell``'s ``lstm_cell`` for a projected LSTM)."""
     cell = "lstm_cell" if projected else \
         ("cudnn_compatible_lstm_cell" if mode == "lstm" else "cudnn_compatible_gru_cell")
+    top = f"{prefix}/" if prefix else ""  # a stack at the top level of the checkpoint has no scope
     if bidirectional:
-        return f"{prefix}/stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if direction else 'fw'}/{cell}"
-    return f"{prefix}/{'' if legacy else 'rnn/'}multi_rnn_cell/cell_{layer}/{cell}"
+        return f"{top}stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'bw' if direction else 'fw'}/{cell}"
+    return f"{top}{'' if legacy else 'rnn/'}multi_rnn_cell/cell_{layer}/{cell}"
 
 
 def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
