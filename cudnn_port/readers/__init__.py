@@ -14,6 +14,7 @@ import os
 from ..checkpoint import Checkpoint
 from ..source import Source
 from .keras_h5 import KerasH5, is_hdf5
+from .platform import check_source
 from .tf1_canonical import with_canonical_stacks
 
 
@@ -26,4 +27,6 @@ def open_source(path) -> Source:
         from .keras_model import KerasModelSource
 
         return KerasModelSource.from_file(path)
-    return with_canonical_stacks(Checkpoint(path))
+    checkpoint = Checkpoint(path)
+    check_source(checkpoint)
+    return with_canonical_stacks(checkpoint)
