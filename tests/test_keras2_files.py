@@ -10,7 +10,6 @@ import pytest
 
 from conftest import tree_hash
 from cudnn_port import convert
-from cudnn_port.verify import verify
 from test_convert import assert_clean_error, run_cli
 
 tf = pytest.importorskip("tensorflow")

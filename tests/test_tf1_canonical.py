@@ -2,8 +2,6 @@
 ``cudnn_compatible_gru_cell``, ``lstm_cell``), as TF's cuDNN saveables and the cuDNN-compatible cells wrote them,
 without any cuDNN buffer. The tensors are drawn at random here (they are the original model); every artifact is
 judged by stock TF1 kernels (``BlockLSTM``, the GRU cell's ops) restoring the ORIGINAL checkpoint by name."""
-import os
-
 import numpy as np
 import pytest
 
@@ -137,3 +135,15 @@ def test_canonical_cells_with_a_layer_missing_are_refused(tmp_path, capsys):
     code, _, err = run_cli(capsys, "convert", src, tmp_path / "out")
     assert code == 2 and "lack encoder/stack_bidirectional_rnn/cell_0/bidirectional_rnn/bw" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_canonical_cells_whose_shapes_disagree_are_refused(tmp_path, capsys):
+    from make_tf1_checkpoint import save_tf1
+
+    spec, prefix, legacy, cell = CASES["gru-uni-3"]
+    tensors = original_tensors(spec, "model", legacy, cell)
+    tensors["model/rnn/multi_rnn_cell/cell_2/cudnn_compatible_gru_cell/gates/kernel"] = np.zeros((9, 10), "float32")
+    src = save_tf1(str(tmp_path / "src" / "model.ckpt"), tensors)
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out")
+    assert code == 2 and "cell_2/cudnn_compatible_gru_cell/gates/kernel has shape [9, 10]" in err, err
+    assert "need [10, 10]" in err and not (tmp_path / "out").exists()

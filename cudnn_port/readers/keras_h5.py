@@ -93,7 +93,8 @@ class KerasH5(Source):
             with h5py.File(self.prefix, "r") as f:
                 self._read(f)
         except (OSError, KeyError, ValueError, RuntimeError, TypeError, MemoryError) as e:
-            raise CudnnPortError(f"cannot read {self.prefix} ({reason(e)}); is it a complete, undamaged Keras .h5 file?") from None
+            raise CudnnPortError(f"cannot read {self.prefix} ({reason(e)}); is it a complete, undamaged Keras .h5 "
+                                 "file?") from None
 
     def _read(self, f):
         _touch_everything(f)

@@ -32,8 +32,9 @@ from ..source import Source
 from ..targets import tf1
 
 BUFFER = "opaque_kernel"
-_CELL = re.compile(r"^(?:(.+?)/)??(?:(?:rnn/)?multi_rnn_cell/cell_\d+|stack_bidirectional_rnn/cell_\d+/bidirectional_rnn/"
-                   r"(?:fw|bw))/(cudnn_compatible_lstm_cell|cudnn_compatible_gru_cell|lstm_cell)/(?:gates/)?kernel$")
+_CELL = re.compile(r"^(?:(.+?)/)??(?:(?:rnn/)?multi_rnn_cell/cell_\d+"
+                   r"|stack_bidirectional_rnn/cell_\d+/bidirectional_rnn/(?:fw|bw))"
+                   r"/(cudnn_compatible_lstm_cell|cudnn_compatible_gru_cell|lstm_cell)/(?:gates/)?kernel$")
 CELL_WORDS = {"cudnn_compatible_lstm_cell": "CudnnCompatibleLSTMCell", "cudnn_compatible_gru_cell":
               "CudnnCompatibleGRUCell", "lstm_cell": "LSTMBlockCell / LSTMCell names, forget_bias 0 assumed (as "
                                                      "the cuDNN saveable wrote them; not stored in the checkpoint)"}
@@ -67,12 +68,19 @@ class CanonicalCheckpoint(Source):
                                      "have shapes no LSTM/GRU stack has; the checkpoint is damaged or edited")
             name = f"{scope}/{BUFFER}" if scope else BUFFER
             reader = tf1.variant(checkpoint.shapes, scope)
-            wanted = list(_stored(_names(reader, spec, scope), cell).values())
+            expected = _names(reader, spec, scope)
+            stored = _stored(expected, cell)
+            wanted = list(stored.values())
             missing = [n for n in wanted if n not in checkpoint.shapes and "bias_cudnn_" not in n]
             if missing:
                 raise CudnnPortError(f"{checkpoint.prefix}: the canonical cells under '{scope or '(top level)'}' "
                                      f"lack {missing[0]} ({len(missing)} tensors missing); is the checkpoint "
                                      "complete?")
+            for n, shape in expected.items():
+                if stored[n] in checkpoint.shapes and tuple(checkpoint.shapes[stored[n]]) != shape:
+                    raise CudnnPortError(f"{stored[n]} has shape {list(checkpoint.shapes[stored[n]])}, but the cells "
+                                         f"under '{scope or '(top level)'}' ({spec.describe()}) need {list(shape)}; "
+                                         "the checkpoint is damaged or edited")
             dtype = checkpoint.dtypes[wanted[0]]
             if dtype not in FLOAT_DTYPES:
                 raise CudnnPortError(f"{wanted[0]} has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
@@ -123,15 +131,16 @@ class CanonicalCheckpoint(Source):
 
 
 def _names(reader, spec, scope):
-    """The checkpoint names ``reader`` reads for ``spec`` under ``scope`` (a legacy LSTM's bias_cudnn_0/1 among
-    them: they are read where present)."""
-    names = []
+    """{name: shape} of the tensors ``reader`` reads for ``spec`` under ``scope`` (a legacy LSTM's bias_cudnn_0/1
+    among them: they are read where present)."""
+    names = {}
     for layer in range(spec.num_layers):
         G, H, S, I = spec.num_gates, spec.num_units, spec.state_size, spec.layer_input_size(layer)
         zeros = LayerParams(W=np.zeros((G, H, I)), R=np.zeros((G, H, S)), b_W=np.zeros((G, H)),
                             b_R=np.zeros((G, H)), P=np.zeros((spec.num_proj, H)) if spec.num_proj else None)
         for direction in range(spec.num_dirs):
-            names += list(reader.write_layer(spec, scope, layer, direction, zeros))
+            names.update({n: tuple(np.shape(v)) for n, v in
+                          reader.write_layer(spec, scope, layer, direction, zeros).items()})
     return names
 
 
