@@ -60,12 +60,12 @@ def test_a_model_keras3_cannot_rebuild_says_only_per_layer_artifacts_were_writte
         config = json.loads(f.attrs["model_config"])
         config["config"]["layers"][-1]["class_name"] = "MyOwnDense"
         f.attrs["model_config"] = json.dumps(config)
-    code, out, err = run_cli(capsys, "convert", edited, tmp_path / "out")
+    code, out, err = run_cli(capsys, "convert", edited, tmp_path / "out", "--formats", "checkpoint,keras")
     assert code == 0, err
     assert "keras/model.keras not written" in out and "only the per-layer artifacts were written" in out
     assert not (tmp_path / "out" / "keras" / "model.keras").exists()
     assert (tmp_path / "out" / "keras" / "bi_lstm_1.keras").exists()
-    code, out, err = run_cli(capsys, "convert", edited, tmp_path / "out2", "--json")
+    code, out, err = run_cli(capsys, "convert", edited, tmp_path / "out2", "--json", "--formats", "checkpoint,keras")
     report = json.loads(out)
     assert code == 0 and report["model_artifacts"] == {}
     assert any("only the per-layer artifacts were written" in w for w in report["warnings"])
