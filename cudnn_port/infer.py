@@ -21,6 +21,12 @@ MAX_UNITS = 8192
 
 SPEC_VARIABLE = "cudnn_spec"  # written beside the buffer by cudnn_port.layers: [mode, layers, units, input, dirs]
 MODE_IDS = {"lstm": 0, "gru": 1}
+# written beside the buffer by cudnn_port.layers when its fused op runs: the layout that op used for the buffer
+# (docs/conventions.md, section 6). 0: the fused op never ran (the layer's own cuDNN layout), 1: CUDA / cuDNN,
+# 2: ROCm / MIOpen, whose LSTM gate order and buffer layout are not cuDNN's.
+PLATFORM_VARIABLE = "cudnn_platform"
+PLATFORMS = {0: "unrecorded (cuDNN layout assumed)", 1: "CUDA / cuDNN", 2: "ROCm / MIOpen"}
+MIOPEN = 2
 
 
 def spec_from_vector(vector, dtype="float32", name=SPEC_VARIABLE):

@@ -4,7 +4,9 @@ Each layer holds ONE trainable variable, ``opaque_kernel``: the whole stack (``n
 directions, optionally an LSTM projection ``num_proj``) in cuDNN's opaque buffer layout (:mod:`cudnn_port.layout`),
 plus a small non-trainable ``cudnn_spec`` variable ``[mode (0 lstm, 1 gru), num_layers, units, input_size,
 directions(, num_proj)]`` so that a checkpoint of the layer says what its buffer is (``cudnn-port convert`` then
-needs no flags).
+needs no flags), and ``cudnn_platform`` (int32 scalar): 0 until the fused op trains the buffer, then 1 on a CUDA
+build (cuDNN's layout) or 2 on a ROCm build (MIOpen's layout, which ``cudnn-port convert`` refuses). Files saved before
+that variable existed load with it 0.
 
 - On a GPU the stack is one ``tf.raw_ops.CudnnRNNV3`` call (dropout between layers done by cuDNN).
 - On a CPU it is the same function of the same buffer in standard TensorFlow ops
@@ -27,7 +29,7 @@ a projection ``[P, H]`` is glorot-uniform too.
 >>> tuple(layer(np.zeros((3, 5, 4), "float32")).shape)
 (3, 5, 16)
 >>> [w.name for w in layer.weights], layer.spec.param_count
-(['opaque_kernel', 'cudnn_spec'], 2560)
+(['opaque_kernel', 'cudnn_spec', 'cudnn_platform'], 2560)
 """
 import contextlib
 import contextvars
@@ -36,7 +38,7 @@ import keras
 import numpy as np
 
 from .deps import import_tf
-from .infer import MODE_IDS, SPEC_VARIABLE
+from .infer import MIOPEN, MODE_IDS, PLATFORM_VARIABLE, SPEC_VARIABLE
 from .layout import RNNSpec
 
 
@@ -146,6 +148,16 @@ class CudnnRNN(keras.layers.Layer):
         vector += [self.num_proj] if self.num_proj else []  # five entries without projection, as always
         self.cudnn_spec = self.add_weight(name=SPEC_VARIABLE, shape=(len(vector),), dtype="int32", trainable=False,
                                           initializer=keras.initializers.Constant(vector))
+        self.cudnn_platform = self.add_weight(name=PLATFORM_VARIABLE, shape=(), dtype="int32", trainable=False,
+                                              initializer="zeros")
+
+    def load_own_variables(self, store):
+        """As Keras' own, but a file saved before ``cudnn_platform`` existed (two variables) loads, with 0."""
+        if len(store.keys()) == 2:
+            self.opaque_kernel.assign(store["0"])
+            self.cudnn_spec.assign(store["1"])
+            return
+        super().load_own_variables(store)
 
     def call(self, inputs, initial_state=None, mask=None, training=None):
         tf = import_tf()
@@ -206,6 +218,9 @@ class CudnnRNN(keras.layers.Layer):
     def _cudnn(self, x, lengths, states, dropout, training):
         from .tf_graph import cudnn_forward
 
+        tf = import_tf()
+        if training:  # the fused op trains the buffer in its library's layout: record which (not on export traces)
+            self.cudnn_platform.assign(MIOPEN if tf.sysconfig.get_build_info().get("is_rocm_build") else 1)
         return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1],
                              dropout=dropout, seed=self.seed or 0, training=training)
 

@@ -213,7 +213,7 @@ def test_hdf5_that_is_not_keras_and_truncated_h5(tmp_path, capsys):
     cut = tmp_path / "cut.h5"
     cut.write_bytes(open(KERAS2_MODEL, "rb").read()[:4000])
     code, _, err = run_cli(capsys, "inspect", cut)
-    assert_clean_error(code, err, "cannot read", "complete Keras .h5 file")
+    assert_clean_error(code, err, "cannot read", "complete, undamaged Keras .h5 file")
 
 
 # ------------------------------------------------------------------ SavedModels holding CudnnRNN / V2 / V3 nodes

@@ -14,7 +14,8 @@ from ..readers.keras_h5 import CUDNN_CLASSES, h5_text
 
 
 def _standard_config(layer):
-    """Rewrite a Keras 2 layer config in place: CuDNNLSTM -> LSTM, CuDNNGRU -> GRU(reset_after=True)."""
+    """Rewrite a Keras 2 layer config in place: CuDNNLSTM -> LSTM, CuDNNGRU -> GRU(reset_after=True); the layer a
+    wrapper (``Bidirectional``, ``TimeDistributed``) holds gets ``"module": "keras.layers"`` where it has none."""
     if not isinstance(layer, dict):
         return
     cfg = layer.get("config")
@@ -26,7 +27,10 @@ def _standard_config(layer):
         if mode == "gru":
             cfg["reset_after"] = True
     if isinstance(cfg, dict):
-        _standard_config(cfg.get("layer"))
+        inner = cfg.get("layer")
+        if isinstance(inner, dict) and "module" not in inner:  # tf.keras <= 2.12 wrote no module: Keras 3's
+            inner["module"] = "keras.layers"                  # wrappers cannot find the inner class without it
+        _standard_config(inner)
         for child in cfg.get("layers") or []:
             _standard_config(child)
 
@@ -64,8 +68,9 @@ def save_keras3_model(source, path):
             warnings.simplefilter("ignore")
             model = keras.models.load_model(edited, compile=False)
         model.save(path)
-    except (ValueError, TypeError, KeyError) as e:  # a layer Keras 3 no longer knows, say
-        return f"Keras 3 cannot rebuild the whole model ({reason(e)}); the per-layer files are written"
+    except Exception as e:  # a layer Keras 3 no longer knows, say: the per-layer files still stand
+        return (f"keras/model.keras not written: Keras 3 cannot rebuild the whole model ({reason(e)}); only the "
+                "per-layer artifacts were written")
     finally:
         if os.path.exists(edited):
             os.remove(edited)

@@ -1,7 +1,8 @@
 """One reader per input format, each opening a path as a :class:`cudnn_port.source.Source` (the protocol every
 reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.stacks` takes it from there.
 
-- TensorFlow checkpoints (TF1 name-based, TF2 object-based): :class:`cudnn_port.checkpoint.Checkpoint`
+- TensorFlow checkpoints (TF1 name-based, TF2 object-based): :class:`cudnn_port.checkpoint.Checkpoint`; one
+  holding only TF1 canonical cells (no buffer) gets a synthesised buffer from :mod:`.tf1_canonical`
 - Keras 2 ``.h5`` files with CuDNNLSTM / CuDNNGRU layers: :class:`.keras_h5.KerasH5`
 - Keras 3 models (in memory or ``.keras`` files) holding cudnn_port's fused layers:
   :class:`.keras_model.KerasModelSource`
@@ -13,6 +14,8 @@ import os
 from ..checkpoint import Checkpoint
 from ..source import Source
 from .keras_h5 import KerasH5, is_hdf5
+from .platform import check_source
+from .tf1_canonical import with_canonical_stacks
 
 
 def open_source(path) -> Source:
@@ -24,4 +27,6 @@ def open_source(path) -> Source:
         from .keras_model import KerasModelSource
 
         return KerasModelSource.from_file(path)
-    return Checkpoint(path)
+    checkpoint = Checkpoint(path)
+    check_source(checkpoint)
+    return with_canonical_stacks(checkpoint)

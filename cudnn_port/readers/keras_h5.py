@@ -93,9 +93,11 @@ class KerasH5(Source):
             with h5py.File(self.prefix, "r") as f:
                 self._read(f)
         except (OSError, KeyError, ValueError, RuntimeError, TypeError, MemoryError) as e:
-            raise CudnnPortError(f"cannot read {self.prefix} ({reason(e)}); is it a complete Keras .h5 file?") from None
+            raise CudnnPortError(f"cannot read {self.prefix} ({reason(e)}); is it a complete, undamaged Keras .h5 "
+                                 "file?") from None
 
     def _read(self, f):
+        _touch_everything(f)
         root = f["model_weights"] if "model_weights" in f else f
         if "layer_names" not in root.attrs:
             raise CudnnPortError(f"{self.prefix} is an HDF5 file but not a Keras model or weights file (no "
@@ -191,6 +193,20 @@ class KerasH5(Source):
         kind = f"{'Bidirectional(' if spec.bidirectional else ''}CuDNN{spec.mode.upper()}" \
                f"{')' if spec.bidirectional else ''}"
         return f"Keras 2 layer {layer}: {kind}, spec exact from its weight shapes"
+
+
+def _touch_everything(f):
+    """Read every attribute and every dataset's header of ``f``, so that a damaged part of the file fails here, in
+    the reader, and not later in Keras or h5py calls that do not say the file is at fault."""
+    def visit(_, obj):
+        for key in obj.attrs:
+            obj.attrs[key]
+        if hasattr(obj, "shape"):
+            obj.shape, obj.dtype
+
+    for key in f.attrs:
+        f.attrs[key]
+    f.visititems(visit)
 
 
 def _cudnn_mode(weights):

@@ -1,7 +1,8 @@
 """A Keras model in memory, holding :mod:`cudnn_port.layers` fused layers, seen like a checkpoint.
 
 Names are Keras variable paths (``encoder/opaque_kernel``, ``embed/embeddings``); each fused layer's buffer is a
-stack whose spec the layer states; its ``cudnn_spec`` variable is left out (the converted tensors say it all).
+stack whose spec the layer states; its ``cudnn_spec`` and ``cudnn_platform`` variables are left out (the converted
+tensors say it all); a layer whose platform record says ROCm / MIOpen is refused.
 """
 import os
 import zipfile
@@ -9,9 +10,10 @@ import zipfile
 import numpy as np
 
 from ..errors import CudnnPortError, reason
-from ..infer import SPEC_VARIABLE
+from ..infer import PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..paths import require_file
 from ..source import Source
+from .platform import refuse_miopen
 
 
 def load_keras_file(path):
@@ -44,12 +46,13 @@ class KerasModelSource(Source):
         self.prefix = path or f"Keras model {model.name} (in memory)"
         self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}
         fused = fused_layers(model)
+        refuse_miopen(self.prefix, ((layer.name, layer.cudnn_platform.numpy()) for layer in fused))
         for layer in fused:
             self.specs[layer.opaque_kernel.path] = layer.spec
             self._layers[layer.opaque_kernel.path] = layer.name
-        skip = {layer.cudnn_spec.path for layer in fused}
+        skip = {v.path for layer in fused for v in (layer.cudnn_spec, layer.cudnn_platform)}
         for variable in model.variables:
-            if variable.path in skip or variable.path.endswith(f"/{SPEC_VARIABLE}"):
+            if variable.path in skip or variable.path.endswith((f"/{SPEC_VARIABLE}", f"/{PLATFORM_VARIABLE}")):
                 continue
             self._values[variable.path] = variable
             self.shapes[variable.path] = tuple(int(d) for d in variable.shape)
