@@ -9,7 +9,7 @@ from ..errors import CudnnPortError, reason
 from ..outdir import OutputFolder, finish, manifest_head
 from ..paths import require_file, sha256
 from .nodes import find_nodes, load_proto
-from .prune import gpu_selected, prune
+from .prune import drop_slot_references, gpu_selected, prune
 from .rewrite import write_cpu_saved_model
 
 GRAPH_FORMATS = ("saved_model", "onnx")
@@ -26,6 +26,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
     folder = OutputFolder(out, force=force, sources=[source])
     proto = load_proto(source)
     check_files(source, proto)
+    drop_slot_references(proto)  # an OptimizerV2's slots: TF without tf_keras cannot restore them
     dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
     uncalled = {name: ops for name, ops in dropped.items() if ops}
     nodes = find_nodes(proto)
