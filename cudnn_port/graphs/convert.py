@@ -9,6 +9,7 @@ from ..errors import CudnnPortError, reason
 from ..outdir import OutputFolder, finish, manifest_head
 from ..paths import require_file, sha256
 from .nodes import find_nodes, load_proto
+from .layouts import put_params_in_cudnn_order
 from .prune import drop_slot_references, gpu_selected, prune
 from .rewrite import write_cpu_saved_model
 
@@ -30,6 +31,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
     dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
     uncalled = {name: ops for name, ops in dropped.items() if ops}
     nodes = find_nodes(proto)
+    reordered = put_params_in_cudnn_order(proto, nodes)  # tf_keras traced on a build without CUDA, or on ROCm
     if not nodes and not uncalled:
         raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
                              "nothing to convert")
@@ -51,7 +53,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
         manifest = manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
                                  "signatures, inputs and outputs keep their names", formats)
         manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[],
-                        uncalled_functions_dropped=dropped_summary(dropped))
+                        uncalled_functions_dropped=dropped_summary(dropped), params_reordered=reordered)
         if "saved_model" in formats:
             say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
             with user_graph(source, "rewrite"):

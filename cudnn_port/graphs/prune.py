@@ -16,7 +16,7 @@ import contextlib
 import os
 import tempfile
 
-from .nodes import is_cudnn, load_proto
+from .nodes import find_nodes, is_cudnn, load_proto
 
 PAIRED_FUNCTIONS = ("forward_function_name", "backward_function_name")  # FunctionDef attrs naming a partner
 
@@ -141,15 +141,18 @@ def drop_slot_references(proto):
 @contextlib.contextmanager
 def gpu_selected(source):
     """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
-    that calls them instead, uncalled functions pruned and optimizer slot references dropped
-    (:func:`drop_slot_references`; its other files linked, not copied)."""
+    that calls them instead, uncalled functions pruned, each cuDNN node's params in cuDNN's gate layout
+    (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
+    not copied)."""
+    from .layouts import put_params_in_cudnn_order
+
     proto = load_proto(source)
     swapped = select_gpu_implementations(proto)
-    if not (drop_slot_references(proto) or swapped):
+    prune(proto)
+    reordered = put_params_in_cudnn_order(proto, find_nodes(proto))
+    if not (drop_slot_references(proto) or swapped or reordered):
         yield source
         return
-    if swapped:
-        prune(proto)
     with tempfile.TemporaryDirectory(prefix="cudnn_port_gpu_selected_") as tmp:
         for name in os.listdir(source):
             if name not in ("saved_model.pb", "fingerprint.pb"):
