@@ -137,9 +137,13 @@ def run_error(error, limit=240):
     """One line for an error TensorFlow or onnxruntime raised while running a graph: the detail and the node."""
     text = (getattr(error, "message", None) or str(error)).strip()
     ort = re.search(r"running (\w+) node\. Name:'([^']+)' Status Message: (.*)", text, re.S)
+    status = re.findall(r"\[ONNXRuntimeError\] : \d+ : \w+ : (.*)", text)
     if ort:
         kind, node, detail = ort.groups()
-        line = f"{detail.strip().splitlines()[0] if detail.strip() else kind} in node {node} ({kind})"
+        detail = (status[-1] if status else detail.strip().splitlines()[0] if detail.strip() else kind)
+        line = f"node {node} ({kind}): {_ort_detail(detail)}"
+    elif status:  # e.g. a model that does not load: the message without onnxruntime's C++ call stack
+        line = _ort_detail(status[-1])
     else:
         node = re.search(r"\{\{node ([^}]+)\}\}", text) or re.search(r"Node: '([^']+)'", text)
         skip = ("Graph execution error", "Detected at node", "Node:", "File ", "[[", "Registered ", "Instructions")
@@ -151,3 +155,9 @@ def run_error(error, limit=240):
         line = f"{type(error).__name__}: {detail}" + (f" in node {node.group(1)}" if node else "")
     line = re.sub(r"(?:/[^\s/:;,()'\"]+)+/([^\s/:;,()'\"]+)", r"\1", line)
     return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def _ort_detail(text):
+    """onnxruntime's message without source locations (``tensor.cc:57``) or C++ signatures."""
+    text = re.sub(r"\b[\w/]+\.(?:cc|h|cpp):\d+\s*", "", text.strip().splitlines()[0])
+    return re.split(r" [\w:]+::[\w:]+\(", text)[0].strip()
