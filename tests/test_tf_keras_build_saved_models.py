@@ -118,3 +118,36 @@ def test_a_row_that_cannot_run_says_why_in_one_line():
     row = could_not_run("saved_model [serving_default]", "TensorFlow", raised.value)
     assert row["passed"] is False and "\n" not in row["note"]
     assert "-1 is not in [0, 4)" in row["note"] and "in node" in row["note"], row
+
+
+def test_convert_names_the_node_of_an_onnx_model_that_does_not_run(tmp_path, capsys, fixtures, monkeypatch):
+    """convert runs the ONNX it wrote once on the serving signature's inputs: an ONNX that onnxruntime cannot run
+    (here one whose Expand gets a negative shape) fails convert with exit 1, one line naming the node, and nothing
+    published."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from cudnn_port.exports import onnx_tf
+    from test_convert import run_cli
+
+    def broken_onnx(saved_model, path, signature="serving_default"):
+        nodes = [helper.make_node("Shape", ["signal"], ["shape"]),
+                 helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+                 helper.make_node("Sub", ["zero", "batch"], ["negative"]),
+                 helper.make_node("Expand", ["one", "negative"], ["dense_1"], name="Expand__269")]
+        graph = helper.make_graph(nodes, "broken", [helper.make_tensor_value_info("signal", TensorProto.FLOAT,
+                                                                                   ["batch", "time", 5])],
+                                  [helper.make_tensor_value_info("dense_1", TensorProto.FLOAT, None)],
+                                  [helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+                                   helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.save(model, str(path))
+
+    monkeypatch.setattr(onnx_tf, "write_saved_model_onnx", broken_onnx)
+    folder, _ = fixtures
+    code, _, err = run_cli(capsys, "convert", folder / "lstm_cpu_build", tmp_path / "out")
+    assert code == 1, err
+    line = [ln for ln in err.splitlines() if ln.startswith("cudnn-port:")]
+    assert len(line) == 1 and "Expand__269" in line[0] and "onnxruntime" in line[0], err
+    assert not (tmp_path / "out").exists()
