@@ -99,6 +99,11 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
     specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
+    rng = np.random.default_rng(seed + 1)
+    for name, vocab in sorted(embedding_vocabularies(model, names).items()):  # token ids, whatever their dtype
+        ids = rng.integers(0, vocab, size=feeds[name].shape).astype(feeds[name].dtype)
+        ids[-1, 2:] = 0 if ids.ndim >= 2 and ids.shape[0] > 1 else ids[-1, 2:]  # the same right padding
+        feeds[name] = ids
     judge, judge_name = model_judge(model)
     want = judge([feeds[n] for n in names])
     rows = run_model_artifacts(out, manifest, names, feeds, want, atol, rtol, say)
@@ -118,6 +123,20 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
         except Exception as e:  # noqa: BLE001
             rows.append(failed_row("task: next-token loss", e))
     return [dict(r, stack="(whole model)", judge=judge_name) for r in rows]
+
+
+def embedding_vocabularies(model, names) -> dict:
+    """{input name: input_dim} for each model input that an Embedding layer reads directly."""
+    by_id = {id(t): n for t, n in zip(model.inputs, names)}
+    found = {}
+    for layer in model.layers:
+        if type(layer).__name__ != "Embedding":
+            continue
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", []):
+                if id(tensor) in by_id:
+                    found[by_id[id(tensor)]] = int(layer.input_dim)
+    return found
 
 
 def _int8_model_row(out, manifest, names, feeds, want):
