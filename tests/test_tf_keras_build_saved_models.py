@@ -151,3 +151,28 @@ def test_convert_names_the_node_of_an_onnx_model_that_does_not_run(tmp_path, cap
     line = [ln for ln in err.splitlines() if ln.startswith("cudnn-port:")]
     assert len(line) == 1 and "Expand__269" in line[0] and "onnxruntime" in line[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_params_built_in_an_unknown_layout_are_refused_in_one_line():
+    """A GPU function whose params are no permutation of its Keras weights (here the kernel scaled by 2) cannot be
+    put in cuDNN's order: refused with one line, never converted as if it were cuDNN's."""
+    from cudnn_port.errors import UnsupportedError
+    from cudnn_port.graphs.layouts import params_permutation
+    from cudnn_port.layout import RNNSpec
+
+    spec = RNNSpec("gru", 1, 3, 4)
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 5, 4]), tf.TensorSpec([1, 2, 3]), tf.TensorSpec([4, 9]),
+                                  tf.TensorSpec([3, 9]), tf.TensorSpec([2, 9])])
+    def gpu_gru(inputs, init_h, kernel, recurrent_kernel, bias):
+        params = tf.concat([tf.reshape(tf.transpose(k), [-1]) for k in tf.split(kernel * 2.0, 3, axis=1)] +
+                           [tf.reshape(tf.transpose(k), [-1]) for k in tf.split(recurrent_kernel, 3, axis=1)] +
+                           [tf.reshape(bias, [-1])], 0)
+        return tf.raw_ops.CudnnRNNV3(input=inputs, input_h=init_h, input_c=0.0, params=params,
+                                     sequence_lengths=[5, 5], rnn_mode="gru", time_major=False)[0]
+
+    function_def = gpu_gru.get_concrete_function().function_def
+    node = next(n.name for n in function_def.node_def if n.op == "CudnnRNNV3")
+    with pytest.raises(UnsupportedError) as raised:
+        params_permutation(function_def, node, spec)
+    assert "no gate order" in str(raised.value) and "\n" not in str(raised.value)

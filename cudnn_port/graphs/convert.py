@@ -68,8 +68,11 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
             from ..exports.onnx_tf import write_saved_model_onnx
 
             say("writing model.onnx (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-            with user_graph(source, "write ONNX for"), gpu_selected(source) as selected:  # tf_keras: its cuDNN
-                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"))  # path, which fuses when masked
+            with user_graph(source, "write ONNX for"), gpu_selected(source, reordered) as selected:  # tf_keras:
+                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"))  # its cuDNN path, fused nodes
+            if reordered:
+                say(f"{len(reordered)} cuDNN node(s) of tf_keras GPU functions had params in another gate layout (a "
+                    "build without CUDA, or ROCm); gathered into cuDNN's for the ONNX (manifest: params_reordered)")
             manifest["model_artifacts"]["onnx"] = "model.onnx"
             if "saved_model" in formats:
                 say("running model.onnx once on the inputs verify draws")

@@ -18,7 +18,7 @@ from ..layout import pack
 WEIGHT_ARGS = ("kernel", "recurrent_kernel", "bias")  # tf_keras's gpu_lstm / gpu_gru (TF 2.0: cudnn_lstm / _gru)
 
 
-DIGIT = 4096  # markers run in two passes of base-4096 digits: each digit exact in float16 and float32
+DIGITS = {"float16": 2048}  # markers run in two passes of base-B digits, exact in the params' dtype
 
 
 def keras_markers(spec):
@@ -35,14 +35,17 @@ def keras_markers(spec):
 
 
 def _run_markers(session, params, placeholders, markers):
-    """Where the markers land in params: the construction run once per base-DIGIT digit (0 stays 0)."""
+    """Where the markers land in params: the construction run once per digit (0 stays 0)."""
     dtype = params.dtype.as_numpy_dtype
+    base = DIGITS.get(params.dtype.name, 4096)
     passes = []
-    for digit in (lambda m: np.where(m > 0, (m - 1) // DIGIT + 1, 0), lambda m: np.where(m > 0, (m - 1) % DIGIT + 1, 0)):
+    high_digit = lambda m: np.where(m > 0, (m - 1) // base + 1, 0)  # noqa: E731
+    low_digit = lambda m: np.where(m > 0, (m - 1) % base + 1, 0)  # noqa: E731
+    for digit in (high_digit, low_digit):
         feeds = {p: digit(m).astype(dtype) for p, m in zip(placeholders, markers)}
         passes.append(np.asarray(session.run(params, feeds), np.float64).reshape(-1))
     high, low = passes
-    return np.where(high > 0, (high - 1) * DIGIT + low, 0)
+    return np.where(high > 0, (high - 1) * base + low, 0)
 
 
 def cudnn_params(spec, kernel, recurrent, bias):
@@ -78,7 +81,7 @@ def params_permutation(function_def, node_name, spec):
     with tf.Graph().as_default() as whole:
         tf.compat.v1.import_graph_def(graph_def, name="")
         params_name = whole.get_operation_by_name(node_name).inputs[3].name
-    construction = tf.compat.v1.graph_util.extract_sub_graph(graph_def, [params_name.split(":")[0]])
+    construction = _ancestors(graph_def, params_name.split(":")[0])
     with tf.Graph().as_default() as graph:  # only what builds params: the cuDNN op has no CPU kernel to place
         tf.compat.v1.import_graph_def(construction, name="")
         params = graph.get_tensor_by_name(params_name)
@@ -98,6 +101,23 @@ def params_permutation(function_def, node_name, spec):
                                "with the standard function)")
     perm = np.array([positions[v] for v in want], np.int32)
     return None if (perm == np.arange(perm.size)).all() else perm
+
+
+def _ancestors(graph_def, name):
+    """A copy of ``graph_def`` holding only node ``name`` and the nodes it depends on."""
+    nodes = {n.name: n for n in graph_def.node}
+    keep, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current in keep or current not in nodes:
+            continue
+        keep.add(current)
+        todo += [i.lstrip("^").split(":")[0] for i in nodes[current].input]
+    out = type(graph_def)()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(n for n in graph_def.node if n.name in keep)
+    return out
 
 
 def put_params_in_cudnn_order(proto, nodes):

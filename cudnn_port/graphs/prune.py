@@ -139,18 +139,20 @@ def drop_slot_references(proto):
 
 
 @contextlib.contextmanager
-def gpu_selected(source):
+def gpu_selected(source, reordered=None):
     """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
     that calls them instead, uncalled functions pruned, each cuDNN node's params in cuDNN's gate layout
     (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
-    not copied)."""
+    not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
     from .layouts import put_params_in_cudnn_order
 
     proto = load_proto(source)
     swapped = select_gpu_implementations(proto)
     prune(proto)
-    reordered = put_params_in_cudnn_order(proto, find_nodes(proto))
-    if not (drop_slot_references(proto) or swapped or reordered):
+    changed = put_params_in_cudnn_order(proto, find_nodes(proto))
+    if reordered is not None:
+        reordered.update(changed)
+    if not (drop_slot_references(proto) or swapped or changed):
         yield source
         return
     with tempfile.TemporaryDirectory(prefix="cudnn_port_gpu_selected_") as tmp:
