@@ -102,7 +102,8 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
     rng = np.random.default_rng(seed + 1)
     for name, vocab in sorted(embedding_vocabularies(model, names).items()):  # token ids, whatever their dtype
         ids = rng.integers(0, vocab, size=feeds[name].shape).astype(feeds[name].dtype)
-        ids[-1, 2:] = 0 if ids.ndim >= 2 and ids.shape[0] > 1 else ids[-1, 2:]  # the same right padding
+        if ids.ndim >= 2 and ids.shape[0] > 1:
+            ids[-1, 2:] = 0  # the same right padding as sample_inputs(pad_last=True)
         feeds[name] = ids
     judge, judge_name = model_judge(model)
     want = judge([feeds[n] for n in names])
