@@ -100,8 +100,8 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
     specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
     rng = np.random.default_rng(seed + 1)
-    for name, vocab in sorted(embedding_vocabularies(model, names).items()):  # token ids, whatever their dtype
-        ids = rng.integers(0, vocab, size=feeds[name].shape).astype(feeds[name].dtype)
+    for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):  # ids, whatever the dtype
+        ids = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
         if ids.ndim >= 2 and ids.shape[0] > 1:
             ids[-1, 2:] = 0  # the same right padding as sample_inputs(pad_last=True)
         feeds[name] = ids
@@ -127,7 +127,8 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
 
 
 def embedding_vocabularies(model, names) -> dict:
-    """{input name: input_dim} for each model input that an Embedding layer reads directly."""
+    """{input name: (lowest id, input_dim)} for each model input that an Embedding layer reads directly; the lowest
+    id is 1 where the Embedding masks 0 (padding, which verify puts only at the end of a row)."""
     by_id = {id(t): n for t, n in zip(model.inputs, names)}
     found = {}
     for layer in model.layers:
@@ -136,7 +137,7 @@ def embedding_vocabularies(model, names) -> dict:
         for node in getattr(layer, "_inbound_nodes", []):
             for tensor in getattr(node, "input_tensors", []):
                 if id(tensor) in by_id:
-                    found[by_id[id(tensor)]] = int(layer.input_dim)
+                    found[by_id[id(tensor)]] = (1 if getattr(layer, "mask_zero", False) else 0, int(layer.input_dim))
     return found
 
 
