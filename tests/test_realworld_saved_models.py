@@ -65,3 +65,51 @@ def test_published_saved_model_converts_and_matches_the_original(tmp_path, capsy
         assert np.abs(value).max() > 1e-3  # a live output, not a constant zero
         np.testing.assert_allclose(got[key], value, atol=ATOL, rtol=0, err_msg=f"{name} SavedModel {key}")
         np.testing.assert_allclose(onnx_got[key], value, atol=ATOL, rtol=0, err_msg=f"{name} ONNX {key}")
+
+
+def reshard(source, dest):
+    """Copy SavedModel ``source`` to ``dest`` with its variables split into two shards
+    (``variables.data-00000-of-00002``, ``-00001-of-00002``), as TF 2.0-era multi-device saves wrote them: stock
+    ``SaveV2`` per shard, then ``MergeV2Checkpoints``."""
+    import shutil
+
+    shutil.copytree(source, dest)
+    folder = os.path.join(dest, "variables")
+    reader = tf.train.load_checkpoint(os.path.join(folder, "variables"))
+    names = sorted(reader.get_variable_to_dtype_map())
+    values = {n: reader.get_tensor(n) for n in names}
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
+    parts = [os.path.join(folder, "tmp", f"part-{i:05d}-of-00002") for i in range(2)]
+    for part, chosen in zip(parts, (names[0::2], names[1::2])):
+        tf.raw_ops.SaveV2(prefix=part, tensor_names=chosen, shape_and_slices=[""] * len(chosen),
+                          tensors=[tf.constant(values[n]) for n in chosen])
+    tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=parts, destination_prefix=os.path.join(folder, "variables"),
+                                  delete_old_dirs=True)
+    shutil.rmtree(os.path.join(folder, "tmp"), ignore_errors=True)
+
+
+def test_sharded_variables_convert_and_match_the_original(tmp_path, capsys):
+    """The published LSTM with its variables in two shards: converts, verifies, and matches the original (itself
+    run from the two shards by stock TensorFlow)."""
+    from test_convert import run_cli
+
+    from cudnn_port.exports.runners import onnx_session
+
+    source = str(tmp_path / "sharded")
+    reshard(os.path.join(REALWORLD, MODELS[0]), source)
+    assert sorted(os.listdir(os.path.join(source, "variables"))) == [
+        "variables.data-00000-of-00002", "variables.data-00001-of-00002", "variables.index"]
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "convert", source, out)
+    assert code == 0, err
+    code, report, err = run_cli(capsys, "verify", out)
+    assert code == 0, report + err
+    feeds = random_feeds(source, seed=32)
+    want = original_serving(source, feeds)
+    got = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"](**feeds)
+    session = onnx_session(out / "model.onnx")
+    onnx_got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key].numpy(), value, atol=ATOL, rtol=0, err_msg=f"SavedModel {key}")
+        np.testing.assert_allclose(onnx_got[key], value, atol=ATOL, rtol=0, err_msg=f"ONNX {key}")
