@@ -16,7 +16,7 @@ import contextlib
 import os
 import tempfile
 
-from .nodes import is_cudnn, load_proto
+from .nodes import find_nodes, is_cudnn, load_proto
 
 PAIRED_FUNCTIONS = ("forward_function_name", "backward_function_name")  # FunctionDef attrs naming a partner
 
@@ -123,15 +123,38 @@ def select_gpu_implementations(proto):
     return swapped
 
 
+def drop_slot_references(proto):
+    """Forget (in place) which variables are an optimizer's slots: clear every object's ``slot_variables``. An
+    optimizer saved by tf.keras 2 (``OptimizerV2``, TF 2.0-2.10 and tf_keras's ``legacy`` ones) lists its slots
+    there; TensorFlow without tf_keras restores that optimizer as a ``_UserObject`` and then calls its
+    ``add_slot`` for each entry, which it lacks ("'_UserObject' object has no attribute 'add_slot'"). The slot
+    variables stay in the object graph and the variables files, as plain variables; signatures never read them.
+    Returns how many references were dropped."""
+    count = 0
+    for meta in proto.meta_graphs:
+        for obj in meta.object_graph_def.nodes:
+            count += len(obj.slot_variables)
+            del obj.slot_variables[:]
+    return count
+
+
 @contextlib.contextmanager
-def gpu_selected(source):
+def gpu_selected(source, reordered=None):
     """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
-    that calls them instead, uncalled functions pruned (its other files linked, not copied)."""
+    that calls them instead, uncalled functions pruned, each cuDNN node's params in cuDNN's gate layout
+    (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
+    not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
+    from .layouts import put_params_in_cudnn_order
+
     proto = load_proto(source)
-    if not select_gpu_implementations(proto):
+    swapped = select_gpu_implementations(proto)
+    prune(proto)
+    changed = put_params_in_cudnn_order(proto, find_nodes(proto))
+    if reordered is not None:
+        reordered.update(changed)
+    if not (drop_slot_references(proto) or swapped or changed):
         yield source
         return
-    prune(proto)
     with tempfile.TemporaryDirectory(prefix="cudnn_port_gpu_selected_") as tmp:
         for name in os.listdir(source):
             if name not in ("saved_model.pb", "fingerprint.pb"):

@@ -4,13 +4,15 @@ import os
 import numpy as np
 
 from ..deps import import_tf
+from .graph_inputs import could_not_run, token_vocabularies
 from .parity import compare, failed_row, sample_inputs
 
 
 def saved_model_rows(manifest, out, atol, rtol, seed, say):
     """A converted SavedModel: every signature runs on CPU with finite outputs, and the ONNX model agrees with the
     serving signature. (The NumPy reference judges the replacement of each kind of cuDNN node in the test suite; a
-    whole foreign graph has no reference here.)"""
+    whole foreign graph has no reference here.) Inputs take what the model accepts (:func:`signature_feeds`); a
+    signature or ONNX model that raises is a failed row saying why in one line (:func:`could_not_run`)."""
     tf = import_tf()
     arts, rows = manifest["model_artifacts"], []
     if "saved_model" not in arts:
@@ -18,35 +20,63 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say):
     try:
         loaded = tf.saved_model.load(os.path.join(out, arts["saved_model"]))
     except Exception as e:  # noqa: BLE001 (a SavedModel that does not load is a failed check)
-        return [dict(failed_row("saved_model", e), stack="(whole graph)", judge=None)]
+        return [dict(could_not_run("saved_model", "loading it", e), stack="(whole graph)", judge=None)]
     serving = None
     for name in sorted(loaded.signatures):
         say(f"saved_model: signature {name}")
         fn = loaded.signatures[name]
-        feeds = sample_inputs(sorted(fn.structured_input_signature[1].items()), seed)
+        feeds, note = signature_feeds(fn, seed)
         try:
             results = {k: v.numpy() for k, v in fn(**feeds).items()}
             finite = all(np.isfinite(v).all() for v in results.values() if v.dtype.kind == "f")
             row = {"artifact": f"saved_model [{name}]", "max_abs": None, "max_rel": None, "passed": finite,
-                   "note": "runs on CPU" + ("" if finite else "; NaN/Inf in its outputs")}
+                   "note": "runs on CPU" + note + ("" if finite else "; NaN/Inf in its outputs")}
         except Exception as e:  # noqa: BLE001
-            row, results = failed_row(f"saved_model [{name}]", e), None
+            row, results = could_not_run(f"saved_model [{name}]", "TensorFlow", e), None
         if name == "serving_default" or serving is None:
             serving = (feeds, results)
         rows.append(dict(row, stack="(whole graph)", judge=None))
     if "onnx" in arts and serving and serving[1] is not None:
-        from ..exports.runners import onnx_session
-
         say("onnx: against the SavedModel")
-        feeds, want = serving
-        try:
-            session = onnx_session(os.path.join(out, arts["onnx"]))
-            names = [o.name for o in session.get_outputs()]
-            row = compare("onnx (onnxruntime)", session.run(names, feeds), [want[n] for n in names], atol, rtol)
-        except Exception as e:  # noqa: BLE001
-            row = failed_row("onnx (onnxruntime)", e)
+        row = onnx_row(os.path.join(out, arts["onnx"]), *serving, atol, rtol)
         rows.append(dict(row, stack="(whole graph)", judge="the converted SavedModel"))
     return rows
+
+
+def onnx_row(path, feeds, want, atol, rtol):
+    """The ONNX model on ``feeds`` against ``want`` ({output name: array}); a failed run says why."""
+    from ..exports.runners import onnx_session
+
+    try:
+        session = onnx_session(path)
+    except Exception as e:  # noqa: BLE001
+        return could_not_run("onnx (onnxruntime)", "loading it in onnxruntime", e)
+    names = [o.name for o in session.get_outputs()]
+    try:
+        got = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
+    except Exception as e:  # noqa: BLE001
+        return could_not_run("onnx (onnxruntime)", "onnxruntime", e)
+    if set(names) != set(want):
+        return {"artifact": "onnx (onnxruntime)", "max_abs": None, "max_rel": None, "passed": False,
+                "note": f"outputs {sorted(names)}, the SavedModel's {sorted(want)}"}
+    return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol)
+
+
+def signature_feeds(function, seed):
+    """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
+    ids in [0, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
+    (:func:`~.graph_inputs.token_vocabularies`). Returns (feeds, a note naming the token inputs)."""
+    specs = sorted(function.structured_input_signature[1].items())
+    feeds = sample_inputs(specs, seed)
+    try:
+        vocabs = token_vocabularies(function)
+    except Exception:  # noqa: BLE001 (an unusual graph: plain inputs, as before)
+        vocabs = {}
+    rng = np.random.default_rng(seed + 1)
+    for name, vocab in sorted(vocabs.items()):
+        feeds[name] = rng.integers(0, vocab or 2, size=feeds[name].shape).astype(feeds[name].dtype)
+    shown = ", ".join(f"{n} in [0, {v or 2})" for n, v in sorted(vocabs.items()))
+    return feeds, f"; token ids {shown}" if shown else ""
 
 
 def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
@@ -69,6 +99,12 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
     specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
+    rng = np.random.default_rng(seed + 1)
+    for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):  # ids, whatever the dtype
+        ids = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
+        if ids.ndim >= 2 and ids.shape[0] > 1:
+            ids[-1, 2:] = 0  # the same right padding as sample_inputs(pad_last=True)
+        feeds[name] = ids
     judge, judge_name = model_judge(model)
     want = judge([feeds[n] for n in names])
     rows = run_model_artifacts(out, manifest, names, feeds, want, atol, rtol, say)
@@ -88,6 +124,21 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
         except Exception as e:  # noqa: BLE001
             rows.append(failed_row("task: next-token loss", e))
     return [dict(r, stack="(whole model)", judge=judge_name) for r in rows]
+
+
+def embedding_vocabularies(model, names) -> dict:
+    """{input name: (lowest id, input_dim)} for each model input that an Embedding layer reads directly; the lowest
+    id is 1 where the Embedding masks 0 (padding, which verify puts only at the end of a row)."""
+    by_id = {id(t): n for t, n in zip(model.inputs, names)}
+    found = {}
+    for layer in model.layers:
+        if type(layer).__name__ != "Embedding":
+            continue
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", []):
+                if id(tensor) in by_id:
+                    found[by_id[id(tensor)]] = (1 if getattr(layer, "mask_zero", False) else 0, int(layer.input_dim))
+    return found
 
 
 def _int8_model_row(out, manifest, names, feeds, want):

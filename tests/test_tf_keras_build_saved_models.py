@@ -1,0 +1,178 @@
+"""tf_keras SavedModels of the kinds users bring (tests/fixtures/make_tf_keras_build_saved_models.py, tf_keras 2.21 on
+tensorflow-cpu; tf_keras is not needed here): traced on a build without CUDA (the GRU's cuDNN params left in z, r, h
+order), traced as on ROCm (the LSTM's in MIOpen's i, f, o, c), a three-LSTM stack, a TF <= 2.10 optimizer with
+slot variables, float32 token inputs feeding an Embedding, several inputs and outputs, states in and out.
+
+The judge is tf_keras itself: ``expected.npz`` holds the original ``serving_default``'s outputs, computed on CPU by
+stock TensorFlow when the fixtures were made. ``convert`` then ``verify`` exit 0, and OUT/saved_model and
+OUT/model.onnx match those outputs.
+"""
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+tf = pytest.importorskip("tensorflow")
+ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_build_saved_models.tar.xz")
+MODELS = ["gru_cpu_build", "lstm_cpu_build", "rocm_build", "three_lstms", "legacy_adam", "seq2seq", "decoder_step"]
+ATOL = 1e-5  # fp32, tiny models: measured <= 1.8e-7 (ONNX) and 0 (SavedModel, the same standard functions)
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tf_keras_build")
+    with tarfile.open(ARCHIVE) as archive:
+        archive.extractall(root, filter="data")
+    folder = root / "tf_keras_build_saved_models"
+    with np.load(folder / "expected.npz") as data:
+        return folder, dict(data)
+
+
+def split(expected, name):
+    """(inputs, outputs) of fixture ``name``: {key: array} each."""
+    pick = lambda kind: {k.split("/", 2)[2]: v for k, v in expected.items()  # noqa: E731
+                         if k.startswith(f"{name}/{kind}/")}
+    return pick("in"), pick("out")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tf_keras_saved_model_of_any_build_matches_the_original(tmp_path, capsys, fixtures, name):
+    from test_convert import run_cli
+
+    from cudnn_port.exports.runners import onnx_session
+
+    folder, expected = fixtures
+    feeds, want = split(expected, name)
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "convert", folder / name, out)
+    assert code == 0, err
+    code, report, err = run_cli(capsys, "verify", out)
+    assert code == 0, report + err
+    signature = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
+    got = {k: v.numpy() for k, v in signature(**feeds).items()}
+    session = onnx_session(out / "model.onnx")
+    onnx_got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert set(got) == set(want) == set(onnx_got)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, atol=ATOL, rtol=0, err_msg=f"{name} SavedModel {key}")
+        np.testing.assert_allclose(onnx_got[key], value, atol=ATOL, rtol=0, err_msg=f"{name} ONNX {key}")
+
+
+def test_token_inputs_declared_float_get_ids_in_the_vocabulary(fixtures):
+    """verify's feeds for a signature whose float32 inputs index an Embedding of 9 rows: integer ids in [0, 9);
+    the original model raises on the N(0, 1) floats it fed before."""
+    from cudnn_port.judging.model_rows import signature_feeds
+
+    folder, expected = fixtures
+    _, want = split(expected, "seq2seq")
+    signature = tf.saved_model.load(str(folder / "seq2seq")).signatures["serving_default"]
+    feeds, note = signature_feeds(signature, seed=0)
+    assert "encoder_tokens in [0, 9)" in note and "decoder_tokens in [0, 9)" in note, note
+    for key in ("encoder_tokens", "decoder_tokens"):
+        ids = feeds[key]
+        assert ids.dtype == np.float32 and (ids == np.round(ids)).all() and ids.min() >= 0 and ids.max() < 9
+        assert len(np.unique(ids)) > 3  # not one constant id
+    results = signature(**feeds)  # the original model accepts them
+    assert set(results) == set(want)
+
+
+def test_a_row_that_cannot_run_says_why_in_one_line():
+    """An ONNX model that onnxruntime cannot run (Expand to a negative shape) and a TensorFlow graph fed an id
+    outside its table: the row is failed, marked not run, and names the node and the reason in one line."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from cudnn_port.judging.graph_inputs import could_not_run
+    from cudnn_port.judging.model_rows import onnx_row
+
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["n", "one"], ["shape"], name="Sub_1"),
+         helper.make_node("Expand", ["x", "shape"], ["y"], name="Expand__269")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+              helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("one", TensorProto.INT64, [1], [1])])
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"expand_{os.getpid()}.onnx")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what the oldest onnxruntime CI runs (1.15) loads
+    onnx.save(model, path)
+    try:
+        row = onnx_row(path, {"x": np.ones(1, np.float32), "n": np.array([-2], np.int64)}, {"y": None}, 1e-5, 1e-4)
+    finally:
+        os.remove(path)
+    assert row["passed"] is False and row["ran"] is False
+    assert row["note"].startswith("could not run: onnxruntime failed:") and "Expand__269" in row["note"], row
+    assert "\n" not in row["note"]
+
+    table = tf.Variable(np.arange(12, dtype=np.float32).reshape(4, 3))
+
+    @tf.function
+    def lookup(ids):
+        return tf.nn.embedding_lookup(table, tf.cast(ids, tf.int32))
+
+    with pytest.raises(Exception) as raised:
+        lookup(tf.constant([1.0, -1.0]))
+    row = could_not_run("saved_model [serving_default]", "TensorFlow", raised.value)
+    assert row["passed"] is False and "\n" not in row["note"]
+    assert "-1 is not in [0, 4)" in row["note"] and "in node" in row["note"], row
+
+
+def test_convert_names_the_node_of_an_onnx_model_that_does_not_run(tmp_path, capsys, fixtures, monkeypatch):
+    """convert runs the ONNX it wrote once on the serving signature's inputs: an ONNX that onnxruntime cannot run
+    (here one whose Expand gets a negative shape) fails convert with exit 1, one line naming the node, and nothing
+    published."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from cudnn_port.exports import onnx_tf
+    from test_convert import run_cli
+
+    def broken_onnx(saved_model, path, signature="serving_default"):
+        nodes = [helper.make_node("Shape", ["signal"], ["shape"]),
+                 helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+                 helper.make_node("Sub", ["zero", "batch"], ["negative"]),
+                 helper.make_node("Expand", ["one", "negative"], ["dense_1"], name="Expand__269")]
+        graph = helper.make_graph(nodes, "broken", [helper.make_tensor_value_info("signal", TensorProto.FLOAT,
+                                                                                   ["batch", "time", 5])],
+                                  [helper.make_tensor_value_info("dense_1", TensorProto.FLOAT, None)],
+                                  [helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+                                   helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.save(model, str(path))
+
+    monkeypatch.setattr(onnx_tf, "write_saved_model_onnx", broken_onnx)
+    folder, _ = fixtures
+    code, _, err = run_cli(capsys, "convert", folder / "lstm_cpu_build", tmp_path / "out")
+    assert code == 1, err
+    line = [ln for ln in err.splitlines() if ln.startswith("cudnn-port:")]
+    assert len(line) == 1 and "Expand__269" in line[0] and "onnxruntime" in line[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_params_built_in_an_unknown_layout_are_refused_in_one_line():
+    """A GPU function whose params are no permutation of its Keras weights (here the kernel scaled by 2) cannot be
+    put in cuDNN's order: refused with one line, never converted as if it were cuDNN's."""
+    from cudnn_port.errors import UnsupportedError
+    from cudnn_port.graphs.layouts import params_permutation
+    from cudnn_port.layout import RNNSpec
+
+    spec = RNNSpec("gru", 1, 3, 4)
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 5, 4]), tf.TensorSpec([1, 2, 3]), tf.TensorSpec([4, 9]),
+                                  tf.TensorSpec([3, 9]), tf.TensorSpec([2, 9])])
+    def gpu_gru(inputs, init_h, kernel, recurrent_kernel, bias):
+        params = tf.concat([tf.reshape(tf.transpose(k), [-1]) for k in tf.split(kernel * 2.0, 3, axis=1)] +
+                           [tf.reshape(tf.transpose(k), [-1]) for k in tf.split(recurrent_kernel, 3, axis=1)] +
+                           [tf.reshape(bias, [-1])], 0)
+        return tf.raw_ops.CudnnRNNV3(input=inputs, input_h=init_h, input_c=0.0, params=params,
+                                     sequence_lengths=[5, 5], rnn_mode="gru", time_major=False)[0]
+
+    function_def = gpu_gru.get_concrete_function().function_def
+    node = next(n.name for n in function_def.node_def if n.op == "CudnnRNNV3")
+    with pytest.raises(UnsupportedError) as raised:
+        params_permutation(function_def, node, spec)
+    assert "no gate order" in str(raised.value) and "\n" not in str(raised.value)
