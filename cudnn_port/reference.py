@@ -37,17 +37,18 @@ def gru_step(params, x, h, c=None):
     return (1.0 - z) * h_tilde + z * h, None
 
 
-def _as64(params):
-    return type(params)(*(None if a is None else np.asarray(a, dtype=np.float64)
+def _cast(params, dtype):
+    return type(params)(*(None if a is None else np.asarray(a, dtype=dtype)
                           for a in (params.W, params.R, params.b_W, params.b_R, params.P)))
 
 
-def forward(canon, x, lengths=None, h_0=None, c_0=None):
+def forward(canon, x, lengths=None, h_0=None, c_0=None, dtype=np.float64):
     """Run the stack ``canon`` (a CanonicalRNN) on a right-padded batch.
 
     x: ``[B, T, I]``; lengths: ``[B]`` ints in 1..T (default T); h_0 ``[L*D, B, S]`` and c_0 ``[L*D, B, H]``
     (default zeros; c_0 only for LSTM; S = P with a projection, else H). Returns ``(outputs [B, T, D*S],
-    h_n [L*D, B, S], c_n [L*D, B, H] or None)`` in float64.
+    h_n [L*D, B, S], c_n [L*D, B, H] or None)`` in float64 (``dtype=np.float32``: the same math in fp32, which
+    measures the fp32 rounding error of a case, its "fp32 floor").
 
     >>> from cudnn_port.layout import RNNSpec, unpack
     >>> spec = RNNSpec("gru", 2, 3, 5, bidirectional=True)
@@ -57,21 +58,21 @@ def forward(canon, x, lengths=None, h_0=None, c_0=None):
     ((2, 4, 6), (4, 2, 3), 0.0)
     """
     spec = canon.spec
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=dtype)
     B, T, _ = x.shape
     H, S, D = spec.num_units, spec.state_size, spec.num_dirs
     lengths = np.full(B, T) if lengths is None else np.asarray(lengths)
-    h_0 = np.zeros((spec.num_pseudo_layers, B, S)) if h_0 is None else np.asarray(h_0, dtype=np.float64)
+    h_0 = np.zeros((spec.num_pseudo_layers, B, S), dtype) if h_0 is None else np.asarray(h_0, dtype=dtype)
     is_lstm = spec.mode == "lstm"
-    c_0 = np.zeros((spec.num_pseudo_layers, B, H)) if c_0 is None else np.asarray(c_0, dtype=np.float64)
+    c_0 = np.zeros((spec.num_pseudo_layers, B, H), dtype) if c_0 is None else np.asarray(c_0, dtype=dtype)
     step = lstm_step if is_lstm else gru_step
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):
-        layer_out = np.zeros((B, T, D * S))
+        layer_out = np.zeros((B, T, D * S), dtype)
         for direction in range(D):
             p = layer * D + direction
-            params = _as64(canon.layers[p])
+            params = _cast(canon.layers[p], dtype)
             for b in range(B):
                 n = int(lengths[b])
                 h, c = h_0[p, b], c_0[p, b]

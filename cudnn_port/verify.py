@@ -145,6 +145,8 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
     c = c if spec.mode == "lstm" else None
     want = reference.forward(canon, x, lengths, h, c)
     want_zero = reference.forward(canon, x, lengths)
+    atol_in = atol
+    atol = max(atol, case_floor(canon, (x, lengths, h, c), want))
     rows = []
     if manifest.get("kind") != "keras_model" or "checkpoint" in manifest.get("formats", []):
         say(f"{stack['variable']}: checkpoint")
@@ -155,7 +157,20 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
     for row in rows:
         row.setdefault("judge", judged_by if row["passed"] is not None else None)
         row["stack"] = stack["variable"]
+        if row["passed"] and row["max_abs"] is not None and atol_in < row["max_abs"] <= atol:  # passed on the floor
+            row["note"] = "; ".join(filter(None, [row.get("note"), f"atol {atol:.2e}: 4x this case's fp32 floor"]))
     return rows
+
+
+def case_floor(canon, batch, want):
+    """4x the fp32 floor of this case (:func:`cudnn_port.judging.parity.fp32_floor`): how far the reference's own
+    math run in fp32 lands from its float64 outputs. Trained weights (large pre-activations, saturated gates) can put
+    a correct fp32 artifact above a fixed 1e-5 (measured: 1.06e-5 on a published textgenrnn model whose every
+    artifact is right); no artifact computing in fp32 can be held closer than that."""
+    x, lengths, h, c = batch
+    got = reference.forward(canon, x, lengths, h, c, dtype=np.float32)
+    return fp32_floor(max(float(np.max(np.abs(np.asarray(g, np.float64) - w), initial=0.0))
+                          for g, w in zip(got, want) if w is not None))
 
 
 def _copied_row(manifest, out, source):
