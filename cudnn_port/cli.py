@@ -30,6 +30,9 @@ SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder)
                "CuDNNLSTM/CuDNNGRU layers, a .keras file of a model built with cudnn_port.layers, or a SavedModel "
                "folder whose graph holds CudnnRNN/V2/V3 nodes")
 MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
+MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
+DASH_HINT = ("a SOURCE or OUT whose name starts with a dash goes after --, as in cudnn-port convert -- -model.ckpt "
+             "out/")
 
 
 class UsageError(CudnnPortError):
@@ -86,6 +89,8 @@ def _common(parser, quiet=True):
     parser.add_argument("--json", action="store_true", help="print one JSON object (errors too)")
     if quiet:
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--verbose", action="store_true", help="let TensorFlow's, onnxruntime's and the other "
+                        "libraries' own log lines through to stderr (for debugging; also CUDNN_PORT_VERBOSE=1)")
 
 
 def build_parser():
@@ -193,13 +198,23 @@ def run(args, progress):
 
 
 def main(argv=None):
-    from .outdir import raised_signal, signals_interrupt
+    """Run the command line ``argv``; returns the exit code. Only cudnn-port's own lines reach stderr (progress,
+    and one line per failure): other libraries' logging is filtered out (:mod:`cudnn_port.quiet`) unless
+    ``--verbose`` or ``CUDNN_PORT_VERBOSE=1``."""
+    from .quiet import quiet_stderr
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    want_json = "--json" in argv
+    with quiet_stderr(verbose="--verbose" in argv[:argv.index("--") if "--" in argv else len(argv)]):  # before anything imports TensorFlow: it reads its environment once
+        return _main(argv)
+
+
+def _main(argv):
+    from .outdir import raised_signal, signals_interrupt
+
+    want_json, args = "--json" in argv, None
     with signals_interrupt():
         try:
-            args = build_parser().parse_args(argv)
+            args = _parse(argv)
             progress = None if getattr(args, "quiet", False) else (
                 lambda message: print(message, file=sys.stderr, flush=True))
             code, result, text = run(args, progress)
@@ -210,7 +225,25 @@ def main(argv=None):
         except Exception as e:
             if raised_signal() is not None:  # a library turned our Interrupted into its own error
                 return _interrupted(raised_signal(), False, want_json)
-            return _error(e, want_json)
+            return _error(e, want_json, getattr(args, "out", None))
+
+
+def _parse(argv):
+    parser = build_parser()
+    try:
+        return parser.parse_args(argv)
+    except UsageError as e:
+        known = {option for p in [parser, *_subparsers(parser)] for option in p._option_string_actions}
+        dashed = [a for a in argv[:argv.index("--") if "--" in argv else len(argv)]
+                  if a.startswith("-") and a.split("=")[0] not in known and a != "-"]
+        if dashed:
+            raise UsageError(f"{e}; {DASH_HINT}") from None
+        raise
+
+
+def _subparsers(parser):
+    return [p for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for p in action.choices.values()]
 
 
 def _interrupted(signum, published, want_json):
@@ -218,11 +251,15 @@ def _interrupted(signum, published, want_json):
     return _fail(f"cudnn-port: interrupted ({signal.Signals(signum).name}); {what}", 128 + signum, want_json)
 
 
-def _error(e, want_json):
+def _error(e, want_json, out=None):
     """The one line and exit code for an exception that is not an interrupt; internals never leak tracebacks to CLI
-    users."""
+    users. ``out``: the command's OUT, if any (a full disk is named by it)."""
     from .deps import missing_message
+    from .outdir import disk_error
 
+    disk = disk_error(e, out or getattr(e, "filename", None) or os.getcwd())
+    if disk is not None and not isinstance(e, CudnnPortError):
+        return _fail(f"cudnn-port: error: {disk}", 2, want_json)
     if isinstance(e, CudnnPortError):
         return _fail(f"cudnn-port: error: {e}", 2, want_json)
     if isinstance(e, ParityError):
@@ -238,10 +275,29 @@ def _error(e, want_json):
 
 
 def _fail(message, code, want_json, **extra):
-    print(" ".join(message.split()), file=sys.stderr)
+    message = one_line(message)
+    print(message, file=sys.stderr)
     if want_json:
-        print(json.dumps({"error": " ".join(message.split()), "exit_code": code, **extra}))
+        print(json.dumps({"error": message, "exit_code": code, **extra}))
     return code
+
+
+def one_line(message, limit=MAX_MESSAGE):
+    """``message`` on one line, at most about ``limit`` characters besides the paths it quotes: a longer one is cut
+    in its middle, keeping its last clause (after the last "; "), which says how to fix the problem.
+
+    >>> one_line("cudnn-port: error: " + "x" * 400 + "; pass --mode", limit=40)
+    'cudnn-port: error: xxxxxxx…; pass --mode'
+    """
+    message = " ".join(str(message).split())
+    paths = sum(len(word) for word in message.split() if os.sep in word)
+    if len(message) - paths <= limit:
+        return message
+    head, _, fix = message.rpartition("; ")
+    if not head or len(fix) > limit // 2:
+        head, fix = message, ""
+    keep = max(limit + paths - len(fix) - 3, 20)
+    return head[:keep].rstrip() + "…" + (f"; {fix}" if fix else "")
 
 
 def entry():

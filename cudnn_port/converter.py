@@ -15,6 +15,7 @@ from .errors import CudnnPortError
 from .outdir import OutputFolder, finish
 from .stacks import DEFAULT_FORMATS, FORMATS, SPEC_FLAGS, prepare_stacks, write_stacks
 from .targets import STYLES
+from .quiet import quiet
 
 QUANTIZE = ("int8",)
 
@@ -32,6 +33,7 @@ def source_kind(path) -> str:
     return "weights"
 
 
+@quiet
 def convert(source, out, *, style: Optional[str] = None, formats: Optional[Iterable[str]] = None,
             variable: Optional[str] = None, mode: Optional[str] = None, num_layers: Optional[int] = None,
             num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,

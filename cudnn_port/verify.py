@@ -31,6 +31,7 @@ from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, wr
 from .paths import sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
+from .quiet import quiet
 
 REPORT = "parity.json"
 
@@ -89,6 +90,7 @@ def converted_canon(manifest, out, stack, spec):
     return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
 
 
+@quiet
 def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -> dict:
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict."""
     out = os.fspath(out)
