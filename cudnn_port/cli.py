@@ -30,7 +30,7 @@ SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder)
                "CuDNNLSTM/CuDNNGRU layers, a .keras file of a model built with cudnn_port.layers, or a SavedModel "
                "folder whose graph holds CudnnRNN/V2/V3 nodes")
 MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
-MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
+MAX_MESSAGE = 200  # characters of a one-line message, not counting the paths it quotes (README, "Safety")
 DASH_HINT = ("a SOURCE or OUT whose name starts with a dash goes after --, as in cudnn-port convert -- -model.ckpt "
              "out/")
 

@@ -96,7 +96,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     from .readers import open_source
 
     src = open_source(source)
-    folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files())
+    folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))
     style = style or src.default_style
     formats = formats or DEFAULT_FORMATS[style]
     if quantize and "onnx" not in formats:
@@ -113,6 +113,14 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
         return finish(manifest, tmp)
 
     return folder.build(write, say)
+
+
+def _folder(src):
+    """A checkpoint's folder, which is its source folder however SOURCE names it (prefix, index or folder): OUT
+    must not lie inside it."""
+    from .checkpoint import Checkpoint
+
+    return [os.path.dirname(os.path.abspath(src.prefix))] if isinstance(src, Checkpoint) else []
 
 
 def _graphs():
