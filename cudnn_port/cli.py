@@ -13,6 +13,7 @@ import signal
 import sys
 
 from . import __version__
+from .cli_text import failed_rows, one_line
 from .errors import CudnnPortError, ParityError, reason
 
 EPILOG = """examples:
@@ -30,9 +31,7 @@ SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder)
                "CuDNNLSTM/CuDNNGRU layers, a .keras file of a model built with cudnn_port.layers, or a SavedModel "
                "folder whose graph holds CudnnRNN/V2/V3 nodes")
 MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
-MAX_MESSAGE = 200  # characters of a one-line message, not counting the paths it quotes (README, "Safety")
-DASH_HINT = ("a SOURCE or OUT whose name starts with a dash goes after --, as in cudnn-port convert -- -model.ckpt "
-             "out/")
+DASH_HINT = "a name that starts with a dash goes after --, e.g. cudnn-port convert -- -model.ckpt out/"
 
 
 class UsageError(CudnnPortError):
@@ -219,6 +218,9 @@ def _main(argv):
                 lambda message: print(message, file=sys.stderr, flush=True))
             code, result, text = run(args, progress)
             print(json.dumps(result, indent=2) if want_json else text)
+            if code and args.command == "verify":  # the table is on stdout; stderr says it failed, in one line
+                print(one_line(f"cudnn-port: verify FAILED: {failed_rows(result)}; see the table, or "
+                               f"{os.path.join(args.out, 'parity.json')}"), file=sys.stderr)
             return code
         except KeyboardInterrupt as e:
             return _interrupted(getattr(e, "signum", signal.SIGINT), getattr(e, "published", False), want_json)
@@ -232,18 +234,13 @@ def _parse(argv):
     parser = build_parser()
     try:
         return parser.parse_args(argv)
-    except UsageError as e:
-        known = {option for p in [parser, *_subparsers(parser)] for option in p._option_string_actions}
-        dashed = [a for a in argv[:argv.index("--") if "--" in argv else len(argv)]
-                  if a.startswith("-") and a.split("=")[0] not in known and a != "-"]
-        if dashed:
+    except UsageError as e:  # a name that starts with a dash reads as an unknown flag: say how to pass it
+        known = {o for p in [parser, *parser._subparsers._group_actions[0].choices.values()]
+                 for o in p._option_string_actions}
+        if any(a.startswith("-") and a.split("=")[0] not in known and a != "-"
+               for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
             raise UsageError(f"{e}; {DASH_HINT}") from None
         raise
-
-
-def _subparsers(parser):
-    return [p for action in parser._actions if isinstance(action, argparse._SubParsersAction)
-            for p in action.choices.values()]
 
 
 def _interrupted(signum, published, want_json):
@@ -280,24 +277,6 @@ def _fail(message, code, want_json, **extra):
     if want_json:
         print(json.dumps({"error": message, "exit_code": code, **extra}))
     return code
-
-
-def one_line(message, limit=MAX_MESSAGE):
-    """``message`` on one line, at most about ``limit`` characters besides the paths it quotes: a longer one is cut
-    in its middle, keeping its last clause (after the last "; "), which says how to fix the problem.
-
-    >>> one_line("cudnn-port: error: " + "x" * 400 + "; pass --mode", limit=40)
-    'cudnn-port: error: xxxxxxx…; pass --mode'
-    """
-    message = " ".join(str(message).split())
-    paths = sum(len(word) for word in message.split() if os.sep in word)
-    if len(message) - paths <= limit:
-        return message
-    head, _, fix = message.rpartition("; ")
-    if not head or len(fix) > limit // 2:
-        head, fix = message, ""
-    keep = max(limit + paths - len(fix) - 3, 20)
-    return head[:keep].rstrip() + "…" + (f"; {fix}" if fix else "")
 
 
 def entry():

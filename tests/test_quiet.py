@@ -1,0 +1,140 @@
+"""stderr carries only cudnn-port's own lines: every command, each source kind, good and bad input, run as a user
+runs it (a subprocess whose environment sets none of TensorFlow's logging variables; conftest.py sets them for the
+rest of the suite, which is why in-process tests never saw TensorFlow's log lines). A success under --quiet prints
+nothing on stderr; a failure prints exactly one line (and with --json, one JSON object on stdout)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("onnxruntime")
+SAMPLE = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
+CHAR_LM = os.path.join(ROOT, "models", "char_lm", "model.keras")
+H5 = os.path.join(ROOT, "tests", "fixtures", "keras2_cudnn_model.h5")
+ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_saved_models.tar.xz")
+# what TensorFlow, absl, oneDNN, XLA, grappler, onnxruntime, tf2onnx and Python's warnings print (TF 2.16-2.21)
+FOREIGN = re.compile(r"^[IWEF]\d{4} |^\d{4}-\d\d-\d\d[ T]|absl|oneDNN|onnxruntime|cpu_feature_guard|"
+                     r"rebuild TensorFlow|tensorflow/|XLA|grappler|single_machine|tf2onnx|Warning:|WARNING|"
+                     r"Traceback|\x1b\[")
+
+
+def cli(*argv, timeout=300, **env):
+    """``python -m cudnn_port.cli ARGV`` with a clean environment (plus ``env``): (exit code, stdout, stderr)."""
+    clean = {k: v for k, v in os.environ.items() if k not in
+             ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "CUDNN_PORT_VERBOSE", "CUDNN_PORT_DEBUG")}
+    clean.update(PYTHONPATH=ROOT, **env)
+    proc = subprocess.run([sys.executable, "-m", "cudnn_port.cli", *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, env=clean, cwd=ROOT)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def clean_success(result, quiet=True):
+    code, out, err = result
+    assert code == 0, err
+    if quiet:
+        assert err == "", err
+    else:
+        assert err.strip() and not [line for line in err.splitlines() if FOREIGN.search(line)], err
+    return out
+
+
+def one_line(result, code=2, json_out=False):
+    """Exactly one stderr line, ours; with --json exactly one JSON object on stdout that says the same."""
+    got, out, err = result
+    assert got == code, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cudnn-port: "), err
+    if json_out:
+        assert json.loads(out)["error"] == lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """The TF1 sample converted once, progress on (its progress lines are ours, none foreign)."""
+    out = tmp_path_factory.mktemp("ckpt") / "out"
+    clean_success(cli("convert", SAMPLE, out), quiet=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A tf_keras SavedModel of a trained LSTM (tests/test_tf_keras_saved_models.py)."""
+    root = tmp_path_factory.mktemp("tf_keras")
+    with tarfile.open(ARCHIVE) as archive:
+        archive.extractall(root, members=[m for m in archive.getmembers() if "/lstm" in m.name or m.isdir()],
+                           filter="data")
+    return root / "tf_keras_saved_models" / "lstm"
+
+
+def test_checkpoint_verify_bench_and_inspect_are_quiet(converted):
+    clean_success(cli("inspect", SAMPLE))
+    clean_success(cli("verify", converted, "--quiet"))
+    clean_success(cli("bench", converted, "--steps", "2", "--repeat", "1", "--quiet"))
+
+
+def test_keras_model_is_quiet(tmp_path):
+    clean_success(cli("inspect", CHAR_LM))
+    clean_success(cli("convert", CHAR_LM, tmp_path / "out", "--quiet"))
+
+
+def test_keras2_h5_is_quiet(tmp_path):
+    clean_success(cli("inspect", H5))
+    clean_success(cli("convert", H5, tmp_path / "out", "--formats", "keras,onnx", "--quiet"))
+
+
+def test_tf_keras_saved_model_is_quiet(tmp_path, saved_model):
+    clean_success(cli("inspect", saved_model))
+    clean_success(cli("convert", saved_model, tmp_path / "out", "--quiet"))
+    clean_success(cli("verify", tmp_path / "out", "--quiet"))
+
+
+def test_the_filter_hides_what_onednn_says_when_it_is_on_and_verbose_shows_it(saved_model):
+    """With oneDNN's custom ops on (TF_ENABLE_ONEDNN_OPTS=1), TensorFlow 2.21 logs "oneDNN custom operations are
+    on" whatever TF_CPP_MIN_LOG_LEVEL says: the fd 2 filter removes it, and --verbose lets it through."""
+    clean_success(cli("inspect", saved_model, TF_ENABLE_ONEDNN_OPTS="1"))
+    for loud in (cli("inspect", saved_model, "--verbose", TF_ENABLE_ONEDNN_OPTS="1"),
+                 cli("inspect", saved_model, TF_ENABLE_ONEDNN_OPTS="1", CUDNN_PORT_VERBOSE="1")):
+        assert loud[0] == 0 and "oneDNN custom operations are on" in loud[2], loud[2]
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_missing_checkpoint_is_one_line(tmp_path, json_out):
+    """The command README's "Safety" section and the pre-stop check run; converter.py's require() imported
+    TensorFlow before its logging was set (7 stderr lines, 5 of them TensorFlow's)."""
+    line = one_line(cli("convert", "missing/model.ckpt", tmp_path / "out", *(["--json"] if json_out else [])),
+                    json_out=json_out)
+    assert "checkpoint not found" in line and not (tmp_path / "out").exists()
+
+
+def test_bad_inputs_of_each_kind_are_one_line(tmp_path, saved_model):
+    (tmp_path / "empty.keras").write_bytes(b"")
+    assert "not a zip archive" in one_line(cli("convert", tmp_path / "empty.keras", tmp_path / "out"))
+    with open(H5, "rb") as f:
+        (tmp_path / "cut.h5").write_bytes(f.read()[:3000])
+    one_line(cli("inspect", tmp_path / "cut.h5", "--json"), json_out=True)
+    broken = tmp_path / "sm"
+    shutil.copytree(saved_model, broken)
+    shutil.rmtree(broken / "variables")
+    assert "variables/ is missing" in one_line(cli("convert", broken, tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_verify_and_bench_failures_are_one_line(tmp_path, converted):
+    one_line(cli("verify", tmp_path, "--json"), json_out=True)
+    one_line(cli("bench", tmp_path))
+    tampered = tmp_path / "tampered"
+    shutil.copytree(converted, tampered)
+    with open(tampered / "model.onnx", "r+b") as f:
+        f.seek(-64, os.SEEK_END)
+        f.write(bytes(64))  # inside the last initializer's weights: the file still loads, its numbers change
+    assert "verify FAILED" in one_line(cli("verify", tampered, "--quiet"), code=1)
+    assert "model.onnx" in one_line(cli("bench", tampered, "--steps", "2", "--repeat", "1"))
