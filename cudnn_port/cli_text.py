@@ -89,7 +89,7 @@ def one_line(message, limit=MAX_MESSAGE):
     'cudnn-port: error: xxxxxxx…; pass --mode'
     """
     message = " ".join(str(message).split())
-    paths = sum(len(word) for word in message.split() if os.sep in word)
+    paths = sum(len(word) for word in message.split() if _is_path(word.strip("()[],;:'\"")))
     if len(message) - paths <= limit:
         return message
     head, _, fix = message.rpartition("; ")
@@ -97,6 +97,10 @@ def one_line(message, limit=MAX_MESSAGE):
         head, fix = message, ""
     keep = max(limit + paths - len(fix) - 3, 20)
     return head[:keep].rstrip() + "…" + (f"; {fix}" if fix else "")
+
+
+def _is_path(word):
+    return os.sep in word and (os.path.isabs(word) or os.path.lexists(word))
 
 
 def failed_rows(report):

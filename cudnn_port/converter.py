@@ -73,6 +73,10 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
     kind = source_kind(source)
+    if kind == "weights" and not os.path.lexists(source):  # a prefix, or nothing: said before the heavy imports
+        from .checkpoint import resolve_prefix
+
+        resolve_prefix(source)
     onnx = formats is None or "onnx" in formats or kind == "keras_model"
     require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
             *(["onnxruntime"] if quantize else []), purpose="convert")

@@ -28,7 +28,7 @@ from .errors import CudnnPortError
 from .layout import RNNSpec, unpack
 from .outdir import MANIFEST, TOOL
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
-from .paths import is_within, require_file, sha256
+from .paths import require_file, sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
 from .quiet import quiet
@@ -69,7 +69,7 @@ def file_rows(out, manifest):
         for f in files:
             present.add(os.path.relpath(os.path.join(root, f), out))
     present -= {MANIFEST, REPORT}
-    outside = {rel for rel in listed if os.path.isabs(rel) or not is_within(os.path.join(out, rel), out)}
+    outside = {rel for rel in listed if os.path.isabs(rel) or os.path.normpath(rel).split(os.sep)[0] == os.pardir}
     links = {rel for rel in set(listed) & present - outside if _linked(out, rel)}
     problems = [f"missing {rel}" for rel in sorted(set(listed) - present - outside)]
     problems += [f"not in the manifest: {rel}" for rel in sorted(present - set(listed))]

@@ -26,14 +26,28 @@ FOREIGN = re.compile(r"^[IWEF]\d{4} |^\d{4}-\d\d-\d\d[ T]|absl|oneDNN|onnxruntim
                      r"Traceback|\x1b\[")
 
 
-def cli(*argv, timeout=300, **env):
-    """``python -m cudnn_port.cli ARGV`` with a clean environment (plus ``env``): (exit code, stdout, stderr)."""
+def environment(**env):
+    """os.environ without TensorFlow's logging variables or ours (plus ``env``), the worktree's cudnn_port first."""
     clean = {k: v for k, v in os.environ.items() if k not in
              ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "CUDNN_PORT_VERBOSE", "CUDNN_PORT_DEBUG")}
-    clean.update(PYTHONPATH=ROOT, **env)
-    proc = subprocess.run([sys.executable, "-m", "cudnn_port.cli", *map(str, argv)], capture_output=True, text=True,
-                          timeout=timeout, env=clean, cwd=ROOT)
-    return proc.returncode, proc.stdout, proc.stderr
+    return dict(clean, PYTHONPATH=ROOT, **env)
+
+
+def cli(*argv, **env):
+    """``python -m cudnn_port.cli ARGV`` with a clean environment (plus ``env``): (exit code, stdout, stderr)."""
+    return cli_all((argv, env))[0]
+
+
+def cli_all(*runs, timeout=300):
+    """Several (argv, env) runs of the CLI at once (each imports TensorFlow: seconds), in a clean environment."""
+    procs = [subprocess.Popen([sys.executable, "-m", "cudnn_port.cli", *map(str, argv)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=environment(**env), cwd=ROOT)
+             for argv, env in runs]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        results.append((proc.returncode, out, err))
+    return results
 
 
 def clean_success(result, quiet=True):
@@ -76,65 +90,79 @@ def saved_model(tmp_path_factory):
 
 
 def test_checkpoint_verify_bench_and_inspect_are_quiet(converted):
-    clean_success(cli("inspect", SAMPLE))
-    clean_success(cli("verify", converted, "--quiet"))
-    clean_success(cli("bench", converted, "--steps", "2", "--repeat", "1", "--quiet"))
+    for result in cli_all((["inspect", SAMPLE], {}), (["verify", converted, "--quiet"], {}),
+                          (["bench", converted, "--steps", "2", "--repeat", "1", "--quiet"], {})):
+        clean_success(result)
 
 
 def test_keras_model_is_quiet(tmp_path):
-    clean_success(cli("inspect", CHAR_LM))
-    clean_success(cli("convert", CHAR_LM, tmp_path / "out", "--quiet"))
+    for result in cli_all((["inspect", CHAR_LM], {}), (["convert", CHAR_LM, tmp_path / "out", "--quiet"], {})):
+        clean_success(result)
 
 
 def test_keras2_h5_is_quiet(tmp_path):
-    clean_success(cli("inspect", H5))
-    clean_success(cli("convert", H5, tmp_path / "out", "--formats", "keras,onnx", "--quiet"))
+    for result in cli_all((["inspect", H5], {}), (["convert", H5, tmp_path / "out", "--formats", "keras,onnx",
+                                                   "--quiet"], {})):
+        clean_success(result)
 
 
 def test_tf_keras_saved_model_is_quiet(tmp_path, saved_model):
-    clean_success(cli("inspect", saved_model))
-    clean_success(cli("convert", saved_model, tmp_path / "out", "--quiet"))
+    for result in cli_all((["inspect", saved_model], {}), (["convert", saved_model, tmp_path / "out", "--quiet"], {})):
+        clean_success(result)
     clean_success(cli("verify", tmp_path / "out", "--quiet"))
 
 
 def test_the_filter_hides_what_onednn_says_when_it_is_on_and_verbose_shows_it(saved_model):
     """With oneDNN's custom ops on (TF_ENABLE_ONEDNN_OPTS=1), TensorFlow 2.21 logs "oneDNN custom operations are
-    on" whatever TF_CPP_MIN_LOG_LEVEL says: the fd 2 filter removes it, and --verbose lets it through."""
-    clean_success(cli("inspect", saved_model, TF_ENABLE_ONEDNN_OPTS="1"))
-    for loud in (cli("inspect", saved_model, "--verbose", TF_ENABLE_ONEDNN_OPTS="1"),
-                 cli("inspect", saved_model, TF_ENABLE_ONEDNN_OPTS="1", CUDNN_PORT_VERBOSE="1")):
-        assert loud[0] == 0 and "oneDNN custom operations are on" in loud[2], loud[2]
+    on" whatever TF_CPP_MIN_LOG_LEVEL says (TensorFlow 2.16 logs it at level I, which level 2 hides): the fd 2
+    filter removes it, and --verbose or CUDNN_PORT_VERBOSE=1 lets it and the rest through."""
+    on = dict(TF_ENABLE_ONEDNN_OPTS="1")
+    quiet, *loud = cli_all((["inspect", saved_model], on), (["inspect", saved_model, "--verbose"], on),
+                           (["inspect", saved_model], dict(on, CUDNN_PORT_VERBOSE="1")))
+    clean_success(quiet)
+    for code, _, err in loud:
+        assert code == 0 and [line for line in err.splitlines() if FOREIGN.search(line)], err
 
 
 @pytest.mark.parametrize("json_out", [False, True])
 def test_a_missing_checkpoint_is_one_line(tmp_path, json_out):
-    """The command README's "Safety" section and the pre-stop check run; converter.py's require() imported
-    TensorFlow before its logging was set (7 stderr lines, 5 of them TensorFlow's)."""
+    """The command of the pre-stop check: converter.py's require() imported TensorFlow before its logging was set
+    (7 stderr lines, 5 of them TensorFlow's); now the path is checked before any heavy import."""
     line = one_line(cli("convert", "missing/model.ckpt", tmp_path / "out", *(["--json"] if json_out else [])),
                     json_out=json_out)
     assert "checkpoint not found" in line and not (tmp_path / "out").exists()
 
 
 def test_bad_inputs_of_each_kind_are_one_line(tmp_path, saved_model):
+    """Each fails after TensorFlow (or h5py) was imported."""
     (tmp_path / "empty.keras").write_bytes(b"")
-    assert "not a zip archive" in one_line(cli("convert", tmp_path / "empty.keras", tmp_path / "out"))
     with open(H5, "rb") as f:
         (tmp_path / "cut.h5").write_bytes(f.read()[:3000])
-    one_line(cli("inspect", tmp_path / "cut.h5", "--json"), json_out=True)
     broken = tmp_path / "sm"
     shutil.copytree(saved_model, broken)
     shutil.rmtree(broken / "variables")
-    assert "variables/ is missing" in one_line(cli("convert", broken, tmp_path / "out"))
+    keras, h5, sm, ckpt = cli_all((["convert", tmp_path / "empty.keras", tmp_path / "out"], {}),
+                                  (["inspect", tmp_path / "cut.h5", "--json"], {}),
+                                  (["convert", broken, tmp_path / "out"], {}),
+                                  (["convert", SAMPLE, tmp_path, "--json"], {}))
+    assert "not a zip archive" in one_line(keras)
+    one_line(h5, json_out=True)
+    assert "variables/ is missing" in one_line(sm)
+    assert "not empty" in one_line(ckpt, json_out=True)
     assert not (tmp_path / "out").exists()
 
 
 def test_verify_and_bench_failures_are_one_line(tmp_path, converted):
-    one_line(cli("verify", tmp_path, "--json"), json_out=True)
-    one_line(cli("bench", tmp_path))
     tampered = tmp_path / "tampered"
     shutil.copytree(converted, tampered)
     with open(tampered / "model.onnx", "r+b") as f:
         f.seek(-64, os.SEEK_END)
         f.write(bytes(64))  # inside the last initializer's weights: the file still loads, its numbers change
-    assert "verify FAILED" in one_line(cli("verify", tampered, "--quiet"), code=1)
-    assert "model.onnx" in one_line(cli("bench", tampered, "--steps", "2", "--repeat", "1"))
+    (tmp_path / "empty").mkdir()
+    verify_empty, bench_empty, verify_tampered, bench_tampered = cli_all(
+        (["verify", tmp_path / "empty", "--json"], {}), (["bench", tmp_path / "empty"], {}),
+        (["verify", tampered, "--quiet"], {}), (["bench", tampered, "--steps", "2", "--repeat", "1"], {}))
+    one_line(verify_empty, json_out=True)
+    one_line(bench_empty)
+    assert "verify FAILED" in one_line(verify_tampered, code=1)
+    assert "model.onnx" in one_line(bench_tampered)
