@@ -237,8 +237,9 @@ def _parse(argv):
     except UsageError as e:  # a name that starts with a dash reads as an unknown flag: say how to pass it
         known = {o for p in [parser, *parser._subparsers._group_actions[0].choices.values()]
                  for o in p._option_string_actions}
-        if any(a.startswith("-") and a.split("=")[0] not in known and a != "-"
-               for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
+        if ("required" in str(e) or "unrecognized" in str(e)) and any(
+                a.startswith("-") and a.split("=")[0] not in known and not a.lstrip("-").replace(".", "").isdigit()
+                for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
             raise UsageError(f"{e}; {DASH_HINT}") from None
         raise
 

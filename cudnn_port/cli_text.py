@@ -1,7 +1,7 @@
 """The CLI's reports for a person (``--json`` prints the same dicts as JSON)."""
 import os
 
-MAX_MESSAGE = 200  # characters of a one-line message, not counting the paths it quotes (README, "Safety")
+MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
 SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
 
 
