@@ -203,7 +203,8 @@ def main(argv=None):
     from .quiet import quiet_stderr
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    with quiet_stderr(verbose="--verbose" in argv[:argv.index("--") if "--" in argv else len(argv)]):  # before anything imports TensorFlow: it reads its environment once
+    verbose = "--verbose" in argv[:argv.index("--") if "--" in argv else len(argv)]
+    with quiet_stderr(verbose):  # before anything imports TensorFlow, which reads its environment once
         return _main(argv)
 
 

@@ -11,7 +11,7 @@ import os
 from typing import Callable, Iterable, Optional
 
 from .deps import require
-from .errors import CudnnPortError
+from .errors import CudnnPortError, short
 from .outdir import OutputFolder, finish
 from .stacks import DEFAULT_FORMATS, FORMATS, SPEC_FLAGS, prepare_stacks, write_stacks
 from .targets import STYLES
@@ -61,15 +61,15 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     """
     say = progress or (lambda message: None)
     if style is not None and style not in STYLES:
-        raise CudnnPortError(f"unknown style {style!r}; choose one of {', '.join(STYLES)}")
+        raise CudnnPortError(f"unknown style {short(style, 40)!r}; choose one of {', '.join(STYLES)}")
     formats = None if formats is None else tuple(formats)
     if formats is not None and not formats:
         raise CudnnPortError("--formats is empty; name at least one of " + ", ".join(FORMATS))
     unknown = [f for f in formats or () if f not in FORMATS]
     if unknown:
-        raise CudnnPortError(f"unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
+        raise CudnnPortError(f"unknown format {short(unknown[0], 40)!r}; choose from {', '.join(FORMATS)}")
     if quantize is not None and quantize not in QUANTIZE:
-        raise CudnnPortError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)}")
+        raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose {', '.join(QUANTIZE)}")
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
     kind = source_kind(source)
