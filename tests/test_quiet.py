@@ -166,3 +166,37 @@ def test_verify_and_bench_failures_are_one_line(tmp_path, converted):
     one_line(bench_empty)
     assert "verify FAILED" in one_line(verify_tampered, code=1)
     assert "model.onnx" in one_line(bench_tampered)
+
+
+def test_the_filter_at_the_file_descriptor():
+    """What C++ writes to fd 2 while convert runs, in the formats of TensorFlow 2.16 and 2.21, absl, onnxruntime
+    and Python's logging: only our lines come through; a fatal line, after which the process aborts, comes through
+    as one line of ours."""
+    script = r"""
+import os, sys
+from cudnn_port.quiet import quiet_stderr
+with quiet_stderr():
+    for line in [
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        b"I0000 00:00:1795465174.378685    5858 port.cc:153] oneDNN custom operations are on.",
+        b"I0000 00:00:1795465174.505284    5858 cpu_feature_guard.cc:227] This TensorFlow binary is optimized",
+        b"To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow.",
+        b"E0000 00:00:1795465174.6 5858 mkl_util.h:1] oneDNN supports DT_BOOL only on platforms with AVX-512.",
+        b"2024-03-01 12:00:00.123456: I tensorflow/core/util/port.cc:113] oneDNN custom operations are on.",
+        b"\x1b[0;93m2024-03-01 12:00:00.1 [W:onnxruntime:, graph.cc:1] Initializer h appears in inputs\x1b[m",
+        b"WARNING:tensorflow:6 out of the last 6 calls triggered tf.function retracing.",
+        b"I0000 00:00:1795465189.6 4415 service.cc:148] XLA service initialized for platform Host:",
+        b"  StreamExecutor device (0): Host, Default Version",
+    ]:
+        os.write(2, line + b"\n")
+    print("writing saved_model", file=sys.stderr, flush=True)
+    os.write(2, b"F0000 00:00:1795465190.1 4415 tensor.cc:9] Check failed: d < dims() (3 vs. 2)\n")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env=environment(), cwd=ROOT)
+    assert proc.returncode == 0 and proc.stderr.splitlines() == [
+        "writing saved_model", "cudnn-port: internal error: a library aborted the process: Check failed: d < dims() "
+        "(3 vs. 2) (rerun with --verbose to see its log, and report it)"], proc.stderr
+    loud = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env=environment(CUDNN_PORT_VERBOSE="1"), cwd=ROOT)
+    assert len(loud.stderr.splitlines()) == 12, loud.stderr
