@@ -13,9 +13,9 @@ from typing import Callable, Iterable, Optional
 from .deps import require
 from .errors import CudnnPortError, short
 from .outdir import OutputFolder, finish
+from .quiet import quiet
 from .stacks import DEFAULT_FORMATS, FORMATS, SPEC_FLAGS, prepare_stacks, write_stacks
 from .targets import STYLES
-from .quiet import quiet
 
 QUANTIZE = ("int8",)
 

@@ -37,9 +37,9 @@ from .deps import import_tf
 from .errors import CudnnPortError, ParityError
 from .outdir import OutputFolder, finish
 from .paths import sha256
+from .quiet import quiet
 from .judging.parity import write_report
 from .stacks import prepare_stacks, write_stacks
-from .quiet import quiet
 from .judging.tasks import TASK, load_task
 
 LAYER_FORMATS = ("checkpoint", "saved_model", "graphdef", "onnx")  # each fused layer alone, e.g. as a step function

@@ -29,9 +29,9 @@ from .layout import RNNSpec, unpack
 from .outdir import MANIFEST, TOOL
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
 from .paths import require_file, sha256
+from .quiet import quiet
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
-from .quiet import quiet
 
 REPORT = "parity.json"
 
