@@ -9,10 +9,11 @@ import time
 import numpy as np
 
 from . import deps
+from .errors import CudnnPortError
 from .exports import io_names
 from .formats import artifacts as registered
 from .layout import RNNSpec
-from .verify import load_manifest
+from .verify import file_rows, load_manifest
 
 
 def time_call(fn, feeds, repeat, warmup=2):
@@ -31,6 +32,10 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
     """Time every artifact of ``out`` at each batch size; return a JSON-ready dict."""
     out = os.fspath(out)
     manifest = load_manifest(out)
+    files = file_rows(out, manifest)[0]
+    if not files["passed"]:  # another model in OUT's place would be timed, or fail on its own inputs
+        raise CudnnPortError(f"{out} is not as convert wrote it ({files['note']}); convert again, or run cudnn-port "
+                             "verify OUT to see what changed")
     say = progress or (lambda message: None)
     rows = []
     for stack in manifest["stacks"]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import tf_index
 from .deps import import_tf
-from .errors import CudnnPortError, reason
+from .errors import CudnnPortError, reason, short
 from .paths import require_file
 from .source import Source
 
@@ -94,12 +94,13 @@ class Checkpoint(Source):
     def get(self, name):
         """The value of variable ``name`` as a NumPy array."""
         if name not in self.keys:
-            raise CudnnPortError(f"unknown variable {name} in {self.prefix}; run cudnn-port inspect to list them")
+            raise CudnnPortError(f"unknown variable {short(name)} in {self.prefix}; run cudnn-port inspect to list "
+                                 "them")
         tf = import_tf()
         try:
             value = self._reader.get_tensor(self.keys[name])
         except (tf.errors.OpError, ValueError, IndexError, RuntimeError, OSError) as e:
-            raise CudnnPortError(f"cannot read {name} from {self.prefix} ({reason(e, 64)}); "
+            raise CudnnPortError(f"cannot read {short(name)} from {self.prefix} ({reason(e, 64)}); "
                                  "the checkpoint's data file is corrupt or truncated") from None
         return np.asarray(value)
 
@@ -133,7 +134,8 @@ def write_checkpoint(directory, items, name="model.ckpt", progress=None):
 
     for key, value, dtype in items:
         if key in seen:
-            raise CudnnPortError(f"two tensors would be written as {key}; rename one (e.g. with a different --style)")
+            raise CudnnPortError(f"two tensors would be written as {short(key)}; rename one (e.g. with a different "
+                                 "--style)")
         seen.add(key)
         names.append(key)
         tensors.append(tf.constant(value, dtype=tf.as_dtype(dtype)))

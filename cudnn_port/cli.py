@@ -14,6 +14,7 @@ import sys
 
 from . import formats
 from ._version import __version__
+from .cli_text import failed_rows, one_line
 from .errors import CudnnPortError, ParityError, reason
 
 EPILOG = """examples:
@@ -31,6 +32,7 @@ SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder)
                "CuDNNLSTM/CuDNNGRU layers, a .keras file of a model built with cudnn_port.layers, or a SavedModel "
                "folder whose graph holds CudnnRNN/V2/V3 nodes")
 MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
+DASH_HINT = "a name that starts with a dash goes after --, e.g. cudnn-port convert -- -model.ckpt out/"
 
 
 class UsageError(CudnnPortError):
@@ -87,6 +89,8 @@ def _common(parser, quiet=True):
     parser.add_argument("--json", action="store_true", help="print one JSON object (errors too)")
     if quiet:
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--verbose", action="store_true", help="let TensorFlow's, onnxruntime's and the other "
+                        "libraries' own log lines through to stderr (for debugging; also CUDNN_PORT_VERBOSE=1)")
 
 
 def build_parser():
@@ -193,24 +197,52 @@ def run(args, progress):
 
 
 def main(argv=None):
-    from .outdir import raised_signal, signals_interrupt
+    """Run the command line ``argv``; returns the exit code. Only cudnn-port's own lines reach stderr (progress,
+    and one line per failure): other libraries' logging is filtered out (:mod:`cudnn_port.quiet`) unless
+    ``--verbose`` or ``CUDNN_PORT_VERBOSE=1``."""
+    from .quiet import quiet_stderr
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    want_json = "--json" in argv
+    verbose = "--verbose" in argv[:argv.index("--") if "--" in argv else len(argv)]
+    with quiet_stderr(verbose):  # before anything imports TensorFlow, which reads its environment once
+        return _main(argv)
+
+
+def _main(argv):
+    from .outdir import raised_signal, signals_interrupt
+
+    want_json, args = "--json" in argv, None
     with signals_interrupt():
         try:
-            args = build_parser().parse_args(argv)
+            args = _parse(argv)
             progress = None if getattr(args, "quiet", False) else (
                 lambda message: print(message, file=sys.stderr, flush=True))
             code, result, text = run(args, progress)
             print(json.dumps(result, indent=2) if want_json else text)
+            if code and args.command == "verify":  # the table is on stdout; stderr says it failed, in one line
+                print(one_line(f"cudnn-port: verify FAILED: {failed_rows(result)}; see the table, or "
+                               f"{os.path.join(args.out, 'parity.json')}"), file=sys.stderr)
             return code
         except KeyboardInterrupt as e:
             return _interrupted(getattr(e, "signum", signal.SIGINT), getattr(e, "published", False), want_json)
         except Exception as e:
             if raised_signal() is not None:  # a library turned our Interrupted into its own error
                 return _interrupted(raised_signal(), False, want_json)
-            return _error(e, want_json)
+            return _error(e, want_json, getattr(args, "out", None))
+
+
+def _parse(argv):
+    parser = build_parser()
+    try:
+        return parser.parse_args(argv)
+    except UsageError as e:  # a name that starts with a dash reads as an unknown flag: say how to pass it
+        known = {o for p in [parser, *parser._subparsers._group_actions[0].choices.values()]
+                 for o in p._option_string_actions}
+        if ("required" in str(e) or "unrecognized" in str(e)) and any(
+                a.startswith("-") and a.split("=")[0] not in known and not a.lstrip("-").replace(".", "").isdigit()
+                for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
+            raise UsageError(f"{e}; {DASH_HINT}") from None
+        raise
 
 
 def _interrupted(signum, published, want_json):
@@ -218,11 +250,15 @@ def _interrupted(signum, published, want_json):
     return _fail(f"cudnn-port: interrupted ({signal.Signals(signum).name}); {what}", 128 + signum, want_json)
 
 
-def _error(e, want_json):
+def _error(e, want_json, out=None):
     """The one line and exit code for an exception that is not an interrupt; internals never leak tracebacks to CLI
-    users."""
+    users. ``out``: the command's OUT, if any (a full disk is named by it)."""
     from .deps import missing_message
+    from .outdir import disk_error
 
+    disk = disk_error(e, out or getattr(e, "filename", None) or os.getcwd())
+    if disk is not None and not isinstance(e, CudnnPortError):
+        return _fail(f"cudnn-port: error: {disk}", 2, want_json)
     if isinstance(e, CudnnPortError):
         return _fail(f"cudnn-port: error: {e}", 2, want_json)
     if isinstance(e, ParityError):
@@ -238,9 +274,10 @@ def _error(e, want_json):
 
 
 def _fail(message, code, want_json, **extra):
-    print(" ".join(message.split()), file=sys.stderr)
+    message = one_line(message)
+    print(message, file=sys.stderr)
     if want_json:
-        print(json.dumps({"error": " ".join(message.split()), "exit_code": code, **extra}))
+        print(json.dumps({"error": message, "exit_code": code, **extra}))
     return code
 
 

@@ -1,6 +1,7 @@
 """The CLI's reports for a person (``--json`` prints the same dicts as JSON)."""
 import os
 
+MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
 SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
 
 
@@ -78,3 +79,33 @@ def convert_text(manifest, out):
                  + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
     lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
     return "\n".join(lines)
+
+
+def one_line(message, limit=MAX_MESSAGE):
+    """``message`` on one line, at most about ``limit`` characters besides the paths it quotes: a longer one is cut
+    in its middle, keeping its last clause (after the last "; "), which says how to fix the problem.
+
+    >>> one_line("cudnn-port: error: " + "x" * 400 + "; pass --mode", limit=40)
+    'cudnn-port: error: xxxxxxx…; pass --mode'
+    """
+    message = " ".join(str(message).split())
+    paths = sum(len(word) for word in message.split() if _is_path(word.strip("()[],;:'\"")))
+    if len(message) - paths <= limit:
+        return message
+    head, _, fix = message.rpartition("; ")
+    if not head or len(fix) > limit // 2:
+        head, fix = message, ""
+    keep = max(limit + paths - len(fix) - 3, 20)
+    return head[:keep].rstrip() + "…" + (f"; {fix}" if fix else "")
+
+
+def _is_path(word):
+    return os.sep in word and (os.path.isabs(word) or os.path.lexists(word))
+
+
+def failed_rows(report):
+    """verify's failed rows, for its one stderr line."""
+    failed = [f"{r['artifact']} ({r['stack']})" if r.get("stack") not in (None, "(all)") else r["artifact"]
+              for r in report["rows"] if r["passed"] is False]
+    return f"{len(failed)} of {len(report['rows'])} rows failed: " + ", ".join(failed[:3]) + \
+        (f" and {len(failed) - 3} more" if len(failed) > 3 else "")

@@ -11,9 +11,10 @@ import os
 from typing import Callable, Iterable, Optional
 
 from .deps import require
-from .errors import CudnnPortError
+from .errors import CudnnPortError, short
 from .outdir import OutputFolder, finish
 from . import formats as registry
+from .quiet import quiet
 from .stacks import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
 from .targets import STYLES
 
@@ -33,6 +34,7 @@ def source_kind(path) -> str:
     return "weights"
 
 
+@quiet
 def convert(source, out, *, style: Optional[str] = None, formats: Optional[Iterable[str]] = None,
             variable: Optional[str] = None, mode: Optional[str] = None, num_layers: Optional[int] = None,
             num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,
@@ -60,13 +62,17 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     """
     say = progress or (lambda message: None)
     if style is not None and style not in STYLES:
-        raise CudnnPortError(f"unknown style {style!r}; choose one of {', '.join(STYLES)}")
+        raise CudnnPortError(f"unknown style {short(style, 40)!r}; choose one of {', '.join(STYLES)}")
     formats = None if formats is None else registry.check_names(formats)
     if quantize is not None and quantize not in QUANTIZE:
-        raise CudnnPortError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)}")
+        raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose {', '.join(QUANTIZE)}")
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
     kind = source_kind(source)
+    if kind == "weights" and not os.path.lexists(source):  # a prefix, or nothing: said before the heavy imports
+        from .checkpoint import resolve_prefix
+
+        resolve_prefix(source)
     onnx = formats is None or "onnx" in formats or kind == "keras_model"
     require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
             *(["onnxruntime"] if quantize else []), *registry.needs(formats or ()), purpose="convert")
@@ -90,7 +96,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     from .readers import open_source
 
     src = open_source(source)
-    folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files())
+    folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))
     style = style or src.default_style
     explicit, formats = formats is not None, formats or default_formats(style)
     if quantize and "onnx" not in formats:
@@ -110,6 +116,14 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
         return finish(manifest, tmp)
 
     return folder.build(write, say)
+
+
+def _folder(src):
+    """A checkpoint's folder, which is its source folder however SOURCE names it (prefix, index or folder): OUT
+    must not lie inside it."""
+    from .checkpoint import Checkpoint
+
+    return [os.path.dirname(os.path.abspath(src.prefix))] if isinstance(src, Checkpoint) else []
 
 
 def _graphs():

@@ -7,9 +7,9 @@ machine already has (``tensorflow``, ``tensorflow-cpu``, a GPU build); the extra
 """
 import importlib
 import importlib.util
-import os
 
 from .errors import CudnnPortError, reason
+from .quiet import quiet_env
 
 TF_RANGE = ((2, 16), (2, 22))  # the versions pyproject.toml declares: >= 2.16, < 2.22
 INSTALL = ("pip install 'cudnn-port[cpu]' (CPU-only TensorFlow where it exists), or 'cudnn-port[tensorflow]' in an "
@@ -20,8 +20,6 @@ EXTRAS = {"tensorflow": INSTALL, "onnx": INSTALL, "onnxruntime": INSTALL, "tf2on
 
 def import_tf():
     """TensorFlow, imported once, quietly; a one-line error naming the install when it is missing or too old."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     tf = optional("tensorflow", "this command")
     version = tuple(int(part) for part in tf.__version__.split(".")[:2] if part.isdigit())
     if not TF_RANGE[0] <= version < TF_RANGE[1]:
@@ -32,7 +30,10 @@ def import_tf():
 
 
 def optional(module, purpose):
-    """Import ``module`` (e.g. "onnxruntime") for ``purpose``; a one-line CudnnPortError naming the fix if absent."""
+    """Import ``module`` (e.g. "onnxruntime") for ``purpose``; a one-line CudnnPortError naming the fix if absent.
+    TensorFlow's environment is set first (:func:`cudnn_port.quiet.quiet_env`): any of these modules may import
+    TensorFlow, which reads it once."""
+    quiet_env()
     try:
         return importlib.import_module(module)
     except ImportError as e:

@@ -34,3 +34,17 @@ def reason(error, limit=80):
     text = re.sub(r"(?:/[^\s/:;,()'\"]+)+/([^\s/:;,()'\"]+)", r"\1", text.splitlines()[0] if text else "")
     text = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def short(name, limit=60):
+    """A name from a file (a variable, a layer, a format) fit to quote in a one-line message: at most ``limit``
+    characters, its start and end kept.
+
+    >>> short("model/" + "x" * 100 + "/opaque_kernel", limit=30)
+    'model/xxxxxxxxx…/opaque_kernel'
+    """
+    name = " ".join(str(name).split())
+    if len(name) <= limit:
+        return name
+    tail = (limit - 1) // 2
+    return name[:limit - 1 - tail] + "…" + name[-tail:]

@@ -34,6 +34,8 @@ MANIFEST = "manifest.json"
 TOOL = "cudnn-port"
 USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.ELOOP,
                errno.ENAMETOOLONG, errno.EEXIST, errno.EISDIR}
+DISK_ERRNOS = {errno.ENOSPC: "is full", errno.EDQUOT: "has no quota left for you", errno.EROFS: "is read-only",
+               errno.EFBIG: "refused a file over the file size limit (ulimit -f)"}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -124,8 +126,32 @@ def is_ours(folder):
         return False
 
 
-def _user_error(error, what):
+def mount_point(path):
+    """The mount point of the disk ``path`` is (or would be) on."""
+    path = os.path.abspath(path)
+    while not os.path.lexists(path) or (not os.path.ismount(path) and os.path.dirname(path) != path):
+        path = os.path.dirname(path)
+    return path
+
+
+def disk_error(error, path):
+    """A full, read-only or over-quota disk (an OSError, or a library's error that quotes the system's words, such as
+    TensorFlow's "No space left on device") met while writing under ``path``, as one CudnnPortError line naming the
+    disk; None for any other error."""
+    found = error.errno if isinstance(error, OSError) and error.errno in DISK_ERRNOS else None
+    text = str(getattr(error, "message", None) or error)
+    found = found or next((n for n in DISK_ERRNOS if os.strerror(n) in text), None)
+    if found is None:
+        return None
+    return CudnnPortError(f"cannot write {path}: the disk mounted at {mount_point(path)} {DISK_ERRNOS[found]} "
+                          f"({os.strerror(found)}); make room there, or choose an output folder on another disk")
+
+
+def _user_error(error, what, path):
     """An OSError about OUT as one CudnnPortError line, or None if it is not the user's to fix."""
+    disk = disk_error(error, path)
+    if disk is not None:
+        return disk
     if not isinstance(error, OSError) or error.errno not in USER_ERRNOS:
         return None
     return CudnnPortError(f"cannot {what}: {error.strerror} ({getattr(error, 'filename', '') or ''}); choose an "
@@ -156,7 +182,7 @@ class OutputFolder:
             try:
                 entries = os.listdir(out)
             except OSError as e:
-                raise _user_error(e, f"read {out}") or e from None
+                raise _user_error(e, f"read {out}", out) or e from None
             if entries and not force:
                 raise CudnnPortError(f"{out} exists and is not empty; choose a new folder, or pass --force to "
                                      "replace an earlier cudnn-port output")
@@ -183,7 +209,7 @@ class OutputFolder:
                     os.makedirs(parent, exist_ok=True)
                     os.mkdir(tmp)
             except OSError as e:
-                raise _user_error(e, f"create {out}") or e from None
+                raise _user_error(e, f"create {out}", out) or e from None
             try:
                 manifest = write(tmp)
                 with signals_held(published=True):
@@ -191,7 +217,7 @@ class OutputFolder:
             except BaseException as e:
                 with signals_held(deliver=False):
                     shutil.rmtree(tmp, ignore_errors=True)
-                problem = _user_error(e, f"write {out}")
+                problem = _user_error(e, f"write {out}", out)
                 if problem:
                     raise problem from None
                 raise

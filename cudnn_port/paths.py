@@ -7,6 +7,11 @@ import stat
 from .errors import CudnnPortError
 
 
+class NotRegularFile(CudnnPortError, OSError):
+    """A path that should be a regular file is a folder, pipe or device: bad input, and an OSError to code that
+    treats an unreadable file as absent."""
+
+
 def require_file(path, what="file"):
     """``path`` if it is a regular file; a pipe or device would block a reader for ever, a folder would mislead it."""
     try:
@@ -16,7 +21,7 @@ def require_file(path, what="file"):
     except OSError as e:
         raise CudnnPortError(f"cannot open {path}: {e.strerror}; check the path and its permissions") from None
     if not stat.S_ISREG(mode):
-        raise CudnnPortError(f"{path} is not a regular file (a folder, pipe or device); pass the {what} itself")
+        raise NotRegularFile(f"{path} is not a regular file (a folder, pipe or device); pass the {what} itself")
     return path
 
 
@@ -52,8 +57,12 @@ def is_within(path, folder):
 
 
 def sha256(path, chunk=1 << 22):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
+    """The file's sha256 (hex). A pipe or device is refused, not read: opened without blocking, checked, then read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{path} is not a regular file (a folder, pipe or device); pass the file itself")
+        h = hashlib.sha256()
         for block in iter(lambda: f.read(chunk), b""):
             h.update(block)
     return h.hexdigest()

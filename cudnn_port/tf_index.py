@@ -19,7 +19,7 @@ The format (TensorFlow ``core/util/tensor_bundle``, stored with ``core/lib/io/ta
 import os
 import struct
 
-from .errors import CudnnPortError
+from .errors import CudnnPortError, short
 from .paths import require_file
 
 MAGIC = 0xDB4775248B80FB57
@@ -156,7 +156,7 @@ def check(prefix):
         raise CudnnPortError(f"checkpoint {prefix}: its .index declares {shards} data shards; the file is corrupt")
     sizes = {}
     for name, e in entries.items():
-        where = f"checkpoint {prefix}: entry {name}"
+        where = f"checkpoint {prefix}: entry {short(name)}"
         if e["dtype"] not in ITEMSIZE and e["dtype"] not in VARIABLE_SIZE:
             raise CudnnPortError(f"{where} has an unknown dtype code {e['dtype']}; the .index file is corrupt")
         if e["unknown"] or any(d < 0 for d in e["shape"]):

@@ -28,7 +28,8 @@ from .errors import CudnnPortError
 from .layout import RNNSpec, unpack
 from .outdir import MANIFEST, TOOL
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
-from .paths import sha256
+from .paths import require_file, sha256
+from .quiet import quiet
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
 
@@ -36,11 +37,13 @@ REPORT = "parity.json"
 
 
 def load_manifest(out):
+    """OUT's manifest.json, checked to be ours and whole. A file of OUT that is a pipe or a device (a reader would
+    wait on it for ever) is refused here, before anything opens it."""
     path = os.path.join(os.fspath(out), MANIFEST)
     try:
-        with open(path) as f:
+        with open(require_file(path, MANIFEST)) as f:
             manifest = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, CudnnPortError):
         manifest = None
     if not isinstance(manifest, dict) or manifest.get("tool") != TOOL:
         raise CudnnPortError(f"{out} is not a cudnn-port output (no readable manifest.json of ours); "
@@ -48,25 +51,42 @@ def load_manifest(out):
     for key, kind in (("files", dict), ("stacks", list), ("source", dict), ("model_artifacts", dict)):
         if not isinstance(manifest.get(key, kind()), kind):
             raise CudnnPortError(f"{path} is damaged ({key} is not a {kind.__name__}); convert again")
+    for root, dirs, files in os.walk(out):
+        for name in files:
+            full = os.path.join(root, name)
+            if os.path.exists(full) and not os.path.isfile(full):
+                raise CudnnPortError(f"{full} is not a regular file (a pipe or device), so OUT is not one cudnn-port "
+                                     "wrote; convert again")
     return manifest
 
 
 def file_rows(out, manifest):
-    """One row: every listed file present with its sha256, no unlisted file."""
+    """One row: every listed file present with its sha256, no unlisted file; a symbolic link or a name outside OUT
+    fails it (OUT is never written through links)."""
     listed = manifest.get("files", {})
     present = set()
     for root, dirs, files in os.walk(out):
         for f in files:
             present.add(os.path.relpath(os.path.join(root, f), out))
     present -= {MANIFEST, REPORT}
-    problems = [f"missing {rel}" for rel in sorted(set(listed) - present)]
+    outside = {rel for rel in listed if os.path.isabs(rel) or os.path.normpath(rel).split(os.sep)[0] == os.pardir}
+    links = {rel for rel in set(listed) & present - outside if _linked(out, rel)}
+    problems = [f"missing {rel}" for rel in sorted(set(listed) - present - outside)]
     problems += [f"not in the manifest: {rel}" for rel in sorted(present - set(listed))]
-    problems += [f"sha256 differs: {rel}" for rel in sorted(set(listed) & present)
+    problems += [f"outside OUT: {rel}" for rel in sorted(outside)]
+    problems += [f"a symbolic link: {rel}" for rel in sorted(links)]
+    problems += [f"sha256 differs: {rel}" for rel in sorted(set(listed) & present - outside - links)
                  if sha256(os.path.join(out, rel)) != listed[rel]]
     note = f"{len(listed)} files, sha256 as recorded" if not problems else \
         "; ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
     return [{"artifact": "files (sha256)", "stack": "(all)", "max_abs": None, "max_rel": None,
              "passed": not problems, "note": note, "judge": "manifest.json"}]
+
+
+def _linked(out, rel):
+    """Whether ``rel`` or a folder on its way down from OUT is a symbolic link."""
+    parts = rel.split(os.sep)
+    return any(os.path.islink(os.path.join(out, *parts[:i])) for i in range(1, len(parts) + 1))
 
 
 def source_unchanged(manifest):
@@ -89,6 +109,7 @@ def converted_canon(manifest, out, stack, spec):
     return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
 
 
+@quiet
 def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -> dict:
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict."""
     out = os.fspath(out)

@@ -23,7 +23,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..errors import CudnnPortError
+from ..errors import CudnnPortError, short
 
 STATES = ("none", "optional", "required")
 
@@ -105,7 +105,7 @@ def get(name: str) -> Format:
     try:
         return formats()[name]
     except KeyError:
-        raise CudnnPortError(f"unknown format {name!r}; choose from {', '.join(formats())}") from None
+        raise CudnnPortError(f"unknown format {short(name, 40)!r}; choose from {', '.join(formats())}") from None
 
 
 def check_names(requested) -> Tuple[str, ...]:

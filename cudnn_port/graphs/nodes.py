@@ -26,17 +26,28 @@ def is_saved_model(path):
 
 
 def load_proto(path):
-    """The parsed saved_model.pb of folder ``path``."""
+    """The parsed saved_model.pb of folder ``path``; one line if it is empty, damaged or not a SavedModel."""
+    import_tf()  # TensorFlow's environment set before its first import
+    from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
     pb = require_file(os.path.join(path, "saved_model.pb"), "saved_model.pb")
     try:
         with open(pb, "rb") as f:
-            proto.ParseFromString(f.read())
+            data = f.read()
+        proto.ParseFromString(data)
     except Exception as e:  # DecodeError and friends
         raise CudnnPortError(f"cannot read {pb} ({type(e).__name__}); is it a complete SavedModel folder?") from None
-    if not proto.meta_graphs:
+    if not any(m.graph_def.node or m.graph_def.library.function for m in proto.meta_graphs):
+        graph = graph_pb2.GraphDef()
+        try:  # protobuf reads any bytes as any message: a GraphDef reads as a SavedModel with an empty graph
+            graph.ParseFromString(data)
+        except Exception:
+            graph = None
+        if graph is not None and graph.node and all(n.op for n in graph.node):
+            raise CudnnPortError(f"{pb} is a GraphDef (a frozen graph), not a SavedModel; pass a folder that "
+                                 "tf.saved_model.save (or model.export) wrote")
         raise CudnnPortError(f"{pb} holds no graph (it is empty or damaged); is it a complete SavedModel folder?")
     return proto
 
