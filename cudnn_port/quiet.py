@@ -33,6 +33,7 @@ FOREIGN = re.compile(rb"|".join([
     rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - (DEBUG|INFO|WARNING|ERROR) - ",  # tf2onnx
     rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:",  # Python logging's default format (tensorflow, absl)
     rb"\S+\.py:\d+: \w*Warning: ",  # a Python warning
+    rb"(INFO|WARNING|ERROR|VERBOSE): ",  # TFLite / LiteRT ("INFO: Created TensorFlow Lite XNNPACK delegate")
 ]))
 CONTINUED = re.compile(rb"\s|To enable the following instructions|$")  # lines that belong to a foreign one
 FATAL = re.compile(rb"F\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+[^\s:]+:\d+\]\s*(.*)|"

@@ -187,6 +187,7 @@ with quiet_stderr():
         b"WARNING:tensorflow:6 out of the last 6 calls triggered tf.function retracing.",
         b"I0000 00:00:1795465189.6 4415 service.cc:148] XLA service initialized for platform Host:",
         b"  StreamExecutor device (0): Host, Default Version",
+        b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",
     ]:
         os.write(2, line + b"\n")
     print("writing saved_model", file=sys.stderr, flush=True)
