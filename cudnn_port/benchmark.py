@@ -59,8 +59,8 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
 
 
 def _runners(out, stack, spec):
-    """(row name, what states it takes, run) for every artifact of ``stack`` in each runtime its format benches (one whose package is
-    missing is left out). Artifacts that take states are fed zeros."""
+    """(row name, what states it takes, run) for every artifact of ``stack`` in each runtime its format benches (one
+    whose package is missing is left out). Artifacts that take states are fed zeros."""
     for key, rel in stack["artifacts"].items():
         if key not in registered():
             continue

@@ -155,7 +155,8 @@ def agreement(stored, converted):
 
 
 def default_formats(style: str) -> tuple:
-    """What ``convert`` writes for ``style`` when --formats is not given (:func:`cudnn_port.formats.default_formats`)."""
+    """What ``convert`` writes for ``style`` when --formats is not given
+    (:func:`cudnn_port.formats.default_formats`)."""
     return registry.default_formats(style if style in registry.formats() else None)
 
 
