@@ -111,9 +111,11 @@ def metadata(spec, states: bool) -> dict:
     return {k: str(v) for k, v in meta.items()}
 
 
-def build_model(canon, name="rnn", states=False):
+def build_model(canon, name="rnn", states=False, portable=True):
     """The ONNX ModelProto of stack ``canon`` (see the module docstring): ``states`` False takes ``inputs`` and
-    ``sequence_lengths`` only (zero initial states); True also ``initial_h`` (and ``initial_c``), required."""
+    ``sequence_lengths`` only (zero initial states); True also ``initial_h`` (and ``initial_c``), required.
+    ``portable`` False: the nodes of :func:`stack_graph` instead (right only where ``sequence_lens`` is honoured,
+    i.e. not in OpenVINO; kept to compare against)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -141,7 +143,8 @@ def build_model(canon, name="rnn", states=False):
 
     x = node("Transpose", ["inputs"], ["x_0"], perm=[1, 0, 2])
     h0, c0 = (names_in[2], names_in[3] if is_lstm else None) if states else (None, None)
-    y, final_h, final_c = portable_stack_graph(canon, x, "sequence_lengths", h0, c0, node, const)
+    y, final_h, final_c = (portable_stack_graph if portable else stack_graph)(canon, x, "sequence_lengths", h0, c0,
+                                                                              node, const)
     node("Transpose", [y], ["outputs"], perm=[1, 0, 2])
     node("Identity", [final_h], ["final_h"])
     if is_lstm:
