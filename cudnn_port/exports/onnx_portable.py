@@ -3,40 +3,49 @@
 onnxruntime honours an LSTM / GRU node's ``sequence_lens``; OpenVINO's CPU plugin (2026.4) does not when the input
 shapes are dynamic (ours are: batch and time): it runs every sequence over all T steps, so its outputs past a length
 are not zero, its final states are those after step T-1, and its backward direction starts at T-1 instead of at each
-sequence's own end (docs/conventions.md). This graph gives the same numbers under both behaviours, and keeps one
-fused node per layer and direction:
+sequence's own end (docs/conventions.md). This graph gives the same numbers under both behaviours, and keeps the
+fused nodes (LSTM: one per layer and direction; GRU: one per layer):
 
-* every node runs forward; the backward direction reads ``ReverseSequence(x, lengths)`` (each sequence reversed
-  within its own length, the padding left in place) and its output is reversed back the same way, so in both
-  behaviours the padded steps come after every valid step of a run and cannot change a valid output;
-* final h is the run's output at step length-1 (``GatherElements``);
-* final c (LSTM): x gets one more channel, 1 at padded steps and 0 at valid ones, whose weight is +K on the forget
-  gate and -K on the input gate (K = :data:`PAD_GATE`): at a padded step f = 1 and i = 0 exactly in float32, so c
-  stays as it was after the last valid step; at a valid step the channel adds 0 * K = 0, nothing;
-* the outputs are multiplied by the length mask (1 at valid steps, 0 past each length).
+* GRU: x gets one more channel, 1 at padded steps and 0 at valid ones, whose weight is +K on the update gate z
+  (K = :data:`PAD_GATE`): at a padded step z = 1 exactly in float32 and h = z * h_prev + (1 - z) * n stays as it
+  was, wherever the step falls (after the valid steps going forward, before them going backward over all T steps),
+  so the node's own outputs and final h are right; at a valid step the channel adds 0 * K = 0, nothing;
+* LSTM, whose h moves at a padded step even where c is held: every node runs forward; the backward direction reads
+  ``ReverseSequence(x, lengths)`` (each sequence reversed within its own length, the padding left in place) and its
+  output is reversed back the same way, so in both behaviours the padded steps come after every valid step of a run
+  and cannot change a valid output; final h is the run's output at step length-1 (``GatherElements``); final c
+  comes from the padding channel, here +K on the forget gate and -K on the input gate: at a padded step f = 1 and
+  i = 0 exactly, so c stays as it was after the last valid step;
+* the outputs (of both) are multiplied by the length mask (1 at valid steps, 0 past each length).
 
 :func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
 """
 import numpy as np
 
-from ..gates import ONNX_LSTM
+from ..gates import ONNX_GRU, ONNX_LSTM
 
 PAD_GATE = 1.0e4  # sigmoid(+-1e4 + any pre-activation within +-1e3) is exactly 1 / 0 in float32
-PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to an LSTM's x
+PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to a node's x
+
+
+def layer_weights(canon, layer):
+    from .onnx import layer_weights as weights
+
+    return weights(canon, layer)
 
 
 def _direction_weights(canon, layer, direction):
-    from .onnx import layer_weights
-
     return [a[direction:direction + 1] for a in layer_weights(canon, layer)]
 
 
-def _with_pad_channel(W):
-    """W [1, 4H, I] -> [1, 4H, I+1]: the padding channel's weight, +K on f and -K on i (ONNX gate order i, o, f, c)."""
-    H = W.shape[1] // 4
-    column = np.zeros((1, 4 * H, 1), W.dtype)
-    column[:, ONNX_LSTM.index("f") * H:(ONNX_LSTM.index("f") + 1) * H] = PAD_GATE
-    column[:, ONNX_LSTM.index("i") * H:(ONNX_LSTM.index("i") + 1) * H] = -PAD_GATE
+def _with_pad_channel(W, mode="lstm"):
+    """W [D, G*H, I] -> [D, G*H, I+1]: the padding channel's weight: LSTM +K on f and -K on i (ONNX gate order i, o,
+    f, c); GRU +K on z (order z, r, h), so that h = z * h_prev + (1 - z) * n stays h_prev exactly."""
+    gates = ONNX_LSTM if mode == "lstm" else ONNX_GRU
+    H = W.shape[1] // len(gates)
+    column = np.zeros((W.shape[0], W.shape[1], 1), W.dtype)
+    for gate, value in (("f", PAD_GATE), ("i", -PAD_GATE)) if mode == "lstm" else (("z", PAD_GATE),):
+        column[:, gates.index(gate) * H:(gates.index(gate) + 1) * H] = value
     return np.concatenate([W, column], axis=2)
 
 
@@ -59,8 +68,10 @@ def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
     valid = node("Less", [node("Unsqueeze", [steps, i64("axis_1", [1])], [f"{p}steps_t1"]),
                           node("Unsqueeze", [lens64, i64("axis_0", [0])], [f"{p}lengths_1b"])], [f"{p}valid"])
     mask = node("Unsqueeze", [node("Cast", [valid], [f"{p}valid_f"], to=1), i64("axis_2", [2])], [f"{p}mask"])
-    pad = node("Cast", [node("Not", [valid], [f"{p}padded"])], [f"{p}padded_f"], to=1) if is_lstm else None
-    pad = node("Unsqueeze", [pad, i64("axis_2", [2])], [f"{p}pad_channel"]) if is_lstm else None
+    pad = node("Unsqueeze", [node("Cast", [node("Not", [valid], [f"{p}padded"])], [f"{p}padded_f"], to=1),
+                             i64("axis_2", [2])], [f"{p}pad_channel"])
+    if not is_lstm:
+        return _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p)
     last = node("Unsqueeze", [node("Sub", [lens64, i64("one", 1)], [f"{p}last_step"]), i64("axes_0_2", [0, 2])],
                 [f"{p}last_1b1"])
     batch = node("Gather", [node("Shape", [lengths], [f"{p}lengths_shape"]), i64("zero", [0])], [f"{p}batch"], axis=0)
@@ -75,9 +86,8 @@ def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
             xd = x if direction == 0 else node("ReverseSequence", [x, lens64], [f"{p}x_rev_{tag}"], batch_axis=1,
                                                  time_axis=0)
             W, R, B = _direction_weights(canon, layer, direction)
-            if is_lstm:
-                xd = node("Concat", [xd, pad], [f"{p}x_{tag}{PAD_SUFFIX}"], axis=2)
-                W = _with_pad_channel(W)
+            xd = node("Concat", [xd, pad], [f"{p}x_{tag}{PAD_SUFFIX}"], axis=2)
+            W = _with_pad_channel(W)
             names = [const(f"{p}{n}_{tag}", a) for n, a in zip("WRB", (W, R, B))]
             states = []
             for label, state in (("h0", h0), ("c0", c0)) if is_lstm else (("h0", h0),):
@@ -127,3 +137,27 @@ def plain_lstm_inputs(model):
         if n.output[0] not in used:
             model.graph.node.remove(n)
     return changed
+
+
+def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p):
+    """GRU layers of :func:`portable_stack_graph`: one node per layer (bidirectional where the stack is), x with the
+    padding channel, whose +K on z makes every padded step leave h exactly as it was, wherever the step falls (after
+    the valid steps going forward, before them going backward over all T steps). Final h is the node's own."""
+    spec = canon.spec
+    H, D = spec.num_units, spec.num_dirs
+    flatten = i64("flatten_dirs", [0, 0, -1])
+    finals = []
+    for layer in range(spec.num_layers):
+        W, R, B = layer_weights(canon, layer)
+        names = [const(f"{p}{n}_{layer}", a) for n, a in zip("WRB", (_with_pad_channel(W, "gru"), R, B))]
+        states = [] if h0 is None else [node("Slice", [h0, i64(f"start_{layer}", [layer * D]),
+                                                       i64(f"end_{layer}", [(layer + 1) * D]), i64("axis_0", [0])],
+                                             [f"{p}h0_{layer}"])]
+        xp = node("Concat", [x, pad], [f"{p}x_{layer}{PAD_SUFFIX}"], axis=2)
+        outs = [f"{p}y_{layer}", f"{p}y_h_{layer}"]
+        node("GRU", [xp] + names + [lengths] + states, outs, hidden_size=H, linear_before_reset=1,
+             direction="bidirectional" if D == 2 else "forward")
+        x = node("Reshape", [node("Transpose", [outs[0]], [f"{p}y_t_{layer}"], perm=[0, 2, 1, 3]), flatten],
+                 [f"{p}x_{layer + 1}"])
+        finals.append(outs[1])
+    return node("Mul", [x, mask], [f"{p}y_masked"]), node("Concat", finals, [f"{p}h_n"], axis=0), None
