@@ -154,7 +154,8 @@ def test_dynamic_batch_and_time_in_onnx(exported):
     for batch, steps in ((1, 1), (3, 11)):
         x = np.random.default_rng(batch).normal(size=(batch, steps, spec.input_size)).astype(np.float32)
         lengths = np.full(batch, steps, np.int32)
-        got = run_onnx(out / manifest["stacks"][0]["artifacts"]["onnx"], spec, {"inputs": x, "sequence_lengths": lengths})
+        got = run_onnx(out / manifest["stacks"][0]["artifacts"]["onnx"], spec,
+                       {"inputs": x, "sequence_lengths": lengths})
         assert_close(got[0], reference.forward(unpack(spec, blob), x)[0], f"onnx batch {batch} time {steps}")
 
 
@@ -241,7 +242,8 @@ def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1
     assert artifacts == {"files (sha256)", "checkpoint (tf1 style)", "checkpoint (copied variables)"} | {
         f"{artifact}, {fed}" for artifact in ("saved_model (signatures)", "saved_model (functions)",
                                               "graphdef (session)")
-        for fed in ("states fed", "no states")} | {f"{key} ({r})" for key in ("onnx", "onnx_stateful") for r in runtimes}
+        for fed in ("states fed", "no states")} | {
+        f"{key} ({r})" for key in ("onnx", "onnx_stateful") for r in runtimes}
     assert json.loads((out / "parity.json").read_text())["passed"] is True
     assert all(r["judge"] == "source buffer" for r in report["rows"] if r["stack"] == "cudnn_lstm/opaque_kernel"
                and r["passed"] is not None)

@@ -1,6 +1,8 @@
-"""ONNX model of one stack: one fused ``LSTM`` / ``GRU`` node per layer (no Loop or Scan), ``sequence_lens`` wired.
+"""ONNX model of one stack: fused ``LSTM`` / ``GRU`` nodes (no Loop or Scan), ``sequence_lens`` wired.
 
-Graph, with x batch-major as in every artifact::
+The written models use the portable form of :mod:`cudnn_port.exports.onnx_portable` (right whether a runtime
+honours ``sequence_lens``, as onnxruntime does, or not, as OpenVINO on dynamic shapes does not). The plain form
+(:func:`stack_graph`, also used for cuDNN nodes inside whole graphs), with x batch-major as in every artifact::
 
     X_0 = Transpose(inputs, [1, 0, 2])                                  [T, B, I]
     for layer l:
@@ -53,8 +55,10 @@ def layer_weights(canon, layer, dtype=np.float32):
 def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None):
     """The stack's ONNX nodes, made through ``node(op, inputs, outputs, **attrs)`` and ``const(name, array) ->
     tensor name``: x time-major [T, B, I], lengths [B] int32 (or "" for full length), h0 / c0 [L*D, B, H] (c0
-    LSTM only; both None: the nodes start from zeros). Returns the names of y [T, B, D*H], final_h and final_c (None for GRU). ``weights(layer)``, if
-    given, returns the names of that layer's W, R, B tensors (computed in the graph) instead of constants."""
+    LSTM only; both None: the nodes start from zeros). Returns the names of y [T, B, D*H], final_h and final_c
+    (None for GRU). ``weights(layer)``, if given, returns the names of that layer's W, R, B tensors (computed in
+    the graph) instead of constants. This is the plain form, right where ``sequence_lens`` is honoured
+    (onnxruntime); :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` is right in OpenVINO too."""
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
     flatten = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64))
@@ -128,7 +132,8 @@ def build_model(canon, name="rnn", states=False, portable=True):
     names_in, names_out = io_names(spec)
     state_shape = [spec.num_pseudo_layers, "batch", H]
     shapes = {"inputs": (TensorProto.FLOAT, ["batch", "time", spec.input_size]),
-              "sequence_lengths": (TensorProto.INT32, ["batch"]), "outputs": (TensorProto.FLOAT, ["batch", "time", D * H])}
+              "sequence_lengths": (TensorProto.INT32, ["batch"]),
+              "outputs": (TensorProto.FLOAT, ["batch", "time", D * H])}
     graph_inputs = [helper.make_tensor_value_info(n, *shapes.get(n, (TensorProto.FLOAT, state_shape)))
                     for n in (names_in if states else names_in[:2])]
     nodes, inits = [], []

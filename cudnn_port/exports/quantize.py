@@ -3,8 +3,9 @@
 :func:`quantize_onnx` rewrites each ``LSTM`` node as ``com.microsoft:DynamicQuantizeLSTM``: W and R stored as
 symmetric int8, x and h quantized to uint8 on the fly, biases kept float32. Inputs, outputs, ``sequence_lens`` and
 the initial states are kept; the padding channel of the portable graph (:mod:`cudnn_port.exports.onnx_portable`)
-is dropped first (int8 runs in onnxruntime only, which honours ``sequence_lens``). On request (``matmul=True``) it also rewrites each ``MatMul`` with a constant B (a
-Dense head) as ``DynamicQuantizeLinear`` + ``MatMulInteger``, in a second pass with its own settings.
+is dropped first (int8 runs in onnxruntime only, which honours ``sequence_lens``). On request (``matmul=True``) it
+also rewrites each ``MatMul`` with a constant B (a Dense head) as ``DynamicQuantizeLinear`` + ``MatMulInteger``, in a
+second pass with its own settings.
 
 Settings, and why (measured with onnxruntime 1.31 on a 2-core AVX2 CPU without VNNI):
 
