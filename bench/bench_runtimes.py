@@ -2,10 +2,11 @@
 
 Every number is measured in this one run, so the ratios compare like with like:
 
-1. onnxruntime: the portable graph ``model.onnx`` holds (forward nodes, backward directions through
-   ``ReverseSequence``, final states gathered, outputs masked: right in OpenVINO too) against the plain fused graph
-   (one bidirectional node per layer, right only where ``sequence_lens`` is honoured), BiLSTM and BiGRU, at batch 1
-   (full length) and batch 32 (ragged), timed in alternating blocks. Target: portable / plain <= 1.05.
+1. onnxruntime: the portable graph ``model.onnx`` holds (right in OpenVINO too: LSTM as forward nodes with the
+   backward directions through ``ReverseSequence``; GRU as one node per layer with a padding channel; outputs
+   masked) against the plain fused graph (one bidirectional node per layer, right only where ``sequence_lens`` is
+   honoured), BiLSTM and BiGRU, at batch 1 (full length) and batch 32 (ragged), timed in alternating blocks.
+   Target: portable / plain <= 1.05.
 2. OpenVINO (if installed): error against the float64 NumPy reference on a ragged batch of 32 with non-zero states,
    of the portable graph in f32 and in bf16 (the CPU plugin's default on CPUs with AVX512-BF16 or AMX), and of the
    plain graph in f32 (which OpenVINO computes wrong on ragged batches); latency at batch 1 and 32 of f32 and bf16
