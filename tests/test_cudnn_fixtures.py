@@ -132,8 +132,8 @@ def run_artifacts(spec, out, manifest, feeds):
     from cudnn_port.formats import open_artifact
 
     arts = manifest["stacks"][0]["artifacts"]
-    return {kind: open_artifact(kind, out / arts[kind], spec)(feeds) for kind in ("saved_model", "graphdef", "onnx")
-            if kind in arts}
+    return {kind: open_artifact(kind, out / arts[kind], spec)(feeds)  # the artifacts that take states
+            for kind in ("saved_model", "graphdef", "onnx_stateful") if kind in arts}
 
 
 @pytest.mark.parametrize("case", STRICT)
@@ -148,7 +148,7 @@ def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
     got = {"checkpoint in TF1 cells": tf1_cells(spec, f"cudnn_{spec.mode}", str(out / "checkpoint"), x, lengths, h0,
                                                c0)}
     got.update(run_artifacts(spec, out, manifest, dict(zip(io_names(spec)[0], (x, lengths, h0, c0)))))
-    assert ("onnx" in got) == (not spec.num_proj)  # ONNX's LSTM has no projection: no ONNX for that case
+    assert ("onnx_stateful" in got) == (not spec.num_proj)  # ONNX's LSTM has no projection: no ONNX for that case
     _, out, manifest = convert_case(tmp_path / "pytorch", case, "pytorch")
     from safetensors.numpy import load_file
 

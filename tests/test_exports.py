@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
-from cudnn_port import cli, reference
+from cudnn_port import cli, deps, reference
 from cudnn_port import convert
 from cudnn_port.exports.tensorflow import op_types
 from cudnn_port.layout import unpack
@@ -19,7 +19,7 @@ from test_targets import assert_close, spec_flags, write_source
 
 tf = pytest.importorskip("tensorflow")
 ort = pytest.importorskip("onnxruntime")
-EXPORTS = ["saved_model", "graphdef", "onnx"]
+EXPORTS = ["saved_model", "graphdef", "onnx_stateful"]  # the artifacts that take states
 
 
 def feeds(spec, x, lengths, h_0, c_0):
@@ -54,7 +54,7 @@ def run_onnx(path, spec, batch):
     return session.run(names, batch) + ([None] if spec.mode == "gru" else [])
 
 
-RUNNERS = {"saved_model": run_saved_model, "graphdef": run_graphdef, "onnx": run_onnx}
+RUNNERS = {"saved_model": run_saved_model, "graphdef": run_graphdef, "onnx_stateful": run_onnx, "onnx": run_onnx}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +94,10 @@ def test_optional_states_default_to_zero(exported, mode, layers, bi):
     assert_close(got[0], want[0], "saved_model serving_default outputs")
     got = run_graphdef(out / arts["graphdef"], spec, {"inputs": x, "sequence_lengths": lengths})
     assert_close(got[1], want[1], "graphdef final_h with initial states left out")
+    got = run_onnx(out / arts["onnx"], spec, {"inputs": x, "sequence_lengths": lengths})  # takes no states at all
+    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
+        if w is not None:
+            assert_close(g, w, f"model.onnx {what}")
 
 
 @pytest.mark.parametrize("artifact", EXPORTS)
@@ -131,14 +135,16 @@ def test_no_cudnn_op_and_fused_onnx_nodes(exported, mode, layers, bi):
         assert not [op for op in ops if "cudnn" in op.lower()], f"{name} has cuDNN ops: {ops}"
         assert ops & {"While", "StatelessWhile"}, f"{name}: expected the time loop, got {sorted(ops)}"
         assert not [op for op in ops if op in ("VarHandleOp", "VariableV2", "ReadVariableOp")], f"{name} not frozen"
-    model = onnx.load(str(out / arts["onnx"]))
-    kinds = [n.op_type for n in model.graph.node]
-    assert kinds.count(mode.upper()) == layers and not {"Loop", "Scan", "If"} & set(kinds), kinds
-    assert model.ir_version <= 13
-    rnn = [n for n in model.graph.node if n.op_type == mode.upper()]
-    assert all(n.input[4] == "sequence_lengths" for n in rnn)
-    if mode == "gru":
-        assert all(any(a.name == "linear_before_reset" and a.i == 1 for a in n.attribute) for n in rnn)
+    for key in ("onnx", "onnx_stateful"):  # LSTM: a forward node per layer and direction; GRU: one per layer
+        model = onnx.load(str(out / arts[key]))
+        kinds = [n.op_type for n in model.graph.node]
+        assert kinds.count(mode.upper()) == layers * (2 if bi and mode == "lstm" else 1), kinds
+        assert not {"Loop", "Scan", "If"} & set(kinds), kinds
+        assert model.ir_version <= 13
+        rnn = [n for n in model.graph.node if n.op_type == mode.upper()]
+        assert all(n.input[4] == "sequence_lengths" for n in rnn)
+        if mode == "gru":
+            assert all(any(a.name == "linear_before_reset" and a.i == 1 for a in n.attribute) for n in rnn)
     graph_nodes = manifest["stacks"][0]["graphdef_nodes"]
     assert graph_nodes["outputs"][:2] == ["outputs:0", "final_h:0"] and graph_nodes["inputs"][0] == "inputs:0"
 
@@ -148,8 +154,8 @@ def test_dynamic_batch_and_time_in_onnx(exported):
     for batch, steps in ((1, 1), (3, 11)):
         x = np.random.default_rng(batch).normal(size=(batch, steps, spec.input_size)).astype(np.float32)
         lengths = np.full(batch, steps, np.int32)
-        h = np.zeros((2, batch, spec.num_units), np.float32)
-        got = run_onnx(out / manifest["stacks"][0]["artifacts"]["onnx"], spec, feeds(spec, x, lengths, h, h))
+        got = run_onnx(out / manifest["stacks"][0]["artifacts"]["onnx"], spec,
+                       {"inputs": x, "sequence_lengths": lengths})
         assert_close(got[0], reference.forward(unpack(spec, blob), x)[0], f"onnx batch {batch} time {steps}")
 
 
@@ -232,10 +238,12 @@ def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["passed"]
     artifacts = {r["artifact"] for r in report["rows"] if r["passed"]}
+    runtimes = ["onnxruntime"] + (["openvino"] if deps.available("openvino") else [])
     assert artifacts == {"files (sha256)", "checkpoint (tf1 style)", "checkpoint (copied variables)"} | {
         f"{artifact}, {fed}" for artifact in ("saved_model (signatures)", "saved_model (functions)",
-                                              "graphdef (session)", "onnx (onnxruntime)")
-        for fed in ("states fed", "no states")}
+                                              "graphdef (session)")
+        for fed in ("states fed", "no states")} | {
+        f"{key} ({r})" for key in ("onnx", "onnx_stateful") for r in runtimes}
     assert json.loads((out / "parity.json").read_text())["passed"] is True
     assert all(r["judge"] == "source buffer" for r in report["rows"] if r["stack"] == "cudnn_lstm/opaque_kernel"
                and r["passed"] is not None)
@@ -293,7 +301,9 @@ def test_bench_reports_each_artifact_at_batch_1_and_32(tmp_path, tf1_ckpt, capsy
     report = json.loads(capsys.readouterr().out)
     assert code == 0
     cases = {(r["artifact"], r["batch"]) for r in report["rows"]}
-    assert cases == {(a, b) for a in ("saved_model", "graphdef", "onnx") for b in (1, 32)}
+    onnx_rows = [f"{key} ({r})" for key in ("onnx", "onnx_stateful") for r in ("onnxruntime", "openvino")] \
+        if deps.available("openvino") else ["onnx", "onnx_stateful"]
+    assert cases == {(a, b) for a in ["saved_model", "graphdef"] + onnx_rows for b in (1, 32)}
     assert all(r["latency_ms"] > 0 and r["steps"] == 4 for r in report["rows"])
 
 

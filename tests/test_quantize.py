@@ -17,29 +17,36 @@ from cudnn_port.judging.parity import sample_batch
 pytest.importorskip("onnxruntime")
 
 
-def int8_of(canon, tmp_path):
+def int8_of(canon, tmp_path, states=True):
     src, dst = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
-    write_onnx(canon, src)
+    write_onnx(canon, src, states=states)
     return quantize_onnx(src, dst), dst
 
 
-def judged(path, spec, canon, steps=9):
+def judged(path, spec, canon, steps=9, states=True):
     x, lengths, h, c = sample_batch(spec, 4, steps)
+    if not states:
+        return int8_row("int8", path, spec, canon, {"inputs": x, "sequence_lengths": lengths},
+                        reference.forward(canon, x, lengths))
     return int8_row("int8", path, spec, canon, dict(zip(io_names(spec)[0], (x, lengths, h, c))),
                     reference.forward(canon, x, lengths, h, c))
 
 
+@pytest.mark.parametrize("states", [True, False], ids=["stateful", "no_states"])
 @pytest.mark.parametrize("layers,bi,hidden", [(1, False, 5), (2, True, 16), (3, True, 16)])
-def test_int8_keeps_the_interface_and_passes_its_judge(tmp_path, layers, bi, hidden):
+def test_int8_keeps_the_interface_and_passes_its_judge(tmp_path, layers, bi, hidden, states):
     canon = random_canon(make_spec("lstm", layers, bi, input_size=24, hidden=hidden))
-    report, path = int8_of(canon, tmp_path)
+    report, path = int8_of(canon, tmp_path, states)
     model = onnx.load(path)
-    assert [i.name for i in model.graph.input] == list(io_names(canon.spec)[0])
+    assert [i.name for i in model.graph.input] == list(io_names(canon.spec)[0][:4 if states else 2])
     assert [o.name for o in model.graph.output] == list(io_names(canon.spec)[1])
-    assert report["quantized"] == {"LSTM": layers} and not report["float32_left"]
-    assert [n.op_type for n in model.graph.node].count("DynamicQuantizeLSTM") == layers
+    assert not model.graph.initializer or not {i.name for i in model.graph.initializer} & {
+        i.name for i in model.graph.input}
+    nodes = layers * (2 if bi else 1)  # one forward node per layer and direction
+    assert report["quantized"] == {"LSTM": nodes} and not report["float32_left"]
+    assert [n.op_type for n in model.graph.node].count("DynamicQuantizeLSTM") == nodes
     assert report["bytes"]["int8"] < report["bytes"]["float32"]
-    row = judged(path, canon.spec, canon, steps=20)
+    row = judged(path, canon.spec, canon, steps=20, states=states)
     assert row["passed"] and row["weights_worst_steps"] <= 0.5 + 1e-3, row
 
 
@@ -55,8 +62,8 @@ def test_the_judge_fails_other_weights_and_dropped_lengths(tmp_path):
         if node.op_type == "DynamicQuantizeLSTM":
             node.input[4] = ""  # sequence_lens
     onnx.save(model, path)
-    row = judged(path, spec, canon)
-    assert not row["passed"] and "past a sequence's length" in row["note"], row
+    row = judged(path, spec, canon)  # the outputs are masked, but c runs on past each length
+    assert not row["passed"] and "final_c" in row["note"], row
 
 
 def test_gru_is_refused(tmp_path):
@@ -73,11 +80,14 @@ def test_convert_quantize_int8_then_verify(tmp_path, capsys):
     src = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
     code = cli.main(["convert", src, str(tmp_path / "out"), "--quantize", "int8", "--json", "--quiet"])
     manifest = json.loads(capsys.readouterr().out)
-    assert code == 0 and manifest["stacks"][0]["artifacts"]["onnx_int8"] == "model_int8.onnx"
-    assert manifest["int8"][0]["quantized"] == {"LSTM": 2}
+    arts = manifest["stacks"][0]["artifacts"]
+    assert code == 0 and arts["onnx_int8"] == "model_int8.onnx"
+    assert arts["onnx_stateful_int8"] == "model_stateful_int8.onnx"
+    assert [w["quantized"] for w in manifest["int8"]] == [{"LSTM": 4}] * 2  # 2 layers x 2 directions, 2 files
     code = cli.main(["verify", str(tmp_path / "out")])
     text = capsys.readouterr().out
-    assert code == 0 and [line for line in text.splitlines() if "onnx int8" in line and "pass" in line], text
+    for label in ("onnx int8", "onnx_stateful int8"):
+        assert code == 0 and [line for line in text.splitlines() if label in line and "pass" in line], text
 
 
 def test_quantize_int8_of_a_gru_only_source_is_refused(tmp_path, capsys):

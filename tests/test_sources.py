@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob, tree_hash
-from cudnn_port import reference
+from cudnn_port import deps, reference
 from cudnn_port import convert, inspect_checkpoint
 from cudnn_port.layout import unpack
 from cudnn_port.verify import verify
@@ -97,6 +97,7 @@ def test_tf1_checkpoint_with_two_stacks_to_every_target(tmp_path, style):
     assert all(v["agrees"] for v in manifest["replaced"].values())
     arts = [s["artifacts"] for s in manifest["stacks"]]
     assert arts[0]["onnx"] == "model_decoder__cudnn_gru.onnx" and arts[1]["onnx"] == "model_encoder__cudnn_lstm.onnx"
+    assert arts[1]["onnx_stateful"] == "model_stateful_encoder__cudnn_lstm.onnx"
     report = verify(tmp_path / "out")
     assert report["passed"] and {r["stack"] for r in report["rows"]} == {s["variable"] for s in manifest["stacks"]} | \
         {"(all)"}
@@ -163,7 +164,7 @@ def test_keras2_full_model_becomes_a_keras3_model_and_every_artifact_passes(tmp_
     assert "Keras 2 HDF5 (full model" in manifest["source"]["format"]
     assert sorted(manifest["copied"]) == ["embedding/embeddings", "head/bias", "head/kernel"]
     for stack in manifest["stacks"]:
-        assert sorted(stack["artifacts"]) == ["graphdef", "keras", "onnx", "saved_model"]
+        assert sorted(stack["artifacts"]) == ["graphdef", "keras", "onnx", "onnx_stateful", "saved_model"]
         assert "spec exact from its weight shapes" in stack["spec_source"]
     model = keras.saving.load_model(tmp_path / "out" / "keras" / "model.keras")
     kinds = [type(layer).__name__ for layer in model.layers]
@@ -172,8 +173,10 @@ def test_keras2_full_model_becomes_a_keras3_model_and_every_artifact_passes(tmp_
     report = verify(tmp_path / "out")
     per_stack = {"checkpoint (keras style)", "keras (.keras file)"} | {
         f"{artifact}, {fed}" for artifact in ("saved_model (signatures)", "saved_model (functions)",
-                                              "graphdef (session)", "onnx (onnxruntime)")
-        for fed in ("states fed", "no states")}
+                                              "graphdef (session)")
+        for fed in ("states fed", "no states")} | {
+        f"{key} ({runtime})" for key in ("onnx", "onnx_stateful")
+        for runtime in ["onnxruntime"] + (["openvino"] if deps.available("openvino") else [])}
     for stack in KERAS2_LAYERS:
         assert {r["artifact"] for r in report["rows"] if r["stack"] == f"{stack}/opaque_kernel" and r["passed"]} == \
             per_stack, stack

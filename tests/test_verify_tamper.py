@@ -120,26 +120,29 @@ def test_weights_of_one_saved_model_function(out, converted, capsys, function):
     assert not any("(signatures)" in name for name in failed), failed
 
 
-@pytest.mark.parametrize("kind,path", [("graphdef", "frozen_graph.pb"), ("onnx", "model.onnx"),
-                                       ("pytorch", "pytorch/cudnn_lstm.safetensors")])
-def test_weights_of_one_artifact(out, converted, capsys, kind, path):
+@pytest.mark.parametrize("kind,key,path", [("graphdef", "graphdef", "frozen_graph.pb"), ("onnx", "onnx", "model.onnx"),
+                                           ("onnx", "onnx_stateful", "model_stateful.onnx"),
+                                           ("pytorch", "pytorch", "pytorch/cudnn_lstm.safetensors")])
+def test_weights_of_one_artifact(out, converted, capsys, kind, key, path):
     from cudnn_port import formats
 
     os.remove(out / path)
-    formats.get(kind).write(moved(converted[1]), {kind: str(out / path)}, name="rnn", options={})
+    formats.get(kind).write(moved(converted[1]), {key: str(out / path)}, name="rnn", options={})
     rehash(out)
-    verify_fails(out, capsys, {"onnx": "onnx (onnxruntime)"}.get(kind, kind))
+    verify_fails(out, capsys, f"{key} (onnxruntime)" if kind == "onnx" else kind)
 
 
-def test_int8_model_with_other_weights(out, converted, capsys):
+@pytest.mark.parametrize("states,path,row", [(False, "model_int8.onnx", "onnx int8"),
+                                             (True, "model_stateful_int8.onnx", "onnx_stateful int8")])
+def test_int8_model_with_other_weights(out, converted, capsys, states, path, row):
     from cudnn_port.exports.onnx import write_onnx
     from cudnn_port.exports.quantize import quantize_onnx
 
-    write_onnx(moved(converted[1], seed=5), str(out / "other.onnx"))
-    quantize_onnx(out / "other.onnx", out / "model_int8.onnx")
+    write_onnx(moved(converted[1], seed=5), str(out / "other.onnx"), states=states)
+    quantize_onnx(out / "other.onnx", out / path)
     os.remove(out / "other.onnx")
     rehash(out)
-    verify_fails(out, capsys, "onnx int8")
+    verify_fails(out, capsys, row)
 
 
 def rewrite_checkpoint(out, change):

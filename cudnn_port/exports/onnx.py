@@ -1,6 +1,8 @@
-"""ONNX model of one stack: one fused ``LSTM`` / ``GRU`` node per layer (no Loop or Scan), ``sequence_lens`` wired.
+"""ONNX model of one stack: fused ``LSTM`` / ``GRU`` nodes (no Loop or Scan), ``sequence_lens`` wired.
 
-Graph, with x batch-major as in every artifact::
+The written models use the portable form of :mod:`cudnn_port.exports.onnx_portable` (right whether a runtime
+honours ``sequence_lens``, as onnxruntime does, or not, as OpenVINO on dynamic shapes does not). The plain form
+(:func:`stack_graph`, also used for cuDNN nodes inside whole graphs), with x batch-major as in every artifact::
 
     X_0 = Transpose(inputs, [1, 0, 2])                                  [T, B, I]
     for layer l:
@@ -12,10 +14,15 @@ Weights: LSTM gates i, o, f, c (``gates.ONNX_LSTM``), ``B = [b_W, b_R]``; GRU ga
 ``linear_before_reset=1`` (cuDNN's reset-after form). Written with IR version 8 / opset 17, which onnxruntime
 accepts.
 
-``initial_h`` / ``initial_c`` may be left out: each is a graph input backed by an initializer of zeros
-``[L*D, 1, H]`` (an initializer listed among the inputs is the input's default, which a feed overrides), and the
-graph broadcasts it to the batch (``Expand``). Fed only ``inputs`` and ``sequence_lengths``, the model runs from
-zero states; fed states ``[L*D, B, H]``, it uses them.
+Two models per stack, both with every weight an initializer that is not a graph input (nothing a feed could
+override, nothing onnxruntime warns about at load):
+
+* ``model.onnx`` (``states=False``) takes exactly ``inputs`` and ``sequence_lengths``; its LSTM / GRU nodes get no
+  initial states, so they start from zeros (the ONNX default).
+* ``model_stateful.onnx`` (``states=True``) also takes ``initial_h`` (and ``initial_c``) ``[L*D, B, H]`` as
+  required inputs: a caller carries the final states of one chunk into the next (streaming).
+
+Both record in ``metadata_props`` (:func:`metadata`) the state inputs and outputs, their shape and what a chunk is.
 
 ONNX's LSTM has no projection: a stack with one gets no ONNX artifact (:class:`~cudnn_port.errors.UnsupportedError`).
 """
@@ -48,21 +55,25 @@ def layer_weights(canon, layer, dtype=np.float32):
 def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None):
     """The stack's ONNX nodes, made through ``node(op, inputs, outputs, **attrs)`` and ``const(name, array) ->
     tensor name``: x time-major [T, B, I], lengths [B] int32 (or "" for full length), h0 / c0 [L*D, B, H] (c0
-    LSTM only). Returns the names of y [T, B, D*H], final_h and final_c (None for GRU). ``weights(layer)``, if
-    given, returns the names of that layer's W, R, B tensors (computed in the graph) instead of constants."""
+    LSTM only; both None: the nodes start from zeros). Returns the names of y [T, B, D*H], final_h and final_c
+    (None for GRU). ``weights(layer)``, if given, returns the names of that layer's W, R, B tensors (computed in
+    the graph) instead of constants. This is the plain form, right where ``sequence_lens`` is honoured
+    (onnxruntime); :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` is right in OpenVINO too."""
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
-    flatten, axis = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64)), \
-        const(f"{prefix}axis_0", np.array([0], np.int64))
+    flatten = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64))
+    axis = const(f"{prefix}axis_0", np.array([0], np.int64)) if h0 is not None else None
     finals_h, finals_c = [], []
     for layer in range(spec.num_layers):
         W, R, B = weights(layer) if weights else (const(f"{prefix}{n}_{layer}", a)
                                                   for n, a in zip("WRB", layer_weights(canon, layer)))
-        start = const(f"{prefix}start_{layer}", np.array([layer * D], np.int64))
-        end = const(f"{prefix}end_{layer}", np.array([(layer + 1) * D], np.int64))
+        if h0 is not None:
+            start = const(f"{prefix}start_{layer}", np.array([layer * D], np.int64))
+            end = const(f"{prefix}end_{layer}", np.array([(layer + 1) * D], np.int64))
         states = []
         for label, state in (("h0", h0), ("c0", c0)) if is_lstm else (("h0", h0),):
-            states.append(node("Slice", [state, start, end, axis], [f"{prefix}{label}_{layer}"]))
+            if state is not None:  # None: the node's own default, zeros
+                states.append(node("Slice", [state, start, end, axis], [f"{prefix}{label}_{layer}"]))
         outs = [f"{prefix}y_{layer}", f"{prefix}y_h_{layer}"] + ([f"{prefix}y_c_{layer}"] if is_lstm else [])
         attrs = dict(hidden_size=H, direction="bidirectional" if D == 2 else "forward")
         if not is_lstm:
@@ -78,21 +89,53 @@ def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None)
     return x, final_h, final_c
 
 
-def build_model(canon, name="rnn"):
-    """The ONNX ModelProto of stack ``canon`` (see the module docstring)."""
+
+def metadata(spec, states: bool) -> dict:
+    """``metadata_props`` of a stack's ONNX model: what it is, and for ``states`` which inputs and outputs carry the
+    recurrent state, their shapes, and what one call (a chunk) is. Flat string key/values, as streaming exports
+    record their state (icefall / sherpa-onnx: ``model_type``, sizes, ``comment``)."""
+    names_in, names_out = io_names(spec)
+    layers, H = spec.num_pseudo_layers, spec.num_units
+    meta = {"model_type": spec.mode, "producer": "cudnn-port", "num_layers": spec.num_layers,
+            "num_directions": spec.num_dirs, "hidden_size": H, "input_size": spec.input_size,
+            "inputs": "inputs [batch, time, input_size] float32; sequence_lengths [batch] int32",
+            "outputs": f"outputs [batch, time, {spec.num_dirs * H}] float32, zero past each length",
+            "state_inputs": ",".join(names_in[2:]) if states else "",
+            "state_outputs": ",".join(names_out[1:]),
+            "state_shape": f"{layers},batch,{H}",
+            "state_layout": "index l*num_directions + d: layer l, direction d (0 forward, 1 backward)"}
+    if states:
+        meta["chunk"] = ("one call: any time steps of the same sequences; feed the final states of one chunk as the "
+                         "initial states of the next" + (" (forward direction only: a bidirectional stack reads the "
+                                                         "whole sequence, so it does not stream)"
+                                                         if spec.num_dirs == 2 else ""))
+        meta["streaming"] = int(spec.num_dirs == 1)
+    else:
+        meta["chunk"] = "the whole sequence, from zero initial states; model_stateful.onnx takes and returns states"
+    return {k: str(v) for k, v in meta.items()}
+
+
+def build_model(canon, name="rnn", states=False, portable=True):
+    """The ONNX ModelProto of stack ``canon`` (see the module docstring): ``states`` False takes ``inputs`` and
+    ``sequence_lengths`` only (zero initial states); True also ``initial_h`` (and ``initial_c``), required.
+    ``portable`` False: the nodes of :func:`stack_graph` instead (right only where ``sequence_lens`` is honoured,
+    i.e. not in OpenVINO; kept to compare against)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
+    from .onnx_portable import portable_stack_graph
 
     spec = canon.spec
     if spec.num_proj:
         raise UnsupportedError(f"ONNX's LSTM has no projection, so a {spec.describe()} has no ONNX form")
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
+    names_in, names_out = io_names(spec)
     state_shape = [spec.num_pseudo_layers, "batch", H]
-    graph_inputs = [helper.make_tensor_value_info("inputs", TensorProto.FLOAT, ["batch", "time", spec.input_size]),
-                    helper.make_tensor_value_info("sequence_lengths", TensorProto.INT32, ["batch"]),
-                    helper.make_tensor_value_info("initial_h", TensorProto.FLOAT, state_shape)]
-    if is_lstm:
-        graph_inputs.append(helper.make_tensor_value_info("initial_c", TensorProto.FLOAT, state_shape))
+    shapes = {"inputs": (TensorProto.FLOAT, ["batch", "time", spec.input_size]),
+              "sequence_lengths": (TensorProto.INT32, ["batch"]),
+              "outputs": (TensorProto.FLOAT, ["batch", "time", D * H])}
+    graph_inputs = [helper.make_tensor_value_info(n, *shapes.get(n, (TensorProto.FLOAT, state_shape)))
+                    for n in (names_in if states else names_in[:2])]
     nodes, inits = [], []
 
     def node(op, inputs, outputs, **attrs):
@@ -104,32 +147,25 @@ def build_model(canon, name="rnn"):
         return const_name
 
     x = node("Transpose", ["inputs"], ["x_0"], perm=[1, 0, 2])
-    batch = node("Slice", [node("Shape", ["inputs"], ["input_shape"]), const("zero", np.array([0], np.int64)),
-                           const("one", np.array([1], np.int64))], ["batch"])
-    full = node("Concat", [const("layers", np.array([spec.num_pseudo_layers], np.int64)), batch,
-                           const("units", np.array([H], np.int64))], ["state_shape"], axis=0)
-    states = []
-    for label in ("initial_h", "initial_c") if is_lstm else ("initial_h",):
-        const(label, np.zeros((spec.num_pseudo_layers, 1, H), np.float32))  # the default: zeros, broadcast
-        states.append(node("Expand", [label, full], [f"{label}_b"]))
-    y, final_h, final_c = stack_graph(canon, x, "sequence_lengths", states[0], states[1] if is_lstm else None,
-                                      node, const)
+    h0, c0 = (names_in[2], names_in[3] if is_lstm else None) if states else (None, None)
+    y, final_h, final_c = (portable_stack_graph if portable else stack_graph)(canon, x, "sequence_lengths", h0, c0,
+                                                                              node, const)
     node("Transpose", [y], ["outputs"], perm=[1, 0, 2])
     node("Identity", [final_h], ["final_h"])
-    graph_outputs = [helper.make_tensor_value_info("outputs", TensorProto.FLOAT, ["batch", "time", D * H]),
-                     helper.make_tensor_value_info("final_h", TensorProto.FLOAT, state_shape)]
     if is_lstm:
         node("Identity", [final_c], ["final_c"])
-        graph_outputs.append(helper.make_tensor_value_info("final_c", TensorProto.FLOAT, state_shape))
+    graph_outputs = [helper.make_tensor_value_info(n, *shapes.get(n, (TensorProto.FLOAT, state_shape)))
+                     for n in names_out]
     graph = helper.make_graph(nodes, name, graph_inputs, graph_outputs, initializer=inits)
     model = helper.make_model(graph, producer_name="cudnn-port", opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
+    helper.set_model_props(model, metadata(spec, states))
     onnx.checker.check_model(model)
-    assert [i.name for i in graph_inputs] == list(io_names(spec)[0])
     return model
 
 
-def write_onnx(canon, path, name="rnn"):
+def write_onnx(canon, path, name="rnn", states=False):
+    """Save :func:`build_model` at ``path`` (weights inside the file)."""
     import onnx
 
-    onnx.save(build_model(canon, name), str(path))
+    onnx.save(build_model(canon, name, states), str(path))

@@ -2,8 +2,10 @@
 
 :func:`quantize_onnx` rewrites each ``LSTM`` node as ``com.microsoft:DynamicQuantizeLSTM``: W and R stored as
 symmetric int8, x and h quantized to uint8 on the fly, biases kept float32. Inputs, outputs, ``sequence_lens`` and
-the initial states are kept. On request (``matmul=True``) it also rewrites each ``MatMul`` with a constant B (a
-Dense head) as ``DynamicQuantizeLinear`` + ``MatMulInteger``, in a second pass with its own settings.
+the initial states are kept; the padding channel of the portable graph (:mod:`cudnn_port.exports.onnx_portable`)
+is dropped first (int8 runs in onnxruntime only, which honours ``sequence_lens``). On request (``matmul=True``) it
+also rewrites each ``MatMul`` with a constant B (a Dense head) as ``DynamicQuantizeLinear`` + ``MatMulInteger``, in a
+second pass with its own settings.
 
 Settings, and why (measured with onnxruntime 1.31 on a 2-core AVX2 CPU without VNNI):
 
@@ -83,10 +85,13 @@ def quantize_onnx(src_path, dst_path, lstm=None, matmul=False):
 
     onnxruntime = optional("onnxruntime", "int8 quantization")
 
+    from .onnx_portable import plain_lstm_inputs
+
     lstm = dict(LSTM_SETTINGS, **(lstm or {}))
     matmul = dict(MATMUL_SETTINGS, **(matmul if isinstance(matmul, dict) else {})) if matmul else None
     src_path, dst_path = os.fspath(src_path), os.fspath(dst_path)
     source = onnx.load(src_path)
+    plain = plain_lstm_inputs(source)  # the padding channel's +-K would swamp its rows' int8 scales
     before = Counter(n.op_type for n in source.graph.node)
     if not before["LSTM"]:
         why = (f"{before['GRU']} GRU node(s): onnxruntime has no int8 GRU kernel (no DynamicQuantizeGRU), so "
@@ -98,6 +103,9 @@ def quantize_onnx(src_path, dst_path, lstm=None, matmul=False):
     try:
         with tempfile.TemporaryDirectory() as tmp:
             current = src_path
+            if plain:
+                current = os.path.join(tmp, "plain.onnx")
+                onnx.save(source, current)
             for i, (op_type, settings) in enumerate(passes):
                 step = os.path.join(tmp, f"pass{i}.onnx")
                 _quantize_pass(current, step, op_type, settings)
@@ -158,23 +166,23 @@ def int8_path(rel):
 
 
 def quantize_outputs(manifest, tmp, say):
-    """Write the int8 model of each ONNX artifact of an output being built in ``tmp`` (each LSTM stack's, and the
-    whole model's) and record them in ``manifest``. GRU and projected stacks have no int8 form (a warning says so);
-    nothing quantizable at all is an error."""
+    """Write the int8 model of each ONNX artifact of an output being built in ``tmp`` (each LSTM stack's
+    ``model.onnx`` and ``model_stateful.onnx``, and the whole model's) and record them in ``manifest`` under the
+    artifact's key + ``_int8``. GRU and projected stacks have no int8 form (a warning says so); nothing quantizable
+    at all is an error."""
     written, skipped = [], []
     targets = [(stack["artifacts"], f"stack {stack['variable']}") for stack in manifest["stacks"]]
     targets.append((manifest["model_artifacts"], "the whole model"))
-    for artifacts, what in targets:
-        if "onnx" not in artifacts:
-            continue
-        rel = artifacts["onnx"]
+    for artifacts, what, key in ((a, w, k) for a, w in targets for k in ("onnx", "onnx_stateful") if k in a):
+        rel = artifacts[key]
         try:
             say(f"writing {int8_path(rel)} (int8)")
             report = quantize_onnx(os.path.join(tmp, rel), os.path.join(tmp, int8_path(rel)))
         except CudnnPortError as e:
-            skipped.append(f"{what}: no int8 model ({str(e).split('(', 1)[-1].rstrip(')')})")
+            if key == "onnx":  # one line per stack, not one per file
+                skipped.append(f"{what}: no int8 model ({str(e).split('(', 1)[-1].rstrip(')')})")
             continue
-        artifacts["onnx_int8"] = int8_path(rel)
+        artifacts[key + SUFFIX] = int8_path(rel)
         written.append({"artifact": int8_path(rel), **{k: report[k] for k in ("settings", "bytes", "quantized",
                                                                                "float32_left", "warnings")}})
     if not written:

@@ -86,30 +86,36 @@ def ideal_int8_forward(canon, x, lengths, h_0, c_0, per_channel=False, reduce_ra
 
 
 def check_int8_weights(model, canon, max_bits_lost=1):
-    """Every DynamicQuantizeLSTM weight of ``model`` (ModelProto), taken in graph order as layers 0..L-1, against
-    ``canon``: dequantized within half a step of the source weight, the step at most
-    ``2**max_bits_lost * amax / 127`` of its row. Returns (ok, worst normalised error, note)."""
+    """Every DynamicQuantizeLSTM weight of ``model`` (ModelProto), taken in graph order as pseudo-layers 0..L*D-1
+    (a node holds one direction or both), against ``canon``: dequantized within half a step of the source weight,
+    the step at most ``2**max_bits_lost * amax / 127`` of its row. Returns (ok, worst normalised error, note)."""
     from onnx import numpy_helper
 
     from ..exports.onnx import layer_weights
 
+    def directions(arrays):  # [D, ...] arrays -> one tuple per direction
+        return [tuple(a[d:d + 1] for a in arrays) for d in range(arrays[0].shape[0])]
+
     inits = {i.name: i for i in model.graph.initializer}
     nodes = [n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM"]
-    if len(nodes) != canon.spec.num_layers:
+    # one node per layer (bidirectional nodes) or per layer and direction (the portable graph's forward nodes)
+    got_nodes = [(node, d) for node in nodes for d in range(numpy_helper.to_array(inits[node.input[3]]).shape[0])]
+    wanted = [w for layer in range(canon.spec.num_layers) for w in directions(layer_weights(canon, layer))]
+    if len(got_nodes) != len(wanted):
         return False, None, f"{len(nodes)} DynamicQuantizeLSTM nodes for {canon.spec.num_layers} layers"
     worst = 0.0
-    for layer, node in enumerate(nodes):
-        W, R, B = layer_weights(canon, layer)
-        B_got = numpy_helper.to_array(inits[node.input[3]])  # [D, 2*G*H]: b_W then b_R; only their sum matters
+    for pseudo, ((node, d), (W, R, B)) in enumerate(zip(got_nodes, wanted)):
+        layer = f"{pseudo // canon.spec.num_dirs}" + (f" direction {pseudo % 2}" if canon.spec.num_dirs == 2 else "")
+        B_got = numpy_helper.to_array(inits[node.input[3]])[d:d + 1]  # [1, 2*G*H]: b_W, b_R; their sum counts
         half = B.shape[1] // 2
         if B_got.shape != B.shape or not np.allclose(B_got[:, :half] + B_got[:, half:], B[:, :half] + B[:, half:],
                                                      rtol=1e-5, atol=1e-6):
             return False, None, f"layer {layer}: float32 bias (b_W + b_R) differs from the source"
         for label, want, (iq, iscale) in (("W", W, (1, 8)), ("R", R, (2, 10))):
-            q = numpy_helper.to_array(inits[node.input[iq]]).astype(np.float64)  # [D, in, G*H]
-            scale = numpy_helper.to_array(inits[node.input[iscale]]).astype(np.float64)  # [D] or [D, G*H]
+            q = numpy_helper.to_array(inits[node.input[iq]]).astype(np.float64)[d:d + 1]  # [1, in, G*H]
+            scale = numpy_helper.to_array(inits[node.input[iscale]]).astype(np.float64)[d:d + 1]  # [1] or [1, G*H]
             scale = scale[:, None, None] if scale.ndim == 1 else scale[:, None, :]
-            got = (q * scale).transpose(0, 2, 1)  # -> [D, G*H, in], the float model's layout
+            got = (q * scale).transpose(0, 2, 1)  # -> [1, G*H, in], the float model's layout
             if got.shape != want.shape:
                 return False, None, f"layer {layer} {label}: shape {list(got.shape)} vs {list(want.shape)}"
             step = np.broadcast_to(scale.transpose(0, 2, 1), got.shape)
@@ -136,9 +142,24 @@ def infer_settings(model):
     return dict(per_channel=scale.ndim == 2, reduce_range=bool(np.abs(q.astype(np.int32)).max() <= 64))
 
 
+def int8_rows(out, arts, spec, canon, fed, want, plain, want_zero):
+    """verify's rows of a stack's int8 models (``arts``: its manifest artifacts): ``model_int8.onnx`` on ``plain``
+    (inputs and lengths; ``want_zero`` from zero states), ``model_stateful_int8.onnx`` on ``fed`` (with states;
+    ``want``)."""
+    import os
+
+    rows = []
+    for key, feeds, judge in (("onnx_int8", plain, want_zero), ("onnx_stateful_int8", fed, want)):
+        if key in arts:
+            rows.append(int8_row(f"{key[:-5]} int8 (onnxruntime)", os.path.join(out, arts[key]), spec, canon, feeds,
+                                 judge))
+    return rows
+
+
 def int8_row(label, path, spec, canon, feeds, want):
     """The verify row of the int8 model at ``path`` of stack ``canon``, run on ``feeds`` (verify's seeded ragged
-    batch with non-zero states), against ``want`` (the float64 reference's outputs, final_h, final_c)."""
+    batch, with non-zero states or without states: zeros), against ``want`` (the float64 reference's outputs,
+    final_h, final_c)."""
     import onnx
 
     from ..formats import open_artifact
@@ -151,6 +172,8 @@ def int8_row(label, path, spec, canon, feeds, want):
         return failed_row(label, e)
     settings = dict(LSTM_SETTINGS, **infer_settings(model))
     x, lengths, h, c = (feeds.get(n) for n in ("inputs", "sequence_lengths", "initial_h", "initial_c"))
+    zeros = np.zeros((spec.num_pseudo_layers, x.shape[0], spec.num_units))
+    h, c = (zeros if v is None else v for v in (h, c))
     rounded = ideal_int8_forward(canon, x, lengths, h, c, **settings)
     valid = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]
     row = {"artifact": label, "passed": True, "max_rel": None, "outputs": {}}

@@ -83,12 +83,11 @@ def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, r
                     rows.append(compare(label, run(feeds), judge[:1] if runtime.outputs_only else judge, atol, rtol))
                 except Exception as e:  # an artifact that fails to run is a failed check, not a crash
                     rows.append(failed_row(label, e))
-    if "onnx_int8" in arts:
-        from .int8 import int8_row
+    if "onnx_int8" in arts or "onnx_stateful_int8" in arts:
+        from .int8 import int8_rows
 
         say(f"{stack['variable']}: onnx int8")
-        rows.append(int8_row("onnx int8 (onnxruntime)", os.path.join(out, arts["onnx_int8"]), spec, canon, fed,
-                             want))
+        rows += int8_rows(out, arts, spec, canon, fed, want, plain, want_zero)
     return rows
 
 

@@ -1,0 +1,163 @@
+"""The stack's ONNX nodes in a form whose result does not depend on whether a runtime honours ``sequence_lens``.
+
+onnxruntime honours an LSTM / GRU node's ``sequence_lens``; OpenVINO's CPU plugin (2026.4) does not when the input
+shapes are dynamic (ours are: batch and time): it runs every sequence over all T steps, so its outputs past a length
+are not zero, its final states are those after step T-1, and its backward direction starts at T-1 instead of at each
+sequence's own end (docs/conventions.md). This graph gives the same numbers under both behaviours, and keeps the
+fused nodes (LSTM: one per layer and direction; GRU: one per layer):
+
+* GRU: x gets one more channel, 1 at padded steps and 0 at valid ones, whose weight is +K on the update gate z
+  (K = :data:`PAD_GATE`): at a padded step z = 1 exactly in float32 and h = z * h_prev + (1 - z) * n stays as it
+  was, wherever the step falls (after the valid steps going forward, before them going backward over all T steps),
+  so the node's own outputs and final h are right; at a valid step the channel adds 0 * K = 0, nothing;
+* LSTM, whose h moves at a padded step even where c is held: every node runs forward; the backward direction reads
+  ``ReverseSequence(x, lengths)`` (each sequence reversed within its own length, the padding left in place) and its
+  output is reversed back the same way, so in both behaviours the padded steps come after every valid step of a run
+  and cannot change a valid output; final h is the run's output at step length-1 (``GatherElements``); final c
+  comes from the padding channel, here +K on the forget gate and -K on the input gate: at a padded step f = 1 and
+  i = 0 exactly, so c stays as it was after the last valid step;
+* the outputs (of both) are multiplied by the length mask (1 at valid steps, 0 past each length).
+
+:func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
+"""
+import numpy as np
+
+from ..gates import ONNX_GRU, ONNX_LSTM
+
+PAD_GATE = 1.0e4  # sigmoid(+-1e4 + any pre-activation within +-1e3) is exactly 1 / 0 in float32
+PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to a node's x
+
+
+def layer_weights(canon, layer):
+    from .onnx import layer_weights as weights
+
+    return weights(canon, layer)
+
+
+def _direction_weights(canon, layer, direction):
+    return [a[direction:direction + 1] for a in layer_weights(canon, layer)]
+
+
+def _with_pad_channel(W, mode="lstm"):
+    """W [D, G*H, I] -> [D, G*H, I+1]: the padding channel's weight: LSTM +K on f and -K on i (ONNX gate order i, o,
+    f, c); GRU +K on z (order z, r, h), so that h = z * h_prev + (1 - z) * n stays h_prev exactly."""
+    gates = ONNX_LSTM if mode == "lstm" else ONNX_GRU
+    H = W.shape[1] // len(gates)
+    column = np.zeros((W.shape[0], W.shape[1], 1), W.dtype)
+    for gate, value in (("f", PAD_GATE), ("i", -PAD_GATE)) if mode == "lstm" else (("z", PAD_GATE),):
+        column[:, gates.index(gate) * H:(gates.index(gate) + 1) * H] = value
+    return np.concatenate([W, column], axis=2)
+
+
+def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
+    """Like :func:`cudnn_port.exports.onnx.stack_graph` (same arguments and results; ``lengths`` [B] int32 is
+    required), in the form described in the module docstring."""
+    spec = canon.spec
+    H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
+    p, made = prefix, {}
+
+    def i64(name, values):  # an int64 constant, made once per name
+        if name not in made:
+            made[name] = const(f"{p}{name}", np.array(values, np.int64))
+        return made[name]
+
+    lens64 = node("Cast", [lengths], [f"{p}lengths_i64"], to=7)
+    steps = node("Range", [i64("range_start", 0), node("Gather", [node("Shape", [x], [f"{p}x_shape"]),
+                                                                  i64("time_axis", 0)], [f"{p}time"], axis=0),
+                           i64("range_delta", 1)], [f"{p}steps"])
+    valid = node("Less", [node("Unsqueeze", [steps, i64("axis_1", [1])], [f"{p}steps_t1"]),
+                          node("Unsqueeze", [lens64, i64("axis_0", [0])], [f"{p}lengths_1b"])], [f"{p}valid"])
+    mask = node("Unsqueeze", [node("Cast", [valid], [f"{p}valid_f"], to=1), i64("axis_2", [2])], [f"{p}mask"])
+    pad = node("Unsqueeze", [node("Cast", [node("Not", [valid], [f"{p}padded"])], [f"{p}padded_f"], to=1),
+                             i64("axis_2", [2])], [f"{p}pad_channel"])
+    if not is_lstm:
+        return _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p)
+    last = node("Unsqueeze", [node("Sub", [lens64, i64("one", 1)], [f"{p}last_step"]), i64("axes_0_2", [0, 2])],
+                [f"{p}last_1b1"])
+    batch = node("Gather", [node("Shape", [lengths], [f"{p}lengths_shape"]), i64("zero", [0])], [f"{p}batch"], axis=0)
+    last = node("Expand", [last, node("Concat", [i64("one_1", [1]), batch, i64("units", [H])], [f"{p}last_shape"],
+                                      axis=0)], [f"{p}last_index"])
+    finals_h, finals_c = [], []
+    for layer in range(spec.num_layers):
+        ys = []
+        for direction in range(D):
+            tag = f"{layer}_{direction}" if D == 2 else f"{layer}"
+            pseudo = layer * D + direction
+            xd = x if direction == 0 else node("ReverseSequence", [x, lens64], [f"{p}x_rev_{tag}"], batch_axis=1,
+                                                 time_axis=0)
+            W, R, B = _direction_weights(canon, layer, direction)
+            xd = node("Concat", [xd, pad], [f"{p}x_{tag}{PAD_SUFFIX}"], axis=2)
+            W = _with_pad_channel(W)
+            names = [const(f"{p}{n}_{tag}", a) for n, a in zip("WRB", (W, R, B))]
+            states = []
+            for label, state in (("h0", h0), ("c0", c0)) if is_lstm else (("h0", h0),):
+                if state is not None:
+                    states.append(node("Slice", [state, i64(f"start_{pseudo}", [pseudo]),
+                                                 i64(f"end_{pseudo}", [pseudo + 1]), i64("axis_0", [0])],
+                                       [f"{p}{label}_{tag}"]))
+            outs = [f"{p}y_{tag}", f"{p}y_h_{tag}"] + ([f"{p}y_c_{tag}"] if is_lstm else [])
+            attrs = dict(hidden_size=H, direction="forward")
+            if not is_lstm:
+                attrs["linear_before_reset"] = 1
+            node("LSTM" if is_lstm else "GRU", [xd] + names + [lengths] + states, outs, **attrs)
+            y = node("Squeeze", [outs[0], i64("axis_1", [1])], [f"{p}y_sq_{tag}"])  # [T, B, H]
+            finals_h.append(node("GatherElements", [y, last], [f"{p}h_n_{tag}"], axis=0))
+            if is_lstm:
+                finals_c.append(outs[2])
+            if direction == 1:
+                y = node("ReverseSequence", [y, lens64], [f"{p}y_rev_{tag}"], batch_axis=1, time_axis=0)
+            ys.append(y)
+        x = ys[0] if D == 1 else node("Concat", ys, [f"{p}x_{layer + 1}"], axis=2)
+    x = node("Mul", [x, mask], [f"{p}y_masked"])
+    final_h = node("Concat", finals_h, [f"{p}h_n"], axis=0)
+    final_c = node("Concat", finals_c, [f"{p}c_n"], axis=0) if is_lstm else None
+    return x, final_h, final_c
+
+
+def plain_lstm_inputs(model):
+    """Drop the padding channel of every LSTM node of ``model`` (ModelProto, changed in place): x back to the
+    Concat's first input, W back to [D, 4H, I]. For rewrites that only onnxruntime runs (which honours
+    ``sequence_lens``, so the channel changes nothing there), such as int8, whose per-row weight scales the
+    channel's +-K would swamp. Returns the number of nodes changed."""
+    from onnx import numpy_helper
+
+    producer = {out: n for n in model.graph.node for out in n.output}
+    inits = {i.name: i for i in model.graph.initializer}
+    changed = 0
+    for n in model.graph.node:
+        concat = producer.get(n.input[0]) if n.op_type == "LSTM" else None
+        if concat is None or concat.op_type != "Concat" or not concat.output[0].endswith(PAD_SUFFIX):
+            continue
+        W = numpy_helper.to_array(inits[n.input[1]])
+        inits[n.input[1]].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(W[:, :, :-1]), n.input[1]))
+        n.input[0] = concat.input[0]
+        changed += 1
+    used = {i for n in model.graph.node for i in n.input}
+    for n in [n for n in model.graph.node if n.op_type == "Concat" and n.output[0].endswith(PAD_SUFFIX)]:
+        if n.output[0] not in used:
+            model.graph.node.remove(n)
+    return changed
+
+
+def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p):
+    """GRU layers of :func:`portable_stack_graph`: one node per layer (bidirectional where the stack is), x with the
+    padding channel, whose +K on z makes every padded step leave h exactly as it was, wherever the step falls (after
+    the valid steps going forward, before them going backward over all T steps). Final h is the node's own."""
+    spec = canon.spec
+    H, D = spec.num_units, spec.num_dirs
+    flatten = i64("flatten_dirs", [0, 0, -1])
+    finals = []
+    for layer in range(spec.num_layers):
+        W, R, B = layer_weights(canon, layer)
+        names = [const(f"{p}{n}_{layer}", a) for n, a in zip("WRB", (_with_pad_channel(W, "gru"), R, B))]
+        states = [] if h0 is None else [node("Slice", [h0, i64(f"start_{layer}", [layer * D]),
+                                                       i64(f"end_{layer}", [(layer + 1) * D]), i64("axis_0", [0])],
+                                             [f"{p}h0_{layer}"])]
+        xp = node("Concat", [x, pad], [f"{p}x_{layer}{PAD_SUFFIX}"], axis=2)
+        outs = [f"{p}y_{layer}", f"{p}y_h_{layer}"]
+        node("GRU", [xp] + names + [lengths] + states, outs, hidden_size=H, linear_before_reset=1,
+             direction="bidirectional" if D == 2 else "forward")
+        x = node("Reshape", [node("Transpose", [outs[0]], [f"{p}y_t_{layer}"], perm=[0, 2, 1, 3]), flatten],
+                 [f"{p}x_{layer + 1}"])
+        finals.append(outs[1])
+    return node("Mul", [x, mask], [f"{p}y_masked"]), node("Concat", finals, [f"{p}h_n"], axis=0), None
