@@ -15,7 +15,8 @@ TF_RANGE = ((2, 16), (2, 22))  # the versions pyproject.toml declares: >= 2.16, 
 INSTALL = ("pip install 'cudnn-port[cpu]' (CPU-only TensorFlow where it exists), or 'cudnn-port[tensorflow]' in an "
            "environment that has the tensorflow package")
 EXTRAS = {"tensorflow": INSTALL, "onnx": INSTALL, "onnxruntime": INSTALL, "tf2onnx": INSTALL,
-          "torch": "pip install torch (only the tests and the PyTorch parity row use it)"}
+          "torch": "pip install torch (only the tests and the PyTorch parity row use it)",
+          "openvino": "pip install 'cudnn-port[openvino]'", "ai_edge_litert": "pip install 'cudnn-port[tflite]'"}
 
 
 def import_tf():
