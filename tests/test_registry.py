@@ -51,7 +51,7 @@ def test_an_explicit_format_that_cannot_hold_the_stack_is_refused_a_default_one_
     assert not (tmp_path / "explicit").exists()
     manifest = convert(src, tmp_path / "default", **flags)
     assert "onnx" not in manifest["stacks"][0]["artifacts"] and "saved_model" in manifest["stacks"][0]["artifacts"]
-    assert any("model.onnx not written: ONNX's LSTM has no projection" in w for w in manifest["warnings"])
+    assert any("model.onnx" in w and "not written: ONNX's LSTM has no projection" in w for w in manifest["warnings"])
     plan = inspect_source(src, **flags)["stacks"][0]["plan"]
     assert "model.onnx" not in plan["artifacts"] and "model.onnx" in plan["not_written"]
 
@@ -75,7 +75,7 @@ def test_verify_and_bench_rows_come_from_each_formats_runtimes(tmp_path):
             assert any(row.startswith(artifact.label or key) and (runtime.name in row or len(fmt.runtimes) == 1)
                        for row in rows), (key, runtime.name, rows)
     benched = {r["artifact"] for r in bench(tmp_path / "out", batches=(1,), steps=3, repeat=1)["rows"]}
-    assert {"saved_model", "graphdef", "onnx"} <= benched, benched
+    assert {"saved_model", "graphdef"} <= benched and any(r.startswith("onnx") for r in benched), benched
 
 
 def test_a_top_level_buffer_converts_and_verifies_in_tf1_cells(tmp_path):

@@ -89,7 +89,7 @@ def test_canonical_only_checkpoint_converts_and_every_artifact_computes_the_orig
     feeds = {"inputs": x, "sequence_lengths": lengths, "initial_h": h_0}
     if c_0 is not None:
         feeds["initial_c"] = c_0
-    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(tmp_path / "out" / "model_stateful.onnx"), providers=["CPUExecutionProvider"])
     saved = tf.saved_model.load(str(tmp_path / "out" / "saved_model")).signatures["with_initial_state"]
     got_saved = saved(**{k: tf.constant(v) for k, v in feeds.items()})
     for what, got in (("onnx", session.run(None, feeds)),
