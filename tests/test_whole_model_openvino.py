@@ -1,0 +1,78 @@
+"""The whole-model ``OUT/model.onnx`` of a Keras model with fused layers, run in OpenVINO (f32) on a ragged batch.
+
+OpenVINO ignores an LSTM / GRU node's ``sequence_lens`` on dynamic shapes (docs/conventions.md, section 5), so the
+fused nodes that replace each cuDNN node must be in the portable form there too. Judged against the model's own
+Keras outputs (and onnxruntime's) within ``ATOL_FP32``: the same float32 arithmetic in another order, measured
+~1e-7 apart.
+"""
+import numpy as np
+import pytest
+
+from conftest import ATOL_FP32
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+ort = pytest.importorskip("onnxruntime")
+from cudnn_port.layers import CudnnGRU, CudnnLSTM  # noqa: E402
+
+LENGTHS = [8, 1, 5, 3]  # right-padded, ragged, one of length 1
+VOCAB, EMBED = 20, 6
+SIZES = {"lstm": 5, "gru": 4}  # units != the embedding's width, != each other
+
+
+def tagger(kinds, seed, with_states):
+    """tokens (0 = padding, masked) -> Embedding(mask_zero) -> for each kind a 2-layer bidirectional fused layer
+    (``with_states``: its initial states are model inputs, else zeros) -> Dense. Weights seeded N(0,1) * 0.3."""
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    inputs, x = [tokens], keras.layers.Embedding(VOCAB, EMBED, mask_zero=True, name="embed")(tokens)
+    for kind in kinds:
+        names = [f"{kind}_{s}" for s in ("h", "c")[:1 + (kind == "lstm")]] if with_states else []
+        states = [keras.Input((4, SIZES[kind]), name=name) for name in names] or None
+        layer = {"lstm": CudnnLSTM, "gru": CudnnGRU}[kind]
+        x = layer(SIZES[kind], num_layers=2, bidirectional=True, return_sequences=True, name=kind)(
+            x, initial_state=states)
+        inputs += states or []
+    model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x))
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        if weight.dtype == "float32":
+            weight.assign((rng.normal(size=weight.shape) * 0.3).astype("float32"))
+    return model
+
+
+def feeds(model, seed):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, VOCAB, size=(len(LENGTHS), max(LENGTHS))).astype("int32")
+    for row, length in enumerate(LENGTHS):
+        tokens[row, length:] = 0
+    result = {"tokens": tokens}
+    for value in model.inputs[1:]:
+        name = value.name
+        result[name] = (rng.normal(size=(len(LENGTHS),) + tuple(value.shape[1:])) * 0.3).astype("float32")
+    return result
+
+
+@pytest.mark.parametrize("kinds, with_states, seed", [(("lstm",), False, 1), (("gru",), False, 2),
+                                                      (("lstm", "gru"), True, 3)],
+                         ids=["lstm-zero-states", "gru-zero-states", "lstm-gru-states"])
+def test_openvino_runs_the_whole_model_onnx_right_on_ragged_batches(tmp_path, kinds, with_states, seed):
+    ov = pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
+    import onnx
+
+    import cudnn_port
+
+    model = tagger(kinds, seed, with_states)
+    feed = feeds(model, seed=5)
+    want = np.asarray(model([feed[value.name] for value in model.inputs]))
+    cudnn_port.export(model, tmp_path / "out")
+    path = tmp_path / "out" / "model.onnx"
+    kinds_in_graph = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert {k.upper() for k in kinds} <= kinds_in_graph and not {"Loop", "Scan"} & kinds_in_graph
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got_ort = session.run(None, feed)[0]
+    assert np.max(np.abs(got_ort - want)) <= ATOL_FP32
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got_ov = compiled.create_infer_request().infer(feed)[compiled.output(0)]
+    assert np.max(np.abs(got_ov - want)) <= ATOL_FP32, "OpenVINO (f32) against Keras"
+    assert np.max(np.abs(got_ov - got_ort)) <= ATOL_FP32, "OpenVINO against onnxruntime"
