@@ -76,3 +76,60 @@ def test_openvino_runs_the_whole_model_onnx_right_on_ragged_batches(tmp_path, ki
     got_ov = compiled.create_infer_request().infer(feed)[compiled.output(0)]
     assert np.max(np.abs(got_ov - want)) <= ATOL_FP32, "OpenVINO (f32) against Keras"
     assert np.max(np.abs(got_ov - got_ort)) <= ATOL_FP32, "OpenVINO against onnxruntime"
+
+
+
+def params_input_saved_model(path, spec):
+    """A SavedModel whose signature calls CudnnRNNV3 (batch-major, ragged) on params fed at run time: the tf2onnx
+    handler gathers W, R, B from them in the graph (its ``weights``) instead of writing constants."""
+    L_D, H = spec.num_pseudo_layers, spec.num_units
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32, name="x"),
+                                      tf.TensorSpec([None], tf.int32, name="lengths"),
+                                      tf.TensorSpec([L_D, None, H], tf.float32, name="h0"),
+                                      tf.TensorSpec([L_D, None, H], tf.float32, name="c0"),
+                                      tf.TensorSpec([spec.param_count], tf.float32, name="params")])
+        def run(self, x, lengths, h0, c0, params):
+            y, h_n, c_n, _, _ = tf.raw_ops.CudnnRNNV3(  # batch-major: states [B, L*D, H] too
+                input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]), params=params,
+                sequence_lengths=lengths, rnn_mode=spec.mode, is_training=False,
+                direction="bidirectional" if spec.bidirectional else "unidirectional", time_major=False)
+            if spec.mode == "gru":  # its c_n is a scalar placeholder
+                return {"y": y, "h_n": tf.transpose(h_n, [1, 0, 2])}
+            return {"y": y, "h_n": tf.transpose(h_n, [1, 0, 2]), "c_n": tf.transpose(c_n, [1, 0, 2])}
+
+    module = Module()
+    tf.saved_model.save(module, str(path), signatures=module.run.get_concrete_function())
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_openvino_runs_a_saved_model_with_params_computed_in_the_graph(tmp_path, mode):
+    """The SavedModel source path (``write_saved_model_onnx``) with graph-computed weights, against the float64
+    NumPy reference: outputs and final states, ragged lengths (including 1), non-zero initial states. OpenVINO
+    2026.4 ran the plain form of such a graph right too (measured: it does not fuse a sequence op whose weights are
+    not constant), so this guards the portable form's ``weights`` path rather than a bug of the plain form."""
+    ov = pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
+    from conftest import make_spec, ragged_batch, random_blob
+    from cudnn_port import reference
+    from cudnn_port.exports.onnx_tf import write_saved_model_onnx
+    from cudnn_port.layout import unpack
+
+    spec = make_spec(mode, 2, True)
+    blob = random_blob(spec, seed=4)
+    x, lengths, h0, c0 = ragged_batch(spec, seed=6)
+    params_input_saved_model(tmp_path / "saved_model", spec)
+    write_saved_model_onnx(str(tmp_path / "saved_model"), tmp_path / "model.onnx", signature="serving_default")
+    want = reference.forward(unpack(spec, blob), x, lengths, h0, c0 if mode == "lstm" else None)
+    feed = {"x": x, "lengths": lengths, "h0": h0, "c0": c0, "params": blob}
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    feed = {i.name: feed[i.name] for i in session.get_inputs()}  # a GRU's c0 is unused, so not an input
+    names = ["y", "h_n", "c_n"][:2 + (mode == "lstm")]
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(tmp_path / "model.onnx")), "CPU",
+                                  {"INFERENCE_PRECISION_HINT": "f32"})
+    result = compiled.create_infer_request().infer(feed)
+    for label, got in (("onnxruntime", session.run(names, feed)),
+                       ("OpenVINO (f32)", [result[compiled.output(n)] for n in names])):
+        for name, g, w in zip(names, got, want):
+            assert np.max(np.abs(g - w)) <= ATOL_FP32, f"{label} {name} against the reference"

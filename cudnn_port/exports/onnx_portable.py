@@ -20,6 +20,8 @@ fused nodes (LSTM: one per layer and direction; GRU: one per layer):
 
 :func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
 """
+import functools
+
 import numpy as np
 
 from ..gates import ONNX_GRU, ONNX_LSTM
@@ -75,6 +77,8 @@ def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weig
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
     p, made = prefix, {}
+    if weights is not None:  # each layer's tensors made once, though both directions of an LSTM layer read them
+        weights = functools.lru_cache(maxsize=None)(weights)
 
     def i64(name, values):  # an int64 constant, made once per name
         if name not in made:
