@@ -46,12 +46,13 @@ def feeds(model, seed):
     for row, length in enumerate(LENGTHS):
         tokens[row, length:] = 0
     result = {"tokens": tokens}
-    for value in model.inputs[1:]:
-        name = value.name
-        result[name] = (rng.normal(size=(len(LENGTHS),) + tuple(value.shape[1:])) * 0.3).astype("float32")
+    for value in model.inputs[1:]:  # initial states [B, L*D, H]
+        result[value.name] = (rng.normal(size=(len(LENGTHS),) + tuple(value.shape[1:])) * 0.3).astype("float32")
     return result
 
 
+# Measured with the plain form: OpenVINO 0.36 (LSTM) and 0.61 (GRU) off the Keras outputs; the stacked model's
+# second cuDNN node could not even tell its sizes (its input width was lost with the first node's output shape).
 @pytest.mark.parametrize("kinds, with_states, seed", [(("lstm",), False, 1), (("gru",), False, 2),
                                                       (("lstm", "gru"), True, 3)],
                          ids=["lstm-zero-states", "gru-zero-states", "lstm-gru-states"])
