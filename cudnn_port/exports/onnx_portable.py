@@ -20,6 +20,8 @@ fused nodes (LSTM: one per layer and direction; GRU: one per layer):
 
 :func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
 """
+import functools
+
 import numpy as np
 
 from ..gates import ONNX_GRU, ONNX_LSTM
@@ -49,12 +51,34 @@ def _with_pad_channel(W, mode="lstm"):
     return np.concatenate([W, column], axis=2)
 
 
-def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
-    """Like :func:`cudnn_port.exports.onnx.stack_graph` (same arguments and results; ``lengths`` [B] int32 is
-    required), in the form described in the module docstring."""
+def _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag):
+    """Names of W (with the padding channel), R, B of one layer (``direction`` None: both directions, [D, ...]) or of
+    one direction of it ([1, ...]): constants, or from ``weights(layer)`` (tensors computed in the graph), sliced to
+    the direction and W concatenated with the channel's constant column."""
+    mode = canon.spec.mode
+    if weights is None:
+        W, R, B = layer_weights(canon, layer) if direction is None else _direction_weights(canon, layer, direction)
+        return [const(f"{p}{n}_{tag}", a) for n, a in zip("WRB", (_with_pad_channel(W, mode), R, B))]
+    names = list(weights(layer))
+    if direction is not None and canon.spec.num_dirs == 2:
+        names = [node("Slice", [t, i64(f"start_{direction}", [direction]), i64(f"end_{direction}", [direction + 1]),
+                                i64("axis_0", [0])], [f"{p}{n}_{tag}_direction"]) for n, t in zip("WRB", names)]
+    count = 1 if direction is not None else canon.spec.num_dirs
+    gates = len(ONNX_LSTM if mode == "lstm" else ONNX_GRU)
+    column = _with_pad_channel(np.zeros((count, gates * canon.spec.num_units, 0), np.float32), mode)
+    names[0] = node("Concat", [names[0], const(f"{p}W_{tag}_pad_column", column)], [f"{p}W_{tag}{PAD_SUFFIX}"],
+                    axis=2)
+    return names
+
+
+def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None):
+    """Like :func:`cudnn_port.exports.onnx.stack_graph` (same arguments and results, ``weights`` included;
+    ``lengths`` [B] int32 is required), in the form described in the module docstring."""
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
     p, made = prefix, {}
+    if weights is not None:  # each layer's tensors made once, though both directions of an LSTM layer read them
+        weights = functools.lru_cache(maxsize=None)(weights)
 
     def i64(name, values):  # an int64 constant, made once per name
         if name not in made:
@@ -71,7 +95,7 @@ def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
     pad = node("Unsqueeze", [node("Cast", [node("Not", [valid], [f"{p}padded"])], [f"{p}padded_f"], to=1),
                              i64("axis_2", [2])], [f"{p}pad_channel"])
     if not is_lstm:
-        return _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p)
+        return _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p, weights)
     last = node("Unsqueeze", [node("Sub", [lens64, i64("one", 1)], [f"{p}last_step"]), i64("axes_0_2", [0, 2])],
                 [f"{p}last_1b1"])
     batch = node("Gather", [node("Shape", [lengths], [f"{p}lengths_shape"]), i64("zero", [0])], [f"{p}batch"], axis=0)
@@ -85,10 +109,8 @@ def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix=""):
             pseudo = layer * D + direction
             xd = x if direction == 0 else node("ReverseSequence", [x, lens64], [f"{p}x_rev_{tag}"], batch_axis=1,
                                                  time_axis=0)
-            W, R, B = _direction_weights(canon, layer, direction)
             xd = node("Concat", [xd, pad], [f"{p}x_{tag}{PAD_SUFFIX}"], axis=2)
-            W = _with_pad_channel(W)
-            names = [const(f"{p}{n}_{tag}", a) for n, a in zip("WRB", (W, R, B))]
+            names = _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag)
             states = []
             for label, state in (("h0", h0), ("c0", c0)) if is_lstm else (("h0", h0),):
                 if state is not None:
@@ -118,7 +140,8 @@ def plain_lstm_inputs(model):
     """Drop the padding channel of every LSTM node of ``model`` (ModelProto, changed in place): x back to the
     Concat's first input, W back to [D, 4H, I]. For rewrites that only onnxruntime runs (which honours
     ``sequence_lens``, so the channel changes nothing there), such as int8, whose per-row weight scales the
-    channel's +-K would swamp. Returns the number of nodes changed."""
+    channel's +-K would swamp. Nodes whose W is computed in the graph keep the channel. Returns the number of
+    nodes changed."""
     from onnx import numpy_helper
 
     producer = {out: n for n in model.graph.node for out in n.output}
@@ -126,7 +149,8 @@ def plain_lstm_inputs(model):
     changed = 0
     for n in model.graph.node:
         concat = producer.get(n.input[0]) if n.op_type == "LSTM" else None
-        if concat is None or concat.op_type != "Concat" or not concat.output[0].endswith(PAD_SUFFIX):
+        if (concat is None or concat.op_type != "Concat" or not concat.output[0].endswith(PAD_SUFFIX)
+                or n.input[1] not in inits):  # W computed in the graph: the channel stays (and so does float32)
             continue
         W = numpy_helper.to_array(inits[n.input[1]])
         inits[n.input[1]].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(W[:, :, :-1]), n.input[1]))
@@ -139,7 +163,7 @@ def plain_lstm_inputs(model):
     return changed
 
 
-def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p):
+def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p, weights):
     """GRU layers of :func:`portable_stack_graph`: one node per layer (bidirectional where the stack is), x with the
     padding channel, whose +K on z makes every padded step leave h exactly as it was, wherever the step falls (after
     the valid steps going forward, before them going backward over all T steps). Final h is the node's own."""
@@ -148,8 +172,7 @@ def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p):
     flatten = i64("flatten_dirs", [0, 0, -1])
     finals = []
     for layer in range(spec.num_layers):
-        W, R, B = layer_weights(canon, layer)
-        names = [const(f"{p}{n}_{layer}", a) for n, a in zip("WRB", (_with_pad_channel(W, "gru"), R, B))]
+        names = _padded_weights(canon, layer, None, weights, node, const, i64, p, layer)
         states = [] if h0 is None else [node("Slice", [h0, i64(f"start_{layer}", [layer * D]),
                                                        i64(f"end_{layer}", [(layer + 1) * D]), i64("axis_0", [0])],
                                              [f"{p}h0_{layer}"])]

@@ -1,14 +1,21 @@
 """ONNX of graphs that hold cuDNN nodes, through tf2onnx: tf2onnx converts everything else, and a custom handler
-turns each CudnnRNN / V2 / V3 node (its params constant once the graph is frozen) into the fused ONNX LSTM / GRU
-nodes of :func:`cudnn_port.exports.onnx.stack_graph`."""
+turns each CudnnRNN / V2 / V3 node (its params constant once the graph is frozen) into fused ONNX LSTM / GRU nodes:
+those of :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` where the node has sequence lengths (a
+CudnnRNNV3 with its lengths input), so that runtimes which ignore ``sequence_lens`` (OpenVINO) compute ragged batches
+right too; those of :func:`cudnn_port.exports.onnx.stack_graph` where it has none (full length, where the plain form
+is right everywhere)."""
 import numpy as np
 
 from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
+from .onnx_portable import portable_stack_graph
+
+_FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Shape": [1], "Range": [1]}
 
 
 def cudnn_node_handler(ctx, node, name, args):
     """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
-    constant once the graph is frozen) unpacked, the node replaced by :func:`stack_graph`'s fused nodes."""
+    constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
+    :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without)."""
     from ..errors import CudnnPortError
     from ..infer import candidates
     from ..layout import unpack
@@ -44,17 +51,12 @@ def cudnn_node_handler(ctx, node, name, args):
             return [make("Gather", [node.input[3], const(f"{prefix}{n}_index_{layer}", index)],
                          [f"{prefix}{n}_{layer}"], axis=0)
                     for n, index in zip("WRB", layer_weights(canon, layer, np.int64))]
-    from onnx import TensorProto
 
-    onnx_float, onnx_int32 = TensorProto.FLOAT, TensorProto.INT32
-
-    def make(op, inputs, outputs, **attrs):
-        ranks = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Cast": [1], "Transpose": [len(attrs.get("perm", ()))],
-                 "Gather": [2 if outputs[0].rsplit("/", 1)[-1].startswith("B_") else 3]}
-        shapes = [[-1] * r for r in ranks.get(op, [3])]  # ranks let tf2onnx's optimizers reason about them
-        dtypes = [onnx_int32 if op == "Cast" else onnx_float] * len(outputs)
-        return ctx.make_node(op, inputs, attr=attrs, outputs=outputs, name=outputs[0], shapes=shapes,
-                             dtypes=dtypes).output[0]
+    def make(op, inputs, outputs, **attrs):  # ranks and dtypes let tf2onnx's optimizers reason about the outputs
+        ranks = _output_ranks(ctx, op, inputs, attrs)
+        dtypes = [_output_dtype(ctx, op, inputs, attrs)] * len(outputs)
+        return ctx.make_node(op, inputs, attr=attrs, outputs=outputs, name=outputs[0], dtypes=dtypes,
+                             shapes=[None if r is None else [-1] * r for r in ranks]).output[0]
 
     def const(const_name, array):
         return ctx.make_const(const_name, array).output[0]
@@ -66,12 +68,47 @@ def cudnn_node_handler(ctx, node, name, args):
     h0 = time_first(node.input[1], "h0_t")
     c0 = time_first(node.input[2], "c0_t") if is_lstm else None
     lengths = make("Cast", [node.input[4]], [f"{prefix}lengths"], to=6) if len(node.input) > 4 else ""
-    y, h_n, c_n = stack_graph(canon, x, lengths, h0, c0, make, const, prefix, weights)
+    form = portable_stack_graph if lengths else stack_graph  # full length: the plain form is right everywhere
+    y, h_n, c_n = form(canon, x, lengths, h0, c0, make, const, prefix, weights)
     replaced = [time_first(y, "y_b"), time_first(h_n, "h_n_b")] + ([time_first(c_n, "c_n_b")] if is_lstm else [])
     outputs = list(node.output)
+    for old, new in zip(outputs, replaced):  # TF's known sizes, so that a cuDNN node reading this one knows its own
+        shape = ctx.get_shape(old)
+        if shape is not None and len(shape) == ctx.get_rank(new):
+            ctx.set_shape(new, shape)
     ctx.remove_node(node.name)
     for old, new in zip(outputs, replaced):
         ctx.replace_all_inputs(old, new)
+
+
+def _output_ranks(ctx, op, inputs, attrs):
+    """Ranks of the outputs of a node the handler makes (None: unknown), from its inputs' ranks; covers the ops of
+    :func:`stack_graph` and :func:`portable_stack_graph`."""
+    if op in _FIXED_RANKS:
+        return _FIXED_RANKS[op]
+    if op == "Transpose":
+        return [len(attrs["perm"])]
+    ranks = [ctx.get_rank(name) for name in inputs]
+    if None in ranks:
+        return [None]
+    if op == "Gather":
+        return [ranks[0] + ranks[1] - 1]
+    if op in ("Unsqueeze", "Squeeze", "Reshape"):
+        value = ctx.get_node_by_output(inputs[1]).get_tensor_value(as_list=False)
+        return [{"Unsqueeze": ranks[0] + value.size, "Squeeze": ranks[0] - value.size}.get(op, value.size)]
+    if op in ("Less", "Sub", "Mul"):
+        return [max(ranks)]
+    return [ranks[0]]  # Cast, Not, Concat, Slice, Expand (to its input's rank here), ReverseSequence, GatherElements
+
+
+def _output_dtype(ctx, op, inputs, attrs):
+    """ONNX dtype of a node's outputs: Cast's target, int64 for Shape, bool for comparisons, float for the fused
+    nodes, else its first input's (int64 index arithmetic stays int64)."""
+    from onnx import TensorProto
+
+    fixed = {"Cast": attrs.get("to"), "Shape": TensorProto.INT64, "Less": TensorProto.BOOL, "Not": TensorProto.BOOL,
+             "LSTM": TensorProto.FLOAT, "GRU": TensorProto.FLOAT}
+    return fixed[op] if op in fixed else ctx.get_dtype(inputs[0])
 
 
 CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}

@@ -1,0 +1,136 @@
+"""The whole-model ``OUT/model.onnx`` of a Keras model with fused layers, run in OpenVINO (f32) on a ragged batch.
+
+OpenVINO ignores an LSTM / GRU node's ``sequence_lens`` on dynamic shapes (docs/conventions.md, section 5), so the
+fused nodes that replace each cuDNN node must be in the portable form there too. Judged against the model's own
+Keras outputs (and onnxruntime's) within ``ATOL_FP32``: the same float32 arithmetic in another order, measured
+~1e-7 apart.
+"""
+import numpy as np
+import pytest
+
+from conftest import ATOL_FP32
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+ort = pytest.importorskip("onnxruntime")
+from cudnn_port.layers import CudnnGRU, CudnnLSTM  # noqa: E402
+
+LENGTHS = [8, 1, 5, 3]  # right-padded, ragged, one of length 1
+VOCAB, EMBED = 20, 6
+SIZES = {"lstm": 5, "gru": 4}  # units != the embedding's width, != each other
+
+
+def tagger(kinds, seed, with_states):
+    """tokens (0 = padding, masked) -> Embedding(mask_zero) -> for each kind a 2-layer bidirectional fused layer
+    (``with_states``: its initial states are model inputs, else zeros) -> Dense. Weights seeded N(0,1) * 0.3."""
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    inputs, x = [tokens], keras.layers.Embedding(VOCAB, EMBED, mask_zero=True, name="embed")(tokens)
+    for kind in kinds:
+        names = [f"{kind}_{s}" for s in ("h", "c")[:1 + (kind == "lstm")]] if with_states else []
+        states = [keras.Input((4, SIZES[kind]), name=name) for name in names] or None
+        layer = {"lstm": CudnnLSTM, "gru": CudnnGRU}[kind]
+        x = layer(SIZES[kind], num_layers=2, bidirectional=True, return_sequences=True, name=kind)(
+            x, initial_state=states)
+        inputs += states or []
+    model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x))
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        if weight.dtype == "float32":
+            weight.assign((rng.normal(size=weight.shape) * 0.3).astype("float32"))
+    return model
+
+
+def feeds(model, seed):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, VOCAB, size=(len(LENGTHS), max(LENGTHS))).astype("int32")
+    for row, length in enumerate(LENGTHS):
+        tokens[row, length:] = 0
+    result = {"tokens": tokens}
+    for value in model.inputs[1:]:  # initial states [B, L*D, H]
+        result[value.name] = (rng.normal(size=(len(LENGTHS),) + tuple(value.shape[1:])) * 0.3).astype("float32")
+    return result
+
+
+# Measured with the plain form: OpenVINO 0.36 (LSTM) and 0.61 (GRU) off the Keras outputs; the stacked model's
+# second cuDNN node could not even tell its sizes (its input width was lost with the first node's output shape).
+@pytest.mark.parametrize("kinds, with_states, seed", [(("lstm",), False, 1), (("gru",), False, 2),
+                                                      (("lstm", "gru"), True, 3)],
+                         ids=["lstm-zero-states", "gru-zero-states", "lstm-gru-states"])
+def test_openvino_runs_the_whole_model_onnx_right_on_ragged_batches(tmp_path, kinds, with_states, seed):
+    ov = pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
+    import onnx
+
+    import cudnn_port
+
+    model = tagger(kinds, seed, with_states)
+    feed = feeds(model, seed=5)
+    want = np.asarray(model([feed[value.name] for value in model.inputs]))
+    cudnn_port.export(model, tmp_path / "out")
+    path = tmp_path / "out" / "model.onnx"
+    kinds_in_graph = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert {k.upper() for k in kinds} <= kinds_in_graph and not {"Loop", "Scan"} & kinds_in_graph
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got_ort = session.run(None, feed)[0]
+    assert np.max(np.abs(got_ort - want)) <= ATOL_FP32
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got_ov = compiled.create_infer_request().infer(feed)[compiled.output(0)]
+    assert np.max(np.abs(got_ov - want)) <= ATOL_FP32, "OpenVINO (f32) against Keras"
+    assert np.max(np.abs(got_ov - got_ort)) <= ATOL_FP32, "OpenVINO against onnxruntime"
+
+
+
+def params_input_saved_model(path, spec):
+    """A SavedModel whose signature calls CudnnRNNV3 (batch-major, ragged) on params fed at run time: the tf2onnx
+    handler gathers W, R, B from them in the graph (its ``weights``) instead of writing constants."""
+    L_D, H = spec.num_pseudo_layers, spec.num_units
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32, name="x"),
+                                      tf.TensorSpec([None], tf.int32, name="lengths"),
+                                      tf.TensorSpec([L_D, None, H], tf.float32, name="h0"),
+                                      tf.TensorSpec([L_D, None, H], tf.float32, name="c0"),
+                                      tf.TensorSpec([spec.param_count], tf.float32, name="params")])
+        def run(self, x, lengths, h0, c0, params):
+            y, h_n, c_n, _, _ = tf.raw_ops.CudnnRNNV3(  # batch-major: states [B, L*D, H] too
+                input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]), params=params,
+                sequence_lengths=lengths, rnn_mode=spec.mode, is_training=False,
+                direction="bidirectional" if spec.bidirectional else "unidirectional", time_major=False)
+            if spec.mode == "gru":  # its c_n is a scalar placeholder
+                return {"y": y, "h_n": tf.transpose(h_n, [1, 0, 2])}
+            return {"y": y, "h_n": tf.transpose(h_n, [1, 0, 2]), "c_n": tf.transpose(c_n, [1, 0, 2])}
+
+    module = Module()
+    tf.saved_model.save(module, str(path), signatures=module.run.get_concrete_function())
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_openvino_runs_a_saved_model_with_params_computed_in_the_graph(tmp_path, mode):
+    """The SavedModel source path (``write_saved_model_onnx``) with graph-computed weights, against the float64
+    NumPy reference: outputs and final states, ragged lengths (including 1), non-zero initial states. OpenVINO
+    2026.4 ran the plain form of such a graph right too (measured: it does not fuse a sequence op whose weights are
+    not constant), so this guards the portable form's ``weights`` path rather than a bug of the plain form."""
+    ov = pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
+    from conftest import make_spec, ragged_batch, random_blob
+    from cudnn_port import reference
+    from cudnn_port.exports.onnx_tf import write_saved_model_onnx
+    from cudnn_port.layout import unpack
+
+    spec = make_spec(mode, 2, True)
+    blob = random_blob(spec, seed=4)
+    x, lengths, h0, c0 = ragged_batch(spec, seed=6)
+    params_input_saved_model(tmp_path / "saved_model", spec)
+    write_saved_model_onnx(str(tmp_path / "saved_model"), tmp_path / "model.onnx", signature="serving_default")
+    want = reference.forward(unpack(spec, blob), x, lengths, h0, c0 if mode == "lstm" else None)
+    feed = {"x": x, "lengths": lengths, "h0": h0, "c0": c0, "params": blob}
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    feed = {i.name: feed[i.name] for i in session.get_inputs()}  # a GRU's c0 is unused, so not an input
+    names = ["y", "h_n", "c_n"][:2 + (mode == "lstm")]
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(tmp_path / "model.onnx")), "CPU",
+                                  {"INFERENCE_PRECISION_HINT": "f32"})
+    result = compiled.create_infer_request().infer(feed)
+    for label, got in (("onnxruntime", session.run(names, feed)),
+                       ("OpenVINO (f32)", [result[compiled.output(n)] for n in names])):
+        for name, g, w in zip(names, got, want):
+            assert np.max(np.abs(g - w)) <= ATOL_FP32, f"{label} {name} against the reference"
