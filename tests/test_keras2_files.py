@@ -105,9 +105,9 @@ def keras2_cudnn_lstm(weights, x, lengths=None, h0=None, c0=None, reading="cudnn
     as ``[H, I]``; gates i, f, c, o; bias = [input biases, recurrent biases]. ``reading="matmul"`` is the naive
     ``x @ kernel`` reading instead (the sanity check's foil). x [B, T, I] -> (y [B, T, H], h_T, c_T)."""
     kernel, recurrent, bias = weights
-    I, H = kernel.shape[0], recurrent.shape[0]
+    n_in, H = kernel.shape[0], recurrent.shape[0]
     if reading == "cudnn":
-        W = [kernel[:, g * H:(g + 1) * H].reshape(H, I) for g in range(4)]  # C-order bytes, no transpose
+        W = [kernel[:, g * H:(g + 1) * H].reshape(H, n_in) for g in range(4)]  # C-order bytes, no transpose
         R = [recurrent[:, g * H:(g + 1) * H].reshape(H, H) for g in range(4)]
     else:
         W = [kernel[:, g * H:(g + 1) * H].T for g in range(4)]
@@ -171,10 +171,10 @@ def test_textgenrnn_reading_predicts_text_far_better_than_a_plain_matmul():
     assert accuracy["cudnn"] >= 0.5 and accuracy["matmul"] <= 0.25, accuracy
 
 
-def textgenrnn_batch(I, H, seed):
+def textgenrnn_batch(n_in, H, seed):
     """Ragged batch (lengths 9, 1, 5, 8) with non-zero initial states, at the scale the layer sees in the model."""
     rng = np.random.default_rng(seed)
-    x = (rng.normal(size=(4, 9, I)) * 0.5).astype("float32")
+    x = (rng.normal(size=(4, 9, n_in)) * 0.5).astype("float32")
     lengths = np.array([9, 1, 5, 8], "int32")
     x[np.arange(9)[None, :] >= lengths[:, None]] = 0.0
     h0, c0 = ((rng.normal(size=(1, 4, H)) * 0.5).astype("float32") for _ in range(2))
@@ -194,10 +194,10 @@ def test_textgenrnn_converts_and_its_artifacts_compute_the_original_math(tmp_pat
     assert [s["variable"] for s in manifest["stacks"]] == ["rnn_1/opaque_kernel", "rnn_2/opaque_kernel"]
     for layer, seed in (("rnn_1", 1), ("rnn_2", 2)):
         weights = raw_cudnn_lstm(path, layer)
-        I, H = weights[0].shape[0], weights[1].shape[0]
-        x, lengths, h0, c0 = textgenrnn_batch(I, H, seed)
+        n_in, H = weights[0].shape[0], weights[1].shape[0]
+        x, lengths, h0, c0 = textgenrnn_batch(n_in, H, seed)
         want = keras2_cudnn_lstm(weights, x, lengths, h0[0], c0[0])
-        session = ort.InferenceSession(str(tmp_path / "out" / f"model_{layer}.onnx"),
+        session = ort.InferenceSession(str(tmp_path / "out" / f"model_stateful_{layer}.onnx"),
                                        providers=["CPUExecutionProvider"])
         got = session.run(None, {"inputs": x, "sequence_lengths": lengths, "initial_h": h0, "initial_c": c0})
         for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):

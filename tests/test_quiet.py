@@ -200,4 +200,4 @@ with quiet_stderr():
         "(3 vs. 2) (rerun with --verbose to see its log, and report it)"], proc.stderr
     loud = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           env=environment(CUDNN_PORT_VERBOSE="1"), cwd=ROOT)
-    assert len(loud.stderr.splitlines()) == 12, loud.stderr
+    assert len(loud.stderr.splitlines()) == 13, loud.stderr

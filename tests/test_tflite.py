@@ -187,7 +187,8 @@ def test_registry_and_import_stay_light():
     import sys
 
     code = ("import sys, cudnn_port; from cudnn_port import formats; assert 'tflite' in formats.names(); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ai_edge_litert', 'flatbuffers', 'tensorflow')))")
+            "print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('ai_edge_litert', 'flatbuffers', 'tensorflow')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.stdout.strip() == "[]", done.stdout

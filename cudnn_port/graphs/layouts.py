@@ -24,8 +24,8 @@ DIGITS = {"float16": 2048}  # markers run in two passes of base-B digits, exact 
 def keras_markers(spec):
     """Marker arrays for tf_keras's kernel ``[I, G*H]``, recurrent_kernel ``[H, G*H]`` and bias (LSTM ``[G*H]``,
     GRU ``[2, G*H]``), values 1, 2, ... in that order (float64)."""
-    G, H, I = spec.num_gates, spec.num_units, spec.input_size
-    shapes = [(I, G * H), (H, G * H), (G * H,) if spec.mode == "lstm" else (2, G * H)]
+    G, H, width = spec.num_gates, spec.num_units, spec.input_size
+    shapes = [(width, G * H), (H, G * H), (G * H,) if spec.mode == "lstm" else (2, G * H)]
     out, start = [], 1
     for shape in shapes:
         size = int(np.prod(shape))

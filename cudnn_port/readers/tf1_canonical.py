@@ -135,8 +135,8 @@ def _names(reader, spec, scope):
     among them: they are read where present)."""
     names = {}
     for layer in range(spec.num_layers):
-        G, H, S, I = spec.num_gates, spec.num_units, spec.state_size, spec.layer_input_size(layer)
-        zeros = LayerParams(W=np.zeros((G, H, I)), R=np.zeros((G, H, S)), b_W=np.zeros((G, H)),
+        G, H, S, width = spec.num_gates, spec.num_units, spec.state_size, spec.layer_input_size(layer)
+        zeros = LayerParams(W=np.zeros((G, H, width)), R=np.zeros((G, H, S)), b_W=np.zeros((G, H)),
                             b_R=np.zeros((G, H)), P=np.zeros((spec.num_proj, H)) if spec.num_proj else None)
         for direction in range(spec.num_dirs):
             names.update({n: tuple(np.shape(v)) for n, v in
