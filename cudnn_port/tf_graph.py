@@ -2,10 +2,10 @@
 
 Per layer, every direction d in one loop over time (d = 0 forward, d = 1 backward)::
 
-    XW      = x @ [Wx_0 | Wx_1] + [bx_0 | bx_1]   one matmul over all steps and directions    [T, B, D*G*H]
-    XW_d    = its d-th block; reverse_sequence(., lengths) for d = 1                           [T, D, B, G*H]
+    X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                            [T, B, I_l]
+    XW_d    = X_d @ Wx_d + bx_d     one batched matmul over all steps and directions            [D, T, B, G*H]
     for t in 0 .. T-1:
-        g   = XW[t] + h @ Rh       one batched matmul, [D, B, S] @ [D, S, G*H]                  [D, B, G*H]
+        g   = XW[:, t] + h @ Rh    one batched matmul, [D, B, S] @ [D, S, G*H]                  [D, B, G*H]
         LSTM  i, f, c~, o = σ, σ, tanh, σ of g's blocks;  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
     y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features, zero past each length           [T, B, D*S]
@@ -134,18 +134,15 @@ def valid_steps(lengths, steps):
 
 
 def _input_projection(tf, x, lengths, Wx, bx, D):
-    """Both directions' input products in one matrix product: x [T, B, I_l], Wx [D, I_l, G*H], bx [D, G*H] ->
-    [T, D, B, G*H], the backward direction's rows reversed within each sequence's length (its step t reads
-    x[length - 1 - t]; steps past the length read padding, and their outputs are masked after the loop)."""
+    """Every direction's input products: x [T, B, I_l], Wx [D, I_l, G*H], bx [D, G*H] -> [D, T, B, G*H], the
+    backward direction's on x reversed within each sequence's length (its step t reads x[length - 1 - t]; steps
+    past the length read padding, and their outputs are masked after the loop). Reversing x rather than the
+    products moves I_l, not G*H, numbers per row."""
     steps, batch = tf.shape(x)[0], tf.shape(x)[1]
     width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
-    both = Wx[0] if D == 1 else tf.concat([Wx[0], Wx[1]], axis=1)  # [I_l, D*G*H]
-    bias = bx[0] if D == 1 else tf.concat([bx[0], bx[1]], axis=0)
-    xw = tf.reshape(tf.matmul(tf.reshape(x, [-1, width]), both) + bias, [steps, batch, -1])
-    if D == 1:
-        return xw[:, None]
-    forward, backward = tf.split(xw, 2, axis=2)
-    return tf.stack([forward, tf.reverse_sequence(backward, lengths, seq_axis=0, batch_axis=1)], axis=1)
+    xs = x[None] if D == 1 else tf.stack([x, tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)])
+    xw = tf.matmul(tf.reshape(xs, [D, -1, width]), Wx) + bx[:, None, :]
+    return tf.reshape(xw, [D, steps, batch, -1])
 
 
 STEPS_PER_ITERATION = 4
@@ -153,7 +150,7 @@ STEPS_PER_ITERATION = 4
 
 
 def _time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
-    """Every direction of one layer: xw [T, D, B, G*H], h0 [D, B, S], c0 [D, B, H], Rh [D, S, G*H], bh [D, H],
+    """Every direction of one layer: xw [D, T, B, G*H], h0 [D, B, S], c0 [D, B, H], Rh [D, S, G*H], bh [D, H],
     Pt [D, H, P] or None -> (h after each step [T, D, B, S], c after each step [T, D, B, H] or None).
 
     Each step is one batched product [D, B, S] @ [D, S, G*H] for all directions and one set of element-wise
@@ -162,12 +159,12 @@ def _time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
     does not need. A loop iteration costs about as many ops again as a step (the loop's own, per loop
     variable), so the main loop runs :data:`STEPS_PER_ITERATION` steps per iteration, and a second loop the
     remaining ones, one per iteration (a step function, T = 1, runs only that one)."""
-    steps = tf.shape(xw)[0]
+    steps = tf.shape(xw)[1]
     last = steps if until is None else tf.minimum(steps, until)
     bh = bh[:, None, :]
 
     def lstm_step(t, h, c, out_h, out_c):
-        g = tf.gather(xw, t) + tf.matmul(h, Rh)  # gather: one op; xw[t] adds four to build its slice bounds
+        g = tf.gather(xw, t, axis=1) + tf.matmul(h, Rh)  # one op; xw[:, t] adds four for its slice bounds
         i, f, cc, o = tf.split(g, 4, axis=-1)
         c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(cc)
         h = tf.sigmoid(o) * tf.tanh(c)
@@ -178,7 +175,7 @@ def _time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
     def gru_step(t, h, c, out_h, out_c):
         # b_R_h goes onto the h block alone: a bias added to the whole product is fused by XLA into the
         # matrix product, which it then runs as a slow loop (GRU 50 ms instead of 19 at batch 1)
-        x_r, x_z, x_h = tf.split(tf.gather(xw, t), 3, axis=-1)
+        x_r, x_z, x_h = tf.split(tf.gather(xw, t, axis=1), 3, axis=-1)
         h_r, h_z, h_h = tf.split(tf.matmul(h, Rh), 3, axis=-1)
         r, z = tf.sigmoid(x_r + h_r), tf.sigmoid(x_z + h_z)
         h = (1.0 - z) * tf.tanh(x_h + r * (h_h + bh)) + z * h
