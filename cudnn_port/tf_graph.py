@@ -1,23 +1,25 @@
 """cuDNN's RNN forward pass in standard TensorFlow ops (no Cudnn* op), for CPU exports.
 
-Per layer, every direction d in one loop over time (d = 0 forward, d = 1 backward)::
+Per layer, directions d = 0 (forward) and 1 (backward)::
 
     X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                            [T, B, I_l]
     XW_d    = X_d @ Wx_d + bx_d     one batched matmul over all steps and directions            [D, T, B, G*H]
-    for t in 0 .. T-1:
-        g   = XW[:, t] + h @ Rh    one batched matmul, [D, B, S] @ [D, S, G*H]                  [D, B, G*H]
+    for t in 0 .. T-1:              one loop per direction (SEPARATE_LOOPS), or one for both
+        g   = XW[:, t] + h @ Rh     [D', B, S] @ [D', S, G*H], D' = 1 or D                     [D', B, G*H]
         LSTM  i, f, c~, o = σ, σ, tanh, σ of g's blocks;  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
     y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features, zero past each length           [T, B, D*S]
     final state of direction d = its state after step length-1
 
-The loop does not mask: steps past a length run on (their outputs are zeroed after the loop, and the final
-states are read at each length), so a step is the cell's ops, one matrix product for both directions and two
-TensorArray writes. At batch 1 much of the time goes to running the loop's small ops rather than to the math:
-one loop for both directions runs half as many as one loop per direction (and its batched product runs the two
-directions' matrix-vector products on two threads), and the loop runs several steps per iteration, which
-spreads its own per-iteration ops over them (``STEPS_PER_ITERATION``): 25016 ops ran for the benchmark BiLSTM
-at batch 1 with a masked loop per direction, 5650 now.
+The loops do not mask: steps past a length run on (their outputs are zeroed after the loop, and the final
+states are read at each length), so a step is the cell's ops, one matrix product and two TensorArray writes.
+At batch 1 much of the time goes to running these small ops rather than to the math, so each loop also runs
+``STEPS_PER_ITERATION`` steps per iteration, spreading its own per-iteration ops over them. Ops run for the
+benchmark BiLSTM (2 layers, hidden 512, 100 steps) at batch 1: 25016 with a masked loop per direction and one
+step per iteration, 10368 now, 5226 with ``SEPARATE_LOOPS = False`` (one loop, one batched product for both
+directions). Separate loops are the default: on a loaded 2-core CPU the one loop was 1.2-1.5x slower at
+batch 32 (probably because each direction's element-wise ops no longer run beside the other's), and not
+measurably faster at batch 1.
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
@@ -101,7 +103,7 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
         Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
         k = slice(layer * D, (layer + 1) * D)
         xw = _input_projection(tf, x, lengths, Wx, bx, D)
-        ys, cs = _time_loop(tf, xw, initial_h[k], initial_c[k], Rh, bh, is_lstm, until, Pt)
+        ys, cs = _directions(tf, xw, initial_h[k], initial_c[k], Rh, bh, is_lstm, until, Pt)
         y = ys[:, 0] if D == 1 else \
             tf.concat([ys[:, 0], tf.reverse_sequence(ys[:, 1], lengths, seq_axis=0, batch_axis=1)], axis=2)
         x = tf.where(valid, y, 0.0)
@@ -145,6 +147,18 @@ def _input_projection(tf, x, lengths, Wx, bx, D):
     return tf.reshape(xw, [D, steps, batch, -1])
 
 
+def _directions(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
+    """:func:`_time_loop` of each direction in its own loop (:data:`SEPARATE_LOOPS`) or of all in one; same
+    shapes."""
+    if not SEPARATE_LOOPS or xw.shape[0] == 1:
+        return _time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until, Pt)
+    runs = [_time_loop(tf, xw[d:d + 1], h0[d:d + 1], c0[d:d + 1], Rh[d:d + 1], bh[d:d + 1], is_lstm, until,
+                       None if Pt is None else Pt[d:d + 1]) for d in range(xw.shape[0])]
+    return tf.concat([y for y, _ in runs], 1), (tf.concat([c for _, c in runs], 1) if is_lstm else None)
+
+
+SEPARATE_LOOPS = True
+"""Each direction its own loop (they run side by side on two threads); False: one loop, batched products."""
 STEPS_PER_ITERATION = 4
 """Time steps one iteration of the main loop runs (the rest, fewer than this, run one per iteration after it)."""
 
@@ -153,8 +167,8 @@ def _time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
     """Every direction of one layer: xw [D, T, B, G*H], h0 [D, B, S], c0 [D, B, H], Rh [D, S, G*H], bh [D, H],
     Pt [D, H, P] or None -> (h after each step [T, D, B, S], c after each step [T, D, B, H] or None).
 
-    Each step is one batched product [D, B, S] @ [D, S, G*H] for all directions and one set of element-wise
-    ops on [D, B, .]; the loop neither masks nor holds states (steps past a length run on, and the caller masks
+    Each step is one batched product [D, B, S] @ [D, S, G*H] for the D directions given and one set of
+    element-wise ops on [D, B, .]; the loop neither masks nor holds states (steps past a length run on, and the caller masks
     the outputs and reads each final state at its length), which keeps every op out of it that the recurrence
     does not need. A loop iteration costs about as many ops again as a step (the loop's own, per loop
     variable), so the main loop runs :data:`STEPS_PER_ITERATION` steps per iteration, and a second loop the
