@@ -229,7 +229,7 @@ def main():
     spec = canon.spec
     rng = np.random.default_rng(1)
     work = tempfile.TemporaryDirectory()
-    write_onnx(canon, os.path.join(work.name, "model.onnx"))
+    write_onnx(canon, os.path.join(work.name, "model.onnx"), states=True)  # model_stateful.onnx: fed the states
     session = onnx_session(os.path.join(work.name, "model.onnx"))
 
     def feeds(batch, lengths):
@@ -303,7 +303,7 @@ def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
             saved32, onnx32 = time_pair(run_saved, full32, run_onnx, full32, max(2, repeat // 3))
             res.update(saved_model_b32_ms=saved32 * 1e3, saved_model_b32_over_onnx=saved32 / onnx32)
     gru = random_stack("gru", 2)
-    session = onnx_session(build_model(gru).SerializeToString())
+    session = onnx_session(build_model(gru, states=True).SerializeToString())
     run_gru_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
     write_saved_model(gru, os.path.join(folder, "gru"))
     run_gru = saved_model_runner(os.path.join(folder, "gru"))
