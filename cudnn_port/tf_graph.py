@@ -1,25 +1,18 @@
 """cuDNN's RNN forward pass in standard TensorFlow ops (no Cudnn* op), for CPU exports.
 
-Per layer, directions d = 0 (forward) and 1 (backward)::
+Per layer and direction d (each direction its own while_loop, so the two can run side by side)::
 
-    X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                            [T, B, I_l]
-    XW_d    = X_d @ Wx_d + bx_d     one batched matmul over all steps and directions            [D, T, B, G*H]
-    for t in 0 .. T-1:              one loop per direction (SEPARATE_LOOPS), or one for both
-        g   = XW[:, t] + h @ Rh     [D', B, S] @ [D', S, G*H], D' = 1 or D                     [D', B, G*H]
+    X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                 [T, B, I_l]
+    XW_d    = X_d @ Wx_d + bx_d        one matmul over all steps                    [T, B, G*H]
+    for t in 0 .. T-1:
+        g   = XW_d[t] + h @ Rh_d                                                    [B, G*H]
         LSTM  i, f, c~, o = σ, σ, tanh, σ of g's blocks;  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
-    y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features, zero past each length           [T, B, D*S]
-    final state of direction d = its state after step length-1
+        steps t >= length keep the state and emit zeros
+    y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features                   [T, B, D*H]
 
-The loops do not mask: steps past a length run on (their outputs are zeroed after the loop, and the final
-states are read at each length), so a step is the cell's ops, one matrix product and two TensorArray writes.
-At batch 1 much of the time goes to running these small ops rather than to the math, so each loop also runs
-``STEPS_PER_ITERATION`` steps per iteration, spreading its own per-iteration ops over them. Ops run for the
-benchmark BiLSTM (2 layers, hidden 512, 100 steps) at batch 1: 25016 with a masked loop per direction and one
-step per iteration, 10368 now, 5226 with ``SEPARATE_LOOPS = False`` (one loop, one batched product for both
-directions). Separate loops are the default: on a loaded 2-core CPU the one loop was 1.2-1.5x slower at
-batch 32 (probably because each direction's element-wise ops no longer run beside the other's), and not
-measurably faster at batch 1.
+One loop per direction rather than one loop over both: each step's recurrent product is then one plain
+matrix product [B, H] @ [H, G*H] instead of a batched one, which TensorFlow and XLA run faster on CPU.
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
@@ -94,26 +87,25 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     x, lengths, initial_h, initial_c = stack_inputs(spec, inputs, sequence_lengths, initial_h, initial_c)
     steps, batch = tf.shape(x)[0], tf.shape(x)[1]
     valid = valid_steps(lengths, steps)
-    # where each direction's state is final: (length - 1, direction, sequence) in the loop's [T, D, B, .] output
-    last = tf.stack([tf.tile(tf.maximum(lengths - 1, 0)[None], [D, 1]),
-                     tf.tile(tf.range(D)[:, None], [1, batch]), tf.tile(tf.range(batch)[None], [D, 1])], -1)
-    started = (lengths > 0)[None, :, None]  # a sequence of length 0 keeps its initial state
     final_h, final_c = [], []
     for layer in range(spec.num_layers):
         Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
-        k = slice(layer * D, (layer + 1) * D)
-        xw = _input_projection(tf, x, lengths, Wx, bx, D)
-        ys, cs = _directions(tf, xw, initial_h[k], initial_c[k], Rh, bh, is_lstm, until, Pt)
-        y = ys[:, 0] if D == 1 else \
-            tf.concat([ys[:, 0], tf.reverse_sequence(ys[:, 1], lengths, seq_axis=0, batch_axis=1)], axis=2)
-        x = tf.where(valid, y, 0.0)
-        final_h.append(tf.where(started, tf.gather_nd(ys, last), initial_h[k]))
-        if is_lstm:
-            final_c.append(tf.where(started, tf.gather_nd(cs, last), initial_c[k]))
+        width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+        outs = []
+        for d in range(D):
+            x_d = x if d == 0 else tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)
+            xw = tf.reshape(tf.matmul(tf.reshape(x_d, [-1, width]), Wx[d]) + bx[d], [steps, batch, -1])
+            p = layer * D + d
+            y, h, c = _time_loop(tf, xw, valid, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until,
+                                 None if Pt is None else Pt[d])
+            outs.append(y if d == 0 else tf.reverse_sequence(y, lengths, seq_axis=0, batch_axis=1))
+            final_h.append(h)
+            final_c.append(c)
+        x = tf.concat(outs, axis=2)
         if between is not None and layer + 1 < spec.num_layers:
             x = between(x, layer)
     outputs = tf.transpose(x, [1, 0, 2])
-    return outputs, tf.concat(final_h, 0), (tf.concat(final_c, 0) if is_lstm else None)
+    return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
 
 
 def stack_inputs(spec, inputs, sequence_lengths, initial_h=None, initial_c=None):
@@ -135,84 +127,37 @@ def valid_steps(lengths, steps):
     return tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]
 
 
-def _input_projection(tf, x, lengths, Wx, bx, D):
-    """Every direction's input products: x [T, B, I_l], Wx [D, I_l, G*H], bx [D, G*H] -> [D, T, B, G*H], the
-    backward direction's on x reversed within each sequence's length (its step t reads x[length - 1 - t]; steps
-    past the length read padding, and their outputs are masked after the loop). Reversing x rather than the
-    products moves I_l, not G*H, numbers per row."""
-    steps, batch = tf.shape(x)[0], tf.shape(x)[1]
-    width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
-    xs = x[None] if D == 1 else tf.stack([x, tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)])
-    xw = tf.matmul(tf.reshape(xs, [D, -1, width]), Wx) + bx[:, None, :]
-    return tf.reshape(xw, [D, steps, batch, -1])
+def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
+    """One direction: xw [T, B, G*H], h0 [B, S], c0 [B, H], Rh [S, G*H], bh [H], Pt [H, P] or None
+    -> (y [T, B, S], h, c)."""
+    steps, H = tf.shape(xw)[0], bh.shape[0]
+    out = tf.TensorArray(tf.float32, size=steps, element_shape=h0.shape)
 
+    def body(t, h, c, out):
+        g = xw[t]
+        hr = tf.matmul(h, Rh)
+        keep = valid[t]  # [B, 1]
+        if is_lstm:
+            i, f, cc, o = tf.split(g + hr, 4, axis=-1)
+            c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(cc)
+            h_new = tf.sigmoid(o) * tf.tanh(c_new)
+            if Pt is not None:
+                h_new = tf.matmul(h_new, Pt)
+            c = tf.where(keep, c_new, c)
+        else:
+            # b_R_h goes onto the h block alone: a bias added to the whole product is fused by XLA into the
+            # matrix product, which it then runs as a slow loop (GRU 50 ms instead of 19 at batch 1)
+            x_r, x_z, x_h = tf.split(g, 3, axis=-1)
+            h_r, h_z, h_h = hr[:, :H], hr[:, H:2 * H], hr[:, 2 * H:] + bh
+            r, z = tf.sigmoid(x_r + h_r), tf.sigmoid(x_z + h_z)
+            h_new = (1.0 - z) * tf.tanh(x_h + r * h_h) + z * h
+        out = out.write(t, tf.where(keep, h_new, 0.0))
+        return t + 1, tf.where(keep, h_new, h), c, out
 
-def _directions(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
-    """:func:`_time_loop` of each direction in its own loop (:data:`SEPARATE_LOOPS`) or of all in one; same
-    shapes."""
-    if not SEPARATE_LOOPS or xw.shape[0] == 1:
-        return _time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until, Pt)
-    runs = [_time_loop(tf, xw[d:d + 1], h0[d:d + 1], c0[d:d + 1], Rh[d:d + 1], bh[d:d + 1], is_lstm, until,
-                       None if Pt is None else Pt[d:d + 1]) for d in range(xw.shape[0])]
-    return tf.concat([y for y, _ in runs], 1), (tf.concat([c for _, c in runs], 1) if is_lstm else None)
-
-
-SEPARATE_LOOPS = True
-"""Each direction its own loop (they run side by side on two threads); False: one loop, batched products."""
-STEPS_PER_ITERATION = 4
-"""Time steps one iteration of the main loop runs (the rest, fewer than this, run one per iteration after it)."""
-
-
-def _time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
-    """Every direction of one layer: xw [D, T, B, G*H], h0 [D, B, S], c0 [D, B, H], Rh [D, S, G*H], bh [D, H],
-    Pt [D, H, P] or None -> (h after each step [T, D, B, S], c after each step [T, D, B, H] or None).
-
-    Each step is one batched product [D, B, S] @ [D, S, G*H] for the D directions given and one set of
-    element-wise ops on [D, B, .]; the loop neither masks nor holds states (steps past a length run on, and the caller masks
-    the outputs and reads each final state at its length), which keeps every op out of it that the recurrence
-    does not need. A loop iteration costs about as many ops again as a step (the loop's own, per loop
-    variable), so the main loop runs :data:`STEPS_PER_ITERATION` steps per iteration, and a second loop the
-    remaining ones, one per iteration (a step function, T = 1, runs only that one)."""
-    steps = tf.shape(xw)[1]
     last = steps if until is None else tf.minimum(steps, until)
-    bh = bh[:, None, :]
-
-    def lstm_step(t, h, c, out_h, out_c):
-        g = tf.gather(xw, t, axis=1) + tf.matmul(h, Rh)  # one op; xw[:, t] adds four for its slice bounds
-        i, f, cc, o = tf.split(g, 4, axis=-1)
-        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(cc)
-        h = tf.sigmoid(o) * tf.tanh(c)
-        if Pt is not None:
-            h = tf.matmul(h, Pt)
-        return h, c, out_h.write(t, h), out_c.write(t, c)
-
-    def gru_step(t, h, c, out_h, out_c):
-        # b_R_h goes onto the h block alone: a bias added to the whole product is fused by XLA into the
-        # matrix product, which it then runs as a slow loop (GRU 50 ms instead of 19 at batch 1)
-        x_r, x_z, x_h = tf.split(tf.gather(xw, t, axis=1), 3, axis=-1)
-        h_r, h_z, h_h = tf.split(tf.matmul(h, Rh), 3, axis=-1)
-        r, z = tf.sigmoid(x_r + h_r), tf.sigmoid(x_z + h_z)
-        h = (1.0 - z) * tf.tanh(x_h + r * (h_h + bh)) + z * h
-        return h, c, out_h.write(t, h), out_c
-
-    one = lstm_step if is_lstm else gru_step
-
-    def block(t, h, c, out_h, out_c):
-        for k in range(STEPS_PER_ITERATION):
-            h, c, out_h, out_c = one(t + k if k else t, h, c, out_h, out_c)
-        return (t + STEPS_PER_ITERATION, h, c, out_h, out_c)
-
-    def single(t, h, c, out_h, out_c):
-        return (t + 1,) + one(t, h, c, out_h, out_c)
-
-    out_h = tf.TensorArray(tf.float32, size=steps, element_shape=h0.shape)
-    out_c = tf.TensorArray(tf.float32, size=steps, element_shape=c0.shape) if is_lstm else tf.zeros([])
-    state = (tf.constant(0), h0, c0 if is_lstm else tf.zeros([]), out_h, out_c)
-    state = tf.while_loop(lambda t, *_: t + STEPS_PER_ITERATION <= last, block, state,
-                          maximum_iterations=steps // STEPS_PER_ITERATION)
-    _, _, _, out_h, out_c = tf.while_loop(lambda t, *_: t < last, single, state,
-                                          maximum_iterations=STEPS_PER_ITERATION - 1)
-    return out_h.stack(), (out_c.stack() if is_lstm else None)
+    _, h, c, out = tf.while_loop(lambda t, *_: t < last, body, (tf.constant(0), h0, c0, out),
+                                 maximum_iterations=steps)
+    return out.stack(), h, c
 
 
 def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None):
