@@ -98,3 +98,15 @@ def torch_grads(spec, buffer, x, lengths, h0, c0, gy, ghn, gcn=None):
     forward = [t.detach().numpy() if t is not None else None for t in (y, hn, cn)]
     return forward, [pack(torch_target.read(grads, "", spec)), xt.grad.numpy(), h0t.grad.numpy(),
                      None if c0t is None else c0t.grad.numpy()]
+
+
+def unpack_fixture(tmp_path_factory, archive, folder):
+    """Extract a fixture tarball into a fresh temporary folder: (the folder ``folder`` in it, its expected.npz as a
+    dict of arrays)."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp(folder)
+    with tarfile.open(archive) as opened:
+        opened.extractall(root, filter="data")
+    with np.load(root / folder / "expected.npz") as data:
+        return root / folder, dict(data)

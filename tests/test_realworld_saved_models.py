@@ -18,6 +18,17 @@ MODELS = ["iteam1_rnn/lstm_model", "iteam1_rnn/gru_model"]
 ATOL = 1e-5  # fp32 graphs of 64 units over 5 steps; measured <= 4.8e-7 (ONNX) and 0 (SavedModel)
 
 
+def converted_and_verified(capsys, source, out):
+    """``cudnn-port convert SOURCE OUT`` and ``verify OUT``, both exiting 0; returns OUT."""
+    from test_convert import run_cli
+
+    code, _, err = run_cli(capsys, "convert", source, out)
+    assert code == 0, err
+    code, report, err = run_cli(capsys, "verify", out)
+    assert code == 0, report + err
+    return out
+
+
 def original_serving(path, feeds, signature="serving_default"):
     """{output key: array} of the original SavedModel's signature, run by stock TensorFlow in a TF1 session."""
     with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
@@ -43,17 +54,11 @@ def random_feeds(path, seed, batch=3, signature="serving_default"):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_published_saved_model_converts_and_matches_the_original(tmp_path, capsys, name):
-    from test_convert import run_cli
-
     from cudnn_port.exports.runners import onnx_session
 
     source = os.path.join(REALWORLD, name)
     assert os.path.isfile(os.path.join(REALWORLD, name.split("/")[0], "LICENSE"))
-    out = tmp_path / "out"
-    code, _, err = run_cli(capsys, "convert", source, out)
-    assert code == 0, err
-    code, report, err = run_cli(capsys, "verify", out)
-    assert code == 0, report + err
+    out = converted_and_verified(capsys, source, tmp_path / "out")
     feeds = random_feeds(source, seed=31)
     want = original_serving(source, feeds)
     signature = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
@@ -92,19 +97,13 @@ def reshard(source, dest):
 def test_sharded_variables_convert_and_match_the_original(tmp_path, capsys):
     """The published LSTM with its variables in two shards: converts, verifies, and matches the original (itself
     run from the two shards by stock TensorFlow)."""
-    from test_convert import run_cli
-
     from cudnn_port.exports.runners import onnx_session
 
     source = str(tmp_path / "sharded")
     reshard(os.path.join(REALWORLD, MODELS[0]), source)
     assert sorted(os.listdir(os.path.join(source, "variables"))) == [
         "variables.data-00000-of-00002", "variables.data-00001-of-00002", "variables.index"]
-    out = tmp_path / "out"
-    code, _, err = run_cli(capsys, "convert", source, out)
-    assert code == 0, err
-    code, report, err = run_cli(capsys, "verify", out)
-    assert code == 0, report + err
+    out = converted_and_verified(capsys, source, tmp_path / "out")
     feeds = random_feeds(source, seed=32)
     want = original_serving(source, feeds)
     got = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"](**feeds)

@@ -8,12 +8,11 @@ stock TensorFlow when the fixtures were made. ``convert`` then ``verify`` exit 0
 OUT/model.onnx match those outputs.
 """
 import os
-import tarfile
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, unpack_fixture
 
 tf = pytest.importorskip("tensorflow")
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_build_saved_models.tar.xz")
@@ -23,12 +22,7 @@ ATOL = 1e-5  # fp32, tiny models: measured <= 1.8e-7 (ONNX) and 0 (SavedModel, t
 
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tf_keras_build")
-    with tarfile.open(ARCHIVE) as archive:
-        archive.extractall(root, filter="data")
-    folder = root / "tf_keras_build_saved_models"
-    with np.load(folder / "expected.npz") as data:
-        return folder, dict(data)
+    return unpack_fixture(tmp_path_factory, ARCHIVE, "tf_keras_build_saved_models")
 
 
 def split(expected, name):

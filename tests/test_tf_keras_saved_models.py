@@ -7,12 +7,11 @@ committed as one archive; tf_keras's own CPU outputs are the judge (``expected.n
 computes gradients through raw cuDNN ops is judged against PyTorch's autograd.
 """
 import os
-import tarfile
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, make_spec, random_blob, torch_grads
+from conftest import ROOT, unpack_fixture, make_spec, random_blob, torch_grads
 from cudnn_port import convert
 from cudnn_port.verify import verify
 
@@ -25,12 +24,7 @@ ATOL = 1e-5  # fp32, tiny models: measured max 2.4e-7 (ONNX) and 0.0 (SavedModel
 
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tf_keras")
-    with tarfile.open(ARCHIVE) as archive:
-        archive.extractall(root, filter="data")
-    folder = root / "tf_keras_saved_models"
-    with np.load(folder / "expected.npz") as data:
-        return folder, dict(data)
+    return unpack_fixture(tmp_path_factory, ARCHIVE, "tf_keras_saved_models")
 
 
 def all_ops(path):
