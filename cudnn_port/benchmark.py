@@ -5,6 +5,7 @@ runs is reported, with throughput in sequences per second and time steps per sec
 """
 import os
 import time
+from typing import Any, Dict
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from .layout import RNNSpec
 from .verify import file_rows, load_manifest
 
 
-def time_call(fn, feeds, repeat, warmup=2):
+def time_call(fn, feeds, repeat, warmup=2) -> float:
     """Median seconds of ``fn(feeds)`` over ``repeat`` runs after ``warmup`` runs."""
     for _ in range(warmup):
         fn(feeds)
@@ -28,7 +29,7 @@ def time_call(fn, feeds, repeat, warmup=2):
     return float(np.median(times))
 
 
-def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None):
+def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None) -> Dict[str, Any]:
     """Time every artifact of ``out`` at each batch size; return a JSON-ready dict."""
     out = os.fspath(out)
     manifest = load_manifest(out)
@@ -71,7 +72,7 @@ def _runners(out, stack, spec):
             yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
 
 
-def format_table(report):
+def format_table(report) -> str:
     lines = [f"{'stack':<28} {'artifact':<24} {'batch':>5} {'steps':>5} {'latency ms':>11} {'seq/s':>9} "
              f"{'steps/s':>10}"]
     for r in report["rows"]:

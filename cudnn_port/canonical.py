@@ -40,7 +40,7 @@ class CanonicalRNN:
             yield p // self.spec.num_dirs, p % self.spec.num_dirs, params
 
 
-def input_bias(mode, b_W, b_R, concat):
+def input_bias(mode, b_W, b_R, concat) -> Any:
     """The one bias the fast paths add to the input projection, gates in cuDNN order, ``[G*H]``.
 
     LSTM: ``b_W + b_R`` for every gate. GRU: ``b_W + b_R`` for r and z, but ``b_W`` alone for h, whose ``b_R``

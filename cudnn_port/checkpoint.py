@@ -9,6 +9,7 @@ so memory stays near one shard above what the caller holds. TensorFlow is import
 """
 import glob
 import os
+from typing import List
 
 import numpy as np
 
@@ -23,7 +24,7 @@ ATTRIBUTE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 SHARD_BYTES = 32 << 20
 
 
-def resolve_prefix(path):
+def resolve_prefix(path) -> str:
     """The checkpoint prefix for ``path``: a prefix, its ``.index`` or data file, or a folder holding one."""
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -79,19 +80,19 @@ class Checkpoint(Source):
             self.dtypes[name] = dtypes[key].name
 
     @property
-    def names(self):
+    def names(self) -> List[str]:
         return list(self.shapes)
 
     @property
-    def names_note(self):
+    def names_note(self) -> str:
         return ("object-based keys are written under their logical names (without /.ATTRIBUTES/VARIABLE_VALUE); "
                 "the object graph is not carried over" if self.object_based else "names kept as they are")
 
     @property
-    def format(self):
+    def format(self) -> str:
         return "object-based (TF2)" if self.object_based else "name-based (TF1)"
 
-    def get(self, name):
+    def get(self, name) -> np.ndarray:
         """The value of variable ``name`` as a NumPy array."""
         if name not in self.keys:
             raise CudnnPortError(f"unknown variable {short(name)} in {self.prefix}; run cudnn-port inspect to list "
@@ -104,12 +105,12 @@ class Checkpoint(Source):
                                  "the checkpoint's data file is corrupt or truncated") from None
         return np.asarray(value)
 
-    def files(self):
+    def files(self) -> List[str]:
         """The files that make up this checkpoint (index and data shards)."""
         return sorted(glob.glob(glob.escape(self.prefix) + ".index") + glob.glob(glob.escape(self.prefix) + ".data-*"))
 
 
-def write_checkpoint(directory, items, name="model.ckpt", progress=None):
+def write_checkpoint(directory, items, name="model.ckpt", progress=None) -> str:
     """Write ``items`` (iterable of (name, array, dtype name)) as a name-based checkpoint ``directory/name``.
 
     Writes the ``checkpoint`` state file too, so ``tf.train.latest_checkpoint(directory)`` finds it. Arrays are
@@ -152,7 +153,7 @@ def write_checkpoint(directory, items, name="model.ckpt", progress=None):
     return prefix
 
 
-def contiguous(value, block=256):
+def contiguous(value, block=256) -> np.ndarray:
     """``value`` as a C-contiguous array. Transposed 2-D views (canonical kernels are ``W.T``) are copied in
     cache-sized blocks, about 6x faster than NumPy's strided copy for large kernels."""
     value = np.asarray(value)

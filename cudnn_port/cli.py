@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import sys
+from typing import Any, Dict, NoReturn, Tuple
 
 from . import formats
 from ._version import __version__
@@ -40,7 +41,7 @@ class UsageError(CudnnPortError):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message) -> NoReturn:
         raise UsageError(f"{message}; see {self.prog} --help")
 
 
@@ -93,7 +94,7 @@ def _common(parser, quiet=True):
                         "libraries' own log lines through to stderr (for debugging; also CUDNN_PORT_VERBOSE=1)")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cudnn-port", description="Convert cuDNN RNN weights (opaque buffers) into canonical per-cell"
                      " weights and CPU artifacts that TensorFlow, Keras, ONNX Runtime and PyTorch load, and check "
                      "them against cuDNN's math. Needs no GPU.",
@@ -167,7 +168,7 @@ def build_parser():
     return parser
 
 
-def run(args, progress):
+def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
     """Run the parsed command; returns (exit code, JSON-ready result, text for a person)."""
     from . import cli_text
 
@@ -196,7 +197,7 @@ def run(args, progress):
     return 0, manifest, cli_text.convert_text(manifest, args.out)
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     """Run the command line ``argv``; returns the exit code. Only cudnn-port's own lines reach stderr (progress,
     and one line per failure): other libraries' logging is filtered out (:mod:`cudnn_port.quiet`) unless
     ``--verbose`` or ``CUDNN_PORT_VERBOSE=1``."""
@@ -281,7 +282,7 @@ def _fail(message, code, want_json, **extra):
     return code
 
 
-def entry():
+def entry() -> NoReturn:
     """The console script: :func:`main`, then exit at once. Once the work is done, SIGINT and SIGTERM are ignored
     and the interpreter's teardown (seconds of TensorFlow's) is skipped, so a late signal cannot end the process
     by the signal itself after OUT was published; the exit code is the command's."""

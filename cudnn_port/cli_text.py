@@ -5,14 +5,14 @@ MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it
 SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
 
 
-def describe(spec):
+def describe(spec) -> str:
     """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
     from .layout import RNNSpec
 
     return RNNSpec(**{k: spec[k] for k in SPEC_FIELDS if k in spec}).describe()
 
 
-def inspect_text(report):
+def inspect_text(report) -> str:
     """inspect's report."""
     lines = [f"{report['checkpoint']}  [{report['format']}]"]
     if "nodes" in report:
@@ -44,7 +44,7 @@ def inspect_text(report):
     return "\n".join(lines)
 
 
-def convert_text(manifest, out):
+def convert_text(manifest, out) -> str:
     """convert's manifest."""
     lines, stacks = [], manifest["stacks"]
     if manifest.get("kind") == "saved_model":
@@ -81,7 +81,7 @@ def convert_text(manifest, out):
     return "\n".join(lines)
 
 
-def one_line(message, limit=MAX_MESSAGE):
+def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
     """``message`` on one line, at most about ``limit`` characters besides the paths it quotes: a longer one is cut
     in its middle, keeping its last clause (after the last "; "), which says how to fix the problem.
 
@@ -103,7 +103,7 @@ def _is_path(word):
     return os.sep in word and (os.path.isabs(word) or os.path.lexists(word))
 
 
-def failed_rows(report):
+def failed_rows(report) -> str:
     """verify's failed rows, for its one stderr line."""
     failed = [f"{r['artifact']} ({r['stack']})" if r.get("stack") not in (None, "(all)") else r["artifact"]
               for r in report["rows"] if r["passed"] is False]

@@ -7,6 +7,8 @@ machine already has (``tensorflow``, ``tensorflow-cpu``, a GPU build); the extra
 """
 import importlib
 import importlib.util
+from types import ModuleType
+from typing import Optional
 
 from .errors import CudnnPortError, reason
 from .quiet import quiet_env
@@ -19,7 +21,7 @@ EXTRAS = {"tensorflow": INSTALL, "onnx": INSTALL, "onnxruntime": INSTALL, "tf2on
           "openvino": "pip install 'cudnn-port[openvino]'", "ai_edge_litert": "pip install 'cudnn-port[tflite]'"}
 
 
-def import_tf():
+def import_tf() -> ModuleType:
     """TensorFlow, imported once, quietly; a one-line error naming the install when it is missing or too old."""
     tf = optional("tensorflow", "this command")
     version = tuple(int(part) for part in tf.__version__.split(".")[:2] if part.isdigit())
@@ -30,7 +32,7 @@ def import_tf():
     return tf
 
 
-def optional(module, purpose):
+def optional(module: str, purpose: str) -> ModuleType:
     """Import ``module`` (e.g. "onnxruntime") for ``purpose``; a one-line CudnnPortError naming the fix if absent.
     TensorFlow's environment is set first (:func:`cudnn_port.quiet.quiet_env`): any of these modules may import
     TensorFlow, which reads it once."""
@@ -43,7 +45,7 @@ def optional(module, purpose):
                              f"{EXTRAS.get(name, f'pip install {name}')}") from None
 
 
-def available(module):
+def available(module: str) -> bool:
     """Whether ``module`` can be imported (without importing it)."""
     try:
         return importlib.util.find_spec(module) is not None
@@ -51,13 +53,13 @@ def available(module):
         return False
 
 
-def require(*modules, purpose):
+def require(*modules: str, purpose: str) -> None:
     """Stop with one line naming the extra to install if any of ``modules`` is missing (checked before work)."""
     for module in modules:
         optional(module, purpose)
 
 
-def missing_message(error):
+def missing_message(error: ImportError) -> Optional[str]:
     """The one-line message for a ModuleNotFoundError of an optional dependency, or None for any other module."""
     name = (getattr(error, "name", None) or "").split(".")[0]
     if name not in EXTRAS:

@@ -19,7 +19,7 @@ class ParityError(Exception):
         self.report, self.report_path = report, report_path
 
 
-def reason(error, limit=80):
+def reason(error: BaseException, limit: int = 80) -> str:
     """What an exception from a library says, fit for one short line: its first line, file paths shortened to
     their last part, at most ``limit`` characters.
 
@@ -36,7 +36,7 @@ def reason(error, limit=80):
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def short(name, limit=60):
+def short(name: str, limit: int = 60) -> str:
     """A name from a file (a variable, a layer, a format) fit to quote in a one-line message: at most ``limit``
     characters, its start and end kept.
 

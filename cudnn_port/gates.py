@@ -18,7 +18,7 @@ TORCH_GRU = "rzh"
 CUDNN_ORDER = {"lstm": CUDNN_LSTM, "gru": CUDNN_GRU}
 
 
-def reorder(blocks, src, dst, axis=0):
+def reorder(blocks, src, dst, axis=0) -> np.ndarray:
     """Reorder the gate blocks of ``blocks`` along ``axis`` from order ``src`` to order ``dst``.
 
     ``blocks.shape[axis]`` must be a multiple of ``len(src)``; each of the ``len(src)`` equal slices is

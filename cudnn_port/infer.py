@@ -10,6 +10,7 @@ rank them: a mode named in the variable's scope (``cudnn_lstm``), a 2-D neighbou
 (an embedding feeding the stack), and one whose first dimension equals D*H (a dense layer reading it).
 """
 from dataclasses import dataclass, field, replace
+from typing import List, Tuple
 
 import numpy as np
 
@@ -29,7 +30,7 @@ PLATFORMS = {0: "unrecorded (cuDNN layout assumed)", 1: "CUDA / cuDNN", 2: "ROCm
 MIOPEN = 2
 
 
-def spec_from_vector(vector, dtype="float32", name=SPEC_VARIABLE):
+def spec_from_vector(vector, dtype="float32", name=SPEC_VARIABLE) -> RNNSpec:
     """The RNNSpec stored in a ``cudnn_spec`` variable: ``[mode 0|1, layers, units, input size, directions 1|2]``
     and, for an LSTM with projection, a sixth entry, the projection size."""
     values = np.asarray(vector).reshape(-1)
@@ -59,16 +60,16 @@ class Clues:
     exact_how: str = CANONICAL
 
     @property
-    def max_score(self):
+    def max_score(self) -> int:
         return 2 * bool(self.mode) + bool(self.input_dims) + bool(self.output_dims)
 
-    def score(self, spec):
+    def score(self, spec: RNNSpec) -> int:
         s = 2 * (spec.mode == self.mode)
         s += spec.input_size in self.input_dims
         s += spec.num_dirs * spec.num_units in self.output_dims
         return s
 
-    def reasons(self, spec):
+    def reasons(self, spec: RNNSpec) -> List[str]:
         out = []
         if spec.mode == self.mode:
             out.append(f"the name says {spec.mode}")
@@ -79,7 +80,7 @@ class Clues:
         return out
 
 
-def clues_from(name, shapes):
+def clues_from(name, shapes) -> Clues:
     """Clues for the buffer ``name`` from ``shapes`` (variable name -> shape) of the same checkpoint."""
     lowered = name.lower()
     mode = "lstm" if "lstm" in lowered else "gru" if "gru" in lowered else None
@@ -93,7 +94,7 @@ def clues_from(name, shapes):
 
 
 def candidates(size, *, mode=None, num_layers=None, num_units=None, input_size=None, bidirectional=None,
-               num_proj=None, dtype="float32"):
+               num_proj=None, dtype="float32") -> List[RNNSpec]:
     """Every RNNSpec whose buffer has exactly ``size`` elements and that agrees with the given fields. A projection
     is never guessed: only ``num_proj`` given (LSTM) adds one."""
     found = []
@@ -119,7 +120,7 @@ def candidates(size, *, mode=None, num_layers=None, num_units=None, input_size=N
     return found
 
 
-def choose(name, size, dtype, clues, **flags):
+def choose(name, size, dtype, clues, **flags) -> Tuple[RNNSpec, str]:
     """The one spec for buffer ``name``: fixed by flags, by canonical tensors beside it, or by unanimous clues.
 
     Returns ``(spec, how)``; raises CudnnPortError listing the candidates and the flags that settle it.
@@ -155,19 +156,19 @@ def choose(name, size, dtype, clues, **flags):
     raise CudnnPortError(ambiguity_message(name, size, order))
 
 
-def ranked(specs, clues):
+def ranked(specs: List[RNNSpec], clues: Clues) -> List[RNNSpec]:
     """``specs`` best first: most clues, then fewest layers, widest, LSTM before GRU, one direction first."""
     return sorted(specs, key=lambda s: (-clues.score(s), s.num_layers, -s.num_units, s.mode, s.bidirectional))
 
 
-def differing_flags(specs):
+def differing_flags(specs: List[RNNSpec]) -> List[str]:
     """The CLI flags whose values differ among ``specs``: passing them narrows the choice."""
     names = {"mode": "--mode", "num_layers": "--num-layers", "num_units": "--num-units",
              "input_size": "--input-size", "bidirectional": "--bidirectional", "num_proj": "--num-proj"}
     return [flag for key, flag in names.items() if len({getattr(s, key) for s in specs}) > 1]
 
 
-def ambiguity_message(name, size, order):
+def ambiguity_message(name: str, size: int, order: List[RNNSpec]) -> str:
     shown = "; ".join(s.describe() for s in order[:5])
     more = f" and {len(order) - 5} more" if len(order) > 5 else ""
     return (f"{name} ({size} elements) fits {len(order)} specs: {shown}{more}; "

@@ -33,6 +33,7 @@ a projection ``[P, H]`` is glorot-uniform too.
 """
 import contextlib
 import contextvars
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Tuple, Union
 
 import keras
 import numpy as np
@@ -41,13 +42,16 @@ from .deps import import_tf
 from .infer import MIOPEN, MODE_IDS, PLATFORM_VARIABLE, SPEC_VARIABLE
 from .layout import RNNSpec
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 
 _PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
 _JUDGES = contextvars.ContextVar("cudnn_port_layer_judges", default={})
 
 
 @contextlib.contextmanager
-def forced_path(path):
+def forced_path(path) -> Iterator[None]:
     """Trace the fused layers with ``path`` ("cpu": standard ops; "cudnn": the CudnnRNNV3 op, for a graph that is
     converted rather than run, e.g. to ONNX) instead of choosing by the devices TensorFlow sees."""
     if path not in ("cpu", "cudnn"):
@@ -60,7 +64,7 @@ def forced_path(path):
 
 
 @contextlib.contextmanager
-def judged_by(judges):
+def judged_by(judges) -> Iterator[None]:
     """While inside, each fused layer ``layer`` with ``id(layer)`` in ``judges`` computes its stack with
     ``judges[id(layer)](x, lengths, h0, c0) -> (outputs, h_n, c_n)`` (time-major states) instead of its own paths:
     how :func:`cudnn_port.judging.stock.model_judge` runs a whole model with stock layers in place of the fused ones."""
@@ -101,7 +105,7 @@ class CudnnInitializer(keras.initializers.Initializer):
             pieces.append(tf.reshape(tf.cast(piece, "float32"), [-1]))
         return tf.cast(tf.concat(pieces, axis=0), dtype or "float32")
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         return {"seed": self.seed}
 
 
@@ -128,15 +132,15 @@ class CudnnRNN(keras.layers.Layer):
         self._dropout_seed = keras.random.SeedGenerator(seed) if dropout else None
 
     @property
-    def num_dirs(self):
+    def num_dirs(self) -> int:
         return 2 if self.bidirectional else 1
 
     @property
-    def num_states(self):
+    def num_states(self) -> int:
         """States per pseudo-layer: h and c for LSTM, h for GRU."""
         return 2 if self.mode == "lstm" else 1
 
-    def build(self, input_shape):
+    def build(self, input_shape) -> None:
         input_size = input_shape[-1]
         if input_size is None:
             raise ValueError(f"Received input shape {input_shape}, expected a known last dimension (features)")
@@ -151,7 +155,7 @@ class CudnnRNN(keras.layers.Layer):
         self.cudnn_platform = self.add_weight(name=PLATFORM_VARIABLE, shape=(), dtype="int32", trainable=False,
                                               initializer="zeros")
 
-    def load_own_variables(self, store):
+    def load_own_variables(self, store) -> None:
         """As Keras' own, but a file saved before ``cudnn_platform`` existed (two variables) loads, with 0."""
         if len(store.keys()) == 2:
             self.opaque_kernel.assign(store["0"])
@@ -159,7 +163,7 @@ class CudnnRNN(keras.layers.Layer):
             return
         super().load_own_variables(store)
 
-    def call(self, inputs, initial_state=None, mask=None, training=None):
+    def call(self, inputs, initial_state=None, mask=None, training=None) -> Union["tf.Tensor", List["tf.Tensor"]]:
         tf = import_tf()
         spec, D = self.spec, self.num_dirs
         x = tf.convert_to_tensor(inputs)
@@ -224,11 +228,11 @@ class CudnnRNN(keras.layers.Layer):
         return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1],
                              dropout=dropout, seed=self.seed or 0, training=training)
 
-    def compute_mask(self, inputs, mask=None):
+    def compute_mask(self, inputs, mask=None) -> Any:
         mask = mask if self.return_sequences else None  # a last-step output has no time axis to mask
         return [mask] + [None] * self.num_states if self.return_state else mask
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape) -> Union[Tuple[Any, ...], List[Tuple[Any, ...]]]:
         batch, steps = input_shape[0], input_shape[1]
         width = (self.num_proj or self.units) * self.num_dirs
         main = (batch, steps, width) if self.return_sequences else (batch, width)
@@ -237,7 +241,7 @@ class CudnnRNN(keras.layers.Layer):
         states = [(batch, self.num_layers * self.num_dirs, n) for n in (self.num_proj or self.units, self.units)]
         return [main] + states[:self.num_states]
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         config = super().get_config()
         config.update(units=self.units, num_layers=self.num_layers, bidirectional=self.bidirectional,
                       dropout=self.dropout, return_sequences=self.return_sequences,
@@ -277,7 +281,7 @@ class CudnnGRU(CudnnRNN):
     mode = "gru"
 
 
-def fused_layers(model):
+def fused_layers(model) -> List[CudnnRNN]:
     """Every :class:`CudnnRNN` inside ``model``, nested models included, in layer order, each once."""
     found, seen = [], set()
 

@@ -186,7 +186,7 @@ def _parity(model, specs, tmp, manifest, seed, say):
 
 
 def export_keras_file(path, out, style=None, force=False, progress=None, xla=False, quantize=None,
-                      keep_failed=False):
+                      keep_failed=False) -> dict:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_keras_file
 

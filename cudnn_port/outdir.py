@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import uuid
+from typing import Any, Dict, Iterator, Optional
 
 from ._version import __version__
 from .errors import CudnnPortError
@@ -60,7 +61,7 @@ def _on_signal(signum, frame):
     raise Interrupted(signum)
 
 
-def raised_signal():
+def raised_signal() -> Optional[int]:
     """The signal raised as :class:`Interrupted` inside the current :func:`signals_interrupt`, or None. A library
     may turn it into its own error (TensorFlow's import into "ImportError: initialization failed"): this still
     knows the run was interrupted."""
@@ -85,7 +86,7 @@ def _unraisable(hook):
 
 
 @contextlib.contextmanager
-def signals_interrupt():
+def signals_interrupt() -> Iterator[None]:
     """While inside, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill the process with
     no cleanup), also when the signal lands inside a destructor. Only the main thread can set handlers; elsewhere
     this does nothing."""
@@ -104,7 +105,7 @@ def signals_interrupt():
 
 
 @contextlib.contextmanager
-def signals_held(published=False, deliver=True):
+def signals_held(published: bool = False, deliver: bool = True) -> Iterator[None]:
     """Hold SIGINT / SIGTERM back while inside; one that arrived is raised on leaving (``deliver``)."""
     _Signals.held += 1
     try:
@@ -117,7 +118,7 @@ def signals_held(published=False, deliver=True):
                 raise Interrupted(signum, published)
 
 
-def is_ours(folder):
+def is_ours(folder) -> bool:
     """Whether ``folder`` holds a cudnn-port output (a manifest.json of ours)."""
     try:
         with open(os.path.join(folder, MANIFEST)) as f:
@@ -126,7 +127,7 @@ def is_ours(folder):
         return False
 
 
-def mount_point(path):
+def mount_point(path) -> str:
     """The mount point of the disk ``path`` is (or would be) on."""
     path = os.path.abspath(path)
     while not os.path.lexists(path) or (not os.path.ismount(path) and os.path.dirname(path) != path):
@@ -134,7 +135,7 @@ def mount_point(path):
     return path
 
 
-def disk_error(error, path):
+def disk_error(error, path) -> Optional[CudnnPortError]:
     """A full, read-only or over-quota disk (an OSError, or a library's error that quotes the system's words, such as
     TensorFlow's "No space left on device") met while writing under ``path``, as one CudnnPortError line naming the
     disk; None for any other error."""
@@ -198,7 +199,7 @@ class OutputFolder:
             raise CudnnPortError(f"cannot write in {ancestor} (permission denied); choose an output folder where "
                                  "you have write permission")
 
-    def build(self, write, say=None):
+    def build(self, write, say=None) -> Dict[str, Any]:
         """Run ``write(tmp)`` (returns the manifest) in a hidden sibling of OUT, then publish it as OUT."""
         out, say = self.out, say or (lambda message: None)
         parent = os.path.dirname(out)
@@ -242,7 +243,7 @@ class OutputFolder:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def manifest_head(source, source_format, names_note, formats, style=None):
+def manifest_head(source, source_format, names_note, formats, style=None) -> Dict[str, Any]:
     """The manifest's common part; ``source`` is the path the run read."""
     return {"tool": TOOL, "version": __version__,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -251,7 +252,7 @@ def manifest_head(source, source_format, names_note, formats, style=None):
             "style": style, "formats": list(formats), "stacks": [], "model_artifacts": {}}
 
 
-def finish(manifest, tmp):
+def finish(manifest, tmp) -> Dict[str, Any]:
     """Hash every file of the output (all but the manifest itself) into ``manifest`` and write it."""
     manifest["files"] = {}
     for root, dirs, files in os.walk(tmp):

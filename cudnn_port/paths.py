@@ -3,6 +3,7 @@ import hashlib
 import os
 import re
 import stat
+from typing import Dict
 
 from .errors import CudnnPortError
 
@@ -12,7 +13,7 @@ class NotRegularFile(CudnnPortError, OSError):
     treats an unreadable file as absent."""
 
 
-def require_file(path, what="file"):
+def require_file(path, what="file") -> str:
     """``path`` if it is a regular file; a pipe or device would block a reader for ever, a folder would mislead it."""
     try:
         mode = os.stat(path).st_mode
@@ -25,7 +26,7 @@ def require_file(path, what="file"):
     return path
 
 
-def safe_component(name):
+def safe_component(name: str) -> str:
     """``name`` (a layer or variable name) as ONE harmless path component: letters, digits, ``.``, ``_``, ``-``;
     no separator, no leading dot (so never ``..``), never empty.
 
@@ -36,7 +37,7 @@ def safe_component(name):
     return cleaned if cleaned.strip("._") else "_"
 
 
-def unique_components(names):
+def unique_components(names) -> Dict[str, str]:
     """{name: safe_component(name)} with a numeric suffix wherever two names would land on the same component."""
     out, taken = {}, set()
     for name in names:
@@ -50,13 +51,13 @@ def unique_components(names):
     return out
 
 
-def is_within(path, folder):
+def is_within(path, folder) -> bool:
     """Whether ``path`` is ``folder`` or lies below it (symbolic links resolved)."""
     path, folder = os.path.realpath(path), os.path.realpath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def sha256(path, chunk=1 << 22):
+def sha256(path, chunk=1 << 22) -> str:
     """The file's sha256 (hex). A pipe or device is refused, not read: opened without blocking, checked, then read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with open(fd, "rb") as f:

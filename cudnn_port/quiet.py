@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import warnings
+from typing import Callable, Iterator
 
 LOGGERS = ("tensorflow", "absl", "tf2onnx", "keras", "onnx", "onnxruntime", "h5py", "jax")
 _ANSI = re.compile(rb"\x1b\[[0-9;]*m")
@@ -52,7 +53,7 @@ def is_verbose() -> bool:
     return _State.verbose or os.environ.get("CUDNN_PORT_VERBOSE", "") not in ("", "0")
 
 
-def quiet_env():
+def quiet_env() -> None:
     """Set TensorFlow's environment before it is imported (it reads it once, at import): the project's runtime
     setting (oneDNN's custom ops off, as the tests and benchmarks run; a value the user set is kept) and, unless
     :func:`is_verbose`, its C++ log level 2 (errors only)."""
@@ -74,7 +75,7 @@ class _Filter:
         self.thread = threading.Thread(target=self._pump, name="cudnn-port-stderr", daemon=True)
         self.thread.start()
 
-    def close(self):
+    def close(self) -> None:
         try:
             sys.stderr.flush()
         except (OSError, ValueError):
@@ -122,7 +123,7 @@ class _Filter:
 
 
 @contextlib.contextmanager
-def quiet_stderr(verbose: bool = False):
+def quiet_stderr(verbose: bool = False) -> Iterator[None]:
     """While inside, stderr carries only cudnn-port's own lines (see the module docstring); nested uses are one.
     ``verbose=True`` (or ``CUDNN_PORT_VERBOSE=1``): everything goes through, also in the uses nested inside."""
     if _State.depth:
@@ -154,7 +155,7 @@ def quiet_stderr(verbose: bool = False):
             stream.close()
 
 
-def quiet(function):
+def quiet(function) -> Callable:
     """``function`` run inside :func:`quiet_stderr` (the library's convert, export, verify)."""
     @functools.wraps(function)
     def wrapper(*args, **kwargs):

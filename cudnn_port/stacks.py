@@ -10,7 +10,7 @@ A buffer is a variable whose name ends in ``opaque_kernel`` (or the one named by
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -95,7 +95,8 @@ def clues_for(source, stack: Stack) -> Clues:
     return clues
 
 
-def prepare_stacks(source, variable=None, flags=None, allow_nonfinite=False, prefer_buffer=False, say=None):
+def prepare_stacks(source, variable=None, flags=None, allow_nonfinite=False, prefer_buffer=False,
+                   say=None) -> List[Stack]:
     """The stacks of ``source`` with specs chosen, buffers read and checked: everything that can be refused is
     refused here, before anything is written. ``prefer_buffer``: convert even where canonical tensors stored beside
     a buffer disagree with it (otherwise that is an error: a wrong spec or layout, or an edited file)."""
@@ -124,7 +125,7 @@ def prepare_stacks(source, variable=None, flags=None, allow_nonfinite=False, pre
     return stacks
 
 
-def read_finite(source, name, allow_nonfinite=False):
+def read_finite(source, name, allow_nonfinite=False) -> np.ndarray:
     """The value of ``name``, refused if it holds NaN/Inf (unless allowed)."""
     value = source.get(name)
     if not allow_nonfinite and not np.isfinite(value).all():
@@ -145,7 +146,7 @@ def _stored_agreement(source, stack):
     return found
 
 
-def agreement(stored, converted):
+def agreement(stored, converted) -> Dict[str, Any]:
     """How far a canonical tensor already in the source is from the one converted from the buffer."""
     stored, converted = np.asarray(stored, dtype=np.float64), np.asarray(converted, dtype=np.float64)
     if stored.shape != converted.shape:
@@ -174,7 +175,7 @@ def refusals(stacks, formats) -> List[str]:
 
 
 def write_stacks(source, stacks, tmp, *, style, formats, drop_slots=False, layer_dir=None, xla=False,
-                 allow_nonfinite=False, say=None):
+                 allow_nonfinite=False, say=None) -> Dict[str, Any]:
     """Write OUT's checkpoint and each stack's artifacts into ``tmp``; return the manifest (not yet written:
     :func:`cudnn_port.outdir.finish` hashes and writes it). ``layer_dir``: put each stack's artifacts under
     ``{layer_dir}/{label}/`` (a whole-model export keeps the top level for the whole model)."""

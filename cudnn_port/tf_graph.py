@@ -18,13 +18,18 @@ Weights enter as constants (``numpy`` arrays closed over), so a traced function 
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
 that is how a cuDNN node of a saved graph is replaced by CPU ops reading the same params.
 """
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
 import numpy as np
 
 from .canonical import CanonicalRNN, LayerParams, input_bias
 from .deps import import_tf
 
+if TYPE_CHECKING:
+    import tensorflow as tf
 
-def layer_weights(canon, layer):
+
+def layer_weights(canon, layer) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
     """Both directions of one layer, stacked, as the loops use them: Wx [D, I_l, G*H], Rh [D, S, G*H], bx [D, G*H],
     bh [D, H] and Pt [D, H, P] (None without projection), float32; NumPy arrays for a CanonicalRNN of arrays
     (they become constants: frozen exports), TensorFlow tensors for one of tensors (differentiable).
@@ -60,7 +65,7 @@ def layer_weights(canon, layer):
     return stack(Wx), stack(Rh), stack(bx), stack(bh), (stack(Pt) if Pt else None)
 
 
-def unpack_tensor(spec, params):
+def unpack_tensor(spec, params) -> CanonicalRNN:
     """:func:`cudnn_port.layout.unpack` for a TensorFlow tensor ``params`` [param_count]: a CanonicalRNN of slices
     at the offsets of :meth:`~cudnn_port.layout.RNNSpec.blocks`. The blocks tile the buffer in order, so one
     ``tf.split`` cuts them: its gradient is one concat, where per-block slices would each scatter into a zero
@@ -73,7 +78,8 @@ def unpack_tensor(spec, params):
     return CanonicalRNN(spec, [LayerParams(**kinds) for kinds in layers])
 
 
-def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None, until=None):
+def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None,
+                  until=None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
     """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h [L*D, B, S] and
     initial_c [L*D, B, H] (zeros when None; S = P with a projection, else H). Returns (outputs [B, T, D*S],
     final_h [L*D, B, S], final_c [L*D, B, H] or None).
@@ -108,7 +114,8 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
 
 
-def stack_inputs(spec, inputs, sequence_lengths, initial_h=None, initial_c=None):
+def stack_inputs(spec, inputs, sequence_lengths, initial_h=None,
+                 initial_c=None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"], Optional["tf.Tensor"]]:
     """A stack's arguments as its loops read them: (x time-major [T, B, I] float32, lengths [B] int32,
     initial_h [L*D, B, S], initial_c [L*D, B, H]), the states zeros when None."""
     tf = import_tf()
@@ -121,7 +128,7 @@ def stack_inputs(spec, inputs, sequence_lengths, initial_h=None, initial_c=None)
     return tf.transpose(inputs, [1, 0, 2]), tf.cast(sequence_lengths, tf.int32), initial_h, initial_c
 
 
-def valid_steps(lengths, steps):
+def valid_steps(lengths, steps) -> "tf.Tensor":
     """[T, B, 1] bool: step t of sequence b is before its length."""
     tf = import_tf()
     return tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]
@@ -160,7 +167,7 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
     return out.stack(), h, c
 
 
-def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None):
+def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None) -> List["tf.Tensor"]:
     """What a CudnnRNN / V2 / V3 op of ``spec`` returns, in standard ops: [output, output_h, output_c,
     reserve_space, host_reserved][:count]. Time-major: input [T, B, I], states [L*D, B, S or H]; batch-major (V3
     with time_major=False): input [B, T, I], states [B, L*D, S or H] (S = num_proj or H: h is S wide, c H wide).
@@ -189,7 +196,7 @@ def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, seque
 
 
 def cudnn_forward(spec, params, inputs, sequence_lengths, initial_h, initial_c=None, dropout=0.0, seed=0,
-                  training=False):
+                  training=False) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
     """The whole stack as ONE fused ``CudnnRNNV3`` call (needs a GPU to run; any graph can hold it). Same
     interface as :func:`stack_forward`: inputs [B, T, I] (batch-major), sequence_lengths [B], initial_h
     [L*D, B, S] / initial_c [L*D, B, H] -> (outputs [B, T, D*S], final_h [L*D, B, S], final_c or None)."""

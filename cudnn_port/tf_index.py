@@ -18,6 +18,7 @@ The format (TensorFlow ``core/util/tensor_bundle``, stored with ``core/lib/io/ta
 """
 import os
 import struct
+from typing import Any, Dict, Optional, Tuple
 
 from .errors import CudnnPortError, short
 from .paths import require_file
@@ -101,7 +102,7 @@ def _handle(value):
     return offset, size
 
 
-def read_index(path):
+def read_index(path) -> Tuple[Optional[Dict[int, Any]], Dict[str, Dict[str, Any]]]:
     """{name: {"dtype", "shape", "shard", "offset", "size", "sliced"}} and the header of ``path`` (an .index file)."""
     with open(require_file(path, "checkpoint index"), "rb") as f:
         data = f.read()
@@ -140,7 +141,7 @@ def read_index(path):
     return header, entries
 
 
-def check(prefix):
+def check(prefix) -> Dict[str, Dict[str, Any]]:
     """Refuse a checkpoint whose index TensorFlow would crash or mislead on; returns the entries."""
     index = prefix + ".index"
     try:

@@ -14,11 +14,17 @@ Measured on a 2-core CPU (``bench/bench_training.py``, 3-layer bidirectional sta
 the buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's do
 (``tests/test_cudnn_fixtures.py``); an LSTM with projection falls back to autodiff of the export path.
 """
+from typing import TYPE_CHECKING, Optional, Tuple
+
 from .deps import import_tf
 from .tf_graph import layer_weights, stack_forward, stack_inputs, valid_steps
 
+if TYPE_CHECKING:
+    import tensorflow as tf
 
-def stack_train(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None):
+
+def stack_train(canon, inputs, sequence_lengths, initial_h=None, initial_c=None,
+                between=None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
     """:func:`cudnn_port.tf_graph.stack_forward` with a hand-written backward pass (see the module docstring).
     Same interface and forward arithmetic: outputs, states and the gradients w.r.t. inputs and initial states equal
     autodiff of ``stack_forward`` to the bit, or within a last bit where the backward direction's input product

@@ -20,6 +20,7 @@ hash the same; otherwise from OUT/checkpoint (the report says which). An element
 """
 import json
 import os
+from typing import TYPE_CHECKING, Any, Dict, List
 
 import numpy as np
 
@@ -33,10 +34,13 @@ from .quiet import quiet
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
 
+if TYPE_CHECKING:
+    from .canonical import CanonicalRNN
+
 REPORT = "parity.json"
 
 
-def load_manifest(out):
+def load_manifest(out) -> Dict[str, Any]:
     """OUT's manifest.json, checked to be ours and whole. A file of OUT that is a pipe or a device (a reader would
     wait on it for ever) is refused here, before anything opens it."""
     path = os.path.join(os.fspath(out), MANIFEST)
@@ -60,7 +64,7 @@ def load_manifest(out):
     return manifest
 
 
-def file_rows(out, manifest):
+def file_rows(out, manifest) -> List[Dict[str, Any]]:
     """One row: every listed file present with its sha256, no unlisted file; a symbolic link or a name outside OUT
     fails it (OUT is never written through links)."""
     listed = manifest.get("files", {})
@@ -89,7 +93,7 @@ def _linked(out, rel):
     return any(os.path.islink(os.path.join(out, *parts[:i])) for i in range(1, len(parts) + 1))
 
 
-def source_unchanged(manifest):
+def source_unchanged(manifest) -> bool:
     """Whether the source the manifest names is still there with the hashes it recorded."""
     source = manifest["source"]
     prefix, files = source.get("checkpoint", ""), source.get("files", {})
@@ -100,7 +104,7 @@ def source_unchanged(manifest):
         return False
 
 
-def converted_canon(manifest, out, stack, spec):
+def converted_canon(manifest, out, stack, spec) -> "CanonicalRNN":
     """The stack read back from OUT/checkpoint by the style's reader (the judge's weights when the source is gone)."""
     from .checkpoint import Checkpoint
 
@@ -183,7 +187,7 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
     return rows
 
 
-def case_floor(canon, batch, want):
+def case_floor(canon, batch, want) -> float:
     """4x the fp32 floor of this case (:func:`cudnn_port.judging.parity.fp32_floor`): how far the reference's own
     math run in fp32 lands from its float64 outputs. Trained weights (large pre-activations, saturated gates) can put
     a correct fp32 artifact above a fixed 1e-5 (measured: 1.06e-5 on a published textgenrnn model whose every
@@ -210,7 +214,7 @@ def _copied_row(manifest, out, source):
             "note": f"{len(copied)} equal to the source" if not differ else f"differ from the source: {differ[:3]}"}
 
 
-def format_table(report):
+def format_table(report) -> str:
     lines = [f"{'stack':<28} {'artifact':<40} {'max abs err':>12} {'max rel err':>12}  result", "-" * 104]
     for r in report["rows"]:
         result = "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import warnings
+from typing import Optional
 
 from ..errors import reason
 from ..readers.keras_h5 import CUDNN_CLASSES, h5_text
@@ -35,7 +36,7 @@ def _standard_config(layer):
             _standard_config(child)
 
 
-def save_keras3_model(source, path):
+def save_keras3_model(source, path) -> Optional[str]:
     """Rebuild full-model file ``source`` (a :class:`~cudnn_port.readers.keras_h5.KerasH5` with a model config) in
     Keras 3 at ``path`` (``.keras``): each CuDNN layer becomes LSTM / GRU(reset_after=True) with converted weights,
     every other layer keeps its config and weights. Keras 3 builds the model from an edited copy of the file.

@@ -26,17 +26,22 @@ Both record in ``metadata_props`` (:func:`metadata`) the state inputs and output
 
 ONNX's LSTM has no projection: a stack with one gets no ONNX artifact (:class:`~cudnn_port.errors.UnsupportedError`).
 """
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
 import numpy as np
 
 from ..errors import UnsupportedError
 from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, reorder
 from . import io_names
 
+if TYPE_CHECKING:
+    import onnx
+
 OPSET = 17
 IR_VERSION = 8
 
 
-def layer_weights(canon, layer, dtype=np.float32):
+def layer_weights(canon, layer, dtype=np.float32) -> List[np.ndarray]:
     """W [D, G*H, I_l], R [D, G*H, H], B [D, 2*G*H] of one layer in ONNX gate order. With ``canon`` unpacked from
     ``np.arange(param_count)`` and ``dtype`` int64: the position in params each weight comes from."""
     spec = canon.spec
@@ -52,7 +57,7 @@ def layer_weights(canon, layer, dtype=np.float32):
     return [np.stack(a).astype(dtype) for a in (W, R, B)]
 
 
-def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None):
+def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None) -> Tuple[str, str, Optional[str]]:
     """The stack's ONNX nodes, made through ``node(op, inputs, outputs, **attrs)`` and ``const(name, array) ->
     tensor name``: x time-major [T, B, I], lengths [B] int32 (or "" for full length), h0 / c0 [L*D, B, H] (c0
     LSTM only; both None: the nodes start from zeros). Returns the names of y [T, B, D*H], final_h and final_c
@@ -115,7 +120,7 @@ def metadata(spec, states: bool) -> dict:
     return {k: str(v) for k, v in meta.items()}
 
 
-def build_model(canon, name="rnn", states=False, portable=True):
+def build_model(canon, name="rnn", states=False, portable=True) -> "onnx.ModelProto":
     """The ONNX ModelProto of stack ``canon`` (see the module docstring): ``states`` False takes ``inputs`` and
     ``sequence_lengths`` only (zero initial states); True also ``initial_h`` (and ``initial_c``), required.
     ``portable`` False: the nodes of :func:`stack_graph` instead (right only where ``sequence_lens`` is honoured,
@@ -164,7 +169,7 @@ def build_model(canon, name="rnn", states=False, portable=True):
     return model
 
 
-def write_onnx(canon, path, name="rnn", states=False):
+def write_onnx(canon, path, name="rnn", states=False) -> None:
     """Save :func:`build_model` at ``path`` (weights inside the file)."""
     import onnx
 

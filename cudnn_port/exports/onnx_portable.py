@@ -21,6 +21,7 @@ fused nodes (LSTM: one per layer and direction; GRU: one per layer):
 :func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
 """
 import functools
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -30,7 +31,7 @@ PAD_GATE = 1.0e4  # sigmoid(+-1e4 + any pre-activation within +-1e3) is exactly 
 PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to a node's x
 
 
-def layer_weights(canon, layer):
+def layer_weights(canon, layer) -> List[np.ndarray]:
     from .onnx import layer_weights as weights
 
     return weights(canon, layer)
@@ -71,7 +72,8 @@ def _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag):
     return names
 
 
-def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None):
+def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix="",
+                         weights=None) -> Tuple[str, str, Optional[str]]:
     """Like :func:`cudnn_port.exports.onnx.stack_graph` (same arguments and results, ``weights`` included;
     ``lengths`` [B] int32 is required), in the form described in the module docstring."""
     spec = canon.spec
@@ -136,7 +138,7 @@ def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weig
     return x, final_h, final_c
 
 
-def plain_lstm_inputs(model):
+def plain_lstm_inputs(model) -> int:
     """Drop the padding channel of every LSTM node of ``model`` (ModelProto, changed in place): x back to the
     Concat's first input, W back to [D, 4H, I]. For rewrites that only onnxruntime runs (which honours
     ``sequence_lens``, so the channel changes nothing there), such as int8, whose per-row weight scales the

@@ -4,15 +4,20 @@ those of :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` where the
 CudnnRNNV3 with its lengths input), so that runtimes which ignore ``sequence_lens`` (OpenVINO) compute ragged batches
 right too; those of :func:`cudnn_port.exports.onnx.stack_graph` where it has none (full length, where the plain form
 is right everywhere)."""
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
 from .onnx_portable import portable_stack_graph
 
+if TYPE_CHECKING:
+    import onnx
+
 _FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Shape": [1], "Range": [1]}
 
 
-def cudnn_node_handler(ctx, node, name, args):
+def cudnn_node_handler(ctx, node, name, args) -> None:
     """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
     constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
     :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without)."""
@@ -114,7 +119,7 @@ def _output_dtype(ctx, op, inputs, attrs):
 CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}
 
 
-def quiet_converters():
+def quiet_converters() -> None:
     """tf2onnx warns about the reserve outputs of cuDNN nodes no one reads, TensorFlow about its v1 freezing
     helpers: neither is news to the user."""
     import logging
@@ -125,7 +130,7 @@ def quiet_converters():
     import_tf().get_logger().setLevel(logging.ERROR)
 
 
-def write_graph_onnx(graph_def, inputs, outputs, path, renames=None):
+def write_graph_onnx(graph_def, inputs, outputs, path, renames=None) -> "onnx.ModelProto":
     """ONNX of a frozen GraphDef holding cuDNN nodes: tf2onnx for everything else, fused ONNX LSTM / GRU nodes for
     each cuDNN node (:func:`cudnn_node_handler`); ``renames`` maps tensor names to ONNX input/output names. Saved
     at ``path`` unless it is None; returns the ModelProto."""
@@ -162,7 +167,7 @@ def _unique_returns(library):
             seen.add(value)
 
 
-def name_dynamic_dims(model, path):
+def name_dynamic_dims(model, path) -> None:
     """Name the unknown dimensions of the model's inputs and outputs ``batch`` (first) and ``time`` (second) instead
     of tf2onnx's ``unk__N``, and save it at ``path``."""
     import onnx
@@ -174,7 +179,7 @@ def name_dynamic_dims(model, path):
     onnx.save(model, str(path))
 
 
-def write_saved_model_onnx(saved_model, path, signature="serving_default"):
+def write_saved_model_onnx(saved_model, path, signature="serving_default") -> "onnx.ModelProto":
     """:func:`write_graph_onnx` of a SavedModel signature; inputs and outputs keep the signature's names."""
     from tf2onnx import tf_loader
 

@@ -6,9 +6,13 @@ benchmark stacks by 3e-3 to 1.6e-2; :func:`compile_onnx` asks for float32 (``INF
 other runtime of this project computes.
 """
 import os
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import openvino as ov
 
 
-def compile_onnx(path, precision="f32"):
+def compile_onnx(path, precision="f32") -> "ov.CompiledModel":
     """An OpenVINO CPU ``CompiledModel`` of the ONNX model at ``path``, computing in ``precision`` ("f32" or
     "bf16")."""
     from ..deps import optional
@@ -18,7 +22,7 @@ def compile_onnx(path, precision="f32"):
     return core.compile_model(core.read_model(os.fspath(path)), "CPU", {"INFERENCE_PRECISION_HINT": precision})
 
 
-def open_onnx(path, spec, precision="f32"):
+def open_onnx(path, spec, precision="f32") -> Callable:
     """``run(feeds) -> [outputs, final_h, final_c or None]`` of a stack's ONNX model at ``path`` in OpenVINO."""
     from . import io_names
 

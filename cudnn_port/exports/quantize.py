@@ -43,6 +43,7 @@ more, a swapped gate, another checkpoint's weights, a zeroed bias, a dropped seq
 import os
 import tempfile
 from collections import Counter
+from typing import Any, Dict
 
 
 from ..deps import optional
@@ -72,7 +73,7 @@ def _quantize_pass(src, dst, op_type, settings):
                      extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True}, **extra)
 
 
-def quantize_onnx(src_path, dst_path, lstm=None, matmul=False):
+def quantize_onnx(src_path, dst_path, lstm=None, matmul=False) -> Dict[str, Any]:
     """Write the int8 model of the float32 ONNX model at ``src_path`` to ``dst_path``; return a report dict.
 
     ``lstm``: settings for LSTM nodes (default :data:`LSTM_SETTINGS`); ``matmul``: False (default) to keep MatMul
@@ -159,13 +160,13 @@ def _check_lstm_wiring(source, result):
                 raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
 
 
-def int8_path(rel):
+def int8_path(rel: str) -> str:
     """Where the int8 model of the float32 ONNX artifact ``rel`` goes: beside it (``model_int8.onnx``)."""
     stem, ext = os.path.splitext(rel)
     return stem + SUFFIX + ext
 
 
-def quantize_outputs(manifest, tmp, say):
+def quantize_outputs(manifest, tmp, say) -> None:
     """Write the int8 model of each ONNX artifact of an output being built in ``tmp`` (each LSTM stack's
     ``model.onnx`` and ``model_stateful.onnx``, and the whole model's) and record them in ``manifest`` under the
     artifact's key + ``_int8``. GRU and projected stacks have no int8 form (a warning says so); nothing quantizable

@@ -1,9 +1,14 @@
 """Loaders shared by the format runtimes (:mod:`cudnn_port.formats`) and the whole-model judges: a frozen GraphDef
 into a ``tf.Graph``, an ONNX model into a quiet onnxruntime CPU session."""
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+    import tensorflow as tf
 
 
-def load_graph(path):
+def load_graph(path) -> "tf.Graph":
     """A tf.Graph holding the frozen GraphDef at ``path`` (node names kept)."""
     from ..deps import import_tf
 
@@ -17,7 +22,7 @@ def load_graph(path):
     return graph
 
 
-def onnx_session(path):
+def onnx_session(path) -> "ort.InferenceSession":
     """An onnxruntime CPU session of the model at ``path`` (or of a serialized model). Its log level is "fatal":
     what onnxruntime logs (warnings at load, a failing node's error) is not ours to print; a failure still raises,
     and the caller reports it in one line."""

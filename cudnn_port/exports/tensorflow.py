@@ -13,10 +13,14 @@ at the longest sequence, so padding costs only the input projection) and a handf
 length; each new batch size compiles once too (about 1-2 s). The frozen GraphDef is always plain ops.
 """
 import os
+from typing import TYPE_CHECKING, Dict, List, Set
 
 from ..deps import import_tf
 from ..tf_graph import stack_forward
 from . import io_names
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def _named(tf, spec, result):
@@ -31,7 +35,7 @@ STEP_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768
 """Lengths the XLA SavedModel pads the time axis up to; past the last, the next multiple of it."""
 
 
-def padded_steps(tf, steps):
+def padded_steps(tf, steps) -> "tf.Tensor":
     """The first of :data:`STEP_BUCKETS` >= ``steps`` (a scalar int32 tensor), or the next multiple of the last."""
     table = tf.constant(STEP_BUCKETS, tf.int32)
     top = STEP_BUCKETS[-1]
@@ -60,7 +64,7 @@ def _forward(canon, xla):
     return forward
 
 
-def build_module(canon, xla=False):
+def build_module(canon, xla=False) -> "tf.Module":
     """A tf.Module with the two signature functions (traced, weights frozen in); ``xla``: see the module doc."""
     tf = import_tf()
     forward = _forward(canon, xla)
@@ -93,7 +97,7 @@ def _named_spec(tf, spec, name):
     return tf.TensorSpec(spec.shape, spec.dtype, name=name)
 
 
-def write_saved_model(canon, path, xla=False):
+def write_saved_model(canon, path, xla=False) -> None:
     tf = import_tf()
     module = build_module(canon, xla)
     tf.saved_model.save(module, os.fspath(path), signatures={
@@ -101,7 +105,7 @@ def write_saved_model(canon, path, xla=False):
         "with_initial_state": module.serve_state.get_concrete_function()})
 
 
-def write_frozen_graph(canon, path):
+def write_frozen_graph(canon, path) -> Dict[str, List[str]]:
     """Write a frozen GraphDef; return {"inputs": [tensor names], "outputs": [tensor names]}."""
     tf = import_tf()
     spec = canon.spec
@@ -124,7 +128,7 @@ def write_frozen_graph(canon, path):
     return {"inputs": [f"{n}:0" for n in names_in], "outputs": [f"{n}:0" for n in names_out]}
 
 
-def op_types(saved_model_or_graph_def):
+def op_types(saved_model_or_graph_def) -> Set[str]:
     """Every op type in a GraphDef, its function library included (to prove no Cudnn* op is inside)."""
     graph_def = saved_model_or_graph_def
     types = {node.op for node in graph_def.node}
@@ -133,7 +137,7 @@ def op_types(saved_model_or_graph_def):
     return types
 
 
-def strip_unused_placeholders(graph_def, keep, outputs):
+def strip_unused_placeholders(graph_def, keep, outputs) -> "tf.compat.v1.GraphDef":
     """A frozen GraphDef without placeholders nothing reads (``convert_variables_to_constants_v2`` leaves one
     ``unused_control_flow_input_N`` per loop input), and with an Identity node named after each key of ``outputs``
     ({name: tensor name}), so the outputs have stable names."""

@@ -79,17 +79,17 @@ class _Graph:
                             f"{label}_shape", dtype="int32", options="ConcatenationOptions", axis=0)
                 self.states[label] = g.op("FILL", [dims, g.const(f"{label}_zero", np.float32(0))], label)
 
-    def state(self, label, p, width, variable=False):
+    def state(self, label, p, width, variable=False) -> int:
         """initial_h[p] or initial_c[p], [B, width]: a variable tensor where a fused op updates it in place."""
         out = self.g.tensor(f"{label}_{p}", "float32", [-1, width], variable=variable)
         return self.g.op("GATHER", [self.states[label], self.i32(f"{label}_index_{p}", p)], out,
                          options="GatherOptions", axis=0)
 
-    def reverse(self, x, name):
+    def reverse(self, x, name) -> int:
         return self.g.op("REVERSE_SEQUENCE", [x, self.lengths], name, options="ReverseSequenceOptions", seqDim=1,
                          batchDim=0)
 
-    def final(self, y, p):
+    def final(self, y, p) -> int:
         """y [B, T, S] at each sequence's last valid step: [B, S] (exact: one 1 and zeros summed)."""
         g = self.g
         return g.op("SUM", [g.op("MUL", [y, self.last], f"y_last_{p}", options="MulOptions"),

@@ -10,13 +10,16 @@
 The schema bindings come from ``ai_edge_litert`` (LiteRT) or, without it, from TensorFlow's copy
 (``tensorflow.lite.python.schema_py_generated``); both are generated from the same ``schema.fbs``.
 """
+from types import ModuleType
+from typing import List, Union
+
 import numpy as np
 
 TYPES = {"float32": "FLOAT32", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
 VERSION = 3  # the schema version every current TFLite runtime reads
 
 
-def schema():
+def schema() -> ModuleType:
     """The flatbuffer schema bindings: LiteRT's, else TensorFlow's."""
     try:
         from ai_edge_litert import schema_py_generated
@@ -35,7 +38,7 @@ class Subgraph:
         self.model, self.name = model, name
         self.tensors, self.operators, self.inputs, self.outputs = [], [], [], []
 
-    def tensor(self, name, dtype="float32", shape=(), data=None, variable=False):
+    def tensor(self, name, dtype="float32", shape=(), data=None, variable=False) -> int:
         """A new tensor's index. ``shape``: -1 marks a dynamic dimension; ``data``: a constant's value."""
         fb = self.model.fb
         t = fb.TensorT()
@@ -49,11 +52,11 @@ class Subgraph:
         self.tensors.append(t)
         return len(self.tensors) - 1
 
-    def const(self, name, value, dtype=None):
+    def const(self, name, value, dtype=None) -> int:
         value = np.asarray(value, dtype=dtype)
         return self.tensor(name, str(value.dtype), value.shape, data=value)
 
-    def op(self, code, inputs, outputs, options=None, dtype="float32", **fields):
+    def op(self, code, inputs, outputs, options=None, dtype="float32", **fields) -> Union[int, List[int]]:
         """Append builtin op ``code`` (a BuiltinOperator name); ``outputs``: tensor indices, or names (one or a list)
         of new tensors of ``dtype``. ``options``: the name of its options table, set from ``fields``. Returns the
         output index (one output) or the list."""
@@ -81,12 +84,12 @@ class FlatModel:
         self.subgraphs, self.codes, self.signatures = [], [], []
         self.buffers = [self.fb.BufferT()]  # buffer 0: the empty buffer of every non-constant tensor
 
-    def subgraph(self, name):
+    def subgraph(self, name) -> Subgraph:
         g = Subgraph(self, name)
         self.subgraphs.append(g)
         return g
 
-    def signature(self, key, subgraph=0):
+    def signature(self, key, subgraph=0) -> None:
         """A SignatureDef ``key`` naming subgraph ``subgraph``'s inputs and outputs by their tensor names, for
         ``interpreter.get_signature_runner(key)``."""
         fb, g = self.fb, self.subgraphs[subgraph]
@@ -104,13 +107,13 @@ class FlatModel:
         s.inputs, s.outputs = tensor_map(g.inputs), tensor_map(g.outputs)
         self.signatures.append(s)
 
-    def buffer(self, data: bytes):
+    def buffer(self, data: bytes) -> int:
         b = self.fb.BufferT()
         b.data = np.frombuffer(data, np.uint8)
         self.buffers.append(b)
         return len(self.buffers) - 1
 
-    def opcode(self, code):
+    def opcode(self, code) -> int:
         if code not in self.codes:
             self.codes.append(code)
         return self.codes.index(code)
@@ -137,7 +140,7 @@ class FlatModel:
         return bytes(builder.Output())
 
 
-def op_names(data: bytes):
+def op_names(data: bytes) -> List[str]:
     """The builtin (or custom) op names a serialized model uses, read back from its flatbuffer."""
     fb = schema()
     model = fb.Model.GetRootAs(data, 0)

@@ -7,6 +7,8 @@
         r = LOGISTIC(x_r + h_r)   z = LOGISTIC(x_z + h_z)   n = TANH(x_h + r * h_h)   h' = n + z * (h - n)
         h = SELECT_V2(valid[:, t], h', h)    y[:, t] = SELECT_V2(valid[:, t], h', 0)   (DYNAMIC_UPDATE_SLICE)
 """
+from typing import Tuple
+
 import numpy as np
 
 from ..canonical import input_bias
@@ -62,7 +64,7 @@ def _body(graph, params, H, name):
     return len(graph.model.subgraphs) - 1
 
 
-def gru_layer(graph, canon, x, layer, direction):
+def gru_layer(graph, canon, x, layer, direction) -> Tuple[int, int]:
     """One GRU direction over x [B, T, I_l] in ``graph`` (:class:`cudnn_port.exports.tflite._Graph`):
     (y [B, T, H], final_h [B, H])."""
     g, spec = graph.g, graph.spec

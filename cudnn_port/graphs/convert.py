@@ -3,6 +3,7 @@ CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them,
 OUT/manifest.json."""
 import contextlib
 import os
+from typing import Any, Dict, Iterator
 
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
@@ -16,7 +17,7 @@ from .rewrite import write_cpu_saved_model
 GRAPH_FORMATS = ("saved_model", "onnx")
 
 
-def convert_saved_model(source, out, formats=None, force=False, say=None):
+def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dict[str, Any]:
     """Convert SavedModel folder ``source`` into ``out``; returns the manifest."""
     say = say or (lambda message: None)
     formats = tuple(formats or GRAPH_FORMATS)
@@ -84,12 +85,12 @@ def convert_saved_model(source, out, formats=None, force=False, say=None):
     return folder.build(write, say)
 
 
-def dropped_summary(dropped):
+def dropped_summary(dropped) -> Dict[str, Any]:
     """What pruning dropped: how many functions, and those that held cuDNN ops."""
     return {"count": len(dropped), "with_cudnn_ops": {name: ops for name, ops in sorted(dropped.items()) if ops}}
 
 
-def check_files(source, proto):
+def check_files(source, proto) -> None:
     """Refuse a SavedModel folder TensorFlow would hang or crash on: a file that is not a regular one (a pipe), or
     variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`)."""
     for root, _, files in os.walk(source):
@@ -106,7 +107,7 @@ def check_files(source, proto):
 
 
 @contextlib.contextmanager
-def user_graph(source, what):
+def user_graph(source, what) -> Iterator[None]:
     """Errors TensorFlow or tf2onnx raise on the user's graph are bad input: one line naming the SavedModel."""
     try:
         yield
@@ -120,7 +121,7 @@ def user_graph(source, what):
         raise
 
 
-def run_onnx_once(saved_model, onnx_path, seed=0):
+def run_onnx_once(saved_model, onnx_path, seed=0) -> None:
     """Run the ONNX model on the inputs verify feeds the serving signature (token ids for table lookups, fixed
     dimensions kept); raise ParityError (exit 1, nothing published) naming the failing node if onnxruntime fails."""
     from ..exports.runners import onnx_session

@@ -8,6 +8,8 @@ is not recorded in it, so the function's own construction is run: each weight th
 marker values (1, 2, ...), and where each marker lands in ``params`` is compared with where cuDNN wants it, given
 the Keras gate order of those weights (LSTM i, f, c, o; GRU z, r, h; the one the standard function serves with).
 """
+from typing import Dict, List, Optional
+
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
@@ -21,7 +23,7 @@ WEIGHT_ARGS = ("kernel", "recurrent_kernel", "bias")  # tf_keras's gpu_lstm / gp
 DIGITS = {"float16": 2048}  # markers run in two passes of base-B digits, exact in the params' dtype
 
 
-def keras_markers(spec):
+def keras_markers(spec) -> List[np.ndarray]:
     """Marker arrays for tf_keras's kernel ``[I, G*H]``, recurrent_kernel ``[H, G*H]`` and bias (LSTM ``[G*H]``,
     GRU ``[2, G*H]``), values 1, 2, ... in that order (float64)."""
     G, H, width = spec.num_gates, spec.num_units, spec.input_size
@@ -48,7 +50,7 @@ def _run_markers(session, params, placeholders, markers):
     return np.where(high > 0, (high - 1) * base + low, 0)
 
 
-def cudnn_params(spec, kernel, recurrent, bias):
+def cudnn_params(spec, kernel, recurrent, bias) -> np.ndarray:
     """The cuDNN buffer that computes what Keras computes with these weights: W_g = kernel's gate-g columns,
     transposed; LSTM: b_W = 0, b_R = bias (what tf_keras passes); GRU: b_W = bias[0], b_R = bias[1]."""
     order = CUDNN_ORDER[spec.mode]
@@ -63,7 +65,7 @@ def cudnn_params(spec, kernel, recurrent, bias):
     return pack(CanonicalRNN(spec, [LayerParams(W, R, b_W, b_R)]), dtype="float64")
 
 
-def params_permutation(function_def, node_name, spec):
+def params_permutation(function_def, node_name, spec) -> Optional[np.ndarray]:
     """For a forward cuDNN node of a tf_keras function (params built from its ``kernel``, ``recurrent_kernel`` and
     ``bias`` arguments): the index array ``perm`` with ``params[perm]`` in cuDNN's layout, or None when ``params``
     already is (or the function has no such arguments: params that are not built from Keras weights are taken
@@ -120,7 +122,7 @@ def _ancestors(graph_def, name):
     return out
 
 
-def put_params_in_cudnn_order(proto, nodes):
+def put_params_in_cudnn_order(proto, nodes) -> Dict[str, str]:
     """Insert (in place) a Gather before each forward cuDNN node of ``nodes`` whose params tf_keras built in another
     layout (:func:`params_permutation`). Returns {"function/node": "reordered"} of the nodes changed."""
     functions = {f.signature.name: f for meta in proto.meta_graphs for f in meta.graph_def.library.function}

@@ -5,6 +5,7 @@ inference over the function that holds it) give input size, hidden size and laye
 size (docs/conventions.md, section 1).
 """
 import os
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from ..deps import import_tf
 from ..errors import CudnnPortError
@@ -12,20 +13,23 @@ from ..infer import candidates
 from ..layout import RNNSpec
 from ..paths import require_file
 
+if TYPE_CHECKING:
+    from tensorflow.core.protobuf import saved_model_pb2
+
 FORWARD_OPS = {"CudnnRNN": 4, "CudnnRNNV2": 5, "CudnnRNNV3": 5}  # op -> number of outputs
 BACKWARD_OPS = ("CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3")
 
 
-def is_cudnn(op):
+def is_cudnn(op: str) -> bool:
     """Whether ``op`` is a cuDNN RNN op, forward or backward."""
     return op in FORWARD_OPS or op in BACKWARD_OPS
 
 
-def is_saved_model(path):
+def is_saved_model(path) -> bool:
     return os.path.isdir(path) and os.path.lexists(os.path.join(path, "saved_model.pb"))
 
 
-def load_proto(path):
+def load_proto(path) -> "saved_model_pb2.SavedModel":
     """The parsed saved_model.pb of folder ``path``; one line if it is empty, damaged or not a SavedModel."""
     import_tf()  # TensorFlow's environment set before its first import
     from tensorflow.core.framework import graph_pb2
@@ -103,15 +107,15 @@ class CudnnNode:
         self.spec = spec
 
     @property
-    def config(self):
+    def config(self) -> Tuple[Any, ...]:
         """What the replacement depends on: nodes with equal configs share one replacement function."""
         return self.op, self.time_major, self.dtype, tuple(sorted(self.spec.to_dict().items()))
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"function": self.function, "node": self.name, "op": self.op, "time_major": self.time_major,
                 "spec": self.spec.to_dict()}
 
-    def converts_as(self):
+    def converts_as(self) -> str:
         if self.backward:
             return f"{self.spec.describe()}: its gradient in CPU ops in the SavedModel; no ONNX (no backward op)"
         onnx = "no ONNX (ONNX's LSTM has no projection)" if self.spec.num_proj else \
@@ -148,7 +152,7 @@ def _graph_input_shapes(graph_def):
     return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if is_cudnn(op.type)}
 
 
-def find_nodes(proto):
+def find_nodes(proto) -> List[CudnnNode]:
     """Every cuDNN node (forward and backward) of the SavedModel, with its spec. Prune the proto first
     (:func:`cudnn_port.graphs.prune.prune`): this finds nodes in every function of the library, called or not."""
     nodes = []

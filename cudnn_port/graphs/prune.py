@@ -15,6 +15,7 @@ GPU only. A model compiled and trained before ``model.save()`` carries them all.
 import contextlib
 import os
 import tempfile
+from typing import Dict, Iterator, List
 
 from .nodes import find_nodes, is_cudnn, load_proto
 
@@ -38,7 +39,7 @@ def _called(node):
     return [node.op] + [ref.name for ref in _function_refs(node)]
 
 
-def redirect(node, names):
+def redirect(node, names) -> None:
     """Make ``node`` call ``names[f]`` wherever it called ``f``."""
     node.op = names.get(node.op, node.op)
     for ref in _function_refs(node):
@@ -59,7 +60,7 @@ def _roots(meta):
     return roots + [g.gradient_func for g in meta.graph_def.library.registered_gradients]
 
 
-def prune(proto):
+def prune(proto) -> Dict[str, List[str]]:
     """Drop (in place) the library functions of ``proto`` that nothing can call: not reachable from
     :func:`_roots` through the nodes that call them, a kept function's gradient entry or its forward/backward
     partner. Functions reachable only by sharing an ``api_implements`` attribute with a kept one (Grappler's
@@ -93,7 +94,7 @@ def prune(proto):
     return dropped
 
 
-def select_gpu_implementations(proto):
+def select_gpu_implementations(proto) -> Dict[str, str]:
     """Do (in place) what Grappler's implementation selector does on a GPU: every call of a function that has a
     GPU alternative (same ``api_implements``, ``api_preferred_device`` GPU, same argument types: tf_keras's
     ``gpu_lstm_with_fallback`` for its ``standard_lstm``) calls the alternative instead. Returns {replaced name:
@@ -123,7 +124,7 @@ def select_gpu_implementations(proto):
     return swapped
 
 
-def drop_slot_references(proto):
+def drop_slot_references(proto) -> int:
     """Forget (in place) which variables are an optimizer's slots: clear every object's ``slot_variables``. An
     optimizer saved by tf.keras 2 (``OptimizerV2``, TF 2.0-2.10 and tf_keras's ``legacy`` ones) lists its slots
     there; TensorFlow without tf_keras restores that optimizer as a ``_UserObject`` and then calls its
@@ -139,7 +140,7 @@ def drop_slot_references(proto):
 
 
 @contextlib.contextmanager
-def gpu_selected(source, reordered=None):
+def gpu_selected(source, reordered=None) -> Iterator[str]:
     """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
     that calls them instead, uncalled functions pruned, each cuDNN node's params in cuDNN's gate layout
     (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,

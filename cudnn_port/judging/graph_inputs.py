@@ -8,6 +8,7 @@
   (TensorFlow's detail and node, onnxruntime's status message and node), marked as not run.
 """
 import re
+from typing import Any, Dict, List, Optional, Tuple
 
 CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 PASS_THROUGH = ("Cast", "Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StridedSlice", "Slice",
@@ -31,16 +32,16 @@ class _Scopes:
             self.args[f.signature.name] = [a.name for a in f.signature.input_arg]
         self.by_name = {scope: {n.name: n for n in nodes} for scope, nodes in self.nodes.items()}
 
-    def callee(self, node):
+    def callee(self, node) -> Optional[str]:
         if node.op in CALLS:
             return node.attr["f"].func.name
         return node.op if node.op in self.nodes else None
 
-    def callers(self, function):
+    def callers(self, function) -> List[Tuple[Optional[str], Any]]:
         """(scope, call node) pairs that call ``function``."""
         return [(scope, n) for scope, nodes in self.nodes.items() for n in nodes if self.callee(n) == function]
 
-    def table_rows(self, scope, ref, depth=0):
+    def table_rows(self, scope, ref, depth=0) -> Optional[int]:
         """Rows (dimension 0) of the table that tensor ``ref`` of ``scope`` holds, followed back through
         ReadVariableOp, Identity and function arguments to a captured variable or a constant; None if unknown."""
         name = _base(ref)
@@ -126,14 +127,14 @@ def _walk(scopes, placeholder):
     return False
 
 
-def could_not_run(artifact, what, error):
+def could_not_run(artifact, what, error) -> Dict[str, Any]:
     """A failed report row for an artifact (or its judge, ``what`` names which) that raised: the reason in one
     line, marked ``ran: False`` so a reader tells it from a mismatch."""
     return {"artifact": artifact, "max_abs": None, "max_rel": None, "passed": False, "ran": False,
             "note": f"could not run: {what} failed: {run_error(error)}"}
 
 
-def run_error(error, limit=240):
+def run_error(error, limit=240) -> str:
     """One line for an error TensorFlow or onnxruntime raised while running a graph: the detail and the node."""
     text = (getattr(error, "message", None) or str(error)).strip()
     ort = re.search(r"running (\w+) node\. Name:'([^']+)' Status Message: (.*)", text, re.S)

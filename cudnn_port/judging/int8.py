@@ -9,9 +9,14 @@ Measured: correct exports reach at most 0.72 of either limit over 108 small stac
 tagger stacks; wrong weights, a swapped gate, a zeroed bias, a dropped ``sequence_lens`` or ``initial_c`` exceed
 them 2-100x.
 """
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
 import numpy as np
 
 from ..exports.quantize import LSTM_SETTINGS
+
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRNN
 
 K_MAX, K_MEAN, FLOOR_MAX, FLOOR_MEAN = 3.0, 1.5, 1e-4, 1e-5
 
@@ -25,7 +30,7 @@ def _round_like_int8(a, per_channel, reduce_range):
     return np.clip(np.round(a / scale), -qmax, qmax) * scale
 
 
-def rounded_canon(canon, per_channel=False, reduce_range=False):
+def rounded_canon(canon, per_channel=False, reduce_range=False) -> "CanonicalRNN":
     """``canon`` with W and R rounded as the int8 model rounds them (biases unchanged): the reference on it gives
     the error of weight rounding alone, the scale of :func:`judge_int8`'s tolerance."""
     from ..canonical import CanonicalRNN, LayerParams
@@ -46,7 +51,8 @@ def _round_uint8(a):
     return (np.clip(np.round(a / scale) + zero, 0, 255) - zero) * scale
 
 
-def ideal_int8_forward(canon, x, lengths, h_0, c_0, per_channel=False, reduce_range=False):
+def ideal_int8_forward(canon, x, lengths, h_0, c_0, per_channel=False,
+                       reduce_range=False) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """An LSTM stack in float64 that rounds as an exact int8 implementation would: weights as the int8 model
     stores them (:func:`rounded_canon`), each GEMM's activation operand to uint8 on the fly (a layer's whole input
     for the input projection, the batch's h at each step for the recurrent one), nothing else. Its distance from
@@ -85,7 +91,7 @@ def ideal_int8_forward(canon, x, lengths, h_0, c_0, per_channel=False, reduce_ra
     return layer_in, h_n, c_n
 
 
-def check_int8_weights(model, canon, max_bits_lost=1):
+def check_int8_weights(model, canon, max_bits_lost=1) -> Tuple[bool, Optional[float], str]:
     """Every DynamicQuantizeLSTM weight of ``model`` (ModelProto), taken in graph order as pseudo-layers 0..L*D-1
     (a node holds one direction or both), against ``canon``: dequantized within half a step of the source weight,
     the step at most ``2**max_bits_lost * amax / 127`` of its row. Returns (ok, worst normalised error, note)."""
@@ -128,7 +134,7 @@ def check_int8_weights(model, canon, max_bits_lost=1):
     return ok, worst, "" if ok else f"a weight is {worst:.2f} steps from the source (at most 0.5 when rounded)"
 
 
-def infer_settings(model):
+def infer_settings(model) -> Dict[str, bool]:
     """The LSTM settings an int8 model was made with, read off its first DynamicQuantizeLSTM node: per channel when
     its W scale has one entry per row, reduce_range when no int8 weight exceeds 64 in magnitude."""
     from onnx import numpy_helper
@@ -142,7 +148,7 @@ def infer_settings(model):
     return dict(per_channel=scale.ndim == 2, reduce_range=bool(np.abs(q.astype(np.int32)).max() <= 64))
 
 
-def int8_rows(out, arts, spec, canon, fed, want, plain, want_zero):
+def int8_rows(out, arts, spec, canon, fed, want, plain, want_zero) -> List[Dict[str, Any]]:
     """verify's rows of a stack's int8 models (``arts``: its manifest artifacts): ``model_int8.onnx`` on ``plain``
     (inputs and lengths; ``want_zero`` from zero states), ``model_stateful_int8.onnx`` on ``fed`` (with states;
     ``want``)."""
@@ -156,7 +162,7 @@ def int8_rows(out, arts, spec, canon, fed, want, plain, want_zero):
     return rows
 
 
-def int8_row(label, path, spec, canon, feeds, want):
+def int8_row(label, path, spec, canon, feeds, want) -> Dict[str, Any]:
     """The verify row of the int8 model at ``path`` of stack ``canon``, run on ``feeds`` (verify's seeded ragged
     batch, with non-zero states or without states: zeros), against ``want`` (the float64 reference's outputs,
     final_h, final_c)."""

@@ -1,5 +1,6 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -8,7 +9,7 @@ from .graph_inputs import could_not_run, token_vocabularies
 from .parity import compare, failed_row, sample_inputs
 
 
-def saved_model_rows(manifest, out, atol, rtol, seed, say):
+def saved_model_rows(manifest, out, atol, rtol, seed, say) -> List[Dict[str, Any]]:
     """A converted SavedModel: every signature runs on CPU with finite outputs, and the ONNX model agrees with the
     serving signature. (The NumPy reference judges the replacement of each kind of cuDNN node in the test suite; a
     whole foreign graph has no reference here.) Inputs take what the model accepts (:func:`signature_feeds`); a
@@ -43,7 +44,7 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say):
     return rows
 
 
-def onnx_row(path, feeds, want, atol, rtol):
+def onnx_row(path, feeds, want, atol, rtol) -> Dict[str, Any]:
     """The ONNX model on ``feeds`` against ``want`` ({output name: array}); a failed run says why."""
     from ..exports.runners import onnx_session
 
@@ -62,7 +63,7 @@ def onnx_row(path, feeds, want, atol, rtol):
     return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol)
 
 
-def signature_feeds(function, seed):
+def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
     """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
     ids in [0, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
     (:func:`~.graph_inputs.token_vocabularies`). Returns (feeds, a note naming the token inputs)."""
@@ -79,7 +80,7 @@ def signature_feeds(function, seed):
     return feeds, f"; token ids {shown}" if shown else ""
 
 
-def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say):
+def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say) -> List[Dict[str, Any]]:
     """A whole Keras model's SavedModel, GraphDef and ONNX against the model with each fused layer rebuilt from
     stock Keras layers (from the source .keras file, or from OUT/keras/model.keras when the source is gone); the
     int8 model by its task cost, when OUT holds a task."""

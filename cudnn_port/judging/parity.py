@@ -6,6 +6,7 @@ artifacts of the sizes verify draws (batch 4, 9 steps); cross-device checks (a G
 """
 import json
 import os
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from ..errors import reason
 ATOL, RTOL = 1e-5, 1e-4
 
 
-def sample_batch(spec, batch=4, steps=9, seed=0):
+def sample_batch(spec, batch=4, steps=9, seed=0) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Seeded inputs: x [B, T, I], lengths with 1 and T among them, initial_h [L*D, B, S], initial_c [L*D, B, H]."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(batch, steps, spec.input_size)).astype(np.float32)
@@ -25,7 +26,7 @@ def sample_batch(spec, batch=4, steps=9, seed=0):
     return x, lengths, h, c
 
 
-def sample_inputs(named_specs, seed=0, batch=3, steps=7, pad_last=False):
+def sample_inputs(named_specs, seed=0, batch=3, steps=7, pad_last=False) -> Dict[str, np.ndarray]:
     """Seeded feeds for (name, TensorSpec) pairs, drawn in the order given: floats N(0, 1), integers in [1, 4)
     (token ids, lengths); unknown dims ``batch`` first and ``steps`` after. ``pad_last``: the last row is zero from
     step 2 on (right padding, to exercise masks)."""
@@ -43,7 +44,7 @@ def sample_inputs(named_specs, seed=0, batch=3, steps=7, pad_last=False):
     return feeds
 
 
-def compare(name, got, want, atol=ATOL, rtol=RTOL, note=""):
+def compare(name, got, want, atol=ATOL, rtol=RTOL, note="") -> Dict[str, Any]:
     """A report row: ``got`` against ``want`` (lists of arrays; a None in ``want`` is skipped)."""
     rows_abs, rows_rel, ok = [], [], True
     got, want = list(got), list(want)
@@ -65,12 +66,12 @@ def compare(name, got, want, atol=ATOL, rtol=RTOL, note=""):
             "passed": ok, "note": note}
 
 
-def failed_row(name, error):
+def failed_row(name, error) -> Dict[str, Any]:
     """The report row of an artifact that failed to load or run: a failed check, not a crash."""
     return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False, "note": reason(error, 200)}
 
 
-def fp32_floor(reference_error, factor=4.0, minimum=1e-5):
+def fp32_floor(reference_error, factor=4.0, minimum=1e-5) -> float:
     """A cross-device tolerance from the fp32 floor of the case at hand: ``factor`` times what an independent fp32
     CPU implementation reaches against the float64 reference on the same inputs (never below ``minimum``). cuDNN's
     own fp32 error grows with the stack's size like any fp32 implementation's (measured on an H100: 1.6e-5 to
@@ -78,7 +79,7 @@ def fp32_floor(reference_error, factor=4.0, minimum=1e-5):
     return max(minimum, factor * float(reference_error))
 
 
-def write_report(path, report):
+def write_report(path, report) -> None:
     """Write ``report`` as JSON at ``path`` through a temporary file, so a reader never sees half of it."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:

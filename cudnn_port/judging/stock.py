@@ -5,6 +5,7 @@ Their judges are the NumPy reference (:mod:`cudnn_port.reference`) and stock com
 weights by name, as users load them.
 """
 import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -71,12 +72,12 @@ class ReferenceStack:
         return y, h, (c if lstm else None)
 
 
-def model_outputs(result):
+def model_outputs(result) -> List[np.ndarray]:
     """A model call's result as a list of NumPy arrays."""
     return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
 
 
-def model_judge(model):
+def model_judge(model) -> Tuple[Callable, str]:
     """(callable(list of inputs) -> list of arrays, its name): ``model`` with every fused layer's stack computed
     by stock Keras layers holding its converted weights (:class:`StockStack`; a projected LSTM, which Keras cannot
     hold, by the NumPy reference), sharing no code with the fused layers' own paths (cudnn_port.tf_graph)."""
@@ -95,7 +96,7 @@ def model_judge(model):
     return run, "the model with each fused layer rebuilt from stock Keras LSTM/GRU layers holding its converted weights"
 
 
-def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say, model=None):
+def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say, model=None) -> List[Dict[str, Any]]:
     """Report rows: the whole-model SavedModel, GraphDef and ONNX of ``out`` on ``feeds`` against ``want``."""
     from ..exports.runners import load_graph, onnx_session
 
@@ -134,7 +135,7 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
 
 
 # ------------------------------------------------------------------------------------------------ one stack
-def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
+def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False) -> List[Optional[np.ndarray]]:
     """Restore TF1 cell variables by name (``tf.compat.v1.train.Saver``) and run them like ``dynamic_rnn`` /
     ``stack_bidirectional_dynamic_rnn`` over a right-padded batch: LSTM through ``BlockLSTM`` (the kernel of
     ``LSTMBlockFusedCell`` / ``CudnnCompatibleLSTMCell``: gates i, c, f, o, ``forget_bias=0``), a projected LSTM and
@@ -214,7 +215,7 @@ def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False):
     return fetched + ([None] if not c_list else [])
 
 
-def keras_layers(spec, tensors, scope, x, lengths, h_0, c_0):
+def keras_layers(spec, tensors, scope, x, lengths, h_0, c_0) -> List[Optional[np.ndarray]]:
     """Stock Keras ``LSTM`` / ``GRU(reset_after=True)`` layers holding ``tensors[f"{scope(l, d)}/kernel"]`` etc.
     (Keras' own names and layouts), run over a right-padded batch with a mask and initial states; the backward
     direction is ``go_backwards=True`` as ``Bidirectional`` builds it. Returns [outputs, h_n, c_n or None]."""

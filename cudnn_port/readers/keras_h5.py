@@ -16,6 +16,7 @@ buffer; every other weight is carried over as ``{weight name}`` without ``:0``.
 """
 import json
 import os
+from typing import Dict, List
 
 import numpy as np
 
@@ -32,7 +33,7 @@ KERAS2_ORDER = {"lstm": KERAS_LSTM, "gru": KERAS_GRU}
 BUFFER = "opaque_kernel"
 
 
-def is_hdf5(path):
+def is_hdf5(path) -> bool:
     try:
         with open(path, "rb") as f:
             return f.read(8) == HDF5_SIGNATURE
@@ -40,7 +41,7 @@ def is_hdf5(path):
         return False
 
 
-def h5_text(value):
+def h5_text(value) -> str:
     """An HDF5 attribute value (bytes or str) as str."""
     return value.decode("utf8") if isinstance(value, bytes) else str(value)
 
@@ -63,7 +64,7 @@ def _classes(config):
     return found
 
 
-def keras2_to_canonical(mode, directions):
+def keras2_to_canonical(mode, directions) -> List[LayerParams]:
     """LayerParams per direction from Keras 2 cuDNN arrays ``[(kernel, recurrent_kernel, bias), ...]``."""
     params = []
     for kernel, recurrent, bias in directions:
@@ -162,31 +163,31 @@ class KerasH5(Source):
         return name
 
     @property
-    def names(self):
+    def names(self) -> List[str]:
         return list(self.shapes)
 
     @property
-    def specs(self):
+    def specs(self) -> Dict[str, RNNSpec]:
         return {name: canon.spec for name, canon in self.canonical.items()}
 
-    def get(self, name):
+    def get(self, name) -> np.ndarray:
         if name in self.canonical:
             return pack(self.canonical[name])
         if name not in self._arrays:
             raise CudnnPortError(f"unknown variable {name} in {self.prefix}; run cudnn-port inspect to list them")
         return self._arrays[name]
 
-    def files(self):
+    def files(self) -> List[str]:
         return [self.prefix]
 
     names_note = ("Keras weight names without ':0'; each CuDNN layer is the stack {layer}/opaque_kernel; optimizer "
                   "weights are not carried over")
 
-    def nothing_found(self):
+    def nothing_found(self) -> str:
         return (f"{self.prefix} holds no CuDNNLSTM/CuDNNGRU layer (its layers: {', '.join(self.layers) or 'none'}); "
                 "it is a Keras model of another kind, so there is nothing to convert")
 
-    def describe(self, name):
+    def describe(self, name) -> str:
         """How stack ``name`` was found, for inspect and the manifest."""
         layer = name.rsplit("/", 1)[0]
         spec = self.specs[name]

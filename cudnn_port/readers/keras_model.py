@@ -6,6 +6,7 @@ tensors say it all); a layer whose platform record says ROCm / MIOpen is refused
 """
 import os
 import zipfile
+from typing import TYPE_CHECKING, List
 
 import numpy as np
 
@@ -15,8 +16,11 @@ from ..paths import require_file
 from ..source import Source
 from .platform import refuse_miopen
 
+if TYPE_CHECKING:
+    import keras
 
-def load_keras_file(path):
+
+def load_keras_file(path) -> "keras.Model":
     """Load a ``.keras`` file with cudnn_port's layers known to Keras."""
     require_file(path, ".keras file")
     if os.path.getsize(path) == 0 or not zipfile.is_zipfile(path):
@@ -59,25 +63,25 @@ class KerasModelSource(Source):
             self.dtypes[variable.path] = np.dtype(variable.dtype).name
 
     @property
-    def names(self):
+    def names(self) -> List[str]:
         return list(self.shapes)
 
-    def get(self, name):
+    def get(self, name) -> np.ndarray:
         return np.asarray(self._values[name].numpy())
 
-    def files(self):
+    def files(self) -> List[str]:
         return [self.path] if self.path else []
 
     @classmethod
-    def from_file(cls, path):
+    def from_file(cls, path) -> "KerasModelSource":
         """A ``.keras`` file saved from a model with fused layers."""
         return cls(load_keras_file(path), os.path.abspath(path))
 
-    def nothing_found(self):
+    def nothing_found(self) -> str:
         return (f"{self.prefix} holds no cudnn_port fused layer (CudnnLSTM / CudnnGRU), so there is nothing to "
                 "convert; export it with Keras' own model.export")
 
-    def describe(self, name):
+    def describe(self, name) -> str:
         spec = self.specs[name]
         kind = "CudnnLSTM" if spec.mode == "lstm" else "CudnnGRU"
         return f"fused layer {self._layers[name]} ({kind}), spec stated by the layer"

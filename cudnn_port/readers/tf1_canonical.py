@@ -27,7 +27,7 @@ import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from ..errors import CudnnPortError
-from ..layout import FLOAT_DTYPES, pack
+from ..layout import FLOAT_DTYPES, RNNSpec, pack
 from ..source import Source
 from ..targets import tf1
 
@@ -94,15 +94,15 @@ class CanonicalCheckpoint(Source):
         return list(self.shapes)
 
     @property
-    def format(self):
+    def format(self) -> str:
         return f"{self.checkpoint.format}, canonical TF1 cells without a cuDNN buffer"
 
     @property
-    def names_note(self):
+    def names_note(self) -> str:
         return self.checkpoint.names_note
 
     @property
-    def specs(self):
+    def specs(self) -> Dict[str, RNNSpec]:
         return {name: spec for name, (spec, _, _) in self.canonical.items()}
 
     def canon(self, name) -> CanonicalRNN:
@@ -116,15 +116,15 @@ class CanonicalCheckpoint(Source):
                   for p in canon.layers]
         return CanonicalRNN(spec, layers)
 
-    def get(self, name):
+    def get(self, name) -> np.ndarray:
         if name in self.canonical:
             return pack(self.canon(name))
         return self.checkpoint.get(name)
 
-    def files(self):
+    def files(self) -> List[str]:
         return self.checkpoint.files()
 
-    def describe(self, name):
+    def describe(self, name) -> str:
         spec, _, scope = self.canonical[name]
         return (f"no cuDNN buffer: TF1 canonical cells ({CELL_WORDS[self._cells[name]]}) under "
                 f"'{scope or '(top level)'}', spec read from their names and shapes, packed into cuDNN's layout")

@@ -1,16 +1,18 @@
 """Helpers every target module uses."""
 
+from typing import Any, Dict
 
-def bias_sum(b_W, b_R, slot):
+
+def bias_sum(b_W, b_R, slot) -> Any:
     """The single bias of formats that store b_W + b_R (for an optimizer slot: b_W's slot)."""
     return b_W if slot else b_W + b_R
 
 
-def join(prefix, name):
+def join(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
-def write_all(write_layer, canon, prefix, slot=False):
+def write_all(write_layer, canon, prefix, slot=False) -> Dict[str, Any]:
     """Every tensor of ``canon``: ``write_layer`` applied to each pseudo-layer, in buffer order."""
     out = {}
     for layer, direction, params in canon.pseudo_layers():

@@ -7,6 +7,8 @@
 In a checkpoint the keys sit under the buffer's scope (``{prefix}/weight_ih_l0``); in the safetensors file
 written by :func:`save_file` they are bare, as ``load_state_dict`` wants them.
 """
+from typing import Dict
+
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
@@ -19,7 +21,7 @@ def _suffix(layer, direction):
     return f"_l{layer}" + ("_reverse" if direction else "")
 
 
-def write_layer(spec, prefix, layer, direction, p, slot=False):
+def write_layer(spec, prefix, layer, direction, p, slot=False) -> Dict[str, np.ndarray]:
     out = {join(prefix, key + _suffix(layer, direction)): getattr(p, kind).reshape(-1, *getattr(p, kind).shape[2:])
            for kind, key in KEYS}
     if spec.num_proj:
@@ -27,11 +29,11 @@ def write_layer(spec, prefix, layer, direction, p, slot=False):
     return out
 
 
-def write(canon, prefix, slot=False):
+def write(canon, prefix, slot=False) -> Dict[str, np.ndarray]:
     return write_all(write_layer, canon, prefix, slot)
 
 
-def read(tensors, prefix, spec):
+def read(tensors, prefix, spec) -> CanonicalRNN:
     G, H, layers = spec.num_gates, spec.num_units, []
     for p in range(spec.num_pseudo_layers):
         layer, direction = divmod(p, spec.num_dirs)
@@ -41,11 +43,11 @@ def read(tensors, prefix, spec):
     return CanonicalRNN(spec, layers)
 
 
-def detect(shapes, prefix):
+def detect(shapes, prefix) -> None:
     return None
 
 
-def save_file(canon, path):
+def save_file(canon, path) -> None:
     """Write the state_dict as safetensors (contiguous arrays: safetensors writes raw bytes of views)."""
     from safetensors.numpy import save_file as _save
 
