@@ -26,35 +26,19 @@ Both record in ``metadata_props`` (:func:`metadata`) the state inputs and output
 
 ONNX's LSTM has no projection: a stack with one gets no ONNX artifact (:class:`~cudnn_port.errors.UnsupportedError`).
 """
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, reorder
 from . import io_names
+from .onnx_portable import layer_weights, portable_stack_graph
 
 if TYPE_CHECKING:
     import onnx
 
 OPSET = 17
 IR_VERSION = 8
-
-
-def layer_weights(canon, layer, dtype=np.float32) -> List[np.ndarray]:
-    """W [D, G*H, I_l], R [D, G*H, H], B [D, 2*G*H] of one layer in ONNX gate order. With ``canon`` unpacked from
-    ``np.arange(param_count)`` and ``dtype`` int64: the position in params each weight comes from."""
-    spec = canon.spec
-    dst = ONNX_LSTM if spec.mode == "lstm" else ONNX_GRU
-    src = CUDNN_ORDER[spec.mode]
-    W, R, B = [], [], []
-    for direction in range(spec.num_dirs):
-        p = canon.layer(layer, direction)
-        W.append(reorder(np.asarray(p.W), src, dst).reshape(-1, p.W.shape[2]))
-        R.append(reorder(np.asarray(p.R), src, dst).reshape(-1, spec.num_units))
-        B.append(np.concatenate([reorder(np.asarray(p.b_W), src, dst).reshape(-1),
-                                 reorder(np.asarray(p.b_R), src, dst).reshape(-1)]))
-    return [np.stack(a).astype(dtype) for a in (W, R, B)]
 
 
 def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None) -> Tuple[str, str, Optional[str]]:
@@ -128,7 +112,6 @@ def build_model(canon, name="rnn", states=False, portable=True) -> "onnx.ModelPr
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from .onnx_portable import portable_stack_graph
 
     spec = canon.spec
     if spec.num_proj:

@@ -25,16 +25,26 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..gates import ONNX_GRU, ONNX_LSTM
+from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, reorder
 
 PAD_GATE = 1.0e4  # sigmoid(+-1e4 + any pre-activation within +-1e3) is exactly 1 / 0 in float32
 PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to a node's x
 
 
-def layer_weights(canon, layer) -> List[np.ndarray]:
-    from .onnx import layer_weights as weights
-
-    return weights(canon, layer)
+def layer_weights(canon, layer, dtype=np.float32) -> List[np.ndarray]:
+    """W [D, G*H, I_l], R [D, G*H, H], B [D, 2*G*H] of one layer in ONNX gate order. With ``canon`` unpacked from
+    ``np.arange(param_count)`` and ``dtype`` int64: the position in params each weight comes from."""
+    spec = canon.spec
+    dst = ONNX_LSTM if spec.mode == "lstm" else ONNX_GRU
+    src = CUDNN_ORDER[spec.mode]
+    W, R, B = [], [], []
+    for direction in range(spec.num_dirs):
+        p = canon.layer(layer, direction)
+        W.append(reorder(np.asarray(p.W), src, dst).reshape(-1, p.W.shape[2]))
+        R.append(reorder(np.asarray(p.R), src, dst).reshape(-1, spec.num_units))
+        B.append(np.concatenate([reorder(np.asarray(p.b_W), src, dst).reshape(-1),
+                                 reorder(np.asarray(p.b_R), src, dst).reshape(-1)]))
+    return [np.stack(a).astype(dtype) for a in (W, R, B)]
 
 
 def _direction_weights(canon, layer, direction):
