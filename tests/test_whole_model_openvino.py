@@ -129,7 +129,8 @@ def test_openvino_runs_a_saved_model_with_params_computed_in_the_graph(tmp_path,
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(tmp_path / "model.onnx")), "CPU",
                                   {"INFERENCE_PRECISION_HINT": "f32"})
-    result = compiled.create_infer_request().infer(feed)
+    ov_feed = {name: feed[name] for port in compiled.inputs for name in port.get_names() if name in feed}
+    result = compiled.create_infer_request().infer(ov_feed)  # OpenVINO 2024.6 drops an unused input (a GRU's c0)
     for label, got in (("onnxruntime", session.run(names, feed)),
                        ("OpenVINO (f32)", [result[compiled.output(n)] for n in names])):
         for name, g, w in zip(names, got, want):
