@@ -1,5 +1,4 @@
-"""``cudnn-port``: the command line, a thin shell over :func:`cudnn_port.convert`, ``inspect``, ``verify`` and
-``bench``.
+"""``cudnn-port``: the command line, a thin shell over :func:`cudnn_port.convert`, ``inspect``, ``verify``, ``bench``.
 
 Exit codes: 0 ok; 1 a failed parity check (verify, or the whole-model check of ``convert model.keras``) or an
 internal error; 2 bad input or usage (one line saying what and how to fix it); 130 interrupted by SIGINT, 143 by
