@@ -37,8 +37,12 @@ def ctc_greedy_decoder_handler(ctx, node, name, args) -> None:
         return ctx.make_node(op, ins, attr=attrs, dtypes=[dtype], shapes=[[-1] * rank],
                              op_name_scope=prefix).output[0]
 
-    def const(label, values, dtype=np.int64):
-        return ctx.make_const(f"{prefix}{label}", np.array(values, dtype)).output[0]
+    made = {}
+
+    def const(label, values, dtype=np.int64):  # one node per label: each label always holds the same values
+        if label not in made:
+            made[label] = ctx.make_const(f"{prefix}{label}", np.array(values, dtype)).output[0]
+        return made[label]
 
     def reduce(op, data, axis, dtype, rank):  # ReduceMax takes its axes as an input from opset 18, ReduceSum from 13
         if op == "ReduceMax" and ctx.opset < 18:
@@ -46,43 +50,47 @@ def ctc_greedy_decoder_handler(ctx, node, name, args) -> None:
         return make(op, [data, const(f"axis_{op}_{axis}", [axis])], dtype, rank, keepdims=0)
 
     shape = make("Shape", [inputs], _INT64, 1)
+
+    def dim(axis):  # [1]: T, B or C
+        return make("Slice", [shape, const(f"from_{axis}", [axis]), const(f"to_{axis}", [axis + 1])], _INT64, 1)
+
+    def unsqueeze(tensor, axis, dtype, rank):
+        return make("Unsqueeze", [tensor, const(f"axis_{axis}", [axis])], dtype, rank)
+
+    def both(a, b):
+        return make("And", [a, b], _BOOL, 2)
+
+    def differ(a, b):
+        return make("Not", [make("Equal", [a, b], _BOOL, 2)], _BOOL, 2)
+
     best = make("ArgMax", [inputs], _INT64, 2, axis=2, keepdims=0)  # [T, B]
-    steps = make("Range", [const("zero", 0), make("Squeeze", [make("Slice", [shape, const("s0", [0]),
-                                                                          const("s1", [1])], _INT64, 1)], _INT64, 0),
-                           const("one", 1)], _INT64, 1)
-    length = make("Unsqueeze", [make("Cast", [lengths], _INT64, 1, to=_INT64), const("ax0", [0])], _INT64, 2)
-    valid = make("Less", [make("Unsqueeze", [steps, const("ax1", [1])], _INT64, 2), length], _BOOL, 2)  # [T, B]
-    if blank_index < 0:
-        classes = make("Slice", [shape, const("s2", [2]), const("s3", [3])], _INT64, 1)
-        blank = make("Add", [classes, const("blank_offset", [blank_index])], _INT64, 1)
-    else:
-        blank = const("blank", [blank_index])
-    keep = make("And", [valid, make("Not", [make("Equal", [best, blank], _BOOL, 2)], _BOOL, 2)], _BOOL, 2)
-    if merge_repeated:  # best[t - 1], with -1 before the first step
-        batch = make("Slice", [shape, const("s1b", [1]), const("s2b", [2])], _INT64, 1)
-        before = make("Expand", [const("minus_one", [[-1]]), make("Concat", [const("one_1", [1]), batch],
-                                                                    _INT64, 1, axis=0)], _INT64, 2)
-        shifted = make("Slice", [best, const("from", [0]), const("to", [-1]), const("axis_t", [0])], _INT64, 2)
-        previous = make("Concat", [before, shifted], _INT64, 2, axis=0)
-        keep = make("And", [keep, make("Not", [make("Equal", [best, previous], _BOOL, 2)], _BOOL, 2)], _BOOL, 2)
-    keep_bt = make("Transpose", [keep], _BOOL, 2, perm=[1, 0])  # [B, T]
-    counted = make("Cast", [keep_bt], _INT64, 2, to=_INT64)
-    position = make("CumSum", [counted, const("axis_cum", 1)], _INT64, 2, exclusive=1)  # label's place in its row
-    where = make("Transpose", [make("NonZero", [keep_bt], _INT64, 2)], _INT64, 2, perm=[1, 0])  # [N, 2] (b, t)
-    values = make("GatherND", [make("Transpose", [best], _INT64, 2, perm=[1, 0]), where], _INT64, 1)
-    rows = make("Slice", [where, const("c0", [0]), const("c1", [1]), const("axis_c", [1])], _INT64, 2)
-    places = make("Unsqueeze", [make("GatherND", [position, where], _INT64, 1), const("ax1b", [1])], _INT64, 2)
-    indices = make("Concat", [rows, places], _INT64, 2, axis=1)
-    counts = reduce("ReduceSum", counted, 1, _INT64, 1)  # [B]; a zero in front: the max of no rows is 0
-    longest = make("Unsqueeze", [reduce("ReduceMax", make("Concat", [const("none", [0]), counts], _INT64, 1,
-                                                          axis=0), 0, _INT64, 0), const("ax0b", [0])], _INT64, 1)
-    dense_shape = make("Concat", [make("Slice", [shape, const("s1c", [1]), const("s2c", [2])], _INT64, 1),
-                                  longest], _INT64, 1, axis=0)
-    kept = make("Where", [make("Unsqueeze", [valid, const("ax2", [2])], _BOOL, 3), inputs,
-                          const("zero_f", 0, utils.map_onnx_to_numpy_type(float_type))], float_type, 3)
-    best_value = reduce("ReduceMax", kept, 2, float_type, 2)  # [T, B]; 0 past a row's length
-    log_probability = make("Neg", [make("Unsqueeze", [reduce("ReduceSum", best_value, 0, float_type, 1),
-                                                      const("ax1c", [1])], float_type, 2)], float_type, 2)
+    steps = make("Range", [const("zero", 0), make("Squeeze", [dim(0)], _INT64, 0), const("one", 1)], _INT64, 1)
+    length = unsqueeze(make("Cast", [lengths], _INT64, 1, to=_INT64), 0, _INT64, 2)  # [1, B]
+    valid = make("Less", [unsqueeze(steps, 1, _INT64, 2), length], _BOOL, 2)  # [T, B]
+    blank = const("blank", [blank_index]) if blank_index >= 0 else \
+        make("Add", [dim(2), const("blank_from_end", [blank_index])], _INT64, 1)
+    keep = both(valid, differ(best, blank))
+    if merge_repeated:  # best[t - 1, b], -1 before the first step
+        before = make("Expand", [const("minus_one", [[-1]]), make("Concat", [const("one_1", [1]), dim(1)], _INT64,
+                                                                    1, axis=0)], _INT64, 2)  # [1, B]
+        earlier = make("Slice", [best, const("first", [0]), const("last", [-1]), const("time", [0])], _INT64, 2)
+        keep = both(keep, differ(best, make("Concat", [before, earlier], _INT64, 2, axis=0)))
+
+    keep = make("Transpose", [keep], _BOOL, 2, perm=[1, 0])  # [B, T] from here on
+    counted = make("Cast", [keep], _INT64, 2, to=_INT64)
+    place = make("CumSum", [counted, const("along_t", 1)], _INT64, 2, exclusive=1)  # a kept step's place in its row
+    kept = make("Transpose", [make("NonZero", [keep], _INT64, 2)], _INT64, 2, perm=[1, 0])  # [N, 2]: (b, t), sorted
+    values = make("GatherND", [make("Transpose", [best], _INT64, 2, perm=[1, 0]), kept], _INT64, 1)  # [N]
+    rows = make("Slice", [kept, const("col_0", [0]), const("col_1", [1]), const("cols", [1])], _INT64, 2)  # [N, 1]
+    indices = make("Concat", [rows, unsqueeze(make("GatherND", [place, kept], _INT64, 1), 1, _INT64, 2)], _INT64, 2,
+                   axis=1)  # [N, 2]: (b, place)
+    counts = make("Concat", [const("no_label", [0]), reduce("ReduceSum", counted, 1, _INT64, 1)], _INT64, 1, axis=0)
+    longest = unsqueeze(reduce("ReduceMax", counts, 0, _INT64, 0), 0, _INT64, 1)  # never over nothing: 0 leads
+    dense_shape = make("Concat", [dim(1), longest], _INT64, 1, axis=0)  # [2]
+    zero = const("zero_value", 0, utils.map_onnx_to_numpy_type(float_type))
+    in_length = make("Where", [unsqueeze(valid, 2, _BOOL, 3), inputs, zero], float_type, 3)  # 0 past a length
+    total = reduce("ReduceSum", reduce("ReduceMax", in_length, 2, float_type, 2), 0, float_type, 1)  # [B]
+    log_probability = make("Neg", [unsqueeze(total, 1, float_type, 2)], float_type, 2)  # [B, 1]
     outputs = list(node.output)
     ctx.remove_node(node.name)
     for old, new in zip(outputs, (indices, values, dense_shape, log_probability)):
