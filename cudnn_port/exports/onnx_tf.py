@@ -134,8 +134,9 @@ def quiet_converters() -> None:
 
 def write_graph_onnx(graph_def, inputs, outputs, path, renames=None) -> "onnx.ModelProto":
     """ONNX of a frozen GraphDef holding cuDNN nodes: tf2onnx for everything else, fused ONNX LSTM / GRU nodes for
-    each cuDNN node (:func:`cudnn_node_handler`); ``renames`` maps tensor names to ONNX input/output names. Saved
-    at ``path`` unless it is None; returns the ModelProto."""
+    each cuDNN node (:func:`cudnn_node_handler`), CTCGreedyDecoder by :mod:`.onnx_ctc` instead of tf2onnx's;
+    ``renames`` maps tensor names to ONNX input/output names. Saved at ``path`` unless it is None; returns the
+    ModelProto."""
     import onnx
     from tf2onnx import convert
 
