@@ -3,7 +3,7 @@
 
 tf2onnx's own CTCGreedyDecoder conversion fails in onnxruntime when no row decodes a label (a negative shape in an
 ``Expand``) and takes the last class as blank whatever ``blank_index`` says; cudnn-port converts the op itself
-(:mod:`cudnn_port.exports.onnx_ctc`, docs/conventions.md section 7). The judges are stock TensorFlow on CPU: the
+(:mod:`cudnn_port.exports.onnx_ctc`, docs/conventions.md section 7.1). The judges are stock TensorFlow on CPU: the
 outputs of the original tf_keras model recorded by tests/fixtures/make_tf_keras_ctc_ocr.py, and the decoding
 functions below run eagerly.
 """

@@ -1,5 +1,5 @@
 """tf2onnx handler for TensorFlow's ``CTCGreedyDecoder``, used instead of tf2onnx's own (which fails or is wrong
-on inputs every OCR model meets; docs/conventions.md, section 7):
+on inputs every OCR model meets; docs/conventions.md, section 7.1):
 
 * when no row decodes a label (a blank image), tf2onnx's decoded shape is ``ReduceMax`` over the empty list of
   indices, plus one: onnxruntime's ReduceMax of nothing is the lowest int64, so the shape's time dimension is
