@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
+from .onnx_ctc import ctc_greedy_decoder_handler
 from .onnx_portable import portable_stack_graph
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ def _output_dtype(ctx, op, inputs, attrs):
 
 
 CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}
+HANDLERS = dict(CUDNN_HANDLERS, CTCGreedyDecoder=(ctc_greedy_decoder_handler, []))  # tf2onnx's fails on blank rows
 
 
 def quiet_converters() -> None:
@@ -132,8 +134,9 @@ def quiet_converters() -> None:
 
 def write_graph_onnx(graph_def, inputs, outputs, path, renames=None) -> "onnx.ModelProto":
     """ONNX of a frozen GraphDef holding cuDNN nodes: tf2onnx for everything else, fused ONNX LSTM / GRU nodes for
-    each cuDNN node (:func:`cudnn_node_handler`); ``renames`` maps tensor names to ONNX input/output names. Saved
-    at ``path`` unless it is None; returns the ModelProto."""
+    each cuDNN node (:func:`cudnn_node_handler`), CTCGreedyDecoder by :mod:`.onnx_ctc` instead of tf2onnx's;
+    ``renames`` maps tensor names to ONNX input/output names. Saved at ``path`` unless it is None; returns the
+    ModelProto."""
     import onnx
     from tf2onnx import convert
 
@@ -143,7 +146,7 @@ def write_graph_onnx(graph_def, inputs, outputs, path, renames=None) -> "onnx.Mo
             node.attr.pop("_output_shapes", None)
     _unique_returns(graph_def.library)
     model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
-                                      custom_op_handlers=dict(CUDNN_HANDLERS), tensors_to_rename=renames)
+                                      custom_op_handlers=dict(HANDLERS), tensors_to_rename=renames)
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     if path is not None:
