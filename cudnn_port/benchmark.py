@@ -9,10 +9,9 @@ from typing import Any, Dict
 
 import numpy as np
 
-from . import deps
 from .errors import CudnnPortError
 from .exports import io_names
-from .formats import artifacts as registered
+from .formats import stack_runtimes
 from .layout import RNNSpec
 from .verify import file_rows, load_manifest
 
@@ -62,14 +61,11 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None) -> Dict[str,
 def _runners(out, stack, spec):
     """(row name, what states it takes, run) for every artifact of ``stack`` in each runtime its format benches (one
     whose package is missing is left out). Artifacts that take states are fed zeros."""
-    for key, rel in stack["artifacts"].items():
-        if key not in registered():
-            continue
-        fmt, artifact = registered()[key]
-        runtimes = [r for r in fmt.runtimes if r.bench and all(deps.available(m) for m in r.needs)]
-        for runtime in runtimes:
-            name = key if len(runtimes) == 1 else f"{key} ({runtime.name})"
-            yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
+    usable = [(key, rel, artifact, runtime) for key, rel, _, artifact, runtime, missing
+              in stack_runtimes(stack["artifacts"]) if runtime.bench and not missing]
+    for key, rel, artifact, runtime in usable:
+        name = key if sum(k == key for k, *_ in usable) == 1 else f"{key} ({runtime.name})"
+        yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
 
 
 def format_table(report) -> str:

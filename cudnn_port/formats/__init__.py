@@ -21,7 +21,7 @@ returns only ``outputs`` returns ``[outputs]``).
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import CudnnPortError, short
 
@@ -128,6 +128,19 @@ def default_formats(style_format: Optional[str] = None) -> Tuple[str, ...]:
 def artifacts() -> Dict[str, Tuple[Format, Artifact]]:
     """{artifact key: (its format, the artifact)} over every format."""
     return {a.key: (f, a) for f in formats().values() for a in f.artifacts}
+
+
+def stack_runtimes(stack_artifacts: Dict[str, str]) -> Iterator[Tuple[str, str, Format, Artifact, Runtime, List[str]]]:
+    """``(key, relative path, format, artifact, runtime, missing modules)`` for each artifact of a stack's manifest entry
+    (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order."""
+    from .. import deps
+
+    known = artifacts()
+    for key, rel in stack_artifacts.items():
+        if key in known:
+            fmt, artifact = known[key]
+            for runtime in fmt.runtimes:
+                yield key, rel, fmt, artifact, runtime, [m for m in runtime.needs if not deps.available(m)]
 
 
 def open_artifact(key: str, path, spec, runtime: Optional[str] = None) -> Callable:

@@ -51,39 +51,33 @@ def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, r
     """Every artifact of the stack (:mod:`cudnn_port.formats`), in every runtime its format names, called every way
     its users call it: with states fed (judged against ``want``) and with none (zero states: ``want_zero``), as the
     artifact takes them; then the int8 model, if any."""
-    from .. import deps
-    from ..formats import artifacts as registered
+    from ..formats import stack_runtimes
 
     x, lengths, h, c = batch
     names_in, _ = io_names(spec)
     fed = dict(zip(names_in, (x, lengths, h, c)))
     plain = {"inputs": x, "sequence_lengths": lengths}  # the states left out: zeros
     arts, rows = stack.get("artifacts", {}), []
-    for key, rel in arts.items():
-        if key not in registered():
-            continue
-        fmt, artifact = registered()[key]
+    for key, rel, fmt, artifact, runtime, missing in stack_runtimes(arts):
         calls = {"none": [("", plain, want_zero)], "required": [("", fed, want)],
                  "optional": [(", states fed", fed, want), (", no states", plain, want_zero)]}[artifact.states]
-        for runtime in fmt.runtimes:
-            name = artifact.label or key
-            where = f"{name} ({runtime.name})" if len(fmt.runtimes) > 1 or name == key else name
-            labels = [where + suffix for suffix, _, _ in calls]
-            missing = [m for m in runtime.needs if not deps.available(m)]
-            if missing:
-                rows += [_skip(label, f"{missing[0]} is not installed") for label in labels]
-                continue
-            say(f"{stack['variable']}: {where}")
+        name = artifact.label or key
+        where = f"{name} ({runtime.name})" if len(fmt.runtimes) > 1 or name == key else name
+        labels = [where + suffix for suffix, _, _ in calls]
+        if missing:
+            rows += [_skip(label, f"{missing[0]} is not installed") for label in labels]
+            continue
+        say(f"{stack['variable']}: {where}")
+        try:
+            run = runtime.open(os.path.join(out, rel), spec)  # loaded once, called the ways users call it
+        except Exception as e:  # an artifact that fails to load is a failed check, not a crash
+            rows += [failed_row(label, e) for label in labels]
+            continue
+        for label, (_, feeds, judge) in zip(labels, calls):
             try:
-                run = runtime.open(os.path.join(out, rel), spec)  # loaded once, called the ways users call it
-            except Exception as e:  # an artifact that fails to load is a failed check, not a crash
-                rows += [failed_row(label, e) for label in labels]
-                continue
-            for label, (_, feeds, judge) in zip(labels, calls):
-                try:
-                    rows.append(compare(label, run(feeds), judge[:1] if runtime.outputs_only else judge, atol, rtol))
-                except Exception as e:  # an artifact that fails to run is a failed check, not a crash
-                    rows.append(failed_row(label, e))
+                rows.append(compare(label, run(feeds), judge[:1] if runtime.outputs_only else judge, atol, rtol))
+            except Exception as e:  # an artifact that fails to run is a failed check, not a crash
+                rows.append(failed_row(label, e))
     if "onnx_int8" in arts or "onnx_stateful_int8" in arts:
         from .int8 import int8_rows
 
