@@ -179,6 +179,8 @@ def _gate_permutation(spec, got, want) -> Optional[np.ndarray]:
     if 0 in set(want) and 0 not in positions:
         return None
     perm = np.array([positions[v] for v in want], np.int64)
+    stay = (want == 0) & (got == 0)  # a zero where one is wanted stays (LSTM's b_W = 0): no Gather for nothing
+    perm[stay] = np.flatnonzero(stay)
     for block in spec.blocks():
         if not want[block.offset:block.end].any():
             continue  # all zeros (LSTM's b_W): any zero serves
