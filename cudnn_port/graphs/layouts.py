@@ -58,7 +58,8 @@ def keras_shapes(spec) -> Dict[str, tuple]:
     """The shapes of Keras' weights of one layer: kernel ``[I, G*H]``, recurrent_kernel ``[H, G*H]``, bias (LSTM
     ``[G*H]``, GRU ``[2, G*H]``)."""
     G, H = spec.num_gates, spec.num_units
-    return dict(zip(WEIGHT_ARGS, [(spec.input_size, G * H), (H, G * H), (G * H,) if spec.mode == "lstm" else (2, G * H)]))
+    bias = (G * H,) if spec.mode == "lstm" else (2, G * H)
+    return dict(zip(WEIGHT_ARGS, [(spec.input_size, G * H), (H, G * H), bias]))
 
 
 def params_permutation(function_def, node_name, spec) -> Optional[np.ndarray]:
