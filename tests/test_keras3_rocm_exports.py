@@ -219,3 +219,29 @@ def test_mixed_float16_export_converts_to_what_keras_computes(tmp_path, capsys, 
     loaded = tf.saved_model.load(str(tmp_path / "out" / "saved_model"))
     err = float(np.max(np.abs(np.asarray(loaded.serve(x), np.float32) - want)))
     assert err <= F16_ATOL, f"{build} mixed_float16 SavedModel: max abs error {err:.3g} > {F16_ATOL}"
+
+
+def test_params_that_need_more_than_the_weights_are_refused_in_one_line(tmp_path, capsys):
+    """Params built from variables of Keras' shapes and from a scalar variable too (kernel * scale): which gate
+    lands where cannot be told from the weights alone, so convert refuses in one line and writes nothing."""
+    import keras.src.backend.tensorflow.rnn  # noqa: F401
+
+    krnn = sys.modules["keras.src.backend.tensorflow.rnn"]
+    rng = np.random.default_rng(12)
+    module = tf.Module()
+    module.kernel, module.recurrent, module.bias = (tf.Variable((rng.normal(size=s) * 0.3).astype("float32"))
+                                                   for s in ((6, 16), (4, 16), (16,)))
+    module.scale = tf.Variable(1.5)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 6], tf.float32)], autograph=False)
+    def serve(x):
+        zeros = tf.zeros([tf.shape(x)[0], 4])
+        with traced_as_on("rocm"):
+            return krnn.lstm(x, zeros, zeros, None, module.kernel * module.scale, module.recurrent.read_value(),
+                             module.bias.read_value(), tf.tanh, tf.sigmoid)[0]
+
+    module.serve = serve
+    tf.saved_model.save(module, str(tmp_path / "scaled"), signatures=serve)
+    code, _, err = run_cli(capsys, "convert", tmp_path / "scaled", tmp_path / "out")
+    assert_clean_error(code, err, "cannot tell the gate order", "Keras weights alone")
+    assert not (tmp_path / "out").exists()
