@@ -32,7 +32,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
     dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
     uncalled = {name: ops for name, ops in dropped.items() if ops}
     nodes = find_nodes(proto)
-    reordered = put_params_in_cudnn_order(proto, nodes)  # tf_keras traced on a build without CUDA, or on ROCm
+    reordered = put_params_in_cudnn_order(proto, nodes)  # Keras 3 traced on a build without CUDA, or on ROCm
     if not nodes and not uncalled:
         raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
                              "nothing to convert")
@@ -72,8 +72,8 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
             with user_graph(source, "write ONNX for"), gpu_selected(source, reordered) as selected:  # tf_keras:
                 write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"))  # its cuDNN path, fused nodes
             if reordered:
-                say(f"{len(reordered)} cuDNN node(s) of tf_keras GPU functions had params in another gate layout (a "
-                    "build without CUDA, or ROCm); gathered into cuDNN's for the ONNX (manifest: params_reordered)")
+                say(f"{len(reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a build "
+                    "without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
             manifest["model_artifacts"]["onnx"] = "model.onnx"
             if "saved_model" in formats:
                 say("running model.onnx once on the inputs verify draws")

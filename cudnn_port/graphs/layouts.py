@@ -1,13 +1,16 @@
-"""The gate layout of the params a tf_keras GPU function builds for its cuDNN node, found by running that
-construction on marker values; a Gather puts them in cuDNN's order where they are not.
+"""The gate layout of the params a Keras function builds for its cuDNN node, found by running that construction
+on marker values; a Gather puts them in cuDNN's order where they are not.
 
-tf_keras's ``gpu_gru`` swaps the z and r blocks of ``kernel``, ``recurrent_kernel`` and ``bias`` into cuDNN's
-r, z, h only ``if tf.sysconfig.get_build_info()["is_cuda_build"]``, and ``gpu_lstm`` reorders the LSTM gates to
-MIOpen's i, f, o, c ``if ... ["is_rocm_build"]`` (docs/conventions.md, section 7). The build that traced a model
-is not recorded in it, so the function's own construction is run: each weight the function receives gets distinct
-marker values (1, 2, ...), and where each marker lands in ``params`` is compared with where cuDNN wants it, given
-the Keras gate order of those weights (LSTM i, f, c, o; GRU z, r, h; the one the standard function serves with).
+tf_keras's ``gpu_gru`` and Keras 3's ``_cudnn_gru`` swap the z and r blocks of ``kernel``, ``recurrent_kernel`` and
+``bias`` into cuDNN's r, z, h only ``if tf.sysconfig.get_build_info()["is_cuda_build"]``, and their LSTM
+counterparts reorder the gates to MIOpen's i, f, o, c ``if ... ["is_rocm_build"]`` (docs/conventions.md, section
+7). The build that traced a model is not recorded in it, so the function's own construction is run: each weight
+it is built from (tf_keras: the function's arguments; Keras 3: the layer's variables, read inline, or the
+constants freezing left) gets distinct marker values (1, 2, ...), and where each marker lands in ``params`` is
+compared with where cuDNN wants it, given the Keras gate order of those weights (LSTM i, f, c, o; GRU z, r, h;
+the one Keras' CPU path computes with). Only whole gate blocks may move, each within its matrix or bias.
 """
+import itertools
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -23,28 +26,14 @@ WEIGHT_ARGS = ("kernel", "recurrent_kernel", "bias")  # tf_keras's gpu_lstm / gp
 DIGITS = {"float16": 2048}  # markers run in two passes of base-B digits, exact in the params' dtype
 
 
-def keras_markers(spec) -> List[np.ndarray]:
-    """Marker arrays for tf_keras's kernel ``[I, G*H]``, recurrent_kernel ``[H, G*H]`` and bias (LSTM ``[G*H]``,
-    GRU ``[2, G*H]``), values 1, 2, ... in that order (float64)."""
-    G, H, width = spec.num_gates, spec.num_units, spec.input_size
-    shapes = [(width, G * H), (H, G * H), (G * H,) if spec.mode == "lstm" else (2, G * H)]
-    out, start = [], 1
-    for shape in shapes:
-        size = int(np.prod(shape))
-        out.append(np.arange(start, start + size, dtype=np.float64).reshape(shape))
-        start += size
-    return out
-
-
 def _run_markers(session, params, placeholders, markers):
     """Where the markers land in params: the construction run once per digit (0 stays 0)."""
-    dtype = params.dtype.as_numpy_dtype
     base = DIGITS.get(params.dtype.name, 4096)
     passes = []
     high_digit = lambda m: np.where(m > 0, (m - 1) // base + 1, 0)  # noqa: E731
     low_digit = lambda m: np.where(m > 0, (m - 1) % base + 1, 0)  # noqa: E731
     for digit in (high_digit, low_digit):
-        feeds = {p: digit(m).astype(dtype) for p, m in zip(placeholders, markers)}
+        feeds = {p: digit(m).astype(p.dtype.as_numpy_dtype) for p, m in zip(placeholders, markers)}
         passes.append(np.asarray(session.run(params, feeds), np.float64).reshape(-1))
     high, low = passes
     return np.where(high > 0, (high - 1) * base + low, 0)
@@ -65,44 +54,144 @@ def cudnn_params(spec, kernel, recurrent, bias) -> np.ndarray:
     return pack(CanonicalRNN(spec, [LayerParams(W, R, b_W, b_R)]), dtype="float64")
 
 
+def keras_shapes(spec) -> Dict[str, tuple]:
+    """The shapes of Keras' weights of one layer: kernel ``[I, G*H]``, recurrent_kernel ``[H, G*H]``, bias (LSTM
+    ``[G*H]``, GRU ``[2, G*H]``)."""
+    G, H = spec.num_gates, spec.num_units
+    bias = (G * H,) if spec.mode == "lstm" else (2, G * H)
+    return dict(zip(WEIGHT_ARGS, [(spec.input_size, G * H), (H, G * H), bias]))
+
+
 def params_permutation(function_def, node_name, spec) -> Optional[np.ndarray]:
-    """For a forward cuDNN node of a tf_keras function (params built from its ``kernel``, ``recurrent_kernel`` and
-    ``bias`` arguments): the index array ``perm`` with ``params[perm]`` in cuDNN's layout, or None when ``params``
-    already is (or the function has no such arguments: params that are not built from Keras weights are taken
-    as cuDNN's). Raises UnsupportedError for a construction that no gate permutation explains."""
+    """For a forward cuDNN node whose params a Keras function builds from the layer's weights: the index array
+    ``perm`` with ``params[perm]`` in cuDNN's layout, or None when ``params`` already is (or is not built from
+    Keras weights: such params are taken as cuDNN's). The weights are tf_keras's ``kernel``, ``recurrent_kernel``
+    and ``bias`` arguments where the function has them, else the variable reads, arguments or constants of Keras'
+    weight shapes (:func:`keras_shapes`) that params is computed from (Keras 3 builds params inline, from its
+    variables). Raises UnsupportedError for a construction that no gate permutation explains."""
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
 
     from ..deps import import_tf
 
-    args = {a.name for a in function_def.signature.input_arg}
-    if not set(WEIGHT_ARGS) <= args or spec.num_layers != 1 or spec.bidirectional:
+    if spec.num_layers != 1 or spec.bidirectional or spec.num_proj:
         return None
     tf = import_tf()
     graph_def, _ = function_def_to_graph_def(function_def)
-    markers = keras_markers(spec)
     with tf.Graph().as_default() as whole:
         tf.compat.v1.import_graph_def(graph_def, name="")
         params_name = whole.get_operation_by_name(node_name).inputs[3].name
     construction = _ancestors(graph_def, params_name.split(":")[0])
+    arguments = set(WEIGHT_ARGS) <= {a.name for a in function_def.signature.input_arg}
+    roles = {name: [name] for name in WEIGHT_ARGS} if arguments else _weight_sources(construction, whole, spec)
+    if roles is None:
+        return None
+    sources = sorted({name for names in roles.values() for name in names})
+    construction = _ancestors(_as_placeholders(construction, sources, whole), params_name.split(":")[0])
+    where = f"node {node_name} in {function_def.signature.name}"
+    shapes = {name: keras_shapes(spec)[role] for role, names in roles.items() for name in names}
+    markers, start = {}, 1
+    for name in sources:  # distinct values 1, 2, ... for every element of every source
+        size = int(np.prod(shapes[name]))
+        markers[name] = np.arange(start, start + size, dtype=np.float64).reshape(shapes[name])
+        start += size
     with tf.Graph().as_default() as graph:  # only what builds params: the cuDNN op has no CPU kernel to place
         tf.compat.v1.import_graph_def(construction, name="")
         params = graph.get_tensor_by_name(params_name)
-        placeholders = [graph.get_operation_by_name(name).outputs[0] for name in WEIGHT_ARGS]
-        where = f"node {node_name} in {function_def.signature.name}"
+        feeds = [graph.get_operation_by_name(name).outputs[0] for name in sources]
         try:
             with tf.compat.v1.Session(graph=graph) as session:
-                got = _run_markers(session, params, placeholders, markers)
+                got = _run_markers(session, params, feeds, [markers[name] for name in sources])
         except Exception as e:  # noqa: BLE001 (the construction needs more than the weights: cannot tell)
             raise UnsupportedError(f"{where}: cannot tell the gate order of its params, which are not computed from "
-                                   f"its kernel, recurrent_kernel and bias alone ({type(e).__name__})") from None
-    want = cudnn_params(spec, *markers)
-    positions = {value: i for i, value in enumerate(got)}
-    if got.size != want.size or any(v not in positions for v in want):
+                                   f"its Keras weights alone ({type(e).__name__})") from None
+    found = set()
+    for kernel, recurrent, bias in itertools.product(*[roles[role] or [None] for role in WEIGHT_ARGS]):
+        names = [name for name in (kernel, recurrent, bias) if name]
+        if len(set(names)) < len(names):
+            continue  # one source in two roles (I == H: kernel and recurrent kernel have one shape)
+        zeros = np.zeros(keras_shapes(spec)["bias"])
+        perm = _gate_permutation(spec, got, cudnn_params(spec, markers[kernel], markers[recurrent],
+                                                         zeros if bias is None else markers[bias]))
+        if perm is not None:
+            found.add(tuple(perm))
+    if len(found) != 1:
+        escape = ("convert with --formats saved_model (the SavedModel serves with the standard function)" if arguments
+                  else "export the model again from Keras on a host without a GPU (Keras then traces its CPU path)")
         raise UnsupportedError(f"{where}: its params are built from the Keras weights in a layout that is no gate "
-                               "order cudnn-port knows; convert with --formats saved_model (the SavedModel serves "
-                               "with the standard function)")
-    perm = np.array([positions[v] for v in want], np.int32)
+                               f"order cudnn-port knows{' (several fit)' if found else ''}; {escape}")
+    perm = np.array(found.pop(), np.int32)
     return None if (perm == np.arange(perm.size)).all() else perm
+
+
+def _weight_sources(construction, whole, spec) -> Optional[Dict[str, List[str]]]:
+    """{role: node names} of the nodes in ``construction`` (params and what it depends on) whose output has the shape
+    of Keras weight ``role`` (:func:`keras_shapes`): variable reads, float arguments, constants that are not one value
+    repeated (TensorFlow folds ``zeros_like(bias)`` into one). None unless a kernel and a recurrent kernel are found."""
+    from tensorflow.python.framework import tensor_util
+
+    roles = {role: [] for role in WEIGHT_ARGS}
+    for node in construction.node:
+        if node.op == "Const":
+            value = tensor_util.MakeNdarray(node.attr["value"].tensor)
+            if value.size == 0 or (value == value.reshape(-1)[0]).all():
+                continue
+        elif node.op not in ("ReadVariableOp", "Placeholder"):
+            continue
+        output = whole.get_operation_by_name(node.name).outputs[0]
+        if not output.dtype.is_floating:
+            continue
+        shape = tuple(output.shape) if output.shape.rank is not None else _declared_shape(node)
+        for role, wanted in keras_shapes(spec).items():
+            if shape == wanted:
+                roles[role].append(node.name)
+    return roles if roles["kernel"] and roles["recurrent_kernel"] else None
+
+
+def _declared_shape(node) -> Optional[tuple]:
+    """The shape a node's ``_output_shapes`` attribute declares for its first output (what a SavedModel's function
+    records for a variable read), or None."""
+    shapes = node.attr["_output_shapes"].list.shape if "_output_shapes" in node.attr else []
+    if not shapes or shapes[0].unknown_rank or any(d.size < 0 for d in shapes[0].dim):
+        return None
+    return tuple(d.size for d in shapes[0].dim)
+
+
+def _as_placeholders(graph_def, names, whole):
+    """A copy of ``graph_def`` where each node of ``names`` is a Placeholder of its output's dtype."""
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    for node in out.node:
+        if node.name in names and node.op != "Placeholder":
+            dtype = whole.get_operation_by_name(node.name).outputs[0].dtype
+            node.op = "Placeholder"
+            del node.input[:]
+            node.attr.clear()
+            node.attr["dtype"].type = dtype.as_datatype_enum
+    return out
+
+
+def _gate_permutation(spec, got, want) -> Optional[np.ndarray]:
+    """``perm`` with ``got[perm] == want`` that moves whole gate blocks within each of W, R, b_W and b_R (where
+    ``want`` is not all zeros there), or None if there is none. got, want: ``[param_count]`` marker values."""
+    nonzero = want[want != 0]
+    if got.size != want.size or set(got[got != 0]) != set(nonzero) or nonzero.size != np.unique(nonzero).size:
+        return None
+    positions = {value: i for i, value in enumerate(got)}
+    if 0 in set(want) and 0 not in positions:
+        return None
+    perm = np.array([positions[v] for v in want], np.int64)
+    stay = (want == 0) & (got == 0)  # a zero where one is wanted stays (LSTM's b_W = 0): no Gather for nothing
+    perm[stay] = np.flatnonzero(stay)
+    for block in spec.blocks():
+        if not want[block.offset:block.end].any():
+            continue  # all zeros (LSTM's b_W): any zero serves
+        gates = perm[block.offset:block.end].reshape(block.shape[0], -1)
+        size = gates.shape[1]
+        starts = gates[:, 0]
+        if (gates - starts[:, None] != np.arange(size)).any() or ((starts - block.offset) % size).any() or \
+                (starts < block.offset).any() or (starts >= block.end).any():
+            return None
+    return perm
 
 
 def _ancestors(graph_def, name):
