@@ -22,6 +22,8 @@ def cudnn_node_handler(ctx, node, name, args) -> None:
     """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
     constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
     :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without)."""
+    from onnx import TensorProto
+
     from ..errors import CudnnPortError
     from ..infer import candidates
     from ..layout import unpack
@@ -54,7 +56,7 @@ def cudnn_node_handler(ctx, node, name, args) -> None:
         canon = unpack(found[0], np.arange(size, dtype=np.int64))
 
         def weights(layer):
-            return [make("Gather", [node.input[3], const(f"{prefix}{n}_index_{layer}", index)],
+            return [make("Gather", [as_float(node.input[3], "params"), const(f"{prefix}{n}_index_{layer}", index)],
                          [f"{prefix}{n}_{layer}"], axis=0)
                     for n, index in zip("WRB", layer_weights(canon, layer, np.int64))]
 
@@ -67,16 +69,28 @@ def cudnn_node_handler(ctx, node, name, args) -> None:
     def const(const_name, array):
         return ctx.make_const(const_name, array).output[0]
 
+    # a float16 node (Keras mixed_float16) runs in float32: ONNX Runtime's LSTM / GRU take float32 only, and
+    # cuDNN itself accumulates float16 RNNs in float32
+    half = ctx.get_dtype(node.input[0]) == TensorProto.FLOAT16
+    cast_once = {}
+
+    def as_float(tensor, label):
+        if half and tensor not in cast_once:
+            cast_once[tensor] = make("Cast", [tensor], [f"{prefix}{label}_f32"], to=TensorProto.FLOAT)
+        return cast_once.get(tensor, tensor)
+
     def time_first(tensor, label):  # batch-major [B, X, ...] <-> time-major / state-major: swap the first two axes
         return tensor if time_major else make("Transpose", [tensor], [f"{prefix}{label}"], perm=[1, 0, 2])
 
-    x = time_first(node.input[0], "x_t")
-    h0 = time_first(node.input[1], "h0_t")
-    c0 = time_first(node.input[2], "c0_t") if is_lstm else None
+    x = time_first(as_float(node.input[0], "x"), "x_t")
+    h0 = time_first(as_float(node.input[1], "h0"), "h0_t")
+    c0 = time_first(as_float(node.input[2], "c0"), "c0_t") if is_lstm else None
     lengths = make("Cast", [node.input[4]], [f"{prefix}lengths"], to=6) if len(node.input) > 4 else ""
     form = portable_stack_graph if lengths else stack_graph  # full length: the plain form is right everywhere
     y, h_n, c_n = form(canon, x, lengths, h0, c0, make, const, prefix, weights)
     replaced = [time_first(y, "y_b"), time_first(h_n, "h_n_b")] + ([time_first(c_n, "c_n_b")] if is_lstm else [])
+    if half:  # back to the node's float16
+        replaced = [make("Cast", [r], [f"{r}_f16"], to=TensorProto.FLOAT16) for r in replaced]
     outputs = list(node.output)
     for old, new in zip(outputs, replaced):  # TF's known sizes, so that a cuDNN node reading this one knows its own
         shape = ctx.get_shape(old)
