@@ -129,9 +129,11 @@ def _failure(parity, what):
 def _write_model(model, specs, tmp, say, manifest):
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+    from .exports import tflite_model
     from .exports.onnx_tf import name_dynamic_dims, write_graph_onnx
     from .exports.tensorflow import op_types, strip_unused_placeholders
     from .layers import fused_layers
+    from .layout import unpack
 
     tf = import_tf()
     say("writing saved_model/ (fused layers on their CPU path)")
@@ -152,20 +154,39 @@ def _write_model(model, specs, tmp, say, manifest):
         f.write(graph_def.SerializeToString())
     manifest["graphdef_nodes"] = {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in outputs]}
 
+    arts = {"saved_model": "saved_model", "graphdef": "frozen_graph.pb"}
+    traced = _traced(model, specs, "cudnn")
+    fused = convert_variables_to_constants_v2(traced)
+    names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     projected = [layer.name for layer in fused_layers(model) if layer.num_proj]
     if projected:
-        manifest.setdefault("warnings", []).append(f"model.onnx not written: fused layer {projected[0]} has a "
-                                                   "projection, which ONNX's LSTM cannot hold")
-        say(f"warning: {manifest['warnings'][-1]}")
-        return {"saved_model": "saved_model", "graphdef": "frozen_graph.pb"}
-    say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
-    fused = convert_variables_to_constants_v2(_traced(model, specs, "cudnn"))
-    names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
-    renames = dict(zip(names_in, [s.name for s in specs]))
-    renames.update(zip(names_out, outputs))
-    onnx_model = write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames)
-    name_dynamic_dims(onnx_model, os.path.join(tmp, "model.onnx"))
-    return {"saved_model": "saved_model", "graphdef": "frozen_graph.pb", "onnx": "model.onnx"}
+        _warn(manifest, say, f"model.onnx not written: fused layer {projected[0]} has a projection, which ONNX's "
+                             "LSTM cannot hold")
+    else:
+        say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
+        renames = dict(zip(names_in, [s.name for s in specs]))
+        renames.update(zip(names_out, outputs))
+        onnx_model = write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames)
+        name_dynamic_dims(onnx_model, os.path.join(tmp, "model.onnx"))
+        arts["onnx"] = "model.onnx"
+    say("writing model.tflite (TFLite's converter, each fused layer spliced in as builtin ops)")
+    try:
+        data = tflite_model.convert(fused, [s.name for s in specs], sorted(traced.structured_outputs),
+                                    {layer.opaque_kernel.numpy().astype("float32").tobytes():
+                                     unpack(layer.spec, layer.opaque_kernel.numpy()) for layer in fused_layers(model)})
+    except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
+        _warn(manifest, say, f"model.tflite not written ({tflite_model.why(e)}); only the per-layer .tflite files "
+                             "(layers/<layer>/) were written")
+        return arts
+    with open(os.path.join(tmp, "model.tflite"), "wb") as f:
+        f.write(data)
+    arts["tflite"] = "model.tflite"
+    return arts
+
+
+def _warn(manifest, say, message):
+    manifest.setdefault("warnings", []).append(message)
+    say(f"warning: {message}")
 
 
 def _parity(model, specs, tmp, manifest, seed, say):
