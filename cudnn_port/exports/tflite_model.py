@@ -33,6 +33,7 @@ import numpy as np
 from ..deps import import_tf
 from ..errors import UnsupportedError
 from .tflite import SIGNATURE, build_model as build_stack
+from . import tflite_edit as edit
 from .tflite_fb import schema
 
 CUSTOM = b"CudnnRNNV3"
@@ -58,7 +59,7 @@ def convert(frozen, input_names: Sequence[str], output_names: Sequence[str], can
     model = fb.ModelT.InitFromPackedBuf(bytearray(data), 0)
     splice(model, canons)
     _signature(model, input_names, output_names)
-    return serialize(model)
+    return edit.serialize(model)
 
 
 def splice(model, canons: Dict[bytes, object]) -> None:
@@ -79,9 +80,9 @@ def splice(model, canons: Dict[bytes, object]) -> None:
         operators += _inline(model, op, canon)
         if not any(t.buffer == params.buffer for t in main.tensors if t is not params):
             model.buffers[params.buffer].data = None  # its weights now live in the spliced ops' constants
-    main.operators = _live(main, operators)
-    _drop_unused_tensors(main)
-    _drop_unused_codes(model)
+    main.operators = edit.live(main, operators)
+    edit.drop_unused_tensors(main)
+    edit.drop_unused_codes(model)
     left = sorted({c.customCode.decode() for c in model.operatorCodes if c.customCode})
     if left:
         raise UnsupportedError(f"custom op{'s' if len(left) > 1 else ''} {', '.join(left[:3])} (no builtin TFLite "
@@ -123,7 +124,7 @@ def _inline(model, op, canon) -> List[object]:
     for k, b in enumerate(stack.buffers[1:], 1):
         model.buffers.append(b)
         buffers[k] = len(model.buffers) - 1
-    codes = [_code(model, c) for c in stack.operatorCodes]
+    codes = [edit.code(model, c) for c in stack.operatorCodes]
     first = len(model.subgraphs)
     for g in stack.subgraphs[1:]:  # a GRU's loop condition and bodies: their own tensors
         for t in g.tensors:
@@ -141,15 +142,16 @@ def _inline(model, op, canon) -> List[object]:
             t.name, t.buffer = prefix.encode() + t.name, buffers[t.buffer]
             main.tensors.append(t)
             tensors[k] = len(main.tensors) - 1
-    perm = _tensor(model, f"{prefix}batch_major", np.asarray(BATCH_MAJOR, np.int32))
-    transpose = _code(model, _builtin(fb, "TRANSPOSE"))
-    ops = _full_length_ops(model, x, tensors[sg.inputs[1]], f"{prefix}full_lengths") if full else []
-    for k, (state, width) in enumerate([(h0, spec.state_size), (c0, spec.num_units)][:2 if spec.mode == "lstm" else 1]):
+    perm = edit.tensor(model, f"{prefix}batch_major", np.asarray(BATCH_MAJOR, np.int32))
+    transpose = edit.code(model, edit.builtin(fb, "TRANSPOSE"))
+    ops = _static_fill(model, x, tensors[sg.inputs[1]], f"{prefix}full_lengths") if full else []
+    states = [(h0, spec.state_size), (c0, spec.num_units)][:2 if spec.mode == "lstm" else 1]
+    for k, (state, width) in enumerate(states):
         target = tensors[sg.inputs[2 + k]]
-        if _zeros(model, state):  # zeros of the layer's own, built from x's shape (see _zero_state)
-            ops += _zero_state(model, x, spec.num_pseudo_layers, width, target, f"{prefix}zero_state_{k}")
+        if _zeros(model, state):  # zeros of the layer's own, built from x's shape (see _static_fill)
+            ops += _static_fill(model, x, target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
         else:
-            ops.append(_op(fb, transpose, [state, perm], [target]))
+            ops.append(edit.op(fb, transpose, [state, perm], [target]))
     for o in sg.operators:
         o.inputs = [tensors[i] if i >= 0 else i for i in o.inputs]
         o.outputs = [tensors[i] for i in o.outputs]
@@ -157,99 +159,61 @@ def _inline(model, op, canon) -> List[object]:
         ops.append(o)
     for k, final in enumerate(sg.outputs[1:], 1):  # h_n, c_n back to batch-major, where the model reads them
         if op.outputs[k] in read:
-            ops.append(_op(fb, transpose, [tensors[final], perm], [op.outputs[k]]))
+            ops.append(edit.op(fb, transpose, [tensors[final], perm], [op.outputs[k]]))
     return ops
 
 
 def _zeros(model, index, depth=0) -> bool:
     """Whether tensor ``index`` of the main subgraph is all zeros: a zero constant, or FILL of one (the states a
     fused layer starts from when none are given), through TRANSPOSE / RESHAPE."""
-    main = model.subgraphs[0]
-    data = model.buffers[main.tensors[index].buffer].data
+    data = model.buffers[model.subgraphs[0].tensors[index].buffer].data
     if data is not None and len(data):
         return not np.any(np.asarray(data, np.uint8))
-    producer = next((o for o in main.operators if index in list(o.outputs)), None)
+    producer = edit.producer(model, index)
     if producer is None or depth > 8:
         return False
-    name = _name(model, producer)
-    if name == "FILL":
+    if edit.name(model, producer) == "FILL":
         return _zeros(model, producer.inputs[1], depth + 1)
-    return name in ("TRANSPOSE", "RESHAPE") and _zeros(model, producer.inputs[0], depth + 1)
-
-
-def _producer(model, index):
-    return next((o for o in model.subgraphs[0].operators if index in list(o.outputs)), None)
+    return edit.name(model, producer) in ("TRANSPOSE", "RESHAPE") and _zeros(model, producer.inputs[0], depth + 1)
 
 
 def _full_lengths(model, lengths, x) -> bool:
     """Whether ``lengths`` is FILL(batch, T) with T = x's dimension 1: every sequence full length (a fused layer
     called without a mask)."""
-    fill = _producer(model, lengths)
-    step = _producer(model, fill.inputs[1]) if fill is not None and _name(model, fill) == "FILL" else None
-    if step is None or _name(model, step) != "STRIDED_SLICE":
+    fill = edit.producer(model, lengths)
+    step = edit.producer(model, fill.inputs[1]) if fill is not None and edit.name(model, fill) == "FILL" else None
+    if step is None or edit.name(model, step) != "STRIDED_SLICE":
         return False
-    shape = _producer(model, step.inputs[0])
+    shape = edit.producer(model, step.inputs[0])
     begin = model.buffers[model.subgraphs[0].tensors[step.inputs[1]].buffer].data
-    return (shape is not None and _name(model, shape) == "SHAPE" and shape.inputs[0] == x and begin is not None
+    return (shape is not None and edit.name(model, shape) == "SHAPE" and shape.inputs[0] == x and begin is not None
             and np.frombuffer(bytes(np.asarray(begin, np.uint8)), np.int32).tolist() == [1])
 
 
-def _full_length_ops(model, x, target, name) -> List[object]:
-    """Ops filling ``target`` [B] with T, both from x's shape (static at prepare time, see :func:`_zero_state`)."""
+def _static_fill(model, x, target, name, count=None, width=None) -> List[object]:
+    """Ops filling ``target`` with zeros [count, B, width] (``count`` given) or with T [B] (sequence lengths, all
+    full), B and T from x's shape. They derive from SHAPE, which the interpreter evaluates at prepare time, so
+    ``target`` has a static size. The converter's own zeros and lengths (FILL over a PACK / RESHAPE of the batch)
+    are sized only while the model runs; a fused LSTM's variable state tensors set from them, or any op after them,
+    would be resized mid-run, which corrupts LiteRT's memory (measured: LiteRT 2.3 aborts on a smaller batch)."""
     fb = schema()
-    shape, batch, steps = (_new(model, f"{name}/{label}") for label in ("shape", "batch", "time"))
-    i32 = lambda label, v: _tensor(model, f"{name}/{label}", np.asarray(v, np.int32))  # noqa: E731
-    return [_op(fb, _code(model, _builtin(fb, "SHAPE")), [x], [shape], "ShapeOptions", outType=fb.TensorType.INT32),
-            _op(fb, _code(model, _builtin(fb, "STRIDED_SLICE")), [shape, i32("begin", [0]), i32("end", [1]),
-                                                                  i32("stride", [1])], [batch], "StridedSliceOptions"),
-            _op(fb, _code(model, _builtin(fb, "STRIDED_SLICE")), [shape, i32("begin_t", [1]), i32("end_t", [2]),
-                                                                  i32("stride_t", [1])], [steps], "StridedSliceOptions",
-                shrinkAxisMask=1),
-            _op(fb, _code(model, _builtin(fb, "FILL")), [batch, steps], [target])]
-
-
-def _new(model, name, dtype="INT32") -> int:
-    fb, main = schema(), model.subgraphs[0]
-    t = fb.TensorT()
-    t.name, t.type, t.shape, t.buffer = name.encode(), getattr(fb.TensorType, dtype), [], 0
-    main.tensors.append(t)
-    return len(main.tensors) - 1
-
-
-def _live(g, operators) -> List[object]:
-    """``operators`` without those whose outputs nothing reads (the converter's lengths and zero states that the
-    spliced stacks no longer take): an op sized while the model runs, even unused, makes the interpreter re-plan
-    its memory mid-run."""
-    while True:
-        read = set(g.outputs) | {i for o in operators for i in o.inputs}
-        kept = [o for o in operators if read & set(o.outputs)]
-        if len(kept) == len(operators):
-            return kept
-        operators = kept
-
-
-def _zero_state(model, x, count, width, target, name) -> List[object]:
-    """Ops filling ``target`` with zeros [count, B, width], B from x's shape. The shape derives from SHAPE, which the
-    interpreter evaluates at prepare time, so ``target`` has a static size: the converter's own zeros (FILL over a
-    PACK of the batch) are sized only while the model runs, and a fused LSTM's variable state tensors, set from them,
-    would be resized mid-run (which corrupts the interpreter's memory)."""
-    fb = schema()
-    i32 = lambda label, v: _tensor(model, f"{name}/{label}", np.asarray(v, np.int32))  # noqa: E731
-    shape, batch, dims = (_new(model, f"{name}/{label}") for label in ("shape", "batch", "dims"))
-    zero = _tensor(model, f"{name}/zero", np.float32(0))
-    ops = [_op(fb, _code(model, _builtin(fb, "SHAPE")), [x], [shape], "ShapeOptions", outType=fb.TensorType.INT32),
-           _op(fb, _code(model, _builtin(fb, "STRIDED_SLICE")), [shape, i32("begin", [0]), i32("end", [1]),
-                                                                 i32("stride", [1])], [batch], "StridedSliceOptions"),
-           _op(fb, _code(model, _builtin(fb, "CONCATENATION")), [i32("count", [count]), batch, i32("width", [width])],
-               [dims], "ConcatenationOptions", axis=0),
-           _op(fb, _code(model, _builtin(fb, "FILL")), [dims, zero], [target])]
-    return ops
-
-
-def _name(model, op):
-    fb, code = schema(), model.operatorCodes[op.opcodeIndex]
-    value = max(code.builtinCode, code.deprecatedBuiltinCode)
-    return next(k for k, v in vars(fb.BuiltinOperator).items() if v == value and not k.startswith("_"))
+    i32 = lambda label, v: edit.tensor(model, f"{name}/{label}", np.asarray(v, np.int32))  # noqa: E731
+    code = lambda op: edit.code(model, edit.builtin(fb, op))  # noqa: E731
+    shape, batch = edit.tensor(model, f"{name}/shape"), edit.tensor(model, f"{name}/batch")
+    ops = [edit.op(fb, code("SHAPE"), [x], [shape], "ShapeOptions", outType=fb.TensorType.INT32),
+           edit.op(fb, code("STRIDED_SLICE"), [shape, i32("begin", [0]), i32("end", [1]), i32("stride", [1])], [batch],
+               "StridedSliceOptions")]
+    dims = batch
+    if count is None:  # T, a scalar
+        value = edit.tensor(model, f"{name}/time")
+        ops.append(edit.op(fb, code("STRIDED_SLICE"), [shape, i32("begin_t", [1]), i32("end_t", [2]),
+                                                   i32("stride_t", [1])], [value], "StridedSliceOptions",
+                       shrinkAxisMask=1))
+    else:
+        dims, value = edit.tensor(model, f"{name}/dims"), edit.tensor(model, f"{name}/zero", np.float32(0))
+        ops.append(edit.op(fb, code("CONCATENATION"), [i32("count", [count]), batch, i32("width", [width])], [dims],
+                       "ConcatenationOptions", axis=0))
+    return ops + [edit.op(fb, code("FILL"), [dims, value], [target], None)]
 
 
 def _remap_op(o, codes, first):
@@ -259,73 +223,6 @@ def _remap_op(o, codes, first):
     if o.builtinOptionsType == fb.BuiltinOptions.WhileOptions:
         o.builtinOptions.condSubgraphIndex += first - 1
         o.builtinOptions.bodySubgraphIndex += first - 1
-
-
-def _builtin(fb, name):
-    c = fb.OperatorCodeT()
-    value = getattr(fb.BuiltinOperator, name)
-    c.builtinCode, c.deprecatedBuiltinCode, c.version = value, min(value, 127), 1
-    return c
-
-
-def _code(model, code) -> int:
-    """The index of op code ``code`` in ``model``, appended if new."""
-    key = (max(code.builtinCode, code.deprecatedBuiltinCode), code.customCode, code.version)
-    for k, c in enumerate(model.operatorCodes):
-        if (max(c.builtinCode, c.deprecatedBuiltinCode), c.customCode, c.version) == key:
-            return k
-    model.operatorCodes.append(code)
-    return len(model.operatorCodes) - 1
-
-
-def _tensor(model, name, value) -> int:
-    fb, main = schema(), model.subgraphs[0]
-    b = fb.BufferT()
-    b.data = np.frombuffer(value.tobytes(), np.uint8)
-    model.buffers.append(b)
-    t = fb.TensorT()
-    t.name, t.shape, t.buffer = name.encode(), list(value.shape), len(model.buffers) - 1
-    t.type = fb.TensorType.INT32 if value.dtype == np.int32 else fb.TensorType.FLOAT32
-    main.tensors.append(t)
-    return len(main.tensors) - 1
-
-
-def _op(fb, code, inputs, outputs, options="TransposeOptions", **fields):
-    o = fb.OperatorT()
-    o.opcodeIndex, o.inputs, o.outputs = code, inputs, outputs
-    if options:
-        o.builtinOptionsType = getattr(fb.BuiltinOptions, options)
-        o.builtinOptions = getattr(fb, options + "T")()
-        for key, value in fields.items():
-            setattr(o.builtinOptions, key, value)
-    return o
-
-
-def _drop_unused_tensors(g):
-    """Tensors no operator, input or output of subgraph ``g`` names (the custom ops' params and reserve spaces)
-    removed, every index renumbered."""
-    used = set(g.inputs) | set(g.outputs) | {i for o in g.operators for i in list(o.inputs) + list(o.outputs)
-                                             if i >= 0}
-    used |= {i for o in g.operators for i in (list(o.intermediates) if o.intermediates is not None else [])}
-    keep = sorted(used)
-    renumber = {old: new for new, old in enumerate(keep)}
-    renumber[-1] = -1
-    g.tensors = [g.tensors[k] for k in keep]
-    g.inputs, g.outputs = [renumber[i] for i in g.inputs], [renumber[i] for i in g.outputs]
-    for o in g.operators:
-        o.inputs, o.outputs = [renumber[i] for i in o.inputs], [renumber[i] for i in o.outputs]
-        if o.intermediates is not None:
-            o.intermediates = [renumber[i] for i in o.intermediates]
-
-
-def _drop_unused_codes(model):
-    """Op codes no operator uses (the custom op's) removed, the operators' indices renumbered."""
-    used = sorted({o.opcodeIndex for g in model.subgraphs for o in g.operators or []})
-    renumber = {old: new for new, old in enumerate(used)}
-    model.operatorCodes = [model.operatorCodes[k] for k in used]
-    for g in model.subgraphs:
-        for o in g.operators or []:
-            o.opcodeIndex = renumber[o.opcodeIndex]
 
 
 def _signature(model, input_names, output_names):
@@ -351,9 +248,3 @@ def _signature(model, input_names, output_names):
     model.signatureDefs = [s]
 
 
-def serialize(model) -> bytes:
-    import flatbuffers
-
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
