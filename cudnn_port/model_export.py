@@ -206,7 +206,7 @@ def _parity(model, specs, tmp, manifest, seed, say):
     rows = run_model_artifacts(tmp, manifest, [s.name for s in specs], feeds, want, ATOL, RTOL, say, model=model)
     for row in rows:
         if row["passed"] is None:  # a runtime that is not installed: said in the summary, not a failure
-            _warn(manifest, say, f"{row['artifact']} not checked: {row['note']}")
+            _warn(manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
     report = {"judge": judge_name, "atol": ATOL, "rtol": RTOL, "seed": seed, "rows": rows,
               "passed": all(r["passed"] is not False for r in rows)}
     write_report(os.path.join(tmp, PARITY), report)

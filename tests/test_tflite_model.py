@@ -119,3 +119,22 @@ def test_model_the_converter_cannot_express_keeps_the_per_layer_files(tmp_path, 
     assert "tflite" not in manifest["model_artifacts"] and not (tmp_path / "out" / "model.tflite").exists()
     assert (tmp_path / "out" / "layers" / "lstm" / "model.tflite").exists()
     assert manifest["parity"]["passed"]
+
+
+def test_without_litert_the_row_says_why_and_is_not_a_pass(tmp_path, monkeypatch):
+    from cudnn_port import deps
+    from cudnn_port.verify import verify
+
+    real = deps.available
+    monkeypatch.setattr(deps, "available", lambda module: module != "ai_edge_litert" and real(module))
+    keras.utils.set_random_seed(13)
+    ids = keras.Input((None,), dtype="int32", name="tokens")
+    x = CudnnGRU(4, bidirectional=True, return_sequences=True, name="gru")(keras.layers.Embedding(9, 6)(ids))
+    manifest = cudnn_port.export(keras.Model(ids, keras.layers.Dense(3)(x)), tmp_path / "out")
+    assert manifest["model_artifacts"]["tflite"] == "model.tflite"  # written: TensorFlow's converter suffices
+    assert "tflite (litert) not checked: ai_edge_litert is not installed (pip install 'cudnn-port[tflite]')" in \
+        manifest["warnings"], manifest["warnings"]
+    report = verify(tmp_path / "out")
+    rows = [r for r in report["rows"] if r["artifact"] == "tflite (litert)" and r["stack"] == "(whole model)"]
+    assert len(rows) == 1 and rows[0]["passed"] is None, rows  # shown as "skip" with the reason, not as a pass
+    assert rows[0]["note"] == "skipped: ai_edge_litert is not installed (pip install 'cudnn-port[tflite]')"
