@@ -64,7 +64,7 @@ def convert(frozen, input_names: Sequence[str], output_names: Sequence[str], can
 
 def splice(model, canons: Dict[bytes, object]) -> None:
     """Replace every CudnnRNNV3 custom op of ``model`` (a ModelT) by its stack's builtin ops, in place."""
-    main, operators = model.subgraphs[0], []
+    main, operators, spent = model.subgraphs[0], [], set()
     for g in model.subgraphs[1:]:
         if any(_custom(model, op) == CUSTOM for op in g.operators or []):
             raise UnsupportedError("a fused layer inside a loop or branch of the model cannot be spliced")
@@ -78,10 +78,11 @@ def splice(model, canons: Dict[bytes, object]) -> None:
         if canon is None:
             raise UnsupportedError("a CudnnRNNV3 op whose weights are none of the fused layers' buffers")
         operators += _inline(model, op, canon)
-        if not any(t.buffer == params.buffer for t in main.tensors if t is not params):
-            model.buffers[params.buffer].data = None  # its weights now live in the spliced ops' constants
+        spent.add(params.buffer)
     main.operators = edit.live(main, operators)
     edit.drop_unused_tensors(main)
+    for index in spent - {t.buffer for g in model.subgraphs for t in g.tensors}:
+        model.buffers[index].data = None  # the weights now live in the spliced ops' constants
     edit.drop_unused_codes(model)
     left = sorted({c.customCode.decode() for c in model.operatorCodes if c.customCode})
     if left:
