@@ -59,6 +59,7 @@ def convert(frozen, input_names: Sequence[str], output_names: Sequence[str], can
     model = fb.ModelT.InitFromPackedBuf(bytearray(data), 0)
     splice(model, canons)
     _signature(model, input_names, output_names)
+    _check_static(model)
     return edit.serialize(model)
 
 
@@ -88,6 +89,36 @@ def splice(model, canons: Dict[bytes, object]) -> None:
     if left:
         raise UnsupportedError(f"custom op{'s' if len(left) > 1 else ''} {', '.join(left[:3])} (no builtin TFLite "
                                "op)")
+
+
+# ops whose output shape depends on the values of these inputs: sized at prepare time only where those are known
+VALUE_SHAPED = {"RESHAPE": (1,), "FILL": (0,), "BROADCAST_TO": (1,), "TILE": (1,), "SLICE": (1, 2), "RANGE": (0, 1, 2),
+                "STRIDED_SLICE": (1, 2, 3), "PAD": (1,), "PADV2": (1,), "MIRROR_PAD": (1,)}
+
+
+def _check_static(model) -> None:
+    """Refuse a model where an op before a fused LSTM yields a tensor sized only while the model runs: LiteRT (2.3)
+    then re-plans its memory mid-run, and on a later call with a smaller batch aborts the whole process (measured:
+    a Dense over [B, T, F] before the LSTM, which TF's converter reshapes through GATHER / PACK of the shape). Known
+    at prepare time: constants, SHAPE of a tensor of known size, STRIDED_SLICE / CONCATENATION of such values."""
+    main = model.subgraphs[0]
+    names = [edit.name(model, o) for o in main.operators]
+    if "UNIDIRECTIONAL_SEQUENCE_LSTM" not in names:
+        return
+    known = {k for k, t in enumerate(main.tensors) if model.buffers[t.buffer].data is not None}
+    late = set()
+    for o, name in zip(main.operators[:len(names) - names[::-1].index("UNIDIRECTIONAL_SEQUENCE_LSTM")], names):
+        inputs = [i for i in o.inputs if i >= 0]
+        if late & set(inputs):
+            late |= set(o.outputs)
+        elif name == "SHAPE" or name in ("STRIDED_SLICE", "CONCATENATION") and known >= set(inputs):
+            known |= set(o.outputs)
+        elif any(k < len(o.inputs) and o.inputs[k] not in known for k in VALUE_SHAPED.get(name, ())):
+            late |= set(o.outputs)
+    if late:
+        first = main.tensors[min(late, key=lambda i: [k for k, o in enumerate(main.operators) if i in o.outputs])]
+        raise UnsupportedError(f"a fused LSTM comes after {first.name.decode(errors='replace')}, which LiteRT sizes "
+                               "only at run time (it aborts on such a model when the batch shrinks)")
 
 
 def why(error: BaseException) -> str:
@@ -150,7 +181,7 @@ def _inline(model, op, canon) -> List[object]:
     for k, (state, width) in enumerate(states):
         target = tensors[sg.inputs[2 + k]]
         if _zeros(model, state):  # zeros of the layer's own, built from x's shape (see _static_fill)
-            ops += _static_fill(model, x, target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
+            ops += _static_fill(model, main.inputs[0], target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
         else:
             ops.append(edit.op(fb, transpose, [state, perm], [target]))
     for o in sg.operators:
