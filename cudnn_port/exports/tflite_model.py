@@ -12,11 +12,16 @@ fused stack (:mod:`cudnn_port.exports.tflite`) spliced in where the converter le
        its params hold (LSTM: UNIDIRECTIONAL_SEQUENCE_LSTM ops; GRU: WHILE loops, whose subgraphs are appended):
          initial_h = TRANSPOSE(h0, [1, 0, 2])  (and initial_c)    y = its outputs
          h_n = TRANSPOSE(final_h, [1, 0, 2])   (and c_n, where read)
-       then the params buffer emptied and op codes nothing uses dropped: no custom op, no Flex op remains.
+       zero states and full-length lengths (a layer called without states / mask) rebuilt from SHAPE, so that LiteRT
+       sizes them at prepare time (see _static_fill); then the ops nothing reads, the params buffer and the op codes
+       nothing uses dropped: no custom op, no Flex op remains.
 
-Why not the converter alone: it has no builtin for cuDNN's op, and the CPU trace of a fused layer (a while loop of
-matmuls) converts to a WHILE loop without the fused sequence-LSTM op. Why not our writer alone: the rest of a model
-is any Keras graph, which TensorFlow's converter already lowers to builtins.
+Why not the converter alone: it has no builtin for cuDNN's op, and the CPU trace of a fused layer (a while loop over
+a TensorArray) does not convert with builtin ops at all (its TensorListReserve needs Flex). Why not our writer alone:
+the rest of a model is any Keras graph, which TensorFlow's converter already lowers to builtins.
+Refused (UnsupportedError, so that only the per-layer files are written): any other custom op, a read of cuDNN's
+reserve outputs or a GRU's c_n, a fused layer inside a loop or branch, and a fused LSTM after an op LiteRT sizes only
+at run time (:func:`_check_static`).
 
 Interface: SignatureDef ``serving_default`` over the model's inputs (named as the model names them) returning
 ``output_0`` ... ``output_{n-1}``; batch and time dynamic. Each fused stack keeps the per-stack semantics of
