@@ -10,7 +10,8 @@ from .infer import candidates, choose, differing_flags, ranked
 from .stacks import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
 
-WHOLE_MODEL_ARTIFACTS = ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "model_parity.json"]
+WHOLE_MODEL_ARTIFACTS = ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "model.tflite",
+                         "model_parity.json"]
 
 
 def inspect_source(path, variable=None, **flags) -> dict:

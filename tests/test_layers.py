@@ -216,7 +216,7 @@ def test_export_whole_model_to_cpu_artifacts(tmp_path):
     model = tagger()
     manifest = cudnn_port.export(model, tmp_path / "out")
     assert manifest["parity"]["passed"], manifest["parity"]
-    assert sorted(manifest["model_artifacts"]) == ["graphdef", "keras", "onnx", "saved_model"]
+    assert sorted(manifest["model_artifacts"]) == ["graphdef", "keras", "onnx", "saved_model", "tflite"]
     assert sorted(s["variable"] for s in manifest["stacks"]) == ["decoder/opaque_kernel", "encoder/opaque_kernel"]
     assert "embed/embeddings" in manifest["copied"] and "head/kernel" in manifest["copied"]
     ids = token_batch()

@@ -97,7 +97,8 @@ def model_judge(model) -> Tuple[Callable, str]:
 
 
 def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say, model=None) -> List[Dict[str, Any]]:
-    """Report rows: the whole-model SavedModel, GraphDef and ONNX of ``out`` on ``feeds`` against ``want``."""
+    """Report rows: the whole-model SavedModel, GraphDef, ONNX and TFLite of ``out`` on ``feeds`` against ``want``
+    (a runtime that is not installed: a skipped row saying so)."""
     from ..exports.runners import load_graph, onnx_session
 
     tf = import_tf()
@@ -131,6 +132,21 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
         check("graphdef", graphdef)
     if "onnx" in arts:
         check("onnx (onnxruntime)", lambda: onnx_model(os.path.join(out, arts["onnx"])))
+    if "tflite" in arts:
+        from ..deps import EXTRAS, available
+
+        def tflite():  # LiteRT's interpreter through the model's SignatureDef, which resizes the inputs itself
+            from ai_edge_litert.interpreter import Interpreter
+
+            run = Interpreter(model_path=os.path.join(out, arts["tflite"])).get_signature_runner("serving_default")
+            result = run(**{name: feeds[name] for name in input_names})
+            return [result[f"output_{i}"] for i in range(count)]
+
+        if available("ai_edge_litert"):
+            check("tflite (litert)", tflite)
+        else:
+            rows.append({"artifact": "tflite (litert)", "max_abs": None, "max_rel": None, "passed": None,
+                         "note": f"skipped: ai_edge_litert is not installed ({EXTRAS['ai_edge_litert']})"})
     return rows
 
 

@@ -1,0 +1,287 @@
+"""The whole Keras model as ONE TFLite model, builtin ops only: ``OUT/model.tflite`` (embeddings, heads and every
+fused layer), for :mod:`cudnn_port.model_export`.
+
+Toolchain: TensorFlow's own TFLite converter for everything but the fused layers, and this project's model of each
+fused stack (:mod:`cudnn_port.exports.tflite`) spliced in where the converter leaves the stack's cuDNN op::
+
+    model traced with every fused layer as one CudnnRNNV3 op (batch-major), variables frozen into constants
+    -> TFLiteConverter (builtin ops; custom ops allowed): every other op builtin, each CudnnRNNV3 one custom op
+       inputs  x [B, T, I], h0 [B, L*D, S], c0 [B, L*D, H] (GRU: unused), params (the frozen buffer), lengths [B]
+       outputs y [B, T, D*S], h_n [B, L*D, S], c_n [B, L*D, H], reserve_space, host_reserved (nothing may read these)
+    -> each custom op replaced by the main subgraph of build_model(canon, stateful=True) of the layer whose buffer
+       its params hold (LSTM: UNIDIRECTIONAL_SEQUENCE_LSTM ops; GRU: WHILE loops, whose subgraphs are appended):
+         initial_h = TRANSPOSE(h0, [1, 0, 2])  (and initial_c)    y = its outputs
+         h_n = TRANSPOSE(final_h, [1, 0, 2])   (and c_n, where read)
+       zero states and full-length lengths (a layer called without states / mask) rebuilt from SHAPE, so that LiteRT
+       sizes them at prepare time (see _static_fill); then the ops nothing reads, the params buffer and the op codes
+       nothing uses dropped: no custom op, no Flex op remains.
+
+Why not the converter alone: it has no builtin for cuDNN's op, and the CPU trace of a fused layer (a while loop over
+a TensorArray) does not convert with builtin ops at all (its TensorListReserve needs Flex). Why not our writer alone:
+the rest of a model is any Keras graph, which TensorFlow's converter already lowers to builtins.
+Refused (UnsupportedError, so that only the per-layer files are written): any other custom op, a read of cuDNN's
+reserve outputs or a GRU's c_n, a fused layer inside a loop or branch, and a fused LSTM after an op LiteRT sizes only
+at run time (:func:`_check_static`).
+
+Interface: SignatureDef ``serving_default`` over the model's inputs (named as the model names them) returning
+``output_0`` ... ``output_{n-1}``; batch and time dynamic. Each fused stack keeps the per-stack semantics of
+:mod:`cudnn_port.exports.tflite` (zero outputs past each length, final states at each sequence's last step)::
+
+    from ai_edge_litert.interpreter import Interpreter
+    run = Interpreter("OUT/model.tflite").get_signature_runner("serving_default")
+    logits = run(tokens=ids)["output_0"]
+"""
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from ..deps import import_tf
+from ..errors import UnsupportedError
+from .tflite import SIGNATURE, build_model as build_stack
+from . import tflite_edit as edit
+from .tflite_fb import schema
+
+CUSTOM = b"CudnnRNNV3"
+BATCH_MAJOR = [1, 0, 2]  # [B, L*D, S] <-> [L*D, B, S]
+
+
+def convert(frozen, input_names: Sequence[str], output_names: Sequence[str], canons: Dict[bytes, object]) -> bytes:
+    """The serialized whole model. ``frozen``: the model's concrete function traced with its fused layers on the
+    cuDNN path, variables frozen into constants; ``input_names``: the names of its inputs (as its placeholders are
+    named), ``output_names``: the names of its outputs in ``frozen.outputs`` order; ``canons``: {a fused layer's
+    buffer as float32 bytes: its CanonicalRNN}. Raises :class:`~cudnn_port.errors.UnsupportedError` (or the
+    converter's error) when some op has no builtin TFLite op."""
+    import warnings
+
+    tf = import_tf()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    converter.allow_custom_ops = True  # the CudnnRNNV3 ops, replaced below; any other custom op is refused
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = converter.convert()
+    fb = schema()
+    model = fb.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    splice(model, canons)
+    _signature(model, input_names, output_names)
+    _check_static(model)
+    return edit.serialize(model)
+
+
+def splice(model, canons: Dict[bytes, object]) -> None:
+    """Replace every CudnnRNNV3 custom op of ``model`` (a ModelT) by its stack's builtin ops, in place."""
+    main, operators, spent = model.subgraphs[0], [], set()
+    for g in model.subgraphs[1:]:
+        if any(_custom(model, op) == CUSTOM for op in g.operators or []):
+            raise UnsupportedError("a fused layer inside a loop or branch of the model cannot be spliced")
+    for op in main.operators:
+        if _custom(model, op) != CUSTOM:
+            operators.append(op)
+            continue
+        params = main.tensors[op.inputs[3]]
+        data = model.buffers[params.buffer].data
+        canon = canons.get(bytes(np.asarray(data, np.uint8))) if data is not None else None
+        if canon is None:
+            raise UnsupportedError("a CudnnRNNV3 op whose weights are none of the fused layers' buffers")
+        operators += _inline(model, op, canon)
+        spent.add(params.buffer)
+    main.operators = edit.live(main, operators)
+    edit.drop_unused_tensors(main)
+    for index in spent - {t.buffer for g in model.subgraphs for t in g.tensors}:
+        model.buffers[index].data = None  # the weights now live in the spliced ops' constants
+    edit.drop_unused_codes(model)
+    left = sorted({c.customCode.decode() for c in model.operatorCodes if c.customCode})
+    if left:
+        raise UnsupportedError(f"custom op{'s' if len(left) > 1 else ''} {', '.join(left[:3])} (no builtin TFLite "
+                               "op)")
+
+
+# ops whose output shape depends on the values of these inputs: sized at prepare time only where those are known
+VALUE_SHAPED = {"RESHAPE": (1,), "FILL": (0,), "BROADCAST_TO": (1,), "TILE": (1,), "SLICE": (1, 2), "RANGE": (0, 1, 2),
+                "STRIDED_SLICE": (1, 2, 3), "PAD": (1,), "PADV2": (1,), "MIRROR_PAD": (1,)}
+
+
+def _check_static(model) -> None:
+    """Refuse a model where an op before a fused LSTM yields a tensor sized only while the model runs: LiteRT (2.3)
+    then re-plans its memory mid-run, and on a later call with a smaller batch aborts the whole process (measured:
+    a Dense over [B, T, F] before the LSTM, which TF's converter reshapes through GATHER / PACK of the shape). Known
+    at prepare time: constants, SHAPE of a tensor of known size, STRIDED_SLICE / CONCATENATION of such values."""
+    main = model.subgraphs[0]
+    names = [edit.name(model, o) for o in main.operators]
+    if "UNIDIRECTIONAL_SEQUENCE_LSTM" not in names:
+        return
+    known = {k for k, t in enumerate(main.tensors) if model.buffers[t.buffer].data is not None}
+    late = set()
+    for o, name in zip(main.operators[:len(names) - names[::-1].index("UNIDIRECTIONAL_SEQUENCE_LSTM")], names):
+        inputs = [i for i in o.inputs if i >= 0]
+        if late & set(inputs):
+            late |= set(o.outputs)
+        elif name == "SHAPE" or name in ("STRIDED_SLICE", "CONCATENATION") and known >= set(inputs):
+            known |= set(o.outputs)
+        elif any(k < len(o.inputs) and o.inputs[k] not in known for k in VALUE_SHAPED.get(name, ())):
+            late |= set(o.outputs)
+    if late:
+        first = main.tensors[min(late, key=lambda i: [k for k, o in enumerate(main.operators) if i in o.outputs])]
+        raise UnsupportedError(f"a fused LSTM comes after {first.name.decode(errors='replace')}, which LiteRT sizes "
+                               "only at run time (it aborts on such a model when the batch shrinks)")
+
+
+def why(error: BaseException) -> str:
+    """Why the model could not be converted, in one line: the refused ops' names where the converter lists them."""
+    import re
+
+    from ..errors import CudnnPortError, reason
+
+    if isinstance(error, CudnnPortError):
+        return str(error)
+    ops = sorted(set(re.findall(r"\btf\.(\w+)\(", str(error))) - {CUSTOM.decode()})
+    if ops:
+        return f"TensorFlow's TFLite converter has no builtin op for {', '.join(ops[:3])}"
+    return f"TensorFlow's TFLite converter failed: {reason(error, 160)}"
+
+
+def _custom(model, op):
+    return model.operatorCodes[op.opcodeIndex].customCode
+
+
+def _inline(model, op, canon) -> List[object]:
+    """The operators that replace custom op ``op`` (of the main subgraph) by stack ``canon``'s model."""
+    fb, main, spec = schema(), model.subgraphs[0], canon.spec
+    stack = fb.ModelT.InitFromPackedBuf(bytearray(build_stack(canon, stateful=True)), 0)
+    sg, x, h0, c0, lengths = stack.subgraphs[0], op.inputs[0], op.inputs[1], op.inputs[2], op.inputs[4]
+    read = {i for o in main.operators if o is not op for i in o.inputs} | set(main.outputs)
+    unreadable = op.outputs[3:] if spec.mode == "lstm" else op.outputs[2:]
+    if read & set(unreadable):
+        raise UnsupportedError("the model reads a CudnnRNNV3 output that only cuDNN defines (reserve space, or a "
+                               "GRU's cell state)")
+    width = list(main.tensors[op.outputs[0]].shape)[-1]
+    if list(main.tensors[x].shape)[-1] != spec.input_size or width != spec.num_dirs * spec.state_size:
+        raise UnsupportedError(f"a CudnnRNNV3 op whose shapes do not fit its layer's spec {spec}")
+    buffers = {0: 0}
+    for k, b in enumerate(stack.buffers[1:], 1):
+        model.buffers.append(b)
+        buffers[k] = len(model.buffers) - 1
+    codes = [edit.code(model, c) for c in stack.operatorCodes]
+    first = len(model.subgraphs)
+    for g in stack.subgraphs[1:]:  # a GRU's loop condition and bodies: their own tensors
+        for t in g.tensors:
+            t.buffer = buffers[t.buffer]
+        for o in g.operators or []:
+            _remap_op(o, codes, first)
+        model.subgraphs.append(g)
+    prefix = f"{main.tensors[op.outputs[0]].name.decode(errors='replace')}/"
+    full = _full_lengths(model, lengths, x)
+    tensors = {sg.inputs[0]: x, sg.outputs[0]: op.outputs[0]}
+    if not full:
+        tensors[sg.inputs[1]] = lengths
+    for k, t in enumerate(sg.tensors):
+        if k not in tensors:
+            t.name, t.buffer = prefix.encode() + t.name, buffers[t.buffer]
+            main.tensors.append(t)
+            tensors[k] = len(main.tensors) - 1
+    perm = edit.tensor(model, f"{prefix}batch_major", np.asarray(BATCH_MAJOR, np.int32))
+    transpose = edit.code(model, edit.builtin(fb, "TRANSPOSE"))
+    ops = _static_fill(model, x, tensors[sg.inputs[1]], f"{prefix}full_lengths") if full else []
+    states = [(h0, spec.state_size), (c0, spec.num_units)][:2 if spec.mode == "lstm" else 1]
+    for k, (state, width) in enumerate(states):
+        target = tensors[sg.inputs[2 + k]]
+        if _zeros(model, state):  # zeros of the layer's own, built from x's shape (see _static_fill)
+            ops += _static_fill(model, main.inputs[0], target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
+        else:
+            ops.append(edit.op(fb, transpose, [state, perm], [target]))
+    for o in sg.operators:
+        o.inputs = [tensors[i] if i >= 0 else i for i in o.inputs]
+        o.outputs = [tensors[i] for i in o.outputs]
+        _remap_op(o, codes, first)
+        ops.append(o)
+    for k, final in enumerate(sg.outputs[1:], 1):  # h_n, c_n back to batch-major, where the model reads them
+        if op.outputs[k] in read:
+            ops.append(edit.op(fb, transpose, [tensors[final], perm], [op.outputs[k]]))
+    return ops
+
+
+def _zeros(model, index, depth=0) -> bool:
+    """Whether tensor ``index`` of the main subgraph is all zeros: a zero constant, or FILL of one (the states a
+    fused layer starts from when none are given), through TRANSPOSE / RESHAPE."""
+    data = model.buffers[model.subgraphs[0].tensors[index].buffer].data
+    if data is not None and len(data):
+        return not np.any(np.asarray(data, np.uint8))
+    producer = edit.producer(model, index)
+    if producer is None or depth > 8:
+        return False
+    if edit.name(model, producer) == "FILL":
+        return _zeros(model, producer.inputs[1], depth + 1)
+    return edit.name(model, producer) in ("TRANSPOSE", "RESHAPE") and _zeros(model, producer.inputs[0], depth + 1)
+
+
+def _full_lengths(model, lengths, x) -> bool:
+    """Whether ``lengths`` is FILL(batch, T) with T = x's dimension 1: every sequence full length (a fused layer
+    called without a mask)."""
+    fill = edit.producer(model, lengths)
+    step = edit.producer(model, fill.inputs[1]) if fill is not None and edit.name(model, fill) == "FILL" else None
+    if step is None or edit.name(model, step) != "STRIDED_SLICE":
+        return False
+    shape = edit.producer(model, step.inputs[0])
+    begin = model.buffers[model.subgraphs[0].tensors[step.inputs[1]].buffer].data
+    return (shape is not None and edit.name(model, shape) == "SHAPE" and shape.inputs[0] == x and begin is not None
+            and np.frombuffer(bytes(np.asarray(begin, np.uint8)), np.int32).tolist() == [1])
+
+
+def _static_fill(model, x, target, name, count=None, width=None) -> List[object]:
+    """Ops filling ``target`` with zeros [count, B, width] (``count`` given) or with T [B] (sequence lengths, all
+    full), B and T from x's shape. They derive from SHAPE, which the interpreter evaluates at prepare time, so
+    ``target`` has a static size. The converter's own zeros and lengths (FILL over a PACK / RESHAPE of the batch)
+    are sized only while the model runs; a fused LSTM's variable state tensors set from them, or any op after them,
+    would be resized mid-run, which corrupts LiteRT's memory (measured: LiteRT 2.3 aborts on a smaller batch)."""
+    fb = schema()
+    i32 = lambda label, v: edit.tensor(model, f"{name}/{label}", np.asarray(v, np.int32))  # noqa: E731
+    code = lambda op: edit.code(model, edit.builtin(fb, op))  # noqa: E731
+    shape, batch = edit.tensor(model, f"{name}/shape"), edit.tensor(model, f"{name}/batch")
+    ops = [edit.op(fb, code("SHAPE"), [x], [shape], "ShapeOptions", outType=fb.TensorType.INT32),
+           edit.op(fb, code("STRIDED_SLICE"), [shape, i32("begin", [0]), i32("end", [1]), i32("stride", [1])], [batch],
+               "StridedSliceOptions")]
+    dims = batch
+    if count is None:  # T, a scalar
+        value = edit.tensor(model, f"{name}/time")
+        ops.append(edit.op(fb, code("STRIDED_SLICE"), [shape, i32("begin_t", [1]), i32("end_t", [2]),
+                                                   i32("stride_t", [1])], [value], "StridedSliceOptions",
+                       shrinkAxisMask=1))
+    else:
+        dims, value = edit.tensor(model, f"{name}/dims"), edit.tensor(model, f"{name}/zero", np.float32(0))
+        ops.append(edit.op(fb, code("CONCATENATION"), [i32("count", [count]), batch, i32("width", [width])], [dims],
+                       "ConcatenationOptions", axis=0))
+    return ops + [edit.op(fb, code("FILL"), [dims, value], [target], None)]
+
+
+def _remap_op(o, codes, first):
+    """An operator of the stack's model moved into the whole model: its op code and loop subgraph indices."""
+    fb = schema()
+    o.opcodeIndex = codes[o.opcodeIndex]
+    if o.builtinOptionsType == fb.BuiltinOptions.WhileOptions:
+        o.builtinOptions.condSubgraphIndex += first - 1
+        o.builtinOptions.bodySubgraphIndex += first - 1
+
+
+def _signature(model, input_names, output_names):
+    """SignatureDef ``serving_default``: the main subgraph's inputs by the model's input names, its outputs as
+    ``output_names``; the tensors named the same, for ``get_input_details`` / ``get_output_details``."""
+    fb, main = schema(), model.subgraphs[0]
+    by_name = {main.tensors[i].name.decode(): i for i in main.inputs}
+    if sorted(by_name) != sorted(input_names) or len(main.outputs) != len(output_names):
+        raise UnsupportedError(f"the converted model takes {sorted(by_name)} and returns {len(main.outputs)} "
+                               f"outputs; the model takes {sorted(input_names)} and returns {len(output_names)}")
+    main.inputs = [by_name[n] for n in input_names]
+    entries = []
+    for names, indices in ((input_names, main.inputs), (output_names, main.outputs)):
+        found = []
+        for name, index in zip(names, indices):
+            main.tensors[index].name = name.encode()
+            m = fb.TensorMapT()
+            m.name, m.tensorIndex = name, index
+            found.append(m)
+        entries.append(found)
+    s = fb.SignatureDefT()
+    s.signatureKey, s.subgraphIndex, (s.inputs, s.outputs) = SIGNATURE, 0, entries
+    model.signatureDefs = [s]
+
+
