@@ -1,7 +1,7 @@
 """tf_keras SavedModels whose cuDNN nodes compute in float16 (the ``mixed_float16`` policy GPU training uses) or
 float64 (tests/fixtures/make_tf_keras_mixed_precision.py, tf_keras 2.21 on tensorflow-cpu, the build reported as
-CUDA; tf_keras is not needed here). onnxruntime's CPU LSTM and GRU kernels take float32 only, so model.onnx casts
-around each fused node and keeps the signature's dtypes.
+CUDA; tf_keras is not needed here). onnxruntime's CPU LSTM and GRU compute in float32 (float64: "does not support
+double yet"), so model.onnx casts to float32 around each fused node and back, keeping the signature's dtypes.
 
 The judge is tf_keras itself: ``expected.npz`` holds the original ``serving_default``'s outputs, computed on CPU by
 stock TensorFlow when the fixtures were made.

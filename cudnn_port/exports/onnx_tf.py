@@ -21,7 +21,8 @@ _FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Shape": [1], "Range": [1]}
 def cudnn_node_handler(ctx, node, name, args) -> None:
     """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
     constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
-    :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without)."""
+    :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without). A float16 or float64 node
+    (tf_keras's mixed_float16 policy, floatx float64) gets Casts to float32 around those nodes and back."""
     from onnx import TensorProto
 
     from ..errors import CudnnPortError
@@ -54,7 +55,7 @@ def cudnn_node_handler(ctx, node, name, args) -> None:
     is_lstm, prefix, weights = mode == "lstm", f"{name}/onnx/", None
     dtype = ctx.get_dtype(node.input[0])  # float16 (mixed precision) or float64 nodes compute in float32 here
 
-    def as_dtype(tensor, label, to):  # onnxruntime's CPU LSTM / GRU kernels take float32 only
+    def as_dtype(tensor, label, to):  # onnxruntime's CPU LSTM / GRU compute in float32 (double: "not supported yet")
         return tensor if to == dtype == FLOAT else make("Cast", [tensor], [f"{prefix}{label}"], to=to)
 
     if value is not None:
