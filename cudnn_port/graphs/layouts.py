@@ -101,7 +101,8 @@ def params_permutation(function_def, node_name, spec) -> Optional[np.ndarray]:
         raise UnsupportedError(f"{where}: its params are built from the Keras weights in a layout that is no gate "
                                "order cudnn-port knows; convert with --formats saved_model (the SavedModel serves "
                                "with the standard function)")
-    perm = np.array([positions[v] for v in want], np.int32)
+    # 0 marks a constant zero (the LSTM's b_W, which tf_keras passes as zeros): any zero serves, its own place first
+    perm = np.array([i if v == 0 and got[i] == 0 else positions[v] for i, v in enumerate(want)], np.int32)
     return None if (perm == np.arange(perm.size)).all() else perm
 
 
