@@ -170,3 +170,26 @@ def test_params_built_in_an_unknown_layout_are_refused_in_one_line():
     with pytest.raises(UnsupportedError) as raised:
         params_permutation(function_def, node, spec)
     assert "no gate order" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_only_params_built_out_of_cudnn_order_are_reordered(fixtures):
+    """Which cuDNN nodes get their params gathered into cuDNN's gate layout (manifest ``params_reordered``) follows
+    tf_keras's gpu_lstm / gpu_gru (docs/conventions.md, section 7): an LSTM traced on a CUDA or CPU build passes its
+    i, f, c, o gates as they are, which is cuDNN's order, and zeros for b_W; on ROCm it reorders them to MIOpen's; a
+    GRU is swapped into cuDNN's r, z, h only on CUDA builds. The zeros of an LSTM's b_W are no reordering."""
+    from cudnn_port.graphs.layouts import put_params_in_cudnn_order
+    from cudnn_port.graphs.nodes import find_nodes, load_proto
+    from cudnn_port.graphs.prune import prune, select_gpu_implementations
+
+    folder, _ = fixtures
+    modes = {"lstm_cpu_build": (), "three_lstms": (), "seq2seq": (), "gru_cpu_build": ("gru",),
+             "rocm_build": ("gru", "lstm")}
+    for name, reordered in modes.items():
+        proto = load_proto(str(folder / name))
+        select_gpu_implementations(proto)
+        prune(proto)
+        nodes = find_nodes(proto)
+        changed = put_params_in_cudnn_order(proto, nodes)
+        forward = [n for n in nodes if not n.backward]
+        want = {f"{n.function}/{n.name}" for n in forward if n.spec.mode in reordered}
+        assert forward and set(changed) == want, (name, sorted(changed))

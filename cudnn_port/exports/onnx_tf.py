@@ -21,12 +21,15 @@ _FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Shape": [1], "Range": [1]}
 def cudnn_node_handler(ctx, node, name, args) -> None:
     """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
     constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
-    :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without)."""
+    :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without). A float16 or float64 node
+    (tf_keras's mixed_float16 policy, floatx float64) gets Casts to float32 around those nodes and back."""
     from onnx import TensorProto
 
     from ..errors import CudnnPortError
     from ..infer import candidates
     from ..layout import unpack
+
+    FLOAT = TensorProto.FLOAT
 
     def attr(key, default):
         value = node.get_attr_value(key, default)
@@ -50,13 +53,18 @@ def cudnn_node_handler(ctx, node, name, args) -> None:
     if len(found) != 1:
         raise CudnnPortError(f"node {name}: {len(found)} specs fit its {size} params; cannot tell its sizes")
     is_lstm, prefix, weights = mode == "lstm", f"{name}/onnx/", None
+    dtype = ctx.get_dtype(node.input[0])  # float16 (mixed precision) or float64 nodes compute in float32 here
+
+    def as_dtype(tensor, label, to):  # onnxruntime's CPU LSTM / GRU compute in float32 (double: "not supported yet")
+        return tensor if to == dtype == FLOAT else make("Cast", [tensor], [f"{prefix}{label}"], to=to)
+
     if value is not None:
         canon = unpack(found[0], value.astype(np.float32))
     else:  # W, R, B gathered from params at run time: the positions come from unpacking arange(size)
         canon = unpack(found[0], np.arange(size, dtype=np.int64))
 
         def weights(layer):
-            return [make("Gather", [as_float(node.input[3], "params"), const(f"{prefix}{n}_index_{layer}", index)],
+            return [make("Gather", [params_f32, const(f"{prefix}{n}_index_{layer}", index)],
                          [f"{prefix}{n}_{layer}"], axis=0)
                     for n, index in zip("WRB", layer_weights(canon, layer, np.int64))]
 
@@ -69,28 +77,18 @@ def cudnn_node_handler(ctx, node, name, args) -> None:
     def const(const_name, array):
         return ctx.make_const(const_name, array).output[0]
 
-    # a float16 node (Keras mixed_float16) runs in float32: ONNX Runtime's LSTM / GRU take float32 only, and
-    # cuDNN itself accumulates float16 RNNs in float32
-    half = ctx.get_dtype(node.input[0]) == TensorProto.FLOAT16
-    cast_once = {}
-
-    def as_float(tensor, label):
-        if half and tensor not in cast_once:
-            cast_once[tensor] = make("Cast", [tensor], [f"{prefix}{label}_f32"], to=TensorProto.FLOAT)
-        return cast_once.get(tensor, tensor)
-
     def time_first(tensor, label):  # batch-major [B, X, ...] <-> time-major / state-major: swap the first two axes
         return tensor if time_major else make("Transpose", [tensor], [f"{prefix}{label}"], perm=[1, 0, 2])
 
-    x = time_first(as_float(node.input[0], "x"), "x_t")
-    h0 = time_first(as_float(node.input[1], "h0"), "h0_t")
-    c0 = time_first(as_float(node.input[2], "c0"), "c0_t") if is_lstm else None
+    params_f32 = as_dtype(node.input[3], "params_f32", FLOAT) if value is None else None
+    x = time_first(as_dtype(node.input[0], "x_f32", FLOAT), "x_t")
+    h0 = time_first(as_dtype(node.input[1], "h0_f32", FLOAT), "h0_t")
+    c0 = time_first(as_dtype(node.input[2], "c0_f32", FLOAT), "c0_t") if is_lstm else None
     lengths = make("Cast", [node.input[4]], [f"{prefix}lengths"], to=6) if len(node.input) > 4 else ""
     form = portable_stack_graph if lengths else stack_graph  # full length: the plain form is right everywhere
     y, h_n, c_n = form(canon, x, lengths, h0, c0, make, const, prefix, weights)
-    replaced = [time_first(y, "y_b"), time_first(h_n, "h_n_b")] + ([time_first(c_n, "c_n_b")] if is_lstm else [])
-    if half:  # back to the node's float16
-        replaced = [make("Cast", [r], [f"{r}_f16"], to=TensorProto.FLOAT16) for r in replaced]
+    replaced = [as_dtype(time_first(t, f"{label}_b"), f"{label}_out", dtype)
+                for t, label in zip([y, h_n] + [c_n] * is_lstm, ("y", "h_n", "c_n"))]
     outputs = list(node.output)
     for old, new in zip(outputs, replaced):  # TF's known sizes, so that a cuDNN node reading this one knows its own
         shape = ctx.get_shape(old)
