@@ -9,6 +9,9 @@ from .graph_inputs import could_not_run, token_vocabularies
 from .parity import compare, failed_row, sample_inputs
 
 
+F16_ATOL, F16_RTOL = 2e-3, 1e-2  # the least tolerance for float16 outputs: about two float16 steps
+
+
 def saved_model_rows(manifest, out, atol, rtol, seed, say) -> List[Dict[str, Any]]:
     """A converted SavedModel: every signature runs on CPU with finite outputs, and the ONNX model agrees with the
     serving signature. (The NumPy reference judges the replacement of each kind of cuDNN node in the test suite; a
@@ -39,12 +42,32 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say) -> List[Dict[str, Any
         rows.append(dict(row, stack="(whole graph)", judge=None))
     if "onnx" in arts and serving and serving[1] is not None:
         say("onnx: against the SavedModel")
-        row = onnx_row(os.path.join(out, arts["onnx"]), *serving, atol, rtol)
+        if _computes_in_float16(os.path.join(out, arts["onnx"])):
+            # Keras mixed_float16: the ONNX runs its fused nodes in float32, TensorFlow each op in float16; they
+            # differ by a few float16 steps (9.8e-4 at 1), not by float32's
+            atol, rtol = max(atol, F16_ATOL), max(rtol, F16_RTOL)
+            note = f"computes in float16: atol {atol:g}, rtol {rtol:g}"
+        else:
+            note = ""
+        row = onnx_row(os.path.join(out, arts["onnx"]), *serving, atol, rtol, note)
         rows.append(dict(row, stack="(whole graph)", judge="the converted SavedModel"))
     return rows
 
 
-def onnx_row(path, feeds, want, atol, rtol) -> Dict[str, Any]:
+def _computes_in_float16(path) -> bool:
+    """Whether the ONNX model at ``path`` casts to float16 or holds float16 weights (a mixed-precision graph)."""
+    import onnx
+
+    try:
+        graph = onnx.load(path, load_external_data=False).graph
+    except Exception:  # noqa: BLE001 (onnx_row reports a model that does not load)
+        return False
+    f16 = onnx.TensorProto.FLOAT16
+    return any(t.data_type == f16 for t in graph.initializer) or any(
+        node.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in node.attribute) for node in graph.node)
+
+
+def onnx_row(path, feeds, want, atol, rtol, note="") -> Dict[str, Any]:
     """The ONNX model on ``feeds`` against ``want`` ({output name: array}); a failed run says why."""
     from ..exports.runners import onnx_session
 
@@ -60,7 +83,7 @@ def onnx_row(path, feeds, want, atol, rtol) -> Dict[str, Any]:
     if set(names) != set(want):
         return {"artifact": "onnx (onnxruntime)", "max_abs": None, "max_rel": None, "passed": False,
                 "note": f"outputs {sorted(names)}, the SavedModel's {sorted(want)}"}
-    return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol)
+    return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol, note=note)
 
 
 def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
