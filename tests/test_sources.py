@@ -415,6 +415,34 @@ def test_saved_model_with_raw_cudnn_ops_multi_layer_bidirectional(tmp_path, mode
     assert verify(tmp_path / "out")["passed"]
 
 
+def test_saved_model_without_serving_default(tmp_path):
+    """One signature under another name: model.onnx holds it (and verify compares the ONNX with it). Two, neither
+    serving_default: which one ONNX should hold is not known; convert says so in a warning and writes the rest."""
+    spec = make_spec("gru", 2, True)
+    blob = random_blob(spec, seed=32)
+    path = save_raw_op_model(tmp_path / "src", spec, blob, "CudnnRNNV2")
+    module = tf.saved_model.load(path)
+    fn = module.signatures["serving_default"]
+    tf.saved_model.save(module, str(tmp_path / "one"), signatures={"predict": fn})
+    manifest = convert(tmp_path / "one", tmp_path / "out_one")
+    assert manifest["onnx_signature"] == "predict" and manifest["model_artifacts"]["onnx"] == "model.onnx"
+    x = np.random.default_rng(5).normal(size=(2, 6, spec.input_size)).astype("float32")
+    want = reference.forward(unpack(spec, blob), x)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(tmp_path / "out_one" / "model.onnx"), providers=["CPUExecutionProvider"])
+    onnx_out = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"inputs": x})))
+    assert_close(onnx_out["outputs"], want[0], "ONNX outputs")
+    report = verify(tmp_path / "out_one")
+    assert report["passed"] and any(r["artifact"] == "onnx (onnxruntime)" for r in report["rows"]), report
+
+    tf.saved_model.save(module, str(tmp_path / "two"), signatures={"predict": fn, "encode": fn})
+    manifest = convert(tmp_path / "two", tmp_path / "out_two")
+    assert "onnx" not in manifest["model_artifacts"] and "saved_model" in manifest["model_artifacts"]
+    assert any("no serving_default signature" in w and "encode, predict" in w for w in manifest["warnings"])
+    assert verify(tmp_path / "out_two")["passed"]
+
+
 def test_inspect_a_saved_model_names_each_node(tmp_path, capsys):
     spec = make_spec("gru", 2, False)
     path = save_raw_op_model(tmp_path / "src", spec, random_blob(spec))

@@ -3,7 +3,7 @@ CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them,
 OUT/manifest.json."""
 import contextlib
 import os
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, List, Optional
 
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
@@ -65,19 +65,26 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
             manifest["warnings"].append(f"model.onnx not written: node {projected[0].name} is an LSTM with "
                                         "projection, which ONNX's LSTM cannot hold")
             say(f"warning: {manifest['warnings'][-1]}")
+        elif "onnx" in formats and onnx_signature(proto) is None:
+            names = signature_names(proto)
+            manifest["warnings"].append("model.onnx not written: the SavedModel has no serving_default signature "
+                                        f"and {len(names)} others ({', '.join(names) or 'none'}), so which one ONNX "
+                                        "should hold is not known")
+            say(f"warning: {manifest['warnings'][-1]}")
         elif "onnx" in formats:
             from ..exports.onnx_tf import write_saved_model_onnx
 
-            say("writing model.onnx (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
+            signature = manifest["onnx_signature"] = onnx_signature(proto)
+            say(f"writing model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
             with user_graph(source, "write ONNX for"), gpu_selected(source, reordered) as selected:  # tf_keras:
-                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"))  # its cuDNN path, fused nodes
+                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"), signature)  # its cuDNN path
             if reordered:
                 say(f"{len(reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a build "
                     "without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
             manifest["model_artifacts"]["onnx"] = "model.onnx"
             if "saved_model" in formats:
                 say("running model.onnx once on the inputs verify draws")
-                run_onnx_once(os.path.join(tmp, "saved_model"), os.path.join(tmp, "model.onnx"))
+                run_onnx_once(os.path.join(tmp, "saved_model"), os.path.join(tmp, "model.onnx"), signature)
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
         manifest["source"]["files"] = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
         return finish(manifest, tmp)
@@ -121,17 +128,29 @@ def user_graph(source, what) -> Iterator[None]:
         raise
 
 
-def run_onnx_once(saved_model, onnx_path, seed=0) -> None:
-    """Run the ONNX model on the inputs verify feeds the serving signature (token ids for table lookups, fixed
-    dimensions kept); raise ParityError (exit 1, nothing published) naming the failing node if onnxruntime fails."""
+def signature_names(proto) -> List[str]:
+    """The SavedModel's signatures, sorted (not TensorFlow's own ``__saved_model_init_op``)."""
+    names = proto.meta_graphs[0].signature_def if proto.meta_graphs else {}
+    return sorted(name for name in names if not name.startswith("__"))
+
+
+def onnx_signature(proto) -> Optional[str]:
+    """The signature model.onnx holds: ``serving_default``, or the only signature there is (None otherwise)."""
+    names = signature_names(proto)
+    return "serving_default" if "serving_default" in names else (names[0] if len(names) == 1 else None)
+
+
+def run_onnx_once(saved_model, onnx_path, signature="serving_default", seed=0) -> None:
+    """Run the ONNX model on the inputs verify feeds ``signature`` (token ids for table lookups, fixed dimensions
+    kept); raise ParityError (exit 1, nothing published) naming the failing node if onnxruntime fails."""
     from ..exports.runners import onnx_session
     from ..judging.graph_inputs import run_error
     from ..judging.model_rows import signature_feeds
 
     signatures = _load(saved_model).signatures
-    if "serving_default" not in signatures:
+    if signature not in signatures:
         return
-    feeds, _ = signature_feeds(signatures["serving_default"], seed)
+    feeds, _ = signature_feeds(signatures[signature], seed)
     try:
         session = onnx_session(onnx_path)
         session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})

@@ -37,7 +37,7 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say) -> List[Dict[str, Any
                    "note": "runs on CPU" + note + ("" if finite else "; NaN/Inf in its outputs")}
         except Exception as e:  # noqa: BLE001
             row, results = could_not_run(f"saved_model [{name}]", "TensorFlow", e), None
-        if name == "serving_default" or serving is None:
+        if name == manifest.get("onnx_signature", "serving_default") or serving is None:
             serving = (feeds, results)
         rows.append(dict(row, stack="(whole graph)", judge=None))
     if "onnx" in arts and serving and serving[1] is not None:
