@@ -99,8 +99,29 @@ def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
     rng = np.random.default_rng(seed + 1)
     for name, vocab in sorted(vocabs.items()):
         feeds[name] = rng.integers(0, vocab or 2, size=feeds[name].shape).astype(feeds[name].dtype)
+    ragged = _ragged_inputs(feeds, dict(specs), rng)
     shown = ", ".join(f"{n} in [0, {v or 2})" for n, v in sorted(vocabs.items()))
-    return feeds, f"; token ids {shown}" if shown else ""
+    return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "")
+
+
+def _ragged_inputs(feeds, specs, rng, rows=3, steps=7) -> List[str]:
+    """A ragged input (``tf.RaggedTensorSpec``, e.g. tf_keras ``Input(ragged=True)``) reaches a signature as NAME,
+    its flat values, and NAME_1, its row splits (int, rank 1); random integers are no valid splits. Gives such
+    pairs ``rows`` rows of 1 to ``steps`` values (splits from 0 to the values' length), in place; returns the
+    names."""
+    found = []
+    for name in sorted(feeds):
+        base = name[:-2]
+        if not (name.endswith("_1") and base in feeds and feeds[name].ndim == 1 and feeds[name].dtype.kind == "i"
+                and specs[name].shape[0] is None and specs[base].shape.rank and specs[base].shape[0] is None):
+            continue
+        lengths = rng.integers(1, steps + 1, size=rows)
+        values = feeds[base]
+        feeds[base] = (rng.normal(size=(int(lengths.sum()),) + values.shape[1:]).astype(values.dtype)
+                       if values.dtype.kind == "f" else np.resize(values, (int(lengths.sum()),) + values.shape[1:]))
+        feeds[name] = np.concatenate([[0], np.cumsum(lengths)]).astype(feeds[name].dtype)
+        found.append(base)
+    return found
 
 
 def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say) -> List[Dict[str, Any]]:
