@@ -178,6 +178,8 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None, leng
     at = tf.stack([tf.minimum(lengths, steps), tf.range(tf.shape(lengths)[0])], axis=1)  # [B, 2]: (length, b)
     h = tf.gather_nd(tf.concat([h0[None], y], 0), at)
     c = tf.gather_nd(tf.concat([c0[None], cs.stack()], 0), at) if is_lstm else c0
+    h.set_shape(h0.shape)  # what a loop carry kept: callers' own loops need the batch size where it is known
+    c.set_shape(c0.shape)
     return tf.where(valid, y, 0.0), h, c
 
 

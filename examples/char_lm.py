@@ -157,8 +157,11 @@ class Decoder:
             return (t + 1, tokens, tf.reshape(best.values, [-1]), h, c, chosen.write(t, tokens),
                     parents.write(t, parent))
 
-        _, _, scores, _, _, chosen, parents = tf.while_loop(
-            lambda t, *_: t < steps, body, (tf.constant(1), tokens, scores, h, c, chosen, parents))
+        beams, state = tf.TensorShape([None]), tf.TensorShape([self.states, None, self.units])
+        _, _, scores, _, _, chosen, parents = tf.while_loop(  # the beams' count is only known outside the loop
+            lambda t, *_: t < steps, body, (tf.constant(1), tokens, scores, h, c, chosen, parents),
+            shape_invariants=(tf.TensorShape([]), beams, beams, state, state, tf.TensorShape(None),
+                              tf.TensorShape(None)))
         chosen, parents = chosen.stack(), parents.stack()  # [steps, n*k]
 
         def back(t, row, out):  # follow each final beam's parents back to step 0
