@@ -87,8 +87,8 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
         return _graphs().convert_saved_model(os.fspath(source), out, formats, force, say)
     if kind == "keras_model":
         if formats:
-            raise CudnnPortError("a .keras model is exported whole (checkpoint, saved_model, graphdef, onnx and each "
-                                 "fused layer), so --formats does not apply; leave it out")
+            raise CudnnPortError("a .keras model is exported whole (checkpoint, saved_model, graphdef, onnx, tflite "
+                                 "and each fused layer), so --formats does not apply; leave it out")
         from .model_export import export_keras_file
 
         return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
