@@ -130,10 +130,9 @@ def artifacts() -> Dict[str, Tuple[Format, Artifact]]:
     return {a.key: (f, a) for f in formats().values() for a in f.artifacts}
 
 
-def stack_runtimes(stack_artifacts: Dict[str, str]) -> Iterator[Tuple[str, str, Format, Artifact, Runtime,
-                                                                     List[str]]]:
-    """``(key, relative path, format, artifact, runtime, missing modules)`` for each artifact of a stack's manifest entry
-    (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order."""
+def stack_runtimes(stack_artifacts: Dict[str, str]) -> Iterator[Tuple[str, str, Format, Artifact, Runtime, List[str]]]:
+    """``(key, relative path, format, artifact, runtime, missing modules)`` for each artifact of a stack's manifest
+    entry (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order."""
     from .. import deps
 
     known = artifacts()
