@@ -66,6 +66,11 @@ def compare(name, got, want, atol=ATOL, rtol=RTOL, note="") -> Dict[str, Any]:
             "passed": ok, "note": note}
 
 
+def skipped_row(name, why) -> Dict[str, Any]:
+    """The report row of a check that could not be made here (a runtime not installed): neither passed nor failed."""
+    return {"artifact": name, "max_abs": None, "max_rel": None, "passed": None, "note": f"skipped: {why}"}
+
+
 def failed_row(name, error) -> Dict[str, Any]:
     """The report row of an artifact that failed to load or run: a failed check, not a crash."""
     return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False, "note": reason(error, 200)}

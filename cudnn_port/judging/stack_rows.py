@@ -7,11 +7,7 @@ import os
 from typing import Any, Dict, List
 
 from ..exports import io_names
-from .parity import compare, failed_row
-
-
-def _skip(name, why):
-    return {"artifact": name, "max_abs": None, "max_rel": None, "passed": None, "note": f"skipped: {why}"}
+from .parity import compare, failed_row, skipped_row
 
 
 def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol) -> Dict[str, Any]:
@@ -42,7 +38,7 @@ def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol) -> Dic
         try:
             return compare(name, torch_modules(spec, state, x, lengths, h, c), want, atol, rtol)
         except ImportError:
-            return _skip(name, "PyTorch is not installed (pip install torch)")
+            return skipped_row(name, "PyTorch is not installed (pip install torch)")
     except Exception as e:  # a checkpoint that fails to restore is a failed check
         return failed_row(name, e)
 
@@ -65,7 +61,7 @@ def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, r
         where = f"{name} ({runtime.name})" if len(fmt.runtimes) > 1 or name == key else name
         labels = [where + suffix for suffix, _, _ in calls]
         if missing:
-            rows += [_skip(label, f"{missing[0]} is not installed") for label in labels]
+            rows += [skipped_row(label, f"{missing[0]} is not installed") for label in labels]
             continue
         say(f"{stack['variable']}: {where}")
         try:
@@ -99,7 +95,7 @@ def gpu_row(spec, canon, batch, want, atol, rtol) -> Dict[str, Any]:
     except Exception:  # noqa: BLE001 (no TensorFlow: nothing to run the op with)
         gpus = []
     if not gpus:
-        return _skip(name, "TensorFlow sees no GPU")
+        return skipped_row(name, "TensorFlow sees no GPU")
     from ..layout import pack
     from ..tf_graph import cudnn_forward
 

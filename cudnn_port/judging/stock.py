@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..deps import import_tf
-from .parity import compare, failed_row
+from .parity import compare, failed_row, skipped_row
 
 
 class StockStack:
@@ -145,8 +145,8 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
         if available("ai_edge_litert"):
             check("tflite (litert)", tflite)
         else:
-            rows.append({"artifact": "tflite (litert)", "max_abs": None, "max_rel": None, "passed": None,
-                         "note": f"skipped: ai_edge_litert is not installed ({EXTRAS['ai_edge_litert']})"})
+            why = f"ai_edge_litert is not installed ({EXTRAS['ai_edge_litert']})"
+            rows.append(skipped_row("tflite (litert)", why))
     return rows
 
 
