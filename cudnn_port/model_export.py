@@ -39,7 +39,7 @@ import os
 
 from .deps import import_tf
 from .errors import CudnnPortError, ParityError
-from .outdir import OutputFolder, finish
+from .outdir import OutputFolder, finish, warn
 from .paths import sha256
 from .quiet import quiet
 from .judging.parity import write_report
@@ -165,7 +165,7 @@ def _write_model(model, specs, tmp, say, manifest):
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     projected = [layer.name for layer in fused_layers(model) if layer.num_proj]
     if projected:
-        _warn(manifest, say, f"model.onnx not written: fused layer {projected[0]} has a projection, which ONNX's "
+        warn(manifest, say, f"model.onnx not written: fused layer {projected[0]} has a projection, which ONNX's "
                              "LSTM cannot hold")
     else:
         say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
@@ -180,18 +180,13 @@ def _write_model(model, specs, tmp, say, manifest):
                                     {layer.opaque_kernel.numpy().astype("float32").tobytes():
                                      unpack(layer.spec, layer.opaque_kernel.numpy()) for layer in fused_layers(model)})
     except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
-        _warn(manifest, say, f"model.tflite not written ({tflite_model.why(e)}); only the per-layer .tflite files "
+        warn(manifest, say, f"model.tflite not written ({tflite_model.why(e)}); only the per-layer .tflite files "
                              "(layers/<layer>/) were written")
         return arts
     with open(os.path.join(tmp, "model.tflite"), "wb") as f:
         f.write(data)
     arts["tflite"] = "model.tflite"
     return arts
-
-
-def _warn(manifest, say, message):
-    manifest.setdefault("warnings", []).append(message)
-    say(f"warning: {message}")
 
 
 def _parity(model, specs, tmp, manifest, seed, say):
@@ -206,7 +201,7 @@ def _parity(model, specs, tmp, manifest, seed, say):
     rows = run_model_artifacts(tmp, manifest, [s.name for s in specs], feeds, want, ATOL, RTOL, say, model=model)
     for row in rows:
         if row["passed"] is None:  # a runtime that is not installed: said in the summary, not a failure
-            _warn(manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
+            warn(manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
     report = {"judge": judge_name, "atol": ATOL, "rtol": RTOL, "seed": seed, "rows": rows,
               "passed": all(r["passed"] is not False for r in rows)}
     write_report(os.path.join(tmp, PARITY), report)

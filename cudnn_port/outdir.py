@@ -252,6 +252,12 @@ def manifest_head(source, source_format, names_note, formats, style=None) -> Dic
             "style": style, "formats": list(formats), "stacks": [], "model_artifacts": {}}
 
 
+def warn(manifest, say, message) -> None:
+    """Record ``message`` among the manifest's warnings (the summary and ``--json`` show them) and say it now."""
+    manifest.setdefault("warnings", []).append(message)
+    say(f"warning: {message}")
+
+
 def finish(manifest, tmp) -> Dict[str, Any]:
     """Hash every file of the output (all but the manifest itself) into ``manifest`` and write it."""
     manifest["files"] = {}

@@ -7,7 +7,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
-from ..outdir import OutputFolder, finish, manifest_head
+from ..outdir import OutputFolder, finish, manifest_head, warn
 from ..paths import require_file, sha256
 from .nodes import find_nodes, load_proto
 from .layouts import put_params_in_cudnn_order
@@ -62,15 +62,13 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
                 _load(os.path.join(tmp, "saved_model"))  # proves it loads: a damaged graph or variables fail here
             manifest["model_artifacts"]["saved_model"] = "saved_model"
         if "onnx" in formats and projected:
-            manifest["warnings"].append(f"model.onnx not written: node {projected[0].name} is an LSTM with "
-                                        "projection, which ONNX's LSTM cannot hold")
-            say(f"warning: {manifest['warnings'][-1]}")
+            warn(manifest, say, f"model.onnx not written: node {projected[0].name} is an LSTM with projection, "
+                                "which ONNX's LSTM cannot hold")
         elif "onnx" in formats and onnx_signature(proto) is None:
             names = signature_names(proto)
-            manifest["warnings"].append("model.onnx not written: the SavedModel has no serving_default signature "
-                                        f"and {len(names)} others ({', '.join(names) or 'none'}), so which one ONNX "
-                                        "should hold is not known")
-            say(f"warning: {manifest['warnings'][-1]}")
+            warn(manifest, say, f"model.onnx not written: the SavedModel has no serving_default signature and "
+                                f"{len(names)} others ({', '.join(names) or 'none'}), so which one ONNX should hold "
+                                "is not known")
         elif "onnx" in formats:
             from ..exports.onnx_tf import write_saved_model_onnx
 
