@@ -169,11 +169,9 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None, leng
             h = (1.0 - z) * tf.tanh(x_h + r * h_h) + z * h
         return t + 1, h, c, ys.write(t, h), cs
 
-    if until is None:
-        _, _, _, ys, cs = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), h0, c0, ys, cs))
-    else:
-        _, _, _, ys, cs = tf.while_loop(lambda t, *_: t < tf.minimum(steps, until), body,
-                                        (tf.constant(0), h0, c0, ys, cs), maximum_iterations=steps)
+    last = steps if until is None else tf.minimum(steps, until)
+    bound = {} if until is None else {"maximum_iterations": steps}  # for XLA; it adds a counter to every step
+    _, _, _, ys, cs = tf.while_loop(lambda t, *_: t < last, body, (tf.constant(0), h0, c0, ys, cs), **bound)
     y = ys.stack()
     at = tf.stack([tf.minimum(lengths, steps), tf.range(tf.shape(lengths)[0])], axis=1)  # [B, 2]: (length, b)
     h = tf.gather_nd(tf.concat([h0[None], y], 0), at)
