@@ -2,7 +2,7 @@
 
 Per layer and direction d (each direction its own while_loop, so the two can run side by side)::
 
-    X_d     = x for d = 0;  reverse_sequence(x, lengths) for d = 1                 [T, B, I_l]
+    X_d     = x for d = 0;  x reversed within each length for d = 1                [T, B, I_l]
     XW_d    = X_d @ Wx_d + bx_d        one matmul over all steps                    [T, B, G*H]
     for t in 0 .. T-1:
         g   = XW_d[t] + h @ Rh_d       (a 1x1 Conv2D, see below)                    [B, G*H]
@@ -10,7 +10,7 @@ Per layer and direction d (each direction its own while_loop, so the two can run
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
     Y_d = each step's h, zeros at t >= length (one select after the loop)
     final h (and c) = the state after step length - 1, gathered after the loop (h0 / c0 for length 0)
-    y = concat(Y_0, reverse_sequence(Y_1, lengths)) on features                   [T, B, D*H]
+    y = concat(Y_0, Y_1 reversed within each length) on features                  [T, B, D*H]
 
 One loop per direction rather than one loop over both: the two directions' loops then run on two threads at once.
 
@@ -100,18 +100,19 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     x, lengths, initial_h, initial_c = stack_inputs(spec, inputs, sequence_lengths, initial_h, initial_c)
     steps, batch = tf.shape(x)[0], tf.shape(x)[1]
     valid = valid_steps(lengths, steps)
+    reverse = _time_reversal(tf, lengths, steps, batch) if D == 2 else None
     final_h, final_c = [], []
     for layer in range(spec.num_layers):
         Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
         width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
         outs = []
         for d in range(D):
-            x_d = x if d == 0 else tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)
+            x_d = x if d == 0 else reverse(x)
             xw = tf.reshape(tf.matmul(tf.reshape(x_d, [-1, width]), Wx[d]) + bx[d], [steps, batch, -1])
             p = layer * D + d
             y, h, c = _time_loop(tf, xw, valid, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until,
                                  None if Pt is None else Pt[d], lengths)
-            outs.append(y if d == 0 else tf.reverse_sequence(y, lengths, seq_axis=0, batch_axis=1))
+            outs.append(y if d == 0 else reverse(y))
             final_h.append(h)
             final_c.append(c)
         x = tf.concat(outs, axis=2)
@@ -119,6 +120,21 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
             x = between(x, layer)
     outputs = tf.transpose(x, [1, 0, 2])
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
+
+
+def _time_reversal(tf, lengths, steps, batch):
+    """A function reversing [T, B, F] tensors in time within each sequence's length (steps past it stay), as
+    ``tf.reverse_sequence(v, lengths, seq_axis=0, batch_axis=1)`` does, by one gather of rows at indices computed
+    once per stack. Timed alone on 100 steps at batch 32, reverse_sequence took 4.0 ms (512 features) and 5.9 ms
+    (1024), the gather 1.1 and 1.8 ms; at batch 1, 0.47-0.71 ms against 0.43-0.46 ms, a call's overhead included."""
+    t = tf.range(steps)[:, None]
+    length = tf.minimum(lengths, steps)[None, :]
+    source = tf.where(t < length, length - 1 - t, t) * batch + tf.range(batch)[None, :]  # [T, B] -> row index
+    rows = tf.reshape(source, [-1])
+
+    def reverse(v):
+        return tf.reshape(tf.gather(tf.reshape(v, [steps * batch, -1]), rows), tf.shape(v))
+    return reverse
 
 
 def stack_inputs(spec, inputs, sequence_lengths, initial_h=None,
