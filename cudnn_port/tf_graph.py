@@ -108,7 +108,7 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
         outs = []
         for d in range(D):
             x_d = x if d == 0 else reverse(x)
-            xw = tf.reshape(tf.matmul(tf.reshape(x_d, [-1, width]), Wx[d]) + bx[d], [steps, batch, -1])
+            xw = tf.reshape(tf.matmul(tf.reshape(x_d, [-1, width]), Wx[d]) + bx[d], [steps, batch, 1, 1, -1])
             p = layer * D + d
             y, h, c = _time_loop(tf, xw, valid, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until,
                                  None if Pt is None else Pt[d], lengths)
@@ -158,8 +158,9 @@ def valid_steps(lengths, steps) -> "tf.Tensor":
 
 
 def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None, lengths=None):
-    """One direction: xw [T, B, G*H], h0 [B, S], c0 [B, H], Rh [S, G*H], bh [H], Pt [H, P] or None, lengths [B]
-    -> (y [T, B, S], h, c). Inside the loop the states are 1x1 images [B, 1, 1, S] (see the module docstring).
+    """One direction: xw [T, B, 1, 1, G*H] (each step's rows as 1x1 images), h0 [B, S], c0 [B, H], Rh [S, G*H],
+    bh [H], Pt [H, P] or None, lengths [B] -> (y [T, B, S], h, c). Inside the loop the states are 1x1 images
+    [B, 1, 1, S] too (see the module docstring).
 
     The loop masks nothing: each step is the cell alone, and every step's h (and LSTM c) goes to a TensorArray.
     After the loop, outputs past each length become zeros (one select over [T, B, S]) and the final states are
@@ -172,7 +173,6 @@ def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None, leng
     rows = h0.shape[0] if h0.shape.rank else None  # the batch, static where known: TensorArray.stack keeps it
     ys = tf.TensorArray(tf.float32, size=steps, element_shape=[rows, 1, 1, S])
     cs = tf.TensorArray(tf.float32, size=steps if is_lstm else 0, element_shape=[rows, 1, 1, H])
-    xw = tf.expand_dims(tf.expand_dims(xw, 2), 2)  # [T, B, 1, 1, G*H]: each step's rows as a 1x1 image
     kernel = _kernel(tf, Rh)
     projection = None if Pt is None else _kernel(tf, Pt)
 
