@@ -333,11 +333,10 @@ def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
         else:
             saved1, onnx1, products1 = time_blocks([(run_saved, full1), (run_onnx, full1),
                                                     (products_only(canon), full1)], repeat)
-            res.update(products_b1_ms=products1 * 1e3, products_b1_over_onnx=products1 / onnx1)
-        res.update({f"{key}_b1_ms": saved1 * 1e3, f"{key}_b1_over_onnx": saved1 / onnx1})
-        if not xla:
             saved32, onnx32 = time_pair(run_saved, full32, run_onnx, full32, max(2, repeat // 3))
-            res.update(saved_model_b32_ms=saved32 * 1e3, saved_model_b32_over_onnx=saved32 / onnx32)
+            res.update(products_b1_ms=products1 * 1e3, products_b1_over_onnx=products1 / onnx1,
+                       saved_model_b32_ms=saved32 * 1e3, saved_model_b32_over_onnx=saved32 / onnx32)
+        res.update({f"{key}_b1_ms": saved1 * 1e3, f"{key}_b1_over_onnx": saved1 / onnx1})
     gru = random_stack("gru", 2)
     session = onnx_session(build_model(gru, states=True).SerializeToString())
     run_gru_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
