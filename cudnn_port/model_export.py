@@ -166,7 +166,7 @@ def _write_model(model, specs, tmp, say, manifest):
     projected = [layer.name for layer in fused_layers(model) if layer.num_proj]
     if projected:
         warn(manifest, say, f"model.onnx not written: fused layer {projected[0]} has a projection, which ONNX's "
-                             "LSTM cannot hold")
+                            "LSTM cannot hold")
     else:
         say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
         renames = dict(zip(names_in, [s.name for s in specs]))
@@ -181,7 +181,7 @@ def _write_model(model, specs, tmp, say, manifest):
                                      unpack(layer.spec, layer.opaque_kernel.numpy()) for layer in fused_layers(model)})
     except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
         warn(manifest, say, f"model.tflite not written ({tflite_model.why(e)}); only the per-layer .tflite files "
-                             "(layers/<layer>/) were written")
+                            "(layers/<layer>/) were written")
         return arts
     with open(os.path.join(tmp, "model.tflite"), "wb") as f:
         f.write(data)
