@@ -4,22 +4,21 @@ Per layer and direction d (each direction its own while_loop, so the two can run
 
     X_d     = x for d = 0;  x reversed within each length for d = 1                [T, B, I_l]
     XW_d    = X_d @ Wx_d + bx_d        one matmul over all steps                    [T, B, G*H]
-    for t in 0 .. T-1:
-        g   = XW_d[t] + h @ Rh_d       (a 1x1 Conv2D, see below)                    [B, G*H]
-        LSTM  i, f, c~, o = σ, σ, tanh, σ of g's blocks;  c' = f*c + i*c~;  h' = o*tanh(c')
+    for t in 0 .. T-1:                 :func:`cudnn_port.tf_loop.time_loop` (the cell, and why it is so written)
+        LSTM  i, f, o, c~ = σ, σ, σ, tanh of the blocks of XW_d[t] + h @ Rh_d (the gate blocks reordered from
+              cuDNN's i, f, c~, o when the weights are read);  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
     Y_d = each step's h, zeros at t >= length (one select after the loop)
     final h (and c) = the state after step length - 1, gathered after the loop (h0 / c0 for length 0)
     y = concat(Y_0, Y_1 reversed within each length) on features                  [T, B, D*H]
 
 One loop per direction rather than one loop over both: the two directions' loops then run on two threads at once.
-
-Inside the loop, the states are kept as 1x1 images [B, 1, 1, S] and ``h @ Rh`` is a Conv2D with a 1x1 kernel: the
-same products, summed over the same S terms. TensorFlow's MatMul at batch 1 splits every [1, S] @ [S, G*H] product
-across its intra-op threads and waits for them, so the two directions' loops, each doing that every step, stall
-on each other; Conv2D with a 1x1 kernel runs a batch-1 product on the calling thread. At batch 1 (hidden 512, 100
-steps, both directions) a step of the two loops took 94 us with Conv2D against 138 us with MatMul; at batch 32 the
-two are the same.
+Both directions' input products start together, and so do both loops (:func:`_together`): a loop started early
+slows what the other direction still runs on TensorFlow's intra-op threads. With that, the LSTM gate order, the
+biases fused into their products and the loop's four steps per iteration (:mod:`cudnn_port.tf_loop`), the bench's
+stacks (2 layers, both directions, hidden 512, 100 steps) ran at batch 1 in 0.87-0.91x (LSTM) and 0.85-0.89x
+(GRU) the time of the previous graph (one step per iteration, each loop started as soon as its own input product
+was done), medians of 6 to 8 rounds in alternating blocks.
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
@@ -31,6 +30,7 @@ import numpy as np
 
 from .canonical import CanonicalRNN, LayerParams, input_bias
 from .deps import import_tf
+from .tf_loop import finish, time_loop
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -92,8 +92,9 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     final_h [L*D, B, S], final_c [L*D, B, H] or None).
     ``between(x, layer)`` (e.g. dropout) maps each layer's time-major output before the next layer reads it.
     ``until`` (a scalar, at least max(sequence_lengths)) stops the time loops early, for inputs padded past
-    every length; the outputs of the steps skipped are then zeros only under XLA, where an unwritten
-    TensorArray entry reads as zeros (plain TensorFlow refuses to stack one)."""
+    every length (the XLA export's: its loops then run one step per iteration, see :mod:`cudnn_port.tf_loop`); the
+    outputs of the steps skipped are then zeros only under XLA, where an unwritten TensorArray entry reads as zeros
+    (plain TensorFlow refuses to stack one)."""
     tf = import_tf()
     spec = canon.spec
     D, is_lstm = spec.num_dirs, spec.mode == "lstm"
@@ -104,14 +105,24 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     final_h, final_c = [], []
     for layer in range(spec.num_layers):
         Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
+        if is_lstm:
+            Wx, Rh, bx = (_sigmoid_gates_first(w, spec.num_units) for w in (Wx, Rh, bx))
         width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
-        outs = []
+        x_d = _together(tf, [x, reverse(x)]) if D == 2 else [x]
+        # bias_add, not +: Grappler fuses MatMul + BiasAdd into one op, where an AddV2 is a second pass that waits
+        # for the intra-op threads
+        xws = _together(tf, [tf.nn.bias_add(tf.matmul(tf.reshape(x_d[d], [-1, width]), Wx[d]), bx[d])
+                             for d in range(D)])
+        runs = []
         for d in range(D):
-            x_d = x if d == 0 else reverse(x)
-            xw = tf.reshape(tf.matmul(tf.reshape(x_d, [-1, width]), Wx[d]) + bx[d], [steps, batch, 1, 1, -1])
             p = layer * D + d
-            y, h, c = _time_loop(tf, xw, valid, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until,
-                                 None if Pt is None else Pt[d], lengths)
+            xw = tf.reshape(xws[d], [steps, batch, 1, 1, int(Wx.shape[-1])])  # each step's rows as 1x1 images
+            runs.append(time_loop(tf, xw, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until,
+                                  None if Pt is None else Pt[d]))
+        outs = []
+        for d, (ys, cs) in enumerate(_together(tf, runs)):
+            p = layer * D + d
+            y, h, c = finish(tf, ys, cs, valid, initial_h[p], initial_c[p], lengths)
             outs.append(y if d == 0 else reverse(y))
             final_h.append(h)
             final_c.append(c)
@@ -120,6 +131,30 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
             x = between(x, layer)
     outputs = tf.transpose(x, [1, 0, 2])
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
+
+
+def _sigmoid_gates_first(weights, H):
+    """LSTM weights [..., 4*H] with gate blocks in cuDNN order (i, f, c~, o) -> (i, f, o, c~): the loop then
+    applies one sigmoid to the first 3*H columns. A permutation of columns: the products are unchanged."""
+    order = np.concatenate([np.arange(2 * H), np.arange(3 * H, 4 * H), np.arange(2 * H, 3 * H)])
+    if isinstance(weights, np.ndarray):
+        return np.ascontiguousarray(weights[..., order])
+    return import_tf().gather(weights, order, axis=-1)
+
+
+def _together(tf, parts):
+    """``parts`` (tensors, or tuples of tensors and None) unchanged, each made to wait for all of them. The two
+    directions' input products then start together, once the backward direction's reversed input is ready; their
+    loops start together, once both products are done; and what follows the loops starts once both have ended.
+    Otherwise whichever starts first takes a core from what the other direction still runs split across
+    TensorFlow's intra-op threads, and that waits for it: at batch 1 (hidden 512), a bias add of 0.1 ms took 1-4.5
+    ms and the input's reversal 0.7 ms, and the second loop started that much later."""
+    if len(parts) < 2:
+        return parts
+    flat = [t for part in parts for t in (part if isinstance(part, tuple) else (part,)) if t is not None]
+    with tf.control_dependencies(flat):
+        return [tuple(None if t is None else tf.identity(t) for t in part) if isinstance(part, tuple)
+                else tf.identity(part) for part in parts]
 
 
 def _time_reversal(tf, lengths, steps, batch):
@@ -155,64 +190,6 @@ def valid_steps(lengths, steps) -> "tf.Tensor":
     """[T, B, 1] bool: step t of sequence b is before its length."""
     tf = import_tf()
     return tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]
-
-
-def _time_loop(tf, xw, valid, h0, c0, Rh, bh, is_lstm, until=None, Pt=None, lengths=None):
-    """One direction: xw [T, B, 1, 1, G*H] (each step's rows as 1x1 images), h0 [B, S], c0 [B, H], Rh [S, G*H],
-    bh [H], Pt [H, P] or None, lengths [B] -> (y [T, B, S], h, c). Inside the loop the states are 1x1 images
-    [B, 1, 1, S] too (see the module docstring).
-
-    The loop masks nothing: each step is the cell alone, and every step's h (and LSTM c) goes to a TensorArray.
-    After the loop, outputs past each length become zeros (one select over [T, B, S]) and the final states are
-    gathered at each sequence's length (index 0: the initial state, for length 0). The steps past a length run on
-    padding and are dropped. Selects inside the loop (per state and step) took 6.5 of 19.5 ms of a one-direction
-    LSTM loop at batch 1 (hidden 512, 100 steps); without them the benchmark stacks of ``bench/bench_exports.py``
-    ran 4% (LSTM) to 15% (GRU) faster at batch 1 and 10-17% at batch 32.
-    """
-    steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
-    rows = h0.shape[0] if h0.shape.rank else None  # the batch, static where known: TensorArray.stack keeps it
-    ys = tf.TensorArray(tf.float32, size=steps, element_shape=[rows, 1, 1, S])
-    cs = tf.TensorArray(tf.float32, size=steps if is_lstm else 0, element_shape=[rows, 1, 1, H])
-    kernel = _kernel(tf, Rh)
-    projection = None if Pt is None else _kernel(tf, Pt)
-
-    def body(t, h, c, ys, cs):
-        g = xw[t]
-        hr = tf.nn.conv2d(h, kernel, 1, "VALID")
-        if is_lstm:
-            i, f, cc, o = tf.split(g + hr, 4, axis=-1)
-            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(cc)
-            h = tf.sigmoid(o) * tf.tanh(c)
-            if projection is not None:
-                h = tf.nn.conv2d(h, projection, 1, "VALID")
-            cs = cs.write(t, c)
-        else:
-            # b_R_h goes onto the h block alone: a bias added to the whole product is fused by XLA into the
-            # matrix product, which it then runs as a slow loop (GRU 50 ms instead of 19 at batch 1)
-            x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
-            h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
-            r, z = tf.split(tf.sigmoid(x_rz + h_rz), 2, axis=-1)
-            candidate = tf.tanh(x_h + r * (h_h + bh))
-            h = candidate + z * (h - candidate)  # (1 - z) * candidate + z * h in one op fewer
-        return t + 1, h, c, ys.write(t, h), cs
-
-    last = steps if until is None else tf.minimum(steps, until)
-    bound = {} if until is None else {"maximum_iterations": steps}  # for XLA; it adds a counter to every step
-    state = (tf.constant(0), tf.reshape(h0, [-1, 1, 1, S]), tf.reshape(c0, [-1, 1, 1, H]), ys, cs)
-    _, _, _, ys, cs = tf.while_loop(lambda t, *_: t < last, body, state, **bound)
-    batch = tf.shape(h0)[0]
-    y = tf.reshape(ys.stack(), [steps, batch, S])
-    at = tf.stack([tf.minimum(lengths, steps), tf.range(tf.shape(lengths)[0])], axis=1)  # [B, 2]: (length, b)
-    h = tf.gather_nd(tf.concat([h0[None], y], 0), at)
-    c = tf.gather_nd(tf.concat([c0[None], tf.reshape(cs.stack(), [steps, batch, H])], 0), at) if is_lstm else c0
-    h.set_shape(h0.shape)  # what a loop carry kept: callers' own loops need the batch size where it is known
-    c.set_shape(c0.shape)
-    return tf.where(valid, y, 0.0), h, c
-
-
-def _kernel(tf, weights):
-    """[F_in, F_out] -> the 1x1 Conv2D kernel [1, 1, F_in, F_out] that multiplies each 1x1 image's F_in by them."""
-    return tf.reshape(weights, [1, 1] + list(weights.shape))
 
 
 def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None) -> List["tf.Tensor"]:

@@ -187,7 +187,7 @@ def _gru_direction(tf, xw, b, lengths, h0, Rh, bh, reverse):
             keep = t < lengths_col
             hr = tf.matmul(h, Rh)
             x_r, x_z, x_h = tf.split(xs.read(t), 3, axis=-1)
-            hh = hr[:, 2 * H:] + bh  # R_h h + b_R_h, on the h block alone (see _time_loop)
+            hh = hr[:, 2 * H:] + bh  # R_h h + b_R_h, on the h block alone
             r, z = tf.sigmoid(x_r + hr[:, :H]), tf.sigmoid(x_z + hr[:, H:2 * H])
             cand = tf.tanh(x_h + r * hh)
             h = tf.where(keep, (1.0 - z) * cand + z * h, h)

@@ -1,0 +1,118 @@
+"""One direction's time loop of :mod:`cudnn_port.tf_graph`, in standard TensorFlow ops.
+
+Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
+
+    g   = g_t + h @ Rh             (a 1x1 Conv2D, see below)                        [B, G*H]
+    LSTM  i, f, o, c~ = σ of g's first 3 blocks, tanh of the last (gate blocks in the order of
+          ``tf_graph._sigmoid_gates_first``);  c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
+    GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
+
+The states are kept as 1x1 images [B, 1, 1, S] and ``h @ Rh`` is a Conv2D with a 1x1 kernel: the same products,
+summed over the same S terms. TensorFlow's MatMul at batch 1 splits every [1, S] @ [S, G*H] product across its
+intra-op threads and waits for them, so the two directions' loops, each doing that every step, stall on each
+other; Conv2D with a 1x1 kernel runs a batch-1 product on the calling thread. At batch 1 (hidden 512, 100 steps,
+both directions) a step of the two loops took 94 us with Conv2D against 138 us with MatMul; at batch 32 the two
+are the same.
+
+The loop masks nothing: each step is the cell alone, and :func:`finish` zeroes the outputs past each length and
+gathers the final states. Selects inside the loop (per state and step) took 6.5 of 19.5 ms of a one-direction LSTM
+loop at batch 1 (hidden 512, 100 steps); without them the benchmark stacks of ``bench/bench_exports.py`` ran 4%
+(LSTM) to 15% (GRU) faster at batch 1 and 10-17% at batch 32.
+
+Small batches run :data:`UNROLL` steps per while_loop iteration: the loop's own bookkeeping (several ops per loop
+variable per iteration) and the read of the steps' rows are then paid once per 4 steps. A second loop, one step
+per iteration, runs the last T mod UNROLL steps, and all of them for batches of :data:`UNROLL_BELOW` or more and in
+the XLA export (``until``), which XLA compiles into code without TensorFlow's per-op costs. Timed on the bench's
+stacks (2 layers, both directions, hidden 512, 100 steps) against one step per iteration, medians of 3 to 8
+rounds in alternating blocks: the LSTM took 0.94x the time unrolled at batch 1 (the GRU 0.98x), 0.99x at batch 4,
+1.01x at 8, 1.04x at 16 and 1.04x at 32.
+"""
+import numpy as np
+
+UNROLL = 4  # steps per loop iteration for batches below UNROLL_BELOW
+UNROLL_BELOW = 8
+
+
+def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
+    """One direction: xw [T, B, 1, 1, G*H] (each step's rows as 1x1 images; G*H static), h0 [B, S], c0 [B, H]
+    (read for LSTM only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else
+    None): every step's h (and c). ``until`` (the XLA export's longest length) stops the loop there, one step per
+    iteration and GRU's b_R_h added to the h block (see below)."""
+    steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
+    weights, projection = kernel(tf, Rh), None if Pt is None else kernel(tf, Pt)
+    U = UNROLL if until is None else 1
+
+    # GRU's b_R_h sits inside r * (...). Outside the XLA export it goes onto the product as a BiasAdd of
+    # [0, b_R_h], which Grappler fuses into the Conv2D: one op fewer per step. XLA fuses such a bias into the
+    # matrix product and then runs that as a slow loop (GRU 50 ms instead of 19 at batch 1), so there b_R_h is
+    # added to the h block alone. (A stack compiled by XLA some other way, jit_compile=True on the fused layers,
+    # gets the BiasAdd: the same numbers, more slowly.)
+    fold = None
+    if not is_lstm and until is None:
+        fold = (np.concatenate([np.zeros(2 * H, np.float32), bh]) if isinstance(bh, np.ndarray)
+                else tf.concat([tf.zeros([2 * H], bh.dtype), bh], 0))
+
+    def cell(g, h, c):
+        hr = tf.nn.conv2d(h, weights, 1, "VALID")
+        if fold is not None:
+            hr = tf.nn.bias_add(hr, fold)
+        if is_lstm:
+            ifo, cc = tf.split(g + hr, [3 * H, H], axis=-1)
+            i, f, o = tf.split(tf.sigmoid(ifo), 3, axis=-1)
+            c = f * c + i * tf.tanh(cc)
+            h = o * tf.tanh(c)
+            if projection is not None:
+                h = tf.nn.conv2d(h, projection, 1, "VALID")
+            return h, c
+        x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
+        h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
+        r, z = tf.split(tf.sigmoid(x_rz + h_rz), 2, axis=-1)
+        candidate = tf.tanh(x_h + r * (h_h if fold is not None else h_h + bh))
+        return candidate + z * (h - candidate), c  # (1 - z) * candidate + z * h in one op fewer
+
+    # the carries: (t, h, ys) and, for LSTM, (c, cs); a GRU carries no c (each carry costs ops every iteration)
+    def block(t, h, ys, c=None, cs=None):
+        # U steps' rows in one gather: XLA compiles a strided slice at a loop index to the whole tensor, and a
+        # slice of U rows not at all where T < U (the loop then never runs, but XLA compiles it all the same)
+        for k, g in enumerate(tf.unstack(tf.gather(xw, t + tf.range(U)), U)):
+            h, c = cell(g, h, c)
+            ys = ys.write(t + k, h)  # a write per step, not one scatter: XLA compiles no TensorList scatter
+            cs = cs.write(t + k, c) if is_lstm else cs
+        return (t + U, h, ys) + ((c, cs) if is_lstm else ())
+
+    def single(t, h, ys, c=None, cs=None):
+        h, c = cell(xw[t], h, c)
+        return (t + 1, h, ys.write(t, h)) + ((c, cs.write(t, c)) if is_lstm else ())
+
+    batch = tf.shape(h0)[0]
+    known = h0.shape[0] if h0.shape.rank else None  # the batch, static where known: TensorArray.stack keeps it
+    state = (tf.constant(0), tf.reshape(h0, [-1, 1, 1, S]),
+             tf.TensorArray(tf.float32, size=steps, element_shape=[known, 1, 1, S]))
+    if is_lstm:
+        state += (tf.reshape(c0, [-1, 1, 1, H]), tf.TensorArray(tf.float32, size=steps, element_shape=[known, 1, 1, H]))
+    last = steps if until is None else tf.minimum(steps, until)
+    if U > 1:
+        whole = tf.where(batch < UNROLL_BELOW, last // U * U, 0)
+        state = tf.while_loop(lambda t, *_: t < whole, block, state)
+    # maximum_iterations for XLA (it needs a bound); it adds a counter to every iteration, so only there
+    bound = {} if until is None else {"maximum_iterations": steps}
+    state = tf.while_loop(lambda t, *_: t < last, single, state, **bound)
+    ys = tf.reshape(state[2].stack(), [steps, batch, S])
+    return ys, (tf.reshape(state[4].stack(), [steps, batch, H]) if is_lstm else None)
+
+
+def finish(tf, ys, cs, valid, h0, c0, lengths):
+    """A loop's every-step states (ys [T, B, S], cs [T, B, H] or None) -> (y [T, B, S] with zeros past each length,
+    h [B, S] and c [B, H] at each sequence's last step: h0 / c0 for length 0; c0 itself when cs is None)."""
+    steps = tf.shape(ys)[0]
+    at = tf.stack([tf.minimum(lengths, steps), tf.range(tf.shape(lengths)[0])], axis=1)  # [B, 2]: (length, b)
+    h = tf.gather_nd(tf.concat([h0[None], ys], 0), at)
+    c = c0 if cs is None else tf.gather_nd(tf.concat([c0[None], cs], 0), at)
+    h.set_shape(h0.shape)  # what a loop carry kept: callers' own loops need the batch size where it is known
+    c.set_shape(c0.shape)
+    return tf.where(valid, ys, 0.0), h, c
+
+
+def kernel(tf, weights):
+    """[F_in, F_out] -> the 1x1 Conv2D kernel [1, 1, F_in, F_out] that multiplies each 1x1 image's F_in by them."""
+    return tf.reshape(weights, [1, 1] + list(weights.shape))

@@ -1,0 +1,48 @@
+"""``tf_graph.stack_forward``'s loop forms against the NumPy reference (float64, shares no code with it): four steps
+per iteration plus a remainder for small batches, one step per iteration from ``tf_loop.UNROLL_BELOW`` rows on,
+both compiled by XLA as well (``jit_compile=True`` on a stack without ``until``, as on the fused layers).
+
+Tolerance: the suite's fp32 bound (``ATOL_FP32``, 1e-5); these sizes differ from the reference by ~1e-7."""
+import numpy as np
+import pytest
+
+from conftest import make_spec, random_blob
+from cudnn_port import reference
+from cudnn_port.layout import unpack
+from test_targets import assert_close
+
+tf = pytest.importorskip("tensorflow")
+
+from cudnn_port import tf_loop  # noqa: E402
+from cudnn_port.tf_graph import stack_forward  # noqa: E402
+
+# (batch, steps): T a multiple of UNROLL (no remainder), T with a remainder, T below UNROLL, a batch that runs
+# the one-step loop alone
+SHAPES = [(3, 2 * tf_loop.UNROLL), (3, 2 * tf_loop.UNROLL + 1), (2, tf_loop.UNROLL - 1),
+          (tf_loop.UNROLL_BELOW + 1, tf_loop.UNROLL + 2)]
+
+
+def batch_of(spec, batch, steps, seed):
+    """Ragged lengths (full, 1 and in between, cycled), random x past them too, non-zero states."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, steps, spec.input_size)).astype("float32")
+    lengths = np.resize(np.array([steps, 1, max(1, steps // 2), max(1, steps - 1)], np.int32), batch)
+    shape = (spec.num_pseudo_layers, batch, spec.state_size)
+    h_0, c_0 = (rng.normal(size=(2,) + shape) * 0.5).astype("float32")
+    return x, lengths, h_0, c_0
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("batch,steps", SHAPES)
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_loop_forms_match_reference(mode, batch, steps, jit):
+    spec = make_spec(mode, 2, True)
+    blob = random_blob(spec, seed=steps)
+    canon = unpack(spec, blob)
+    x, lengths, h_0, c_0 = batch_of(spec, batch, steps, seed=batch)
+    run = tf.function(lambda *a: stack_forward(canon, *a), jit_compile=jit, autograph=False)
+    got = run(x, lengths, h_0, c_0 if mode == "lstm" else None)
+    want = reference.forward(canon, x, lengths, h_0, c_0)
+    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
+        if w is not None:
+            assert_close(g.numpy(), w, f"{mode} batch {batch} T={steps} {'xla' if jit else 'graph'} {what}")
