@@ -12,8 +12,7 @@ Every number is measured in this one run, so the ratios compare like with like:
    (tf2onnx is a dependency of cudnn-port).
 4. SavedModel vs the ONNX export: the default (plain ops, which every runtime serves) at batch 1 and 32, and the
    XLA-compiled one ``convert --xla`` writes at batch 1. Targets: default <= 1.5x at batch 1; XLA within 2x; batch
-   32 reported. Beside the default at batch 1, its matrix products alone (:func:`products_only`: the same
-   TensorFlow kernels, no gates), which no graph of those kernels can beat.
+   32 reported.
 5. The same for a GRU of the same sizes: default <= 1.5x at batch 1, batch 32 reported.
 6. int8 ONNX (``convert --quantize int8``) vs the fp32 ONNX export at batch 1 and 32. Target >= 2x at both; and the
    bundled char LM's next-token loss on its text with the int8 whole-model ONNX vs fp32: within 1% (relative).
@@ -284,39 +283,6 @@ def main():
     report(res, args)
 
 
-def products_only(canon):
-    """The default SavedModel's matrix products with the least glue: each direction's input product over all steps
-    (MatMul) and its loop of recurrent products (the 1x1 Conv2D of :mod:`cudnn_port.tf_graph`), each step adding
-    the product to its input row and keeping its first S columns as the next state; no gates, no masks, no reversal.
-    What a plain-ops graph running these TensorFlow kernels cannot go below. Called on a dict of feeds."""
-    import tensorflow as tf
-
-    from cudnn_port.tf_graph import layer_weights
-
-    spec = canon.spec
-    S = spec.state_size
-
-    def loop(xw, kernel, steps, batch):
-        def body(t, h, ys):
-            h = (xw[t] + tf.nn.conv2d(h, kernel, 1, "VALID"))[..., :S]
-            return t + 1, h, ys.write(t, h)
-        ys = tf.TensorArray(tf.float32, size=steps)
-        return tf.while_loop(lambda t, *_: t < steps, body, (0, tf.zeros([batch, 1, 1, S]), ys))[2].stack()
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32)])
-    def run(inputs):
-        x = tf.transpose(inputs, [1, 0, 2])
-        steps, batch = tf.shape(x)[0], tf.shape(x)[1]
-        for layer in range(spec.num_layers):
-            Wx, Rh = layer_weights(canon, layer)[:2]
-            outs = [tf.reshape(loop(tf.reshape(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), Wx[d]),
-                                               [steps, batch, 1, 1, -1]), Rh[d][None, None], steps, batch),
-                               [steps, batch, S]) for d in range(spec.num_dirs)]
-            x = tf.concat(outs, 2)
-        return x
-    return lambda feeds: run(tf.constant(feeds["inputs"]))
-
-
 def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
     """4 and 5: the default SavedModel (and, for the LSTM, the --xla one) against the ONNX export of the same
     weights, each batch size in alternating blocks; the GRU a stack of the same sizes."""
@@ -328,14 +294,10 @@ def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
     for key, xla in (("saved_model", False), ("saved_model_xla", True)):
         write_saved_model(canon, os.path.join(folder, key), xla=xla)
         run_saved = saved_model_runner(os.path.join(folder, key))
-        if xla:
-            saved1, onnx1 = time_pair(run_saved, full1, run_onnx, full1, repeat)
-        else:
-            saved1, onnx1, products1 = time_blocks([(run_saved, full1), (run_onnx, full1),
-                                                    (products_only(canon), full1)], repeat)
+        saved1, onnx1 = time_pair(run_saved, full1, run_onnx, full1, repeat)
+        if not xla:
             saved32, onnx32 = time_pair(run_saved, full32, run_onnx, full32, max(2, repeat // 3))
-            res.update(products_b1_ms=products1 * 1e3, products_b1_over_onnx=products1 / onnx1,
-                       saved_model_b32_ms=saved32 * 1e3, saved_model_b32_over_onnx=saved32 / onnx32)
+            res.update(saved_model_b32_ms=saved32 * 1e3, saved_model_b32_over_onnx=saved32 / onnx32)
         res.update({f"{key}_b1_ms": saved1 * 1e3, f"{key}_b1_over_onnx": saved1 / onnx1})
     gru = random_stack("gru", 2)
     session = onnx_session(build_model(gru, states=True).SerializeToString())
@@ -344,12 +306,7 @@ def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
     run_gru = saved_model_runner(os.path.join(folder, "gru"))
     for batch, full, times in ((1, full1, repeat), (32, full32, max(2, repeat // 3))):
         feeds = {k: v for k, v in full.items() if k != "initial_c"}
-        if batch == 1:
-            saved, onnx, products = time_blocks([(run_gru, feeds), (run_gru_onnx, feeds),
-                                                 (products_only(gru), feeds)], times)
-            res.update(gru_products_b1_ms=products * 1e3, gru_products_b1_over_onnx=products / onnx)
-        else:
-            saved, onnx = time_pair(run_gru, feeds, run_gru_onnx, feeds, times)
+        saved, onnx = time_pair(run_gru, feeds, run_gru_onnx, feeds, times)
         res.update({f"gru_saved_model_b{batch}_ms": saved * 1e3, f"gru_onnx_b{batch}_ms": onnx * 1e3,
                     f"gru_saved_model_b{batch}_over_onnx": saved / onnx})
     for prefix in ("saved_model", "gru_saved_model"):
@@ -365,15 +322,12 @@ def report(res, args):
     print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores, int8: {res['cpu_int8']})")
     if "sgemm_gflops" in res:
         print_onnx_rows(res)
-    rows = (("lstm", "4. SavedModel", "saved_model", "products"),
-            ("gru", "5. GRU SavedModel", "gru_saved_model", "gru_products"))
-    for mode, label, prefix, products in rows:
+    rows = (("lstm", "4. SavedModel", "saved_model"), ("gru", "5. GRU SavedModel", "gru_saved_model"))
+    for mode, label, prefix in rows:
         met = "met" if res[f"{prefix}_b1_target_met"] else "NOT met"
         b32 = res[f"{prefix}_b32_over_onnx"]
         print(f"{label + ' b1':<21}{res[f'{prefix}_b1_ms']:8.2f} ms = {res[f'{prefix}_b1_over_onnx']:.2f}x the ONNX "
               f"export   target <= {SAVED_MODEL_B1_TARGET}x: {met}   (the default, plain ops)\n"
-              f"{'   its products b1':<21}{res[f'{products}_b1_ms']:8.2f} ms = "
-              f"{res[f'{products}_b1_over_onnx']:.2f}x the ONNX export   (the same kernels, no gates: its floor)\n"
               f"{'   batch 32':<21}{res[f'{prefix}_b32_ms']:8.1f} ms = {b32:.2f}x the ONNX export")
         if mode == "lstm":
             print(f"{'   --xla b1':<21}{res['saved_model_xla_b1_ms']:8.2f} ms = "
