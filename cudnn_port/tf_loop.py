@@ -1,4 +1,5 @@
-"""One direction's time loop of :mod:`cudnn_port.tf_graph`, in standard TensorFlow ops.
+"""One direction's time loop of :mod:`cudnn_port.tf_graph`, in standard TensorFlow ops (the runtime facts it relies
+on: docs/conventions.md, section 8).
 
 Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
 
@@ -46,7 +47,7 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
     # [0, b_R_h], which Grappler fuses into the Conv2D: one op fewer per step. XLA fuses such a bias into the
     # matrix product and then runs that as a slow loop (GRU 50 ms instead of 19 at batch 1), so there b_R_h is
     # added to the h block alone. (A stack compiled by XLA some other way, jit_compile=True on the fused layers,
-    # gets the BiasAdd: the same numbers, more slowly.)
+    # gets the BiasAdd: the same numbers; its speed there is not measured.)
     fold = None
     if not is_lstm and until is None:
         fold = (np.concatenate([np.zeros(2 * H, np.float32), bh]) if isinstance(bh, np.ndarray)
