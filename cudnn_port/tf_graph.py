@@ -1,6 +1,6 @@
 """cuDNN's RNN forward pass in standard TensorFlow ops (no Cudnn* op), for CPU exports.
 
-Per layer and direction d (each direction its own while_loop, so the two can run side by side)::
+Per layer and direction d (each direction its own loops, so the two can run side by side)::
 
     X_d     = x for d = 0;  x reversed within each length for d = 1                [T, B, I_l]
     XW_d    = X_d @ Wx_d + bx_d        one matmul over all steps                    [T, B, G*H]
@@ -18,7 +18,8 @@ slows what the other direction still runs on TensorFlow's intra-op threads. With
 biases fused into their products and the loop's four steps per iteration (:mod:`cudnn_port.tf_loop`), the bench's
 stacks (2 layers, both directions, hidden 512, 100 steps) ran at batch 1 in 0.87-0.91x (LSTM) and 0.85-0.89x
 (GRU) the time of the previous graph (one step per iteration, each loop started as soon as its own input product
-was done), medians of 6 to 8 rounds in alternating blocks.
+was done), medians of 6 to 10 rounds in alternating blocks, timed before the four steps' rows were read by a gather
+and written one by one (for XLA). The runtime facts these choices rely on: docs/conventions.md, section 8.
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
 
 
 def layer_weights(canon, layer) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
-    """Both directions of one layer, stacked, as the loops use them: Wx [D, I_l, G*H], Rh [D, S, G*H], bx [D, G*H],
+    """Both directions of one layer, stacked (LSTM gates in cuDNN's order; :func:`stack_forward` reorders them for
+    its loops, :func:`_sigmoid_gates_first`): Wx [D, I_l, G*H], Rh [D, S, G*H], bx [D, G*H],
     bh [D, H] and Pt [D, H, P] (None without projection), float32; NumPy arrays for a CanonicalRNN of arrays
     (they become constants: frozen exports), TensorFlow tensors for one of tensors (differentiable).
 

@@ -21,20 +21,26 @@ loop at batch 1 (hidden 512, 100 steps); without them the benchmark stacks of ``
 (LSTM) to 15% (GRU) faster at batch 1 and 10-17% at batch 32.
 
 Small batches run :data:`UNROLL` steps per while_loop iteration: the loop's own bookkeeping (several ops per loop
-variable per iteration) and the read of the steps' rows are then paid once per 4 steps. A second loop, one step
+variable per iteration) and the read of the steps' rows is then paid once per 4 steps. A second loop, one step
 per iteration, runs the last T mod UNROLL steps, and all of them for batches of :data:`UNROLL_BELOW` or more and in
 the XLA export (``until``), which XLA compiles into code without TensorFlow's per-op costs. Timed on the bench's
 stacks (2 layers, both directions, hidden 512, 100 steps) against one step per iteration, medians of 3 to 8
 rounds in alternating blocks: the LSTM took 0.94x the time unrolled at batch 1 (the GRU 0.98x), 0.99x at batch 4,
-1.01x at 8, 1.04x at 16 and 1.04x at 32.
+1.01x at 8, 1.04x at 16 and 1.04x at 32 (timed with one slice read and one scatter write per four steps, before
+the gather and the per-step writes that XLA needs).
 """
+from typing import TYPE_CHECKING, Optional, Tuple
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 UNROLL = 4  # steps per loop iteration for batches below UNROLL_BELOW
 UNROLL_BELOW = 8
 
 
-def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
+def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
     """One direction: xw [T, B, 1, 1, G*H] (each step's rows as 1x1 images; G*H static), h0 [B, S], c0 [B, H]
     (read for LSTM only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else
     None): every step's h (and c). ``until`` (the XLA export's longest length) stops the loop there, one step per
@@ -86,7 +92,7 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
         return (t + 1, h, ys.write(t, h)) + ((c, cs.write(t, c)) if is_lstm else ())
 
     batch = tf.shape(h0)[0]
-    known = h0.shape[0] if h0.shape.rank else None  # the batch, static where known: TensorArray.stack keeps it
+    known = h0.shape[0]  # the batch, static where known: TensorArray.stack keeps it
     state = (tf.constant(0), tf.reshape(h0, [-1, 1, 1, S]),
              tf.TensorArray(tf.float32, size=steps, element_shape=[known, 1, 1, S]))
     if is_lstm:
@@ -95,14 +101,15 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None):
     if U > 1:
         whole = tf.where(batch < UNROLL_BELOW, last // U * U, 0)
         state = tf.while_loop(lambda t, *_: t < whole, block, state)
-    # maximum_iterations for XLA (it needs a bound); it adds a counter to every iteration, so only there
+    # maximum_iterations in the XLA export, as before (XLA needs a bound to differentiate a loop); it adds a counter
+    # to every iteration, so only there
     bound = {} if until is None else {"maximum_iterations": steps}
     state = tf.while_loop(lambda t, *_: t < last, single, state, **bound)
     ys = tf.reshape(state[2].stack(), [steps, batch, S])
     return ys, (tf.reshape(state[4].stack(), [steps, batch, H]) if is_lstm else None)
 
 
-def finish(tf, ys, cs, valid, h0, c0, lengths):
+def finish(tf, ys, cs, valid, h0, c0, lengths) -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
     """A loop's every-step states (ys [T, B, S], cs [T, B, H] or None) -> (y [T, B, S] with zeros past each length,
     h [B, S] and c [B, H] at each sequence's last step: h0 / c0 for length 0; c0 itself when cs is None)."""
     steps = tf.shape(ys)[0]
@@ -114,6 +121,6 @@ def finish(tf, ys, cs, valid, h0, c0, lengths):
     return tf.where(valid, ys, 0.0), h, c
 
 
-def kernel(tf, weights):
+def kernel(tf, weights) -> "tf.Tensor":
     """[F_in, F_out] -> the 1x1 Conv2D kernel [1, 1, F_in, F_out] that multiplies each 1x1 image's F_in by them."""
     return tf.reshape(weights, [1, 1] + list(weights.shape))

@@ -5,14 +5,16 @@ training: per layer and direction the recurrence is one ``tf.custom_gradient`` w
 gate activations and whose backward loop computes only each step's gate gradients ``dg_t`` and
 ``dh_{t-1} = dg_t @ R^T`` (plus the state's direct terms), with TensorFlow's own ``SigmoidGrad`` / ``TanhGrad``
 kernels. What autodiff of the export path's loop does on top, and this one does not: write a whole ``[T, B, G*H]``
-zero-padded gradient of the step's input projection at every step, and accumulate ``dR`` inside the loop. ``dR`` is
+zero-padded gradient of the step's input projection at every step (at batches of 8 or more; below, its four-step
+loop reads rows by a gather), and accumulate ``dR`` inside the loop. ``dR`` is
 summed after the loop, two steps per product; the input projection and its gradients stay one matrix product over
 all steps. The backward direction loops from T-1 down to 0 over time-ordered inputs (no reverse_sequence).
 
 Measured on a 2-core CPU (``bench/bench_training.py``, 3-layer bidirectional stacks, input 128, hidden 256,
-50 steps, batch 32): about 2x the speed of autodiff of the export path. Outputs, states and the gradients w.r.t.
-the buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's do
-(``tests/test_cudnn_fixtures.py``); an LSTM with projection falls back to autodiff of the export path.
+50 steps, batch 32): about 2x the speed of autodiff of the export path (as that path was before its loop split
+into :mod:`cudnn_port.tf_loop`; at batch 32 its loop still runs one step per iteration). Outputs, states and the
+gradients w.r.t. the buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's
+do (``tests/test_cudnn_fixtures.py``); an LSTM with projection falls back to autodiff of the export path.
 """
 from typing import TYPE_CHECKING, Optional, Tuple
 
