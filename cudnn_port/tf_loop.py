@@ -92,7 +92,7 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
         return (t + 1, h, ys.write(t, h)) + ((c, cs.write(t, c)) if is_lstm else ())
 
     batch = tf.shape(h0)[0]
-    known = h0.shape[0]  # the batch, static where known: TensorArray.stack keeps it
+    known = h0.shape[0] if h0.shape.rank else None  # the batch, static where known: TensorArray.stack keeps it
     state = (tf.constant(0), tf.reshape(h0, [-1, 1, 1, S]),
              tf.TensorArray(tf.float32, size=steps, element_shape=[known, 1, 1, S]))
     if is_lstm:
