@@ -31,6 +31,7 @@ import numpy as np
 
 from .canonical import CanonicalRNN, LayerParams, input_bias
 from .deps import import_tf
+from .gates import CUDNN_LSTM, reorder
 from .tf_loop import finish, time_loop
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
 def _sigmoid_gates_first(weights, H):
     """LSTM weights [..., 4*H] with gate blocks in cuDNN order (i, f, c~, o) -> (i, f, o, c~): the loop then
     applies one sigmoid to the first 3*H columns. A permutation of columns: the products are unchanged."""
-    order = np.concatenate([np.arange(2 * H), np.arange(3 * H, 4 * H), np.arange(2 * H, 3 * H)])
+    order = reorder(np.arange(4 * H), CUDNN_LSTM, "ifoc")  # the column each new column takes
     if isinstance(weights, np.ndarray):
         return np.ascontiguousarray(weights[..., order])
     return import_tf().gather(weights, order, axis=-1)
