@@ -5,7 +5,8 @@ Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
 
     g   = g_t + h @ Rh             (a 1x1 Conv2D, see below)                        [B, G*H]
     LSTM  i, f, o, c~ = σ of g's first 3 blocks, tanh of the last (the gate order
-          ``tf_graph.layer_weights(..., gates="ifoc")`` gives);  c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
+          ``tf_graph.layer_weights(..., gates="ifoc")`` gives);  c' = f*c + i*c~;  h' = o*tanh(c')
+          (then h' @ P with a projection)
     GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
 
 The states are kept as 1x1 images [B, 1, 1, S] and ``h @ Rh`` is a Conv2D with a 1x1 kernel: the same products,
