@@ -5,8 +5,8 @@ Per layer and direction d (each direction its own loops, so the two can run side
     X_d     = x for d = 0;  x reversed within each length for d = 1                [T, B, I_l]
     XW_d    = X_d @ Wx_d + bx_d        one matmul over all steps                    [T, B, G*H]
     for t in 0 .. T-1:                 :func:`cudnn_port.tf_loop.time_loop` (the cell, and why it is so written)
-        LSTM  i, f, o, c~ = σ, σ, σ, tanh of the blocks of XW_d[t] + h @ Rh_d (the gate blocks reordered from
-              cuDNN's i, f, c~, o when the weights are read);  c' = f*c + i*c~;  h' = o*tanh(c')
+        LSTM  i, f, c~, o = σ, σ, tanh, σ of the blocks of XW_d[t] + h @ Rh_d (cuDNN's gate order; one σ over
+              all four blocks);  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
     Y_d = each step's h, zeros at t >= length (one select after the loop)
     final h (and c) = the state after step length - 1, gathered after the loop (h0 / c0 for length 0)
@@ -14,12 +14,14 @@ Per layer and direction d (each direction its own loops, so the two can run side
 
 One loop per direction rather than one loop over both: the two directions' loops then run on two threads at once.
 Both directions' input products start together, and so do both loops (:func:`_together`): a loop started early
-slows what the other direction still runs on TensorFlow's intra-op threads. With that, the LSTM gate order, the
-biases fused into their products and the loop's four steps per iteration (:mod:`cudnn_port.tf_loop`), the bench's
-stacks (2 layers, both directions, hidden 512, 100 steps) ran at batch 1 in 0.87-0.91x (LSTM) and 0.85-0.89x
-(GRU) the time of the previous graph (one step per iteration, each loop started as soon as its own input product
-was done), medians of 6 to 10 rounds in alternating blocks, timed before the four steps' rows were read by a gather
-and written one by one (for XLA). The runtime facts these choices rely on: docs/conventions.md, section 8.
+slows what the other direction still runs on TensorFlow's intra-op threads. With that, one sigmoid for three LSTM
+gates, GRU's b_R_h fused into its product and the loop's four steps per iteration (:mod:`cudnn_port.tf_loop`), the
+bench's stacks (2 layers, both directions, hidden 512, 100 steps) ran at batch 1 in 0.87-0.91x (LSTM) and
+0.85-0.89x (GRU) the time of the previous graph (one step per iteration, each loop started as soon as its own input
+product was done), medians of 6 to 10 rounds in alternating blocks, timed with the LSTM's gates reordered to i, f,
+o, c~ (now one sigmoid over all four blocks in cuDNN's order: the same time, 1.42x against 1.42x the ONNX export,
+medians of 6 rounds) and before the four steps' rows were read by a gather and written one by one (for XLA). The
+runtime facts these choices rely on: docs/conventions.md, section 8.
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
@@ -31,24 +33,21 @@ import numpy as np
 
 from .canonical import CanonicalRNN, LayerParams, input_bias
 from .deps import import_tf
-from .gates import CUDNN_LSTM, reorder
 from .tf_loop import finish, time_loop
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def layer_weights(canon, layer, gates=None) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
+def layer_weights(canon, layer) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
     """Both directions of one layer, stacked: Wx [D, I_l, G*H], Rh [D, S, G*H], bx [D, G*H], bh [D, H] and
     Pt [D, H, P] (None without projection), float32; NumPy arrays for a CanonicalRNN of arrays (they become
     constants: frozen exports), TensorFlow tensors for one of tensors (differentiable).
 
-    Gate blocks in cuDNN's order, or for an LSTM in the order ``gates`` names (``"ifoc"``, as
-    :func:`stack_forward` reads them: one sigmoid for the first three). The blocks are reordered whole, on the
-    gate axis of the canonical [G, H, ...] weights, before they are transposed: a gather of single columns after
-    it copied element by element and made the fused LSTM layer's CPU inference (2 layers, hidden 512, 100 steps)
-    take 1.7-1.9x the time at batch 1. bx is :func:`cudnn_port.canonical.input_bias` (the one bias fold); bh is
-    GRU's b_R_h, which sits inside r * (...) and is added there (zeros, unused, for LSTM).
+    Gate blocks stay in cuDNN order, as the loops read them: the fused layers read their weights from the buffer in
+    every call, and reordering the LSTM's gates copied all of them once more (their 2-layer LSTM, hidden 512, took
+    1.13-1.24x the time at batch 1). bx is :func:`cudnn_port.canonical.input_bias` (the one bias fold); bh is GRU's
+    b_R_h, which sits inside r * (...) and is added there (zeros, unused, for LSTM).
     """
     spec = canon.spec
     G, H, S = spec.num_gates, spec.num_units, spec.state_size
@@ -66,19 +65,9 @@ def layer_weights(canon, layer, gates=None) -> Tuple[Any, Any, Any, Any, Optiona
 
         def stack(parts):
             return tf.cast(tf.stack(parts), tf.float32)
-    if gates is None:
-        order = None
-    elif isinstance(canon.layers[0].W, np.ndarray):
-        def order(blocks):
-            return reorder(blocks, CUDNN_LSTM, gates)
-    else:
-        def order(blocks):
-            return import_tf().gather(blocks, reorder(np.arange(G), CUDNN_LSTM, gates), axis=0)
     Wx, Rh, bx, bh, Pt = [], [], [], [], []
     for direction in range(spec.num_dirs):
         p = canon.layer(layer, direction)
-        if order is not None:
-            p = LayerParams(order(p.W), order(p.R), order(p.b_W), order(p.b_R), p.P)
         Wx.append(transpose(reshape(p.W, [G * H, -1])))
         Rh.append(transpose(reshape(p.R, [G * H, S])))
         bx.append(input_bias(spec.mode, p.b_W, p.b_R, concat))
@@ -120,11 +109,9 @@ def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=Non
     reverse = _time_reversal(tf, lengths, steps, batch) if D == 2 else None
     final_h, final_c = [], []
     for layer in range(spec.num_layers):
-        Wx, Rh, bx, bh, Pt = layer_weights(canon, layer, "ifoc" if is_lstm else None)
+        Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
         width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
         x_d = _together(tf, [x, reverse(x)]) if D == 2 else [x]
-        # bias_add, not +: Grappler fuses MatMul + BiasAdd into one op, where an AddV2 is a second pass that waits
-        # for the intra-op threads
         xws = _together(tf, [tf.nn.bias_add(tf.matmul(tf.reshape(x_d[d], [-1, width]), Wx[d]), bx[d])
                              for d in range(D)])
         runs = []

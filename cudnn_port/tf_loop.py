@@ -4,9 +4,8 @@ on: docs/conventions.md, section 8).
 Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
 
     g   = g_t + h @ Rh             (a 1x1 Conv2D, see below)                        [B, G*H]
-    LSTM  i, f, o, c~ = σ of g's first 3 blocks, tanh of the last (the gate order
-          ``tf_graph.layer_weights(..., gates="ifoc")`` gives);  c' = f*c + i*c~;  h' = o*tanh(c')
-          (then h' @ P with a projection)
+    LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four), c~ = tanh of block 2 (cuDNN's gate order);
+          c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
     GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
 
 The states are kept as 1x1 images [B, 1, 1, S] and ``h @ Rh`` is a Conv2D with a 1x1 kernel: the same products,
@@ -65,9 +64,12 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
         if fold is not None:
             hr = tf.nn.bias_add(hr, fold)
         if is_lstm:
-            ifo, cc = tf.split(g + hr, [3 * H, H], axis=-1)
-            i, f, o = tf.split(tf.sigmoid(ifo), 3, axis=-1)
-            c = f * c + i * tf.tanh(cc)
+            g = g + hr  # gate blocks in cuDNN's order: i, f, c~, o
+            # one sigmoid over all four blocks (block 2's unused) and a slice for c~: as few ops as one sigmoid
+            # over gates reordered to i, f, o, c~, with no reordering of the weights, which would copy them all
+            # in every call of the fused layers
+            i, f, _, o = tf.split(tf.sigmoid(g), 4, axis=-1)
+            c = f * c + i * tf.tanh(g[..., 2 * H:3 * H])
             h = o * tf.tanh(c)
             if projection is not None:
                 h = tf.nn.conv2d(h, projection, 1, "VALID")
