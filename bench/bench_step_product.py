@@ -1,0 +1,129 @@
+"""The recurrent product of one step at batch 1, in TensorFlow's CPU kernels against onnxruntime's, in one run.
+
+Each step of the plain-ops SavedModel's loops (:mod:`cudnn_port.tf_loop`) multiplies the state h [1, 512] by the
+recurrent weights [512, G*H] (G*H = 1536 for GRU, 2048 for LSTM). This times that product alone: a chain of 100
+steps ``h = tanh((h @ R)[:, :512])``, unrolled in one graph (no loop, no TensorArray), for
+
+- TensorFlow: the 1x1 ``Conv2D`` the loops use; ``MatMul``; and ``MatMul`` with the weights stored transposed
+  (``transpose_b=True``, the layout TensorFlow's matrix-vector special case reads);
+- onnxruntime: ``MatMul``, ``Slice`` and ``Tanh`` nodes, the ops its exports run per step;
+
+once with one chain, and once with two independent chains in the same call, as the two directions of a layer run
+side by side. Every chain has its own random weights. Reported: microseconds per step (per pair of steps with two
+chains) and each TensorFlow kernel's ratio to onnxruntime's with the same number of chains, medians of alternating
+blocks (:func:`bench_exports.time_blocks`). ``TF_ENABLE_ONEDNN_OPTS=0`` as in ``bench_exports.py``.
+
+    python bench/bench_step_product.py [--gates 3|4] [--repeat 20] [--json]
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_exports import time_blocks  # noqa: E402
+
+HIDDEN, STEPS = 512, 100
+KERNELS = ("conv2d_1x1", "matmul", "matmul_transpose_b")
+
+
+def tf_chain(kind, weights):
+    """A traced function running one chain of STEPS steps per weight matrix in ``weights``, on h0 [1, HIDDEN]."""
+    import tensorflow as tf
+
+    consts = [tf.constant(w.reshape(1, 1, *w.shape)) if kind == "conv2d_1x1" else
+              tf.constant(np.ascontiguousarray(w.T)) if kind == "matmul_transpose_b" else tf.constant(w)
+              for w in weights]
+
+    @tf.function(input_signature=[tf.TensorSpec([1, HIDDEN])])
+    def run(h0):
+        outs = []
+        for k, w in enumerate(consts):
+            h = h0 + float(k)
+            if kind == "conv2d_1x1":
+                h = tf.reshape(h, [1, 1, 1, HIDDEN])
+            for _ in range(STEPS):
+                if kind == "conv2d_1x1":
+                    g = tf.nn.conv2d(h, w, 1, "VALID")
+                elif kind == "matmul":
+                    g = tf.matmul(h, w)
+                else:
+                    g = tf.matmul(h, w, transpose_b=True)
+                h = tf.tanh(g[..., :HIDDEN])
+            outs.append(tf.reshape(h, [1, HIDDEN]))
+        return tf.add_n(outs)
+
+    return lambda f: run(f["h"]).numpy()
+
+
+def onnx_chain(weights):
+    """The same chains as one ONNX graph in an onnxruntime session (the exports' runner settings)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cudnn_port.exports.onnx import IR_VERSION, OPSET
+    from cudnn_port.exports.runners import onnx_session
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("lo", [0]), ("hi", [HIDDEN]),
+                                                                            ("axis", [1]))]
+    nodes, ends = [], []
+    for k, w in enumerate(weights):
+        inits.append(numpy_helper.from_array(w, f"R{k}"))
+        nodes.append(helper.make_node("Add", ["h", f"k{k}"], [f"c{k}_0"]))
+        inits.append(numpy_helper.from_array(np.array([float(k)], np.float32), f"k{k}"))
+        for t in range(STEPS):
+            nodes += [helper.make_node("MatMul", [f"c{k}_{t}", f"R{k}"], [f"g{k}_{t}"]),
+                      helper.make_node("Slice", [f"g{k}_{t}", "lo", "hi", "axis"], [f"s{k}_{t}"]),
+                      helper.make_node("Tanh", [f"s{k}_{t}"], [f"c{k}_{t + 1}"])]
+        ends.append(f"c{k}_{STEPS}")
+    nodes.append(helper.make_node("Sum", ends, ["out"]))
+    graph = helper.make_graph(nodes, "chains", [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, HIDDEN])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, HIDDEN])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    run = onnx_session(model.SerializeToString()).run
+    return lambda f: run(None, f)[0]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gates", type=int, choices=(3, 4), default=4, help="3: GRU's product, 4: LSTM's")
+    parser.add_argument("--repeat", type=int, default=20, help="calls per timed block")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    feeds = {"h": rng.normal(size=(1, HIDDEN)).astype(np.float32)}
+    results = {"gates": args.gates, "hidden": HIDDEN, "steps": STEPS}
+    for chains in (1, 2):
+        weights = [(rng.normal(size=(HIDDEN, args.gates * HIDDEN)) * 0.05).astype(np.float32) for _ in range(chains)]
+        runners = [onnx_chain(weights)] + [tf_chain(kind, weights) for kind in KERNELS]
+        reference = runners[0](feeds)
+        for kind, run in zip(KERNELS, runners[1:]):  # the same numbers, so the same work is timed
+            error = float(np.abs(run(feeds) - reference).max())
+            if error > 1e-4:
+                raise SystemExit(f"{kind} differs from onnxruntime by {error:.2e}: not the same product")
+        times = time_blocks([(run, feeds) for run in runners], args.repeat)
+        row = {"onnxruntime_us_per_step": times[0] / STEPS * 1e6}
+        for kind, spent in zip(KERNELS, times[1:]):
+            row[f"{kind}_us_per_step"] = spent / STEPS * 1e6
+            row[f"{kind}_over_onnxruntime"] = spent / times[0]
+        results[f"{chains}_chain" + ("s" if chains > 1 else "")] = row
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    print(f"one step's product at batch 1: h [1, {HIDDEN}] @ R [{HIDDEN}, {args.gates * HIDDEN}], then slice and tanh")
+    for key in ("1_chain", "2_chains"):
+        row = results[key]
+        parts = [f"onnxruntime {row['onnxruntime_us_per_step']:.1f} us"]
+        parts += [f"{kind} {row[f'{kind}_us_per_step']:.1f} us ({row[f'{kind}_over_onnxruntime']:.2f}x)"
+                  for kind in KERNELS]
+        print(f"{key.replace('_', ' ')}: " + ", ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
