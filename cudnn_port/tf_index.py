@@ -29,6 +29,12 @@ ITEMSIZE = {1: 4, 2: 8, 3: 4, 4: 1, 5: 2, 6: 1, 8: 8, 9: 8, 10: 1, 11: 1, 12: 1,
             18: 16, 19: 2, 22: 4, 23: 8, 24: 1, 25: 1, 26: 1, 27: 1, 28: 1}
 VARIABLE_SIZE = {7, 20, 21, 29, 30}  # string, resource, variant, int4, uint4: no fixed bytes per element
 MAX_ELEMENTS = 1 << 40
+# the wire types of the fields read (0 varint, 2 length-delimited, 5 fixed32), from tensor_bundle.proto and
+# tensor_shape.proto
+HEADER_WIRES = {1: 0, 2: 0, 3: 2}  # num_shards, endianness, version
+ENTRY_WIRES = {1: 0, 2: 2, 3: 0, 4: 0, 5: 0, 6: 5, 7: 2}  # dtype, shape, shard_id, offset, size, crc32c, slices
+SHAPE_WIRES = {2: 2, 3: 0}  # dim, unknown_rank
+DIM_WIRES = {1: 0, 2: 2}  # size, name
 
 
 class _Corrupt(Exception):
@@ -52,8 +58,10 @@ def _signed(value):
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _fields(data):
-    """(field number, wire type, value) of a protobuf message; length-delimited values as bytes."""
+def _fields(data, wires):
+    """(field number, wire type, value) of a protobuf message; length-delimited values as bytes. ``wires``: {field:
+    the wire type its schema gives it}; a known field of another wire type is corruption (a flipped bit in a key
+    turns a number into bytes, or a message into a number)."""
     pos = 0
     while pos < len(data):
         key, pos = _varint(data, pos)
@@ -71,6 +79,8 @@ def _fields(data):
             raise _Corrupt(f"wire type {wire}")
         if pos > len(data):
             raise _Corrupt("a truncated field")
+        if wires.get(field, wire) != wire:
+            raise _Corrupt(f"field {field} of wire type {wire}, not {wires[field]}")
         yield field, wire, value
 
 
@@ -116,17 +126,17 @@ def read_index(path) -> Tuple[Optional[Dict[int, Any]], Dict[str, Dict[str, Any]
     for _, handle in _block(data, index_offset, index_size):
         for key, value in _block(data, *_handle(handle)):
             if key == b"":
-                header = {f: v for f, _, v in _fields(value)}
+                header = {f: v for f, _, v in _fields(value, HEADER_WIRES)}
                 continue
             entry = {"dtype": 0, "shape": [], "shard": 0, "offset": 0, "size": 0, "sliced": False, "unknown": False,
                      "crc32c": None}
-            for field, _, v in _fields(value):
+            for field, _, v in _fields(value, ENTRY_WIRES):
                 if field == 1:
                     entry["dtype"] = v
                 elif field == 2:
-                    for f2, _, v2 in _fields(v):
+                    for f2, _, v2 in _fields(v, SHAPE_WIRES):
                         if f2 == 2:
-                            entry["shape"].append(_signed(dict((a, b) for a, _, b in _fields(v2)).get(1, 0)))
+                            entry["shape"].append(_signed(dict((a, b) for a, _, b in _fields(v2, DIM_WIRES)).get(1, 0)))
                         elif f2 == 3 and v2:
                             entry["unknown"] = True
                 elif field in (3, 4, 5):
