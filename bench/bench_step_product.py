@@ -5,7 +5,7 @@ recurrent weights [512, G*H] (G*H = 1536 for GRU, 2048 for LSTM). This times tha
 steps ``h = tanh((h @ R)[:, :512])``, unrolled in one graph (no loop, no TensorArray), for
 
 - TensorFlow: the 1x1 ``Conv2D`` the loops use; ``MatMul``; and ``MatMul`` with the weights stored transposed
-  (``transpose_b=True``, the layout TensorFlow's matrix-vector special case reads);
+  (``transpose_b=True``);
 - onnxruntime: ``MatMul``, ``Slice`` and ``Tanh`` nodes, the ops its exports run per step;
 
 once with one chain, and once with two independent chains in the same call, as the two directions of a layer run

@@ -1,5 +1,6 @@
 """Every defect a fuzz run of inspect/convert/verify/bench found, reproduced: no crash, no hang, no data loss, no path
 escape; bad input is exit 2 with one short line naming the problem and the fix, nothing written, input unchanged."""
+import functools
 import json
 import os
 import shutil
@@ -186,9 +187,10 @@ def test_out_that_is_a_symbolic_link(tmp_path, sample, capsys, kind):
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+@functools.lru_cache(maxsize=None)
 def _nobody_runs_this_python() -> bool:
     """Whether user 65534 can start this interpreter: pyenv's Python 3.10 under /root (mode 700) loads its
-    libpython from there, so as that user it fails with "cannot open shared object file"."""
+    libpython from there, so as that user it fails with "cannot open shared object file". Asked once per session."""
     try:
         return subprocess.run(AS_NOBODY + [sys.executable, "-c", "pass"], capture_output=True, timeout=60,
                               cwd="/").returncode == 0
