@@ -3,17 +3,29 @@ on: docs/conventions.md, section 8).
 
 Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
 
-    g   = g_t + h @ Rh             (a 1x1 Conv2D, see below)                        [B, G*H]
+    g   = g_t + h @ Rh             (SparseMatMul, see below)                        [B, G*H]
     LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four), c~ = tanh of block 2 (cuDNN's gate order);
           c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
     GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
 
-The states are kept as 1x1 images [B, 1, 1, S] and ``h @ Rh`` is a Conv2D with a 1x1 kernel: the same products,
-summed over the same S terms. TensorFlow's MatMul at batch 1 splits every [1, S] @ [S, G*H] product across its
-intra-op threads and waits for them, so the two directions' loops, each doing that every step, stall on each
-other; Conv2D with a 1x1 kernel runs a batch-1 product on the calling thread. At batch 1 (hidden 512, 100 steps,
-both directions) a step of the two loops took 94 us with Conv2D against 138 us with MatMul; at batch 32 the two
-are the same.
+``h @ Rh`` is ``SparseMatMul`` with both operands dense in the loop that runs batches below
+:data:`UNROLL_BELOW` (four steps per iteration, below), and ``MatMul`` in the loop of one step per iteration (every
+step of larger batches, the last T mod 4 steps of small ones, the XLA export's loop). ``SparseMatMul`` is a standard
+op (with a gradient and an XLA kernel) whose CPU kernel is then one Eigen contraction; of the forms measured, it is
+the one that TensorFlow's oneDNN rewrite leaves alone. That rewrite is on by default on x86 CPUs with AVX512_VNNI,
+AVX512_BF16 or AMX (TensorFlow >= 2.9; TF_ENABLE_ONEDNN_OPTS decides), and there it turned the 1x1 ``Conv2D`` this
+loop used before into ``_MklNativeFusedConv2D``: 144 us a step at batch 1 in a trace of the GRU SavedModel, where
+Eigen's ``_FusedConv2D`` took 43 us. Two chains of 100 products ``[1, 512] @ [512, 1536]`` side by side, as a
+layer's two directions run, took per step with oneDNN on: ``SparseMatMul`` 50-52 us, ``MatMul`` 98, ``BatchMatMulV2``
+103, ``Einsum`` 101, 1x1 ``Conv2D`` 98-109, ``Conv3D`` 266; with it off: ``SparseMatMul`` 46-50 us, 1x1 ``Conv2D``
+50-65, ``MatMul`` 80-83 (it splits a batch-1 product across the intra-op threads, so the two chains stall each
+other). At batch 32 the two directions' products ``[32, 512] @ [512, 1536]`` took 516 us a step with ``MatMul``
+under oneDNN against 661 with ``SparseMatMul``, and 594-609 us either way without oneDNN: hence ``MatMul`` for
+large batches. On the bench's stacks (2 layers, both directions, hidden 512, 100 steps), in the same process in
+alternating blocks, 2026-11-24, against the loop before (a 1x1 ``Conv2D`` at every batch): with oneDNN on, 0.65-0.69x
+the time at batch 1; with it off, 0.97-1.02x. At batch 32, against the loop before this one (``MatMul``, one step
+per iteration, masks inside the loop), 4 rounds: with oneDNN on, 1.05x (LSTM) and 0.95x (GRU) the time, where the
+1x1 ``Conv2D`` took 2.0x; with it off, 0.96x and 0.96x.
 
 The loop masks nothing: each step is the cell alone, and :func:`finish` zeroes the outputs past each length and
 gathers the final states. Selects inside the loop (per state and step) took 6.5 of 19.5 ms of a one-direction LSTM
@@ -31,8 +43,6 @@ the gather and the per-step writes that XLA needs).
 """
 from typing import TYPE_CHECKING, Optional, Tuple
 
-import numpy as np
-
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -41,28 +51,17 @@ UNROLL_BELOW = 8
 
 
 def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
-    """One direction: xw [T, B, 1, 1, G*H] (each step's rows as 1x1 images; G*H static), h0 [B, S], c0 [B, H]
-    (read for LSTM only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else
-    None): every step's h (and c). ``until`` (the XLA export's longest length) stops the loop there, one step per
-    iteration and GRU's b_R_h added to the h block (see below)."""
+    """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
+    only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
+    h (and c). ``until`` (the XLA export's longest length) stops the loop there, one step per iteration."""
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
-    weights, projection = kernel(tf, Rh), None if Pt is None else kernel(tf, Pt)
     U = UNROLL if until is None else 1
 
-    # GRU's b_R_h sits inside r * (...). Outside the XLA export it goes onto the product as a BiasAdd of
-    # [0, b_R_h], which Grappler fuses into the Conv2D: one op fewer per step. XLA fuses such a bias into the
-    # matrix product and then runs that as a slow loop (GRU 50 ms instead of 19 at batch 1), so there b_R_h is
-    # added to the h block alone. (A stack compiled by XLA some other way, jit_compile=True on the fused layers,
-    # gets the BiasAdd: the same numbers; its speed there is not measured.)
-    fold = None
-    if not is_lstm and until is None:
-        fold = (np.concatenate([np.zeros(2 * H, np.float32), bh]) if isinstance(bh, np.ndarray)
-                else tf.concat([tf.zeros([2 * H], bh.dtype), bh], 0))
+    def small(h, weights):  # the product of the loop for batches below UNROLL_BELOW (module docstring)
+        return tf.raw_ops.SparseMatMul(a=h, b=weights)
 
-    def cell(g, h, c):
-        hr = tf.nn.conv2d(h, weights, 1, "VALID")
-        if fold is not None:
-            hr = tf.nn.bias_add(hr, fold)
+    def cell(g, h, c, product):
+        hr = product(h, Rh)
         if is_lstm:
             g = g + hr  # gate blocks in cuDNN's order: i, f, c~, o
             # one sigmoid over all four blocks (block 2's unused) and a slice for c~: as few ops as one sigmoid
@@ -71,13 +70,13 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
             i, f, _, o = tf.split(tf.sigmoid(g), 4, axis=-1)
             c = f * c + i * tf.tanh(g[..., 2 * H:3 * H])
             h = o * tf.tanh(c)
-            if projection is not None:
-                h = tf.nn.conv2d(h, projection, 1, "VALID")
+            if Pt is not None:
+                h = product(h, Pt)
             return h, c
         x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
         h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
         r, z = tf.split(tf.sigmoid(x_rz + h_rz), 2, axis=-1)
-        candidate = tf.tanh(x_h + r * (h_h if fold is not None else h_h + bh))
+        candidate = tf.tanh(x_h + r * (h_h + bh))  # GRU's b_R_h sits inside r * (...)
         return candidate + z * (h - candidate), c  # (1 - z) * candidate + z * h in one op fewer
 
     # the carries: (t, h, ys) and, for LSTM, (c, cs); a GRU carries no c (each carry costs ops every iteration)
@@ -85,21 +84,20 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
         # U steps' rows in one gather: XLA compiles a strided slice at a loop index to the whole tensor, and a
         # slice of U rows not at all where T < U (the loop then never runs, but XLA compiles it all the same)
         for k, g in enumerate(tf.unstack(tf.gather(xw, t + tf.range(U)), U)):
-            h, c = cell(g, h, c)
+            h, c = cell(g, h, c, small)
             ys = ys.write(t + k, h)  # a write per step, not one scatter: XLA compiles no TensorList scatter
             cs = cs.write(t + k, c) if is_lstm else cs
         return (t + U, h, ys) + ((c, cs) if is_lstm else ())
 
     def single(t, h, ys, c=None, cs=None):
-        h, c = cell(xw[t], h, c)
+        h, c = cell(xw[t], h, c, tf.matmul)
         return (t + 1, h, ys.write(t, h)) + ((c, cs.write(t, c)) if is_lstm else ())
 
     batch = tf.shape(h0)[0]
     known = h0.shape[0] if h0.shape.rank else None  # the batch, static where known: TensorArray.stack keeps it
-    state = (tf.constant(0), tf.reshape(h0, [-1, 1, 1, S]),
-             tf.TensorArray(tf.float32, size=steps, element_shape=[known, 1, 1, S]))
+    state = (tf.constant(0), h0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, S]))
     if is_lstm:
-        state += (tf.reshape(c0, [-1, 1, 1, H]), tf.TensorArray(tf.float32, size=steps, element_shape=[known, 1, 1, H]))
+        state += (c0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, H]))
     last = steps if until is None else tf.minimum(steps, until)
     if U > 1:
         whole = tf.where(batch < UNROLL_BELOW, last // U * U, 0)
@@ -108,8 +106,7 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
     # to every iteration, so only there
     bound = {} if until is None else {"maximum_iterations": steps}
     state = tf.while_loop(lambda t, *_: t < last, single, state, **bound)
-    ys = tf.reshape(state[2].stack(), [steps, batch, S])
-    return ys, (tf.reshape(state[4].stack(), [steps, batch, H]) if is_lstm else None)
+    return state[2].stack(), (state[4].stack() if is_lstm else None)
 
 
 def finish(tf, ys, cs, valid, h0, c0, lengths) -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
@@ -122,8 +119,3 @@ def finish(tf, ys, cs, valid, h0, c0, lengths) -> Tuple["tf.Tensor", "tf.Tensor"
     h.set_shape(h0.shape)  # what a loop carry kept: callers' own loops need the batch size where it is known
     c.set_shape(c0.shape)
     return tf.where(valid, ys, 0.0), h, c
-
-
-def kernel(tf, weights) -> "tf.Tensor":
-    """[F_in, F_out] -> the 1x1 Conv2D kernel [1, 1, F_in, F_out] that multiplies each 1x1 image's F_in by them."""
-    return tf.reshape(weights, [1, 1] + list(weights.shape))
