@@ -22,7 +22,10 @@ Ratios 1, 2, 4, 5 and 6 time their sides in alternating blocks so that machine n
 
     python bench/bench_exports.py [--repeat 10] [--json] [--only saved_model]
 
-``--only saved_model`` runs 4 and 5 alone (a few minutes where the whole bench takes many).
+``--only saved_model`` runs 4 and 5 alone (a few minutes where the whole bench takes many). TensorFlow runs with
+``TF_ENABLE_ONEDNN_OPTS=0`` unless the variable is set: ``TF_ENABLE_ONEDNN_OPTS=1`` times the SavedModel under
+TensorFlow's oneDNN rewrite, which is TensorFlow's own default on x86 CPUs with AVX512_VNNI, AVX512_BF16 or AMX
+(docs/conventions.md, section 8). The first line says which.
 """
 import argparse
 import json
@@ -235,7 +238,8 @@ def main():
                 "sequence_lengths": np.asarray(lengths, np.int32), "initial_h": state, "initial_c": state}
 
     run_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
-    res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat, "cpu_int8": cpu_int8_kind()}
+    res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat, "cpu_int8": cpu_int8_kind(),
+           "tf_enable_onednn_opts": os.environ["TF_ENABLE_ONEDNN_OPTS"]}
     full1, full32 = feeds(1, [STEPS]), feeds(32, [STEPS] * 32)
     if args.only == "saved_model":
         with tempfile.TemporaryDirectory() as tmp:
@@ -319,7 +323,8 @@ def report(res, args):
     if args.json:
         print(json.dumps(res, indent=2))
         return
-    print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores, int8: {res['cpu_int8']})")
+    print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores, int8: {res['cpu_int8']}, "
+                         f"TF_ENABLE_ONEDNN_OPTS={res['tf_enable_onednn_opts']})")
     if "sgemm_gflops" in res:
         print_onnx_rows(res)
     rows = (("lstm", "4. SavedModel", "saved_model"), ("gru", "5. GRU SavedModel", "gru_saved_model"))

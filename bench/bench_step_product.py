@@ -4,14 +4,14 @@ Each step of the plain-ops SavedModel's loops (:mod:`cudnn_port.tf_loop`) multip
 recurrent weights [512, G*H] (G*H = 1536 for GRU, 2048 for LSTM). This times that product alone: a chain of 100
 steps ``h = tanh((h @ R)[:, :512])``, unrolled in one graph (no loop, no TensorArray), for
 
-- TensorFlow: the 1x1 ``Conv2D`` the loops use; ``MatMul``; and ``MatMul`` with the weights stored transposed
-  (``transpose_b=True``);
+- TensorFlow: ``SparseMatMul`` with both operands dense, which the loops use; a 1x1 ``Conv2D`` (the loops' form
+  before); ``MatMul``; and ``MatMul`` with the weights stored transposed (``transpose_b=True``);
 - onnxruntime: ``MatMul``, ``Slice`` and ``Tanh`` nodes, the ops its exports run per step;
 
 once with one chain, and once with two independent chains in the same call, as the two directions of a layer run
 side by side. Every chain has its own random weights. Reported: microseconds per step (per pair of steps with two
 chains) and each TensorFlow kernel's ratio to onnxruntime's with the same number of chains, medians of alternating
-blocks (:func:`bench_exports.time_blocks`). ``TF_ENABLE_ONEDNN_OPTS=0`` as in ``bench_exports.py``.
+blocks (:func:`bench_exports.time_blocks`). ``TF_ENABLE_ONEDNN_OPTS=0`` unless set, as in ``bench_exports.py``.
 
     python bench/bench_step_product.py [--gates 3|4] [--repeat 20] [--json]
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_exports import time_blocks  # noqa: E402
 
 HIDDEN, STEPS = 512, 100
-KERNELS = ("conv2d_1x1", "matmul", "matmul_transpose_b")
+KERNELS = ("sparse_matmul", "conv2d_1x1", "matmul", "matmul_transpose_b")
 
 
 def tf_chain(kind, weights):
@@ -49,7 +49,9 @@ def tf_chain(kind, weights):
             if kind == "conv2d_1x1":
                 h = tf.reshape(h, [1, 1, 1, HIDDEN])
             for _ in range(STEPS):
-                if kind == "conv2d_1x1":
+                if kind == "sparse_matmul":  # the loops' product (cudnn_port.tf_loop.product)
+                    g = tf.raw_ops.SparseMatMul(a=h, b=w)
+                elif kind == "conv2d_1x1":
                     g = tf.nn.conv2d(h, w, 1, "VALID")
                 elif kind == "matmul":
                     g = tf.matmul(h, w)
