@@ -4,13 +4,14 @@ both compiled by XLA as well (``jit_compile=True`` on a stack without ``until``,
 LSTM with a projection (h narrower than c). Which form a batch gets is a speed choice, not checked here: every form
 must give the reference's numbers.
 
-Tolerance: the suite's fp32 bound (``ATOL_FP32``, 1e-5); these sizes differ from the reference by ~1e-7."""
+Tolerance: the suite's fp32 bound (``ATOL_FP32``, 1e-5); these sizes differ from the reference by ~1e-7. One case
+runs the loops with TensorFlow's oneDNN rewrite on."""
 import dataclasses
 
 import numpy as np
 import pytest
 
-from conftest import make_spec, random_blob
+from conftest import ATOL_FP32, make_spec, random_blob
 from cudnn_port import reference
 from cudnn_port.layout import unpack
 from test_targets import assert_close
@@ -52,3 +53,51 @@ def test_loop_forms_match_reference(mode, batch, steps, jit):
     for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
         if w is not None:
             assert_close(g.numpy(), w, f"{mode} batch {batch} T={steps} {'xla' if jit else 'graph'} {what}")
+
+
+ONEDNN_SCRIPT = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
+from conftest import ATOL_FP32, make_spec, random_blob
+from cudnn_port import reference
+from cudnn_port.layout import unpack
+from cudnn_port.tf_graph import stack_forward
+from test_tf_loop import batch_of
+
+errors = {"onednn": bool(_pywrap_util_port.IsMklEnabled())}
+for mode in ("lstm", "gru"):
+    spec = make_spec(mode, 2, True)
+    canon = unpack(spec, random_blob(spec, seed=7))
+    for batch, steps in ((3, 9), (9, 6)):
+        x, lengths, h_0, c_0 = batch_of(spec, batch, steps, seed=batch)
+        got = tf.function(lambda *a: stack_forward(canon, *a), autograph=False)(
+            x, lengths, h_0, c_0 if mode == "lstm" else None)
+        want = reference.forward(canon, x, lengths, h_0, c_0)
+        errors[f"{mode} batch {batch} T={steps}"] = max(
+            float(np.abs(g.numpy() - w).max()) for g, w in zip(got, want) if w is not None)
+print(json.dumps(errors))
+"""
+
+
+def test_loop_forms_match_reference_under_onednn():
+    """The same check with TensorFlow's oneDNN rewrite on (``TF_ENABLE_ONEDNN_OPTS=1``, its default on x86 CPUs
+    with AVX512_VNNI, AVX512_BF16 or AMX; the rest of the suite runs with it off), in a subprocess since TensorFlow
+    reads the variable once: the loop's products (``SparseMatMul`` for small batches, ``MatMul``, which the rewrite
+    replaces, from ``UNROLL_BELOW`` rows on) and the input products give the reference's numbers there too."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", ONEDNN_SCRIPT, os.path.dirname(__file__)], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not errors.pop("onednn"):
+        pytest.skip("this TensorFlow build has no oneDNN rewrite (not an x86 build with oneDNN)")
+    for what, err in errors.items():
+        assert err <= ATOL_FP32, f"oneDNN on, {what}: max abs error {err:.3g} > {ATOL_FP32}"
