@@ -49,7 +49,7 @@ def tf_chain(kind, weights):
             if kind == "conv2d_1x1":
                 h = tf.reshape(h, [1, 1, 1, HIDDEN])
             for _ in range(STEPS):
-                if kind == "sparse_matmul":  # the loops' product (cudnn_port.tf_loop.product)
+                if kind == "sparse_matmul":  # the small-batch loop's product (cudnn_port.tf_loop)
                     g = tf.raw_ops.SparseMatMul(a=h, b=w)
                 elif kind == "conv2d_1x1":
                     g = tf.nn.conv2d(h, w, 1, "VALID")

@@ -93,8 +93,10 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
         h, c = cell(xw[t], h, c, tf.matmul)
         return (t + 1, h, ys.write(t, h)) + ((c, cs.write(t, c)) if is_lstm else ())
 
+    # rank 2 where a caller's states have no static shape (graphs.rewrite): MatMul stays MatMul, not BatchMatMul
+    h0, c0 = tf.reshape(h0, [-1, S]), tf.reshape(c0, [-1, H])
     batch = tf.shape(h0)[0]
-    known = h0.shape[0] if h0.shape.rank else None  # the batch, static where known: TensorArray.stack keeps it
+    known = h0.shape[0]  # the batch, static where known: TensorArray.stack keeps it
     state = (tf.constant(0), h0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, S]))
     if is_lstm:
         state += (c0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, H]))
