@@ -30,8 +30,9 @@ def stack_train(canon, inputs, sequence_lengths, initial_h=None, initial_c=None,
     """:func:`cudnn_port.tf_graph.stack_forward` with a hand-written backward pass (see the module docstring).
     Same interface and forward math: outputs, states and the gradients w.r.t. inputs and initial states equal
     autodiff of ``stack_forward`` within float32 rounding (its recurrent product is a SparseMatMul below
-    ``tf_loop.UNROLL_BELOW`` rows, a MatMul otherwise, summed in another order than this MatMul, and its GRU update is written ``h~ + z * (h - h~)``); the buffer's gradient is summed in
-    another order, no less accurately (:func:`_sum_over_steps`)."""
+    ``tf_loop.UNROLL_BELOW`` rows, a MatMul otherwise, summed in another order than this MatMul, and its GRU update
+    is written ``h~ + z * (h - h~)``); the buffer's gradient is summed in another order, no less accurately
+    (:func:`_sum_over_steps`)."""
     tf = import_tf()
     spec = canon.spec
     if getattr(spec, "num_proj", 0):  # an LSTM projection: autodiff of the plain path
