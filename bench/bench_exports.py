@@ -12,7 +12,8 @@ Every number is measured in this one run, so the ratios compare like with like:
    (tf2onnx is a dependency of cudnn-port).
 4. SavedModel vs the ONNX export: the default (plain ops, which every runtime serves) at batch 1 and 32, and the
    XLA-compiled one ``convert --xla`` writes at batch 1. Targets: default <= 1.5x at batch 1; XLA within 2x; batch
-   32 reported.
+   32 reported. The default's batch-1 line also gives the lowest and highest of its rounds' ratios (each round's
+   medians); the verdict is on the medians over all rounds.
 5. The same for a GRU of the same sizes: default <= 1.5x at batch 1, batch 32 reported.
 6. int8 ONNX (``convert --quantize int8``) vs the fp32 ONNX export at batch 1 and 32. Target >= 2x at both; and the
    bundled char LM's next-token loss on its text with the int8 whole-model ONNX vs fp32: within 1% (relative).
@@ -47,11 +48,12 @@ LAYERS, INPUT, HIDDEN, STEPS = 2, 256, 512, 100
 SAVED_MODEL_B1_TARGET = 1.5
 
 
-def time_blocks(calls, repeat, rounds=3):
+def time_blocks(calls, repeat, rounds=3, per_round=False):
     """Median seconds of each ``(fn, feeds)`` of ``calls``, timed in alternating blocks (A x repeat, B x repeat,
     ..., A x repeat, ...; ``rounds`` of each, each block after one untimed call), so that a slow spell of the
     machine falls on every side of a ratio. Blocks, not single calls in turn: onnxruntime's and TensorFlow's
-    thread pools spin after a call and would slow whichever runs next."""
+    thread pools spin after a call and would slow whichever runs next. With ``per_round``, also each call's median
+    in each round (one list per call): a ratio taken round by round shows how far this machine's noise moves it."""
     times = [[] for _ in calls]
     for _ in range(rounds):
         for (fn, feeds), spent in zip(calls, times):
@@ -60,12 +62,21 @@ def time_blocks(calls, repeat, rounds=3):
                 start = time.perf_counter()
                 fn(feeds)
                 spent.append(time.perf_counter() - start)
-    return [float(np.median(spent)) for spent in times]
+    medians = [float(np.median(spent)) for spent in times]
+    if not per_round:
+        return medians
+    return medians, [[float(np.median(spent[r * repeat:(r + 1) * repeat])) for r in range(rounds)] for spent in times]
 
 
 def time_pair(fn_a, feeds_a, fn_b, feeds_b, repeat, rounds=3):
     """:func:`time_blocks` of two calls."""
     return tuple(time_blocks([(fn_a, feeds_a), (fn_b, feeds_b)], repeat, rounds))
+
+
+def time_ratio(fn_a, feeds_a, fn_b, feeds_b, repeat, rounds=3):
+    """(seconds of a, seconds of b, [a / b in each round]): :func:`time_blocks` of two calls."""
+    (a, b), (rounds_a, rounds_b) = time_blocks([(fn_a, feeds_a), (fn_b, feeds_b)], repeat, rounds, per_round=True)
+    return a, b, [x / y for x, y in zip(rounds_a, rounds_b)]
 
 
 def cpu_int8_kind():
@@ -298,7 +309,8 @@ def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
     for key, xla in (("saved_model", False), ("saved_model_xla", True)):
         write_saved_model(canon, os.path.join(folder, key), xla=xla)
         run_saved = saved_model_runner(os.path.join(folder, key))
-        saved1, onnx1 = time_pair(run_saved, full1, run_onnx, full1, repeat)
+        saved1, onnx1, rounds1 = time_ratio(run_saved, full1, run_onnx, full1, repeat)
+        res[f"{key}_b1_over_onnx_rounds"] = rounds1
         if not xla:
             saved32, onnx32 = time_pair(run_saved, full32, run_onnx, full32, max(2, repeat // 3))
             res.update(saved_model_b32_ms=saved32 * 1e3, saved_model_b32_over_onnx=saved32 / onnx32)
@@ -310,9 +322,10 @@ def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
     run_gru = saved_model_runner(os.path.join(folder, "gru"))
     for batch, full, times in ((1, full1, repeat), (32, full32, max(2, repeat // 3))):
         feeds = {k: v for k, v in full.items() if k != "initial_c"}
-        saved, onnx = time_pair(run_gru, feeds, run_gru_onnx, feeds, times)
+        saved, onnx, rounds = time_ratio(run_gru, feeds, run_gru_onnx, feeds, times)
         res.update({f"gru_saved_model_b{batch}_ms": saved * 1e3, f"gru_onnx_b{batch}_ms": onnx * 1e3,
-                    f"gru_saved_model_b{batch}_over_onnx": saved / onnx})
+                    f"gru_saved_model_b{batch}_over_onnx": saved / onnx,
+                    f"gru_saved_model_b{batch}_over_onnx_rounds": rounds})
     for prefix in ("saved_model", "gru_saved_model"):
         res[f"{prefix}_b1_target_met"] = res[f"{prefix}_b1_over_onnx"] <= SAVED_MODEL_B1_TARGET
     return res
@@ -331,8 +344,9 @@ def report(res, args):
     for mode, label, prefix in rows:
         met = "met" if res[f"{prefix}_b1_target_met"] else "NOT met"
         b32 = res[f"{prefix}_b32_over_onnx"]
+        spread = "-".join(f"{f(res[f'{prefix}_b1_over_onnx_rounds']):.2f}" for f in (min, max))
         print(f"{label + ' b1':<21}{res[f'{prefix}_b1_ms']:8.2f} ms = {res[f'{prefix}_b1_over_onnx']:.2f}x the ONNX "
-              f"export   target <= {SAVED_MODEL_B1_TARGET}x: {met}   (the default, plain ops)\n"
+              f"export   target <= {SAVED_MODEL_B1_TARGET}x: {met}   (the default, plain ops; rounds {spread}x)\n"
               f"{'   batch 32':<21}{res[f'{prefix}_b32_ms']:8.1f} ms = {b32:.2f}x the ONNX export")
         if mode == "lstm":
             print(f"{'   --xla b1':<21}{res['saved_model_xla_b1_ms']:8.2f} ms = "
