@@ -40,6 +40,15 @@ stacks (2 layers, both directions, hidden 512, 100 steps) against one step per i
 rounds in alternating blocks: the LSTM took 0.94x the time unrolled at batch 1 (the GRU 0.98x), 0.99x at batch 4,
 1.01x at 8, 1.04x at 16 and 1.04x at 32 (timed with one slice read and one scatter write per four steps, before
 the gather and the per-step writes that XLA needs).
+
+Measured and not kept (2026-11-25; the bench's stacks at batch 1 against this loop, in the same process, alternating
+blocks of 5-6 rounds, two runs unless said): both directions in one loop, their states stacked [2, B, S] so that a
+step's cell is one set of ops for both (1.02x and 1.06x the time for the LSTM, 1.04x and 1.16x for the GRU: the two
+products still take most of a step, and one direction's cell no longer overlaps the other's product); the weights
+made tensors once outside the loops instead of Consts run in every iteration (LSTM 0.99x-1.00x, GRU 0.94x and 1.16x:
+within this machine's noise); 8 steps per iteration (one run: LSTM 1.07x, GRU 0.94x); ``LSTMBlockCell`` as the whole
+LSTM step (gates reordered to its i, c~, f, o; the step's input product as its bias, which only batch 1 allows): on
+a chain of 100 steps in both directions, 1.01x the time with oneDNN off and 0.94x with it on.
 """
 from typing import TYPE_CHECKING, Optional, Tuple
 
