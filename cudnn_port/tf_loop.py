@@ -46,9 +46,10 @@ blocks of 5-6 rounds, two runs unless said): both directions in one loop, their 
 step's cell is one set of ops for both (1.02x and 1.06x the time for the LSTM, 1.04x and 1.16x for the GRU: the two
 products still take most of a step, and one direction's cell no longer overlaps the other's product); the weights
 made tensors once outside the loops instead of Consts run in every iteration (LSTM 0.99x-1.00x, GRU 0.94x and 1.16x:
-within this machine's noise); 8 steps per iteration (one run: LSTM 1.07x, GRU 0.94x); ``LSTMBlockCell`` as the whole
-LSTM step (gates reordered to its i, c~, f, o; the step's input product as its bias, which only batch 1 allows): on
-a chain of 100 steps in both directions, 1.01x the time with oneDNN off and 0.94x with it on.
+within this machine's noise); 8 steps per iteration, the weights so made (one run: LSTM 1.07x, GRU 0.94x);
+``LSTMBlockCell`` as the whole LSTM step (gates reordered to its i, c~, f, o; the step's input product as its bias,
+which only batch 1 allows): on a chain of 100 steps in both directions, 1.01x the time with oneDNN off and 0.94x
+with it on.
 """
 from typing import TYPE_CHECKING, Optional, Tuple
 
