@@ -37,26 +37,30 @@ def batch_of(spec, batch, steps, seed):
     return x, lengths, h_0, c_0
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("batch,steps", SHAPES)
-@pytest.mark.parametrize("mode", ["lstm", "gru", "lstm-proj"])
-def test_loop_forms_match_reference(mode, batch, steps, jit):
+def loop_case(mode, batch, steps, jit=False):
+    """[(output name, stack_forward's value, the reference's)] for a random case of ``mode`` ("lstm", "gru" or
+    "lstm-proj": h 2 narrower than c) with :func:`batch_of`'s data; GRU has no final_c."""
     spec = make_spec(mode.split("-")[0], 2, True)
     if mode == "lstm-proj":
         spec = dataclasses.replace(spec, num_proj=spec.num_units - 2)
-    blob = random_blob(spec, seed=steps)
-    canon = unpack(spec, blob)
+    canon = unpack(spec, random_blob(spec, seed=steps))
     x, lengths, h_0, c_0 = batch_of(spec, batch, steps, seed=batch)
     run = tf.function(lambda *a: stack_forward(canon, *a), jit_compile=jit, autograph=False)
     got = run(x, lengths, h_0, c_0 if spec.mode == "lstm" else None)
     want = reference.forward(canon, x, lengths, h_0, c_0)
-    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-        if w is not None:
-            assert_close(g.numpy(), w, f"{mode} batch {batch} T={steps} {'xla' if jit else 'graph'} {what}")
+    return [(what, g.numpy(), w) for what, g, w in zip(("outputs", "final_h", "final_c"), got, want) if w is not None]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("batch,steps", SHAPES)
+@pytest.mark.parametrize("mode", ["lstm", "gru", "lstm-proj"])
+def test_loop_forms_match_reference(mode, batch, steps, jit):
+    for what, got, want in loop_case(mode, batch, steps, jit):
+        assert_close(got, want, f"{mode} batch {batch} T={steps} {'xla' if jit else 'graph'} {what}")
 
 
 ONEDNN_SCRIPT = r"""
-import dataclasses, json, os, sys
+import json, os, sys
 tests = sys.argv[1]
 sys.path[:0] = [tests, os.path.dirname(tests)]
 import numpy as np
@@ -66,25 +70,13 @@ try:
 except ImportError:  # a TensorFlow without the switch: the caller skips
     print(json.dumps({"onednn": False}))
     sys.exit(0)
-from conftest import make_spec, random_blob
-from cudnn_port import reference
-from cudnn_port.layout import unpack
-from cudnn_port.tf_graph import stack_forward
-from test_tf_loop import batch_of
+from test_tf_loop import loop_case
 
 errors = {"onednn": bool(IsMklEnabled())}
 for mode in ("lstm", "gru", "lstm-proj"):
-    spec = make_spec(mode.split("-")[0], 2, True)
-    if mode == "lstm-proj":
-        spec = dataclasses.replace(spec, num_proj=spec.num_units - 2)
-    canon = unpack(spec, random_blob(spec, seed=7))
     for batch, steps in ((3, 9), (9, 6)):  # four steps per iteration and a remainder; one step per iteration
-        x, lengths, h_0, c_0 = batch_of(spec, batch, steps, seed=batch)
-        got = tf.function(lambda *a: stack_forward(canon, *a), autograph=False)(
-            x, lengths, h_0, c_0 if spec.mode == "lstm" else None)
-        want = reference.forward(canon, x, lengths, h_0, c_0)
         errors[f"{mode} batch {batch} T={steps}"] = max(
-            float(np.abs(g.numpy() - w).max()) for g, w in zip(got, want) if w is not None)
+            float(np.abs(got - want).max()) for _, got, want in loop_case(mode, batch, steps))
 print(json.dumps(errors))
 """
 
