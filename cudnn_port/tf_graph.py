@@ -12,17 +12,17 @@ Per layer and direction d (each direction its own loops, so the two can run side
     final h (and c) = the state after step length - 1, gathered after the loop (h0 / c0 for length 0)
     y = concat(Y_0, Y_1 reversed within each length) on features                  [T, B, D*H]
 
-One loop per direction rather than one loop over both: the two directions' loops then run on two threads at once. Both
-directions' input products start together, and so do both loops (:func:`_together`): a loop started early slows what the
-other direction still runs on TensorFlow's intra-op threads. With that, the LSTM's gates under one sigmoid, GRU's b_R_h
-fused into its product (then a 1x1 Conv2D; the product is now SparseMatMul, see :mod:`cudnn_port.tf_loop`) and the
-loop's four steps per iteration, the bench's stacks (2 layers, both directions, hidden 512, 100 steps) ran at batch 1
-in 0.87-0.91x (LSTM) and 0.85-0.89x (GRU) the time of the previous graph (one step per iteration, each loop started as
-soon as its own input product was done), medians of 6 to 10 rounds in alternating blocks, timed with the LSTM's gates
+One loop per direction rather than one loop over both: the two directions' loops then run on two threads at once (one
+loop for both, their states stacked, was slower: :mod:`cudnn_port.tf_loop`). Both directions' input products start
+together, and so do both loops (:func:`_together`): a loop started early slows what the other direction still runs on
+TensorFlow's intra-op threads. With that, the LSTM's gates under one sigmoid, GRU's b_R_h fused into its product (then a
+1x1 Conv2D; the product is now SparseMatMul and b_R_h is added to its h block, see :mod:`cudnn_port.tf_loop`) and the
+loop's four steps per iteration, the bench's stacks (2 layers, both directions, hidden 512, 100 steps) ran at batch 1 in
+0.87-0.91x (LSTM) and 0.85-0.89x (GRU) the time of the previous graph (one step per iteration, each loop started as soon
+as its own input product was done), medians of 6 to 10 rounds in alternating blocks, timed with the LSTM's gates
 reordered to i, f, o, c~ (now one sigmoid over all four blocks in cuDNN's order: the same time, medians of 1.42x and
-1.42x the ONNX export in one run, 1.46x and 1.51x in another, 6 rounds each) and before the four steps' rows were
-read by a gather and written one by one (for XLA). The runtime facts these choices rely on: docs/conventions.md,
-section 8.
+1.42x the ONNX export in one run, 1.46x and 1.51x in another, 6 rounds each) and before the four steps' rows were read
+by a gather and written one by one (for XLA). The runtime facts these choices rely on: docs/conventions.md, section 8.
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
