@@ -24,6 +24,12 @@ reordered to i, f, o, c~ (now one sigmoid over all four blocks in cuDNN's order:
 1.42x the ONNX export in one run, 1.46x and 1.51x in another, 6 rounds each) and before the four steps' rows were read
 by a gather and written one by one (for XLA). The runtime facts these choices rely on: docs/conventions.md, section 8.
 
+The input products stay ``MatMul``. ``SparseMatMul`` (the loop's product at batch 1) gave the bench's stacks at batch
+1 0.98x the time (LSTM and GRU, oneDNN off, medians of 20 per-round ratios, interquartile ranges 0.95-1.02 and
+0.93-0.99). Alone, both directions' products ``[100, K] @ [K, 2048]`` took with oneDNN off 1.52 ms against 2.11
+(K = 256) and 5.63 against 5.74 ms (K = 1024); with oneDNN on, 1.58 against 2.33 ms and 6.66 against 5.17 ms: slower
+at the second layer's width, where onnxruntime took 4.4 ms and TensorFlow's fastest form 5.2 (2026-11-25).
+
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
 that is how a cuDNN node of a saved graph is replaced by CPU ops reading the same params.
