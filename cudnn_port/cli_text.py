@@ -5,6 +5,21 @@ MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it
 SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
 
 
+TRUST_HELP = ("run a SavedModel or frozen graph even where it holds ops beyond pure computation (files, network, "
+              "queues, Python callbacks), which are otherwise refused; only for a model you trust (docs/safety.md)")
+
+
+def run_flags(parser) -> None:
+    """The flags of the commands that load and run models (convert, verify, bench)."""
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--trust-source", action="store_true", help=TRUST_HELP)
+
+
+def trusting(args) -> dict:
+    """``trust_source=True`` for the library call where ``--trust-source`` was given."""
+    return {"trust_source": True} if getattr(args, "trust_source", False) else {}
+
+
 def describe(spec) -> str:
     """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
     from .layout import RNNSpec
