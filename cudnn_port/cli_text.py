@@ -36,7 +36,7 @@ def inspect_text(report) -> str:
             lines += [f"  {n['node']} ({n['op']}) in {n['function'] or 'the main graph'}",
                       f"    converts as: {n['converts_as']}"]
         lines.append(f"writes: {', '.join(report['plan']['artifacts'])}")
-        return "\n".join(lines)
+        return "\n".join(lines + _graph_lines(report))
     lines.append(f"{len(report['variables'])} variables:")
     lines += [f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}" for v in report["variables"]]
     for s in report["stacks"]:
@@ -94,6 +94,17 @@ def convert_text(manifest, out) -> str:
                  + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
     lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
     return "\n".join(lines)
+
+
+def _graph_lines(report) -> list:
+    """What a SavedModel's graph runs beyond pure computation (the op allow-list), and which commands run it."""
+    found = report.get("beyond_compute")
+    if found is None:
+        return []
+    lines = [f"beyond pure computation: {len(found)} node(s), refused unless --trust-source" if found else
+             "beyond pure computation: nothing (every op is on the allow-list)"]
+    lines += [f"  {f['node']} ({f['op']}) in {f['function'] or 'the main graph'}: {f['why']}" for f in found[:20]]
+    return lines + ([f"  and {len(found) - 20} more"] if len(found) > 20 else []) + [report["runs_graph"]]
 
 
 def one_line(message: str, limit: int = MAX_MESSAGE) -> str:

@@ -44,8 +44,8 @@ _ARRAY = """BatchToSpaceND BroadcastArgs BroadcastGradientArgs BroadcastTo Check
 ConcatOffset ConcatV2 Const DeepCopy DepthToSpace Diag DiagPart EmptyTensorList EnsureShape ExpandDims
 ExtractImagePatches Fill Gather GatherNd GatherV2 Identity IdentityN InplaceAdd InplaceUpdate InvertPermutation ListDiff
 LowerBound MatrixBandPart MatrixDiag MatrixDiagPart MatrixDiagPartV3 MatrixDiagV3 MatrixSetDiag MatrixSetDiagV3
-MirrorPad OneHot OnesLike Pack Pad PadV2 ParallelConcat Placeholder PlaceholderWithDefault PreventGradient Range Rank Reshape
-ResourceGather ResourceGatherNd Reverse ReverseSequence ReverseV2 ScatterNd Shape ShapeN Size Slice Snapshot
+MirrorPad OneHot OnesLike Pack Pad PadV2 ParallelConcat Placeholder PlaceholderWithDefault PreventGradient Range Rank
+Reshape ResourceGather ResourceGatherNd Reverse ReverseSequence ReverseV2 ScatterNd Shape ShapeN Size Slice Snapshot
 SpaceToBatchND SpaceToDepth Split SplitV Squeeze StopGradient StridedSlice StridedSliceGrad TensorScatterAdd
 TensorScatterMax TensorScatterMin TensorScatterSub TensorScatterUpdate Tile TileGrad Transpose Unique UniqueV2
 UniqueWithCounts Unpack UpperBound Where ZerosLike Cast Bitcast Assert NoOp StatelessMultinomial Multinomial
@@ -108,8 +108,7 @@ PRINT_STREAMS = ("stderr", "stdout", "log(info)", "log(warning)", "log(error)")
 
 # Why an op outside the list is refused: (name fragments, words); the first that matches names the reason.
 REASONS = (
-    (("PyFunc", "EagerPyFunc"), "calls back into Python (tf.py_function / tf.numpy_function), code the model file does "
-                                "not hold"),
+    (("PyFunc", "EagerPyFunc"), "calls Python (tf.py_function / tf.numpy_function), whose code is not in the model"),
     (("Debug",), "dumps tensors to a file or a network address (tfdbg)"),
     (("Rpc", "Collective", "Send", "Recv", "Tpu", "TPU", "Nccl"), "talks to another process or the network"),
     (("Queue", "Barrier", "Stage", "Unstage", "Accumulator"), "waits on a queue, which can block for ever"),

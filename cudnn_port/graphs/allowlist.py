@@ -7,8 +7,9 @@ ops inside the functions its ``saver_def`` names, a lookup table read from a fil
 ``tf.print`` to standard error. Anything else (files, network, queues, tfdbg, Python callbacks), a string constant
 holding an address (``gs://``, ``s3://``, ``http(s)://``, ``grpc://``, ``file://``, ...) and an asset named outside
 ``assets/`` is a :class:`Finding`: one line, exit 2, nothing run, unless the caller passes ``trust_source=True``
-(``--trust-source``), which runs it and says so once. A constant that declares far more values than it stores (a
-memory bomb: 510 bytes declaring 2^29 floats) is refused even then, before anything allocates it.
+(``--trust-source``), which runs it and says so once. Refused even then: a Python callback (``tf.py_function``,
+whose code the file does not hold, so it cannot run from it), and a constant that declares far more values than it
+stores (a memory bomb: 510 bytes declaring 2^29 floats), before anything allocates it.
 
     findings = saved_model_findings(proto)     # [] for every model TensorFlow and Keras write
     check_saved_model("exported/", proto)      # raises CudnnPortError naming the first finding
@@ -21,7 +22,7 @@ from . import allowed_ops as ops
 
 SPLAT_LIMIT = 64 << 20  # a constant may declare this many bytes beyond what it stores (tf.zeros([H, G*H]) etc.)
 TABLE_DATA = ("LookupTableImportV2", "LookupTableImport", "InitializeTableV2", "InitializeTable", "LookupTableInsertV2")
-OPT_IN = "if you trust this model, pass --trust-source (trust_source=True) to run it anyway"
+CALLBACKS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # their Python code is not in the file: nothing to trust
 
 
 class Finding(NamedTuple):
@@ -127,7 +128,7 @@ def _why(node, function, saver_node, by_name, args, bound, asset_tensors, librar
         for value in tensor.string_val:
             if _literal_path(value) and (saver_node or any(s in value.lower() for s in ops.URL_SCHEMES)) and \
                     not _table_data(node.name, by_name) and node.name not in asset_tensors:
-                return f"holds the string {short(value.decode('utf-8', 'replace'), 50)!r}, a place outside the model"
+                return f"holds {short(value.decode('utf-8', 'replace'), 50)!r}, a place outside the model"
     op = node.op
     if op in ops.COMPUTE or op in library:
         return None
@@ -228,10 +229,14 @@ def check(path, findings: List[Finding], *, trust_source: bool = False,
     """Raise one line naming the first finding; with ``trust_source``, say once what will run instead."""
     if not findings:
         return
-    more = f" (and {len(findings) - 1} more: cudnn-port inspect lists them)" if len(findings) > 1 else ""
+    more = f" (+{len(findings) - 1} more: see cudnn-port inspect)" if len(findings) > 1 else ""
+    callback = next((f for f in findings if f.op in CALLBACKS), None)
+    if callback is not None:
+        raise CudnnPortError(f"{path}: {callback.words()}, so it cannot run from the file; nothing was run; "
+                             "replace it by TensorFlow ops and save the model again")
     if not trust_source:
-        raise CudnnPortError(f"{path}: {findings[0].words()}{more}; cudnn-port runs only pure computation from a "
-                             f"model file, so nothing was run; {OPT_IN}")
+        raise CudnnPortError(f"{path}: {findings[0].words()}{more}; nothing ran: only pure computation runs from "
+                             "a model file; pass --trust-source to run it anyway")
     shown = "; ".join(f.words() for f in findings[:5]) + (" ..." if len(findings) > 5 else "")
     (say or (lambda message: None))(f"--trust-source: {path} runs {len(findings)} node(s) beyond pure computation: "
                                     f"{shown}")
