@@ -106,7 +106,7 @@ def graph_findings(graph_def, meta=None) -> List[Finding]:
     other_roots |= library - saver_functions  # the object graph may call any function, not only the main graph
     saver_only = saver_functions - _reachable(other_roots, calls)
     assets = _asset_findings(meta) if meta is not None else []
-    asset_tensors = {i.tensor_info.name.split(":")[0] for i in meta.asset_file_def} if meta is not None else set()
+    asset_tensors = {i.tensor_info.name.split(":")[0] for i in _assets(meta)}
     bound = _bound_kinds(meta)
     found = list(assets)
     for function, nodes in graphs:
@@ -188,10 +188,25 @@ def _bound_kinds(meta) -> Dict[str, Dict[int, str]]:
     return found
 
 
+def _assets(meta) -> list:
+    """The SavedModel's AssetFileDefs: TF2's asset_file_def, TF1's ``saved_model_assets`` collection."""
+    if meta is None:
+        return []
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    found = list(meta.asset_file_def)
+    for packed in meta.collection_def["saved_model_assets"].any_list.value if "saved_model_assets" in \
+            meta.collection_def else []:
+        asset = meta_graph_pb2.AssetFileDef()
+        if packed.Unpack(asset):
+            found.append(asset)
+    return found
+
+
 def _asset_findings(meta) -> List[Finding]:
     """Assets named outside the SavedModel's assets/ folder (the loader joins the name to it)."""
     found = []
-    for asset in meta.asset_file_def:
+    for asset in _assets(meta):
         name = asset.filename
         if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/") or _literal_path(name.encode()):
             found.append(Finding(asset.tensor_info.name, "asset", "", f"names the file {short(name, 50)!r} outside "
