@@ -107,11 +107,12 @@ def graph_findings(graph_def, meta=None) -> List[Finding]:
     saver_only = saver_functions - _reachable(other_roots, calls)
     assets = _asset_findings(meta) if meta is not None else []
     asset_tensors = {i.tensor_info.name.split(":")[0] for i in _assets(meta)}
-    bound = _bound_kinds(meta)
+    arguments = _arguments(graph_def)
+    bound = _bound_kinds(meta, arguments)
     found = list(assets)
     for function, nodes in graphs:
         by_name = {n.name: n for n in nodes}
-        args = _arguments(graph_def, function)
+        args = arguments.get(function, [])
         in_saver = function in saver_only or (not function and bool(scope))
         for node in nodes:
             why = _why(node, function, in_saver and (function or node.name.startswith(scope) or
@@ -167,21 +168,19 @@ def _file_name_source(name, function, by_name, args, bound, asset_tensors) -> Op
     return None
 
 
-def _arguments(graph_def, function) -> List[str]:
-    for f in graph_def.library.function:
-        if f.signature.name == function:
-            return [a.name for a in f.signature.input_arg]
-    return []
+def _arguments(graph_def) -> Dict[str, List[str]]:
+    """{function: its argument names}."""
+    return {f.signature.name: [a.name for a in f.signature.input_arg] for f in graph_def.library.function}
 
 
-def _bound_kinds(meta) -> Dict[str, Dict[int, str]]:
+def _bound_kinds(meta, arguments) -> Dict[str, Dict[int, str]]:
     """{function: {argument index: kind of the object the loader binds it to}} for the object graph's concrete
     functions (their captures are their last arguments)."""
     if meta is None:
         return {}
-    graph_def, nodes, found = meta.graph_def, meta.object_graph_def.nodes, {}
+    nodes, found = meta.object_graph_def.nodes, {}
     for name, concrete in meta.object_graph_def.concrete_functions.items():
-        count = len(_arguments(graph_def, name))
+        count = len(arguments.get(name, ()))
         first = count - len(concrete.bound_inputs)
         found[name] = {first + i: nodes[b].WhichOneof("kind") if 0 <= b < len(nodes) else "missing object"
                        for i, b in enumerate(concrete.bound_inputs)}
