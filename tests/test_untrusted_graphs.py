@@ -204,3 +204,23 @@ def test_the_allow_list_refuses_nothing_in_the_project_outputs(tmp_path):
         assert {k for k, _ in paths} == {"saved_model", "graphdef"}, paths
         checked += paths
     assert len(checked) >= 6  # both outputs' saved_model and frozen_graph.pb, and each layer's of the char LM
+
+
+def test_keras_safe_mode_refusals_say_what_was_refused_and_how_to_opt_in(tmp_path):
+    import keras
+
+    inputs = keras.Input((3,))
+    keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2)(inputs)).save(tmp_path / "lambda.keras")
+
+    @keras.saving.register_keras_serializable(package="untrusted_test")
+    class Planted(keras.layers.Layer):  # registered in this process only: the CLI's process does not know it
+        def call(self, x):
+            return x
+
+    keras.Model(inputs, Planted()(inputs)).save(tmp_path / "custom.keras")
+    code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / "lambda.keras", tmp_path / "out")
+    refusal(code, err, "holds Python code (a Lambda layer's function)", "safe mode", "safe_mode=False",
+            "cudnn_port.export(model, OUT)")
+    code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / "custom.keras", tmp_path / "out")
+    refusal(code, err, "'Planted'", "custom object whose code is not in the file", "custom_objects=")
+    assert not (tmp_path / "out").exists()
