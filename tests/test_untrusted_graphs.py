@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -124,7 +125,7 @@ def _foreign_out(out, saved_model=None, graph_def=None):
         manifest["stacks"] = [{"variable": "rnn/opaque_kernel", "spec": spec,
                                "artifacts": {"graphdef": "frozen_graph.pb"}}]
     files = [os.path.join(root, f) for root, _, fs in os.walk(out) for f in fs]
-    manifest["files"] = {os.path.relpath(f, out): hashlib.sha256(open(f, "rb").read()).hexdigest() for f in files}
+    manifest["files"] = {os.path.relpath(f, out): hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files}
     (out / "manifest.json").write_text(json.dumps(manifest))
     return out
 
@@ -140,7 +141,7 @@ def test_verify_and_bench_refuse_a_foreign_out_whose_graphs_write_files(models, 
 
     whole = _foreign_out(tmp_path / "whole", saved_model=built["write"])
     stack = _foreign_out(tmp_path / "stack", graph_def=outputs.get_concrete_function().graph.as_graph_def())
-    assert [k for k, _ in graph_paths(str(whole), json.load(open(whole / "manifest.json")))] == ["saved_model"]
+    assert [k for k, _ in graph_paths(str(whole), json.loads((whole / "manifest.json").read_text()))] == ["saved_model"]
     for command, out, op in (("verify", whole, "(WriteFile)"), ("bench", whole, "(WriteFile)"),
                              ("verify", stack, "(WriteFile)"), ("bench", stack, "(WriteFile)")):
         code, _, err, _ = run_cli(tmp_path, command, out)
