@@ -63,8 +63,9 @@ def raised_signal() -> Optional[int]:
 
 
 def check(published: bool = False) -> None:
-    """Raise :class:`Interrupted` if a signal was received in this context, whatever became of its exception."""
-    if _State.raised is not None:
+    """Inside :func:`signals_interrupt`: raise :class:`Interrupted` if a signal was received in it, whatever became of
+    its exception. Outside (a library call without the CLI's handlers): nothing."""
+    if _State.depth and _State.raised is not None:
         raise Interrupted(_State.raised, published)
 
 
