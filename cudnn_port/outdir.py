@@ -4,10 +4,11 @@ What it guarantees (README, "Safety"):
 
 - OUT appears whole or not at all. Everything is written into a hidden sibling ``.OUT.tmp-XXXXXXXX`` and
   published by one rename; an earlier output that ``force`` replaces is moved aside and removed in the same step.
-  SIGINT and SIGTERM are held back while that step runs, and an interrupted or failed build removes its sibling
-  (SIGTERM is handled like SIGINT), so neither OUT half-written nor a hidden temporary folder is ever left.
+  SIGINT and SIGTERM are held back while that step runs, a signal received earlier is checked for just before it,
+  and an interrupted or failed build removes its sibling (:mod:`cudnn_port.signals`), so neither OUT half-written
+  nor a hidden temporary folder is ever left.
 - OUT is never a symbolic link, a file, or a non-empty folder other than an earlier cudnn-port output; ``force``
-  replaces only such an output.
+  replaces only such an output, exactly as it was written (:mod:`cudnn_port.out_guard`).
 - No source lies inside OUT and OUT never lies inside a source folder, so ``force`` can never delete an input.
 - Problems with OUT itself (a parent that is a file, no permission, a read-only disk) are bad input: one
   :class:`~cudnn_port.errors.CudnnPortError` line, nothing written.
@@ -25,24 +26,14 @@ from typing import Any, Dict, Optional
 
 from ._version import __version__
 from .errors import CudnnPortError
+from .out_guard import MANIFEST, TOOL, check_replaceable
 from .paths import is_within, sha256
 from .signals import check, forget, mark_published, remove_on_exit, signals_held
 
-MANIFEST = "manifest.json"
-TOOL = "cudnn-port"
 USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.ELOOP,
                errno.ENAMETOOLONG, errno.EEXIST, errno.EISDIR}
 DISK_ERRNOS = {errno.ENOSPC: "is full", errno.EDQUOT: "has no quota left for you", errno.EROFS: "is read-only",
                errno.EFBIG: "refused a file over the file size limit (ulimit -f)"}
-
-
-def is_ours(folder) -> bool:
-    """Whether ``folder`` holds a cudnn-port output (a manifest.json of ours)."""
-    try:
-        with open(os.path.join(folder, MANIFEST)) as f:
-            return json.load(f).get("tool") == TOOL
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def mount_point(path) -> str:
@@ -105,9 +96,8 @@ class OutputFolder:
             if entries and not force:
                 raise CudnnPortError(f"{out} exists and is not empty; choose a new folder, or pass --force to "
                                      "replace an earlier cudnn-port output")
-            if entries and not is_ours(out):
-                raise CudnnPortError(f"{out} is not a cudnn-port output (no manifest.json of ours), so --force "
-                                     "will not replace it; choose a new folder")
+            if entries:
+                check_replaceable(out)
         ancestor = parent
         while not os.path.lexists(ancestor):
             ancestor = os.path.dirname(ancestor)
