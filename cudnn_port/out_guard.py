@@ -30,9 +30,7 @@ def check_replaceable(out) -> None:
     lost = []
     for root, dirs, files in os.walk(out):
         dirs.sort()
-        rel_root = os.path.relpath(root, out)
-        if rel_root != "." and not files and not dirs:
-            lost.append(rel_root + os.sep)  # an empty folder of the user's
+        rel_root = os.path.relpath(root, out)  # empty folders hold nothing to lose (saved_model/assets/ is one)
         for name in sorted(files):
             rel = os.path.normpath(os.path.join(rel_root, name))
             if rel in (MANIFEST, REPORT):
