@@ -98,14 +98,22 @@ def write_new(path, data) -> None:
     """Write ``data`` (str or bytes) as ``path`` without following any link: into a new file of a random name
     beside it (exclusive create, no link followed), then renamed over ``path`` (a link there is replaced, never
     written through)."""
+    from .signals import forget, remove_on_exit
+
     data = data.encode() if isinstance(data, str) else data
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    created = False
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        created = True
+        remove_on_exit(tmp)
         with open(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
+        if created:  # never a file that was there before (exclusive create failed on it)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
         raise
+    finally:
+        forget(tmp)

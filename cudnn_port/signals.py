@@ -70,7 +70,7 @@ def check(published: bool = False) -> None:
 
 
 def remove_on_exit(path) -> None:
-    """Have the watchdog remove ``path`` (a temporary folder) if it has to end the process."""
+    """Have the watchdog remove ``path`` (a temporary folder or file) if it has to end the process."""
     _State.cleanup.add(os.fspath(path))
 
 
@@ -123,7 +123,10 @@ def _watch(read_fd, done, on_timeout):
         if done.is_set():
             return
         for path in list(_State.cleanup):
-            shutil.rmtree(path, ignore_errors=True)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.remove(path)
         code = 128 + signum
         try:
             code = on_timeout(signum, _State.published)
