@@ -138,11 +138,14 @@ def test_a_keras_file_whose_weights_link_outside_is_refused(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
-def test_a_string_entry_declaring_2_26_elements_in_16_bytes_is_refused(tmp_path, capsys):
+def test_a_string_entry_declaring_2_26_elements_in_16_bytes_is_refused_and_stays_small(tmp_path):
     """It took convert to 2.2 GB before its clean exit 2."""
     prefix = copy_checkpoint(SAMPLE, str(tmp_path / "ck"))
     edit_entry(prefix, "global_step", dtype=7, shape=[1 << 26], offset=0, size=16)
-    refused(capsys, "inspect", prefix, needles=["global_step declares 67108864 elements in 16 bytes"])
+    code, err, rss = run_child("convert", prefix, tmp_path / "out", "--quiet")
+    assert code == 2 and "global_step declares 67108864 elements in 16 bytes" in err, err
+    normal_code, _, normal_rss = run_child("inspect", SAMPLE)
+    assert normal_code == 0 and rss < 2 * normal_rss and not (tmp_path / "out").exists(), (rss, normal_rss)
 
 
 @pytest.mark.parametrize("target", ["absolute", "relative"])

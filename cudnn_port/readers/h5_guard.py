@@ -38,7 +38,7 @@ def check_h5(f, path) -> None:
 def _group(group, path, totals, seen):
     import h5py
 
-    key = (group.id.fileno, h5py.h5o.get_info(group.id).addr)
+    key = hash(group.id)  # h5py hashes an object by its file and address
     if key in seen:  # a hard link back up the tree: visited already
         return
     seen.add(key)
