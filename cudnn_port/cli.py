@@ -209,10 +209,10 @@ def main(argv=None) -> int:
 
 
 def _main(argv):
-    from .outdir import raised_signal, signals_interrupt
+    from .signals import raised_signal, signals_interrupt
 
     want_json, args = "--json" in argv, None
-    with signals_interrupt():
+    with signals_interrupt(lambda signum, published: _interrupted(signum, published, want_json)):
         try:
             args = _parse(argv)
             progress = None if getattr(args, "quiet", False) else (

@@ -133,5 +133,5 @@ def failed_rows(report) -> str:
     """verify's failed rows, for its one stderr line."""
     failed = [f"{r['artifact']} ({r['stack']})" if r.get("stack") not in (None, "(all)") else r["artifact"]
               for r in report["rows"] if r["passed"] is False]
-    return f"{len(failed)} of {len(report['rows'])} rows failed: " + ", ".join(failed[:3]) + \
+    return f"{len(failed)} of {len(report['rows'])} rows failed: " + "; ".join(failed[:3]) + \
         (f" and {len(failed) - 3} more" if len(failed) > 3 else "")

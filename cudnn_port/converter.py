@@ -103,6 +103,10 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     if quantize and "onnx" not in formats:
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
+    if quantize:
+        from .exports.quantize import refuse_nothing_to_quantize
+
+        refuse_nothing_to_quantize(s.spec for s in stacks)
     refused = refusals(stacks, formats) if explicit else []
     if refused:
         raise CudnnPortError(f"{refused[0]}; leave it out of --formats")

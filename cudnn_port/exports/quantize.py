@@ -153,6 +153,15 @@ def _check_lstm_wiring(source, result):
                 raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
 
 
+def refuse_nothing_to_quantize(specs) -> None:
+    """Before any work: --quantize int8 with no stack it can quantize (only LSTM stacks without projection have an
+    int8 form) is refused."""
+    specs = list(specs)
+    if specs and not any(s.mode == "lstm" and not s.num_proj for s in specs):
+        raise CudnnPortError("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it "
+                             "has no int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
+
+
 def int8_path(rel: str) -> str:
     """Where the int8 model of the float32 ONNX artifact ``rel`` goes: beside it (``model_int8.onnx``)."""
     stem, ext = os.path.splitext(rel)
@@ -170,8 +179,8 @@ def quantize_outputs(manifest, tmp, say) -> None:
     for artifacts, what, key in ((a, w, k) for a, w in targets for k in ("onnx", "onnx_stateful") if k in a):
         rel = artifacts[key]
         try:
-            say(f"writing {int8_path(rel)} (int8)")
             report = quantize_onnx(os.path.join(tmp, rel), os.path.join(tmp, int8_path(rel)))
+            say(f"wrote {int8_path(rel)} (int8)")  # said once written: a GRU stack's file never is
         except CudnnPortError as e:
             if key == "onnx":  # one line per stack, not one per file
                 skipped.append(f"{what}: no int8 model ({str(e).split('(', 1)[-1].rstrip(')')})")

@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
 from ..outdir import OutputFolder, finish, manifest_head, warn
-from ..paths import require_file, sha256
+from ..paths import refuse_links_out, require_file, sha256
 from .allowlist import check_saved_model
 from .nodes import find_nodes, load_proto
 from .layouts import put_params_in_cudnn_order
@@ -100,7 +100,9 @@ def dropped_summary(dropped) -> Dict[str, Any]:
 
 def check_files(source, proto) -> None:
     """Refuse a SavedModel folder TensorFlow would hang or crash on: a file that is not a regular one (a pipe), or
-    variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`)."""
+    variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`), a
+    symbolic link that leaves the folder."""
+    refuse_links_out(source, "SavedModel")
     for root, _, files in os.walk(source):
         for name in files:
             require_file(os.path.join(root, name), "SavedModel file")

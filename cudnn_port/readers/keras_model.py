@@ -15,6 +15,7 @@ from ..infer import PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..paths import require_file
 from ..source import Source
 from .platform import refuse_miopen
+from .zip_guard import check_keras_zip
 
 if TYPE_CHECKING:
     import keras
@@ -26,6 +27,7 @@ def load_keras_file(path) -> "keras.Model":
     if os.path.getsize(path) == 0 or not zipfile.is_zipfile(path):
         raise CudnnPortError(f"{path} is empty or not a zip archive, so not a complete .keras file; save the model "
                              "again with model.save(path)")
+    check_keras_zip(path)
     import keras
 
     from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
