@@ -86,10 +86,13 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
     with the judge."""
     from .readers.keras_model import KerasModelSource
 
+    from .stock_keras import rewrite
+
     say = progress or (lambda message: None)
+    judged, model = model, rewrite(model, say)  # stock LSTM / GRU fused; the original is saved, and judges
     specs = _input_specs(model)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
-    source = KerasModelSource(model, os.path.abspath(path) if path else None)
+    source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     stacks = prepare_stacks(source, say=say)
     style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
@@ -102,7 +105,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
             manifest["source"]["files"] = {os.path.basename(path): sha256(path)}
         manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
         os.makedirs(os.path.join(tmp, "keras"))
-        model.save(os.path.join(tmp, "keras", "model.keras"))
+        judged.save(os.path.join(tmp, "keras", "model.keras"))
         manifest["model_artifacts"]["keras"] = "keras/model.keras"
         task = load_task(path) if path else None
         if task:
@@ -112,7 +115,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
             from .exports.quantize import quantize_outputs
 
             quantize_outputs(manifest, tmp, say)
-        manifest["parity"] = _parity(model, specs, tmp, manifest, seed, say)
+        manifest["parity"] = _parity(judged, specs, tmp, manifest, seed, say)
         if not manifest["parity"]["passed"] and not keep_failed:
             raise ParityError(_failure(manifest["parity"], "nothing was written; pass keep_failed=True "
                                        "(--keep-failed) to keep the output for inspection"), manifest["parity"])
