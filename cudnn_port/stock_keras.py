@@ -9,11 +9,11 @@ layer is the user's own layer object, reused (nested Functional / Sequential mod
 rewritten model then takes the whole-model road (:mod:`cudnn_port.model_export`), which judges it against the
 ORIGINAL model: Keras' own outputs.
 
-Other recurrent layers (``GRU(reset_after=False)``, other activations, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with any
-cell) take the general path: left as they are, Keras' own loop in each artifact, judged like the rest; the TFLite
-file is then not written (its converter would need Flex ops for Keras' loop), which the export says. Refused with
-one line: ``stateful=True`` layers, and stock recurrent layers inside a subclassed model (not Functional /
-Sequential), which cannot be rebuilt.
+Refused with one line naming the layer and the reason: every other recurrent layer (``GRU(reset_after=False)``,
+other activations, ``use_bias=False``, ``unroll=True``, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with any cell),
+``stateful=True`` layers, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which
+cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to TensorList ops that
+tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same set.
 
 >>> import keras
 >>> x = keras.Input((None, 3), name="x")
@@ -28,7 +28,7 @@ from .errors import UnsupportedError
 if TYPE_CHECKING:
     import keras
 
-FUSED, GENERAL, REFUSED = "fused", "general path", "refused"
+FUSED, REFUSED = "fused", "refused"
 RECURRENT = ("LSTM", "GRU", "SimpleRNN", "RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "Bidirectional")
 
 
@@ -51,7 +51,7 @@ def _why_not(layer) -> Optional[str]:
 
 
 def classify(layer) -> Optional[Dict[str, Any]]:
-    """{layer, type, verdict (fused / general path / refused), why} for a stock recurrent layer; None otherwise."""
+    """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
     kind = type(layer).__name__
     if kind not in RECURRENT or not type(layer).__module__.startswith("keras."):
         return None
@@ -66,7 +66,7 @@ def classify(layer) -> Optional[Dict[str, Any]]:
         if forward.go_backwards or not backward.go_backwards or type(forward) is not type(backward) or \
                 forward.units != backward.units or forward.return_sequences != backward.return_sequences:
             why = "its forward and backward layers are not one layer and its reverse"
-    return dict(row, verdict=GENERAL, why=why) if why else row
+    return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
 
 
 def _walk(model, prefix=""):
@@ -98,8 +98,8 @@ def rewrite(model, say=None, strict=True) -> "keras.Model":
         if row["verdict"] == REFUSED and strict:
             raise UnsupportedError(f"layer {row['layer']} ({row['type']}): {row['why']}")
     for row, _ in rows:
-        if row["verdict"] == GENERAL and say:
-            say(f"layer {row['layer']} ({row['type']}) takes the general path: {row['why']}")
+        if row["verdict"] == FUSED and say:
+            say(f"stock layer {row['layer']} ({row['type']}) becomes a fused stack")
     if not any(row["verdict"] == FUSED for row, _ in rows) or type(model).__name__ not in ("Functional", "Sequential"):
         return model
     if type(model).__name__ not in ("Functional", "Sequential") and strict:

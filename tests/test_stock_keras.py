@@ -188,22 +188,18 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
     assert_matches_keras(out, model, feeds_for(model))
 
 
-def test_general_path_layer_is_left_to_keras_and_judged(tmp_path):
-    """GRU(reset_after=False) is no cuDNN math: it stays a Keras loop, beside a fused LSTM, and the export says so;
-    the artifacts still match Keras, and no TFLite with Flex ops is written."""
+@pytest.mark.parametrize("layer, why", [
+    (L.GRU(4, reset_after=False, name="odd"), r"^layer odd \(GRU\): reset_after=False"),
+    (L.Bidirectional(L.LSTM(4, activation="relu"), name="odd"), r"^layer odd \(Bidirectional\): activation='relu'"),
+    (L.LSTM(4, use_bias=False, name="odd"), r"^layer odd \(LSTM\): use_bias=False"),
+])
+def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
+    """A recurrent layer whose math cuDNN does not compute is refused, naming it and why, beside a fused one."""
     x = keras.Input((None, FEATURES), name="x")
-    y = L.GRU(4, reset_after=False, return_sequences=True, name="gru_v1")(L.Masking()(x))
-    model = seeded(keras.Model(x, L.LSTM(3, name="lstm")(y)))
-    said = []
-    manifest = cudnn_port.export(model, str(tmp_path / "out"), progress=said.append)
-    assert any("gru_v1 (GRU) takes the general path: reset_after=False" in s for s in said), said
-    assert [s["variable"].split("/")[0] for s in manifest["stacks"]] == ["lstm"]
-    if "tflite" in manifest["model_artifacts"]:
-        from test_tflite_model import op_codes
-
-        _, custom = op_codes(tmp_path / "out" / "model.tflite")
-        assert not custom, custom
-    assert_matches_keras(tmp_path / "out", model, feeds_for(model))
+    model = keras.Model(x, [layer(x), L.LSTM(3)(x)])
+    with pytest.raises(UnsupportedError, match=why) as e:
+        cudnn_port.export(model, str(tmp_path / "out"))
+    assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 
 
 def test_stateful_layer_is_refused_in_one_line(tmp_path):
