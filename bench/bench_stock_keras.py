@@ -82,6 +82,14 @@ def tflite_ops(path):
     return ", ".join(seen + ([f"Flex x{len(flex)}"] if flex else [])) or "plain"
 
 
+def _openvino_run(compiled, feeds):
+    """An OpenVINO CompiledModel on ``feeds`` by input name (by position where Keras' IR names them otherwise)."""
+    names = [i.get_any_name() for i in compiled.inputs]
+    values = [feeds[n] for n in names] if all(n in feeds for n in names) else list(feeds.values())
+    result = compiled(values)
+    return [result[o] for o in compiled.outputs]
+
+
 def runners(kind, path, names):
     """{runtime: run(feeds) -> list of outputs} for an ONNX or TFLite file (a loading failure raises)."""
     if kind == "onnx":
@@ -93,8 +101,7 @@ def runners(kind, path, names):
         outs = [o.name for o in session.get_outputs()]
         yield "onnxruntime", lambda feeds: session.run(outs, {i.name: feeds[i.name] for i in session.get_inputs()})
         compiled = compile_onnx(path)
-        yield "openvino", lambda feeds: [compiled({i.get_any_name(): feeds[i.get_any_name()]
-                                                   for i in compiled.inputs})[o] for o in compiled.outputs]
+        yield "openvino", lambda feeds: _openvino_run(compiled, feeds)
     else:
         from ai_edge_litert.interpreter import Interpreter
 
@@ -123,8 +130,7 @@ def row(name, exporter, make, model, want, feeds, one):
         runs = []
         try:
             compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-            runs = [("openvino", lambda f: [compiled([f[i.get_any_name()] for i in compiled.inputs])[o]
-                                            for o in compiled.outputs])]
+            runs = [("openvino", lambda f: _openvino_run(compiled, f))]
         except Exception as e:  # noqa: BLE001
             rows.append(dict(entry, converts="yes", ops=ops, runtime="openvino", loads=f"no: {str(e)[:80]}"))
     else:

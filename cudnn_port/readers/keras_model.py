@@ -47,7 +47,7 @@ class KerasModelSource(Source):
         from ..layers import fused_layers
         from ..stock_keras import plan
 
-        self.stock_layers = plan(original or model)  # the stock recurrent layers of the model as given: what became of each
+        self.stock_layers = plan(original or model)  # the model's stock recurrent layers, as given: what became of each
         self.path = path
         self.prefix = path or f"Keras model {model.name} (in memory)"
         self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}
