@@ -23,6 +23,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 LENGTHS = np.array([9, 1, 5, 7])
+_requests = {}  # one OpenVINO infer request per compiled model, as a server keeps it
 
 
 def models():
@@ -86,8 +87,17 @@ def _openvino_run(compiled, feeds):
     """An OpenVINO CompiledModel on ``feeds`` by input name (by position where Keras' IR names them otherwise)."""
     names = [i.get_any_name() for i in compiled.inputs]
     values = [feeds[n] for n in names] if all(n in feeds for n in names) else list(feeds.values())
-    result = compiled(values)
+    result = _requests.setdefault(id(compiled), compiled.create_infer_request()).infer(values)
     return [result[o] for o in compiled.outputs]
+
+
+def _why(error):
+    """A refusal in a few words: OpenVINO's summary lines, LiteRT's missing Flex delegate, else the first line."""
+    text = str(error)
+    if "Select TensorFlow op" in text:
+        return "needs the Flex delegate (Select TF ops)"
+    summary = [line[3:] for line in text.splitlines() if line.startswith("-- ")]
+    return ("; ".join(summary) or text.strip().splitlines()[0])[:110]
 
 
 def runners(kind, path, names):
@@ -121,7 +131,7 @@ def row(name, exporter, make, model, want, feeds, one):
     try:
         path = make()
     except Exception as e:  # noqa: BLE001 (a refusal is a result)
-        return [dict(entry, converts=f"no: {str(e).splitlines()[0][:90]}")]
+        return [dict(entry, converts=f"no: {_why(e)}")]
     rows = []
     if path.endswith(".xml"):  # Keras' OpenVINO IR: read by OpenVINO directly
         import openvino as ov
@@ -132,7 +142,7 @@ def row(name, exporter, make, model, want, feeds, one):
             compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
             runs = [("openvino", lambda f: _openvino_run(compiled, f))]
         except Exception as e:  # noqa: BLE001
-            rows.append(dict(entry, converts="yes", ops=ops, runtime="openvino", loads=f"no: {str(e)[:80]}"))
+            rows.append(dict(entry, converts="yes", ops=ops, runtime="openvino", loads=f"no: {_why(e)}"))
     else:
         kind = "onnx" if path.endswith(".onnx") else "tflite"
         ops = onnx_ops(path) if kind == "onnx" else tflite_ops(path)
@@ -142,7 +152,7 @@ def row(name, exporter, make, model, want, feeds, one):
                 runs.append((runtime, run))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(entry, converts="yes", ops=ops, runtime="openvino" if kind == "onnx" else "litert",
-                             loads=f"no: {str(e).splitlines()[0][:80]}"))
+                             loads=f"no: {_why(e)}"))
     for runtime, run in runs:
         try:
             got = run(feeds)
@@ -157,7 +167,7 @@ def row(name, exporter, make, model, want, feeds, one):
             rows.append(dict(entry, converts="yes", ops=ops, runtime=runtime, loads="yes", max_err=err,
                              ms=1e3 * float(np.median(times))))
         except Exception as e:  # noqa: BLE001
-            rows.append(dict(entry, converts="yes", ops=ops, runtime=runtime, loads=f"fails: {str(e)[:80]}"))
+            rows.append(dict(entry, converts="yes", ops=ops, runtime=runtime, loads=f"fails: {_why(e)}"))
     return rows
 
 
@@ -172,7 +182,8 @@ def main(argv=None) -> int:
     table = []
     for name, model in models().items():
         feeds, one = feeds_for(model), feeds_for(model, batch=1)
-        result = model([feeds[t.name.split(":")[0]] for t in model.inputs])
+        inputs = [feeds[t.name.split(":")[0]] for t in model.inputs]
+        result = model(inputs if len(inputs) > 1 else inputs[0])
         want = [np.asarray(r, np.float64) for r in (result if isinstance(result, list) else [result])]
         with tempfile.TemporaryDirectory() as tmp:
             for fmt in ("onnx", "litert", "openvino"):

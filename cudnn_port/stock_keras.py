@@ -69,13 +69,24 @@ def classify(layer) -> Optional[Dict[str, Any]]:
     return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
 
 
+REBUILT = ("Functional", "Sequential")  # the models clone_model rebuilds around new layers
+
+
 def _walk(model, prefix=""):
+    """(row, layer) for each stock recurrent layer inside ``model``, nested models included; one inside a model
+    that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused."""
+    from .layers import CudnnRNN
+    from .stock_adapter import StockAdapter
+
     for layer in getattr(model, "layers", None) or []:
-        if type(layer).__name__ in ("Functional", "Sequential", "Model") or hasattr(layer, "layers") and \
-                layer.__class__.__module__.startswith("keras."):
+        if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter)):
             yield from _walk(layer, f"{prefix}{layer.name}/")
             continue
         row = classify(layer)
+        if row and row["verdict"] == FUSED and type(model).__name__ not in REBUILT:
+            row.update(verdict=REFUSED, why=f"it sits in {model.name}, a subclassed {type(model).__name__}, which "
+                                            "cannot be rebuilt around a fused layer; build it as a Functional or "
+                                            "Sequential model")
         if row:
             yield dict(row, layer=prefix + row["layer"]), layer
 
@@ -100,11 +111,8 @@ def rewrite(model, say=None, strict=True) -> "keras.Model":
     for row, _ in rows:
         if row["verdict"] == FUSED and say:
             say(f"stock layer {row['layer']} ({row['type']}) becomes a fused stack")
-    if not any(row["verdict"] == FUSED for row, _ in rows) or type(model).__name__ not in ("Functional", "Sequential"):
+    if not any(row["verdict"] == FUSED for row, _ in rows):
         return model
-    if type(model).__name__ not in ("Functional", "Sequential") and strict:
-        raise UnsupportedError(f"model {model.name} is a subclassed {type(model).__name__}; stock recurrent layers "
-                               "are rewritten only in Functional and Sequential models (nested ones too)")
     fused = {id(layer) for row, layer in rows if row["verdict"] == FUSED}
 
     def clone(layer):

@@ -227,16 +227,20 @@ def test_model_without_cudnn_math_is_refused_in_one_line(tmp_path):
 def test_subclassed_model_with_stock_layers_is_refused(tmp_path):
     class Tiny(keras.Model):
         def __init__(self):
-            super().__init__()
-            self.rnn = L.LSTM(4)
+            super().__init__(name="tiny")
+            self.rnn = L.LSTM(4, name="lstm")
 
         def call(self, x):
             return self.rnn(x)
 
     model = Tiny()
     model(np.zeros((1, 2, 3), "float32"))
-    with pytest.raises(CudnnPortError, match="subclassed|no known inputs"):
+    with pytest.raises(CudnnPortError, match=r"^layer lstm \(LSTM\): it sits in tiny, a subclassed Tiny") as e:
         cudnn_port.export(model, str(tmp_path / "out"))
+    assert "\n" not in str(e.value)
+    x = keras.Input((None, 3))
+    with pytest.raises(CudnnPortError, match=r"^layer tiny/lstm \(LSTM\): it sits in tiny"):
+        cudnn_port.export(keras.Model(x, L.Dense(2)(model(x))), str(tmp_path / "out"))
 
 
 def test_model_saved_under_torch_backend_converts(tmp_path):
