@@ -255,3 +255,38 @@ def test_model_saved_under_torch_backend_converts(tmp_path):
     assert result.returncode == 0, result.stderr
     model = keras.saving.load_model(tmp_path / "t.keras")
     assert_matches_keras(tmp_path / "out", model, feeds_for(model))
+
+
+OPTIONS = [dict(go_backwards=g, return_sequences=s, return_state=r) for g in (False, True) for s in (False, True)
+           for r in (False, True)]
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_rewritten_model_matches_keras_for_each_layer_option(kind):
+    """The rewrite alone (the fused layers on their CPU path, no export), for every go_backwards / return_sequences /
+    return_state, masked, with initial states, in a Sequential and a Functional model, and each merge mode."""
+    from cudnn_port.stock_keras import rewrite
+
+    cls = getattr(L, kind)
+    states = 2 if kind == "LSTM" else 1
+    x, mask = keras.Input((None, FEATURES), name="x"), keras.Input((None,), dtype="bool", name="mask")
+    h = [keras.Input((4,), name=f"s{i}") for i in range(2 * states)]
+    outputs = [cls(4, **o)(x, mask=mask, initial_state=h[:states]) for o in OPTIONS]
+    outputs += [L.Bidirectional(cls(4, return_sequences=True, return_state=True), merge_mode=m)(
+        x, mask=mask, initial_state=h) for m in ("concat", "sum", "ave", "mul", None)]
+    flat = [t for out in outputs for t in (out if isinstance(out, (list, tuple)) else [out])]
+    model = seeded(keras.Model([x, mask] + h, flat))
+    sequential = seeded(keras.Sequential([keras.Input((None, FEATURES)), L.Masking(), cls(4, return_sequences=True),
+                                          L.Bidirectional(cls(3))]))
+    feeds = feeds_for(model)
+    for original, inputs in ((model, [feeds[t.name.split(":")[0]] for t in model.inputs]), (sequential, feeds["x"])):
+        want, got = keras_outputs_of(original, inputs), keras_outputs_of(rewrite(original), inputs)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            err = np.abs(g - w)
+            assert np.all(err <= ATOL_FP32 + RTOL * np.abs(w)), f"{original.name} output {k}: max |error| {err.max()}"
+
+
+def keras_outputs_of(model, inputs):
+    result = model(inputs, training=False)
+    return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
