@@ -36,16 +36,17 @@ def seeded(model, seed=3):
     return model
 
 
-def tagger():
-    """tokens (0 = padding) -> Embedding(mask_zero) -> BiLSTM (concat) -> BiGRU (sum) -> cudnn_port's CudnnLSTM ->
-    Dense: stacked, masked, stock layers mixed with a fused one."""
-    from cudnn_port.layers import CudnnLSTM
-
+def tagger(mixed=True):
+    """tokens (0 = padding) -> Embedding(mask_zero) -> BiLSTM (concat) -> BiGRU (sum) (-> cudnn_port's CudnnLSTM when
+    ``mixed``) -> Dense: stacked, masked, stock layers mixed with a fused one."""
     ids = keras.Input((None,), dtype="int32", name="tokens")
     x = L.Embedding(VOCAB, EMBED, mask_zero=True)(ids)
     x = L.Bidirectional(L.LSTM(5, return_sequences=True), name="bilstm")(x)
     x = L.Bidirectional(L.GRU(4, return_sequences=True), merge_mode="sum", name="bigru")(x)
-    x = CudnnLSTM(3, return_sequences=True, name="fused")(x)
+    if mixed:
+        from cudnn_port.layers import CudnnLSTM
+
+        x = CudnnLSTM(3, return_sequences=True, name="fused")(x)
     return seeded(keras.Model(ids, L.Dense(3)(x), name="tagger"))
 
 
@@ -243,13 +244,15 @@ def test_subclassed_model_with_stock_layers_is_refused(tmp_path):
         cudnn_port.export(keras.Model(x, L.Dense(2)(model(x))), str(tmp_path / "out"))
 
 
-def test_model_saved_under_torch_backend_converts(tmp_path):
-    """The .keras file is the same whatever backend saved it: one saved under torch converts and matches Keras."""
-    pytest.importorskip("torch")
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_model_saved_under_another_backend_converts(tmp_path, backend):
+    """The .keras file is the same whatever backend saved it: one saved under torch / JAX (where installed) converts
+    and matches Keras."""
+    pytest.importorskip(backend)
     script = ("import sys; sys.path.insert(0, sys.argv[2]); import test_stock_keras as t; "
-              "t.tagger().save(sys.argv[1])")
+              "t.tagger(mixed=False).save(sys.argv[1])")  # cudnn_port's layers compute with TensorFlow only
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "t.keras"), os.path.dirname(__file__)],
-                            env=dict(os.environ, KERAS_BACKEND="torch"), capture_output=True, text=True)
+                            env=dict(os.environ, KERAS_BACKEND=backend), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     result = run_cli("convert", tmp_path / "t.keras", tmp_path / "out")
     assert result.returncode == 0, result.stderr
