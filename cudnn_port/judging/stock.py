@@ -146,7 +146,6 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
 
         check("onnx (openvino f32)", openvino)
     if "tflite" in arts:
-
         def tflite():  # LiteRT's interpreter through the model's SignatureDef, which resizes the inputs itself
             from ai_edge_litert.interpreter import Interpreter
 

@@ -76,7 +76,8 @@ class KerasModelSource(Source):
 
     @classmethod
     def from_file(cls, path) -> "KerasModelSource":
-        """A ``.keras`` file saved from a model with fused layers."""
+        """A ``.keras`` file saved from a model with fused layers, or stock Keras LSTM / GRU / Bidirectional layers
+        (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
         from ..stock_keras import rewrite
 
         model = load_keras_file(path)
