@@ -39,6 +39,9 @@ def inspect_text(report) -> str:
         return "\n".join(lines + _graph_lines(report))
     lines.append(f"{len(report['variables'])} variables:")
     lines += [f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}" for v in report["variables"]]
+    for r in report.get("stock_layers", []):  # stock Keras recurrent layers: what becomes of each
+        why = f" ({r['why']})" if r["why"] else ""
+        lines.append(f"stock layer {r['layer']} ({r['type']}): {r['verdict']}{why}")
     for s in report["stacks"]:
         lines += ["", f"cuDNN stack {s['variable']}: {s['size']} elements, {s['dtype']}", f"  found: {s['found']}"]
         if s["spec"]:

@@ -31,6 +31,8 @@ def inspect_source(path, variable=None, **flags) -> dict:
               "variables": [{"name": n, "shape": list(source.shapes[n]), "dtype": source.dtypes[n]}
                             for n in source.names],
               "stacks": []}
+    if getattr(source, "stock_layers", None):  # a Keras model's stock recurrent layers: fused or refused
+        report["stock_layers"] = source.stock_layers
     stacks = find_stacks(source, variable)
     for stack in stacks:
         clues = clues_for(source, stack)

@@ -22,10 +22,11 @@ renamed into place (:mod:`cudnn_port.outdir`):
 - ``OUT/layers/<layer>/``: each fused layer alone as ``convert`` writes a stack (``saved_model/`` with the
   ``with_initial_state`` signature, ``frozen_graph.pb``, ``model.onnx``, ``model.tflite``, ``model_stateful.tflite``):
   step functions for decoding;
-- ``OUT/keras/model.keras``: the model itself (with its fused layers), so that ``verify`` can rebuild the judge
-  when the original file is gone;
-- ``OUT/model_parity.json``: the whole model's outputs from each artifact against an independent judge (the same
-  model with each fused layer rebuilt from stock Keras layers, :mod:`cudnn_port.judging.stock`) on seeded inputs;
+- ``OUT/keras/model.keras``: the model as given (fused layers, or stock Keras LSTM / GRU / Bidirectional layers,
+  which :mod:`cudnn_port.stock_keras` turned into fused ones for the artifacts), so that ``verify`` can rebuild the
+  judge when the original file is gone;
+- ``OUT/model_parity.json``: the whole model's outputs from each artifact against an independent judge (the model
+  as given, each fused layer rebuilt from stock Keras layers, :mod:`cudnn_port.judging.stock`) on seeded inputs;
 - ``OUT/task.json``: the model's task (:mod:`cudnn_port.judging.tasks`), when a ``task.json`` lies beside the ``.keras``
   file, with its data embedded: ``verify`` measures the int8 model's cost on it;
 - with ``quantize="int8"``: ``OUT/model_int8.onnx`` and ``OUT/layers/<layer>/model_int8.onnx``;
@@ -78,18 +79,20 @@ def _traced(model, specs, path):
 @quiet
 def export(model, out, *, style=None, force=False, progress=None, seed=0, path=None, xla=False, quantize=None,
            keep_failed=False) -> dict:
-    """Write the CPU artifacts of ``model`` (a built Keras model holding cudnn_port fused layers) to ``out``;
+    """Write the CPU artifacts of ``model`` (a built Keras model holding fused or stock LSTM / GRU layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
     came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled
     (see :mod:`cudnn_port.exports.tensorflow`). ``quantize="int8"``: int8 ONNX models next to the fp32 ones
     (:mod:`cudnn_port.exports.quantize`). Raises :class:`~cudnn_port.errors.ParityError` if an artifact disagrees
     with the judge."""
     from .readers.keras_model import KerasModelSource
+    from .stock_keras import rewrite
 
     say = progress or (lambda message: None)
+    judged, model = model, rewrite(model, say)  # stock LSTM / GRU fused; the original is saved, and judges
     specs = _input_specs(model)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
-    source = KerasModelSource(model, os.path.abspath(path) if path else None)
+    source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     stacks = prepare_stacks(source, say=say)
     style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
@@ -102,7 +105,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
             manifest["source"]["files"] = {os.path.basename(path): sha256(path)}
         manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
         os.makedirs(os.path.join(tmp, "keras"))
-        model.save(os.path.join(tmp, "keras", "model.keras"))
+        judged.save(os.path.join(tmp, "keras", "model.keras"))
         manifest["model_artifacts"]["keras"] = "keras/model.keras"
         task = load_task(path) if path else None
         if task:
@@ -112,7 +115,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
             from .exports.quantize import quantize_outputs
 
             quantize_outputs(manifest, tmp, say)
-        manifest["parity"] = _parity(model, specs, tmp, manifest, seed, say)
+        manifest["parity"] = _parity(judged, specs, tmp, manifest, seed, say)
         if not manifest["parity"]["passed"] and not keep_failed:
             raise ParityError(_failure(manifest["parity"], "nothing was written; pass keep_failed=True "
                                        "(--keep-failed) to keep the output for inspection"), manifest["parity"])

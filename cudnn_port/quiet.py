@@ -140,8 +140,8 @@ def quiet_stderr(verbose: bool = False) -> Iterator[None]:
         stream = None
     _State.depth += 1
     try:
-        for logger in loggers:
-            logger.setLevel(logging.CRITICAL + 1)
+        for logger in loggers:  # jax reads its logger's level name at import and refuses "Level 51"
+            logger.setLevel(logging.CRITICAL if logger.name == "jax" else logging.CRITICAL + 1)
         with warnings.catch_warnings():
             if not loud:
                 warnings.simplefilter("ignore")

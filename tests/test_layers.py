@@ -363,7 +363,7 @@ def test_model_without_fused_layers_says_so(tmp_path, capsys):
     inputs = keras.Input((3,))
     keras.Model(inputs, keras.layers.Dense(2)(inputs)).save(tmp_path / "plain.keras")
     code, _, err = run_cli(capsys, "convert", tmp_path / "plain.keras", tmp_path / "out")
-    assert_clean_error(code, err, "holds no cudnn_port fused layer")
+    assert_clean_error(code, err, "holds no layer whose math cuDNN computes")
     assert not (tmp_path / "out").exists()
 
 

@@ -93,6 +93,8 @@ def model_judge(model) -> Tuple[Callable, str]:
         with judged_by(judges):
             return model_outputs(model(inputs if len(inputs) > 1 else inputs[0], training=False))
 
+    if not judges:  # a model of stock Keras layers: the judge is Keras' own computation of it
+        return run, "the original model's own Keras outputs"
     return run, "the model with each fused layer rebuilt from stock Keras LSTM/GRU layers holding its converted weights"
 
 
@@ -132,9 +134,18 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
         check("graphdef", graphdef)
     if "onnx" in arts:
         check("onnx (onnxruntime)", lambda: onnx_model(os.path.join(out, arts["onnx"])))
-    if "tflite" in arts:
-        from ..deps import EXTRAS, available
+    from ..deps import EXTRAS, available
 
+    if "onnx" in arts and available("openvino"):
+        def openvino():  # the ONNX model in OpenVINO's CPU plugin, computing in float32
+            from ..exports.openvino import compile_onnx
+
+            compiled = compile_onnx(os.path.join(out, arts["onnx"]))
+            result = compiled({name: feeds[name] for name in input_names})
+            return [result[compiled.output(f"output_{i}")] for i in range(count)]
+
+        check("onnx (openvino f32)", openvino)
+    if "tflite" in arts:
         def tflite():  # LiteRT's interpreter through the model's SignatureDef, which resizes the inputs itself
             from ai_edge_litert.interpreter import Interpreter
 

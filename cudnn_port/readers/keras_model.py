@@ -61,9 +61,11 @@ class KerasModelSource(Source):
     names_note = "Keras variable paths"
     whole_model = True  # converts as a whole model (cudnn_port.model_export), not buffer by buffer
 
-    def __init__(self, model, path=None):
+    def __init__(self, model, path=None, original=None):
         from ..layers import fused_layers
+        from ..stock_keras import plan
 
+        self.stock_layers = plan(original or model)  # the model's stock recurrent layers, as given: what became of each
         self.path = path
         self.prefix = path or f"Keras model {model.name} (in memory)"
         self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}
@@ -92,11 +94,17 @@ class KerasModelSource(Source):
 
     @classmethod
     def from_file(cls, path) -> "KerasModelSource":
-        """A ``.keras`` file saved from a model with fused layers."""
-        return cls(load_keras_file(path), os.path.abspath(path))
+        """A ``.keras`` file saved from a model with fused layers, or stock Keras LSTM / GRU / Bidirectional layers
+        (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
+        from ..stock_keras import rewrite
+
+        model = load_keras_file(path)
+        return cls(rewrite(model, strict=False), os.path.abspath(path), original=model)
 
     def nothing_found(self) -> str:
-        return (f"{self.prefix} holds no cudnn_port fused layer (CudnnLSTM / CudnnGRU), so there is nothing to "
+        others = "; ".join(f"{r['layer']} ({r['type']}): {r['why']}" for r in self.stock_layers)
+        return (f"{self.prefix} holds no layer whose math cuDNN computes (a stock LSTM / GRU / Bidirectional, or "
+                f"cudnn_port's CudnnLSTM / CudnnGRU){f' ({others})' if others else ''}, so there is nothing to "
                 "convert; export it with Keras' own model.export")
 
     def describe(self, name) -> str:

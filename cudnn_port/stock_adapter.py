@@ -1,0 +1,109 @@
+"""A stock Keras ``LSTM`` / ``GRU`` / ``Bidirectional`` layer computed by one fused layer (:mod:`cudnn_port.layers`).
+
+:class:`StockAdapter` takes the stock layer's place in a rewritten model (:mod:`cudnn_port.stock_keras`): it holds a
+``CudnnLSTM`` / ``CudnnGRU`` (one layer, D = 1 or 2, ``return_sequences=True, return_state=True``) named as the stock
+layer, with the stock layer's weights packed into its buffer, and turns the fused layer's interface into the stock
+layer's. What differs, with the right-padded lengths ``n`` the mask gives (``n = T`` without one):
+
+- states: Keras' ``[B, units]`` each (Bidirectional: forward ones, then backward ones) vs the fused ``[B, D, H]``;
+- ``go_backwards=True`` (D = 1): Keras reverses the whole padded time axis, so its valid steps come last:
+  ``out = flip_T(reverse_sequence(fused(reverse_sequence(x, n)), n))``, zero where padded, as Keras' loop gives;
+- a forward layer with a mask and ``zero_output_for_mask=False`` (Keras' default outside Bidirectional): a padded
+  step repeats the last valid output, ``out[b, t] = y[b, n_b - 1]`` for ``t >= n_b``;
+- Bidirectional: ``merge_mode`` concat (the fused output itself), sum, ave, mul, or None (two outputs), on both the
+  sequences and the last outputs (the final states);
+- the output mask is what Keras' layer computes: the input mask with ``return_sequences`` (also for ``go_backwards``,
+  as Keras does), else none.
+
+Every op here is a plain TensorFlow op (``ReverseV2``, ``ReverseSequence``, ``GatherV2``, ``Select``), which ONNX,
+OpenVINO and TFLite hold as builtins.
+"""
+from typing import Any, List, Optional
+
+import keras
+
+from .deps import import_tf
+from .layers import CudnnGRU, CudnnLSTM
+
+
+class StockAdapter(keras.layers.Layer):
+    """One stock recurrent layer (or a Bidirectional pair) as a fused layer; see the module docstring."""
+
+    def __init__(self, mode: str, units: int, *, bidirectional: bool = False, go_backwards: bool = False,
+                 merge_mode: Optional[str] = "concat", return_sequences: bool = False, return_state: bool = False,
+                 zero_output: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        cls = CudnnLSTM if mode == "lstm" else CudnnGRU
+        self.fused = cls(units, bidirectional=bidirectional, return_sequences=True, return_state=True,
+                         name=self.name)
+        self.mode, self.units, self.bidirectional, self.go_backwards = mode, units, bidirectional, go_backwards
+        self.merge_mode, self.return_sequences, self.return_state = merge_mode, return_sequences, return_state
+        self.zero_output = zero_output
+        self.supports_masking = True
+
+    @property
+    def layers(self) -> List[keras.layers.Layer]:
+        """The fused layer inside, so that :func:`cudnn_port.layers.fused_layers` finds it."""
+        return [self.fused]
+
+    def build(self, input_shape) -> None:
+        self.fused.build(input_shape)
+
+    def _lengths(self, x, mask):
+        tf = import_tf()
+        if mask is None:
+            return tf.fill([tf.shape(x)[0]], tf.shape(x)[1])
+        return tf.reduce_sum(tf.cast(mask, "int32"), axis=1)
+
+    def _states(self, initial_state):
+        """Keras' initial states ([h, c] or [h]; Bidirectional: forward ones then backward ones, each [B, units]) as
+        the fused layer's [h [B, D, H], c] (None: zeros)."""
+        if initial_state is None:
+            return None
+        tf = import_tf()
+        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        D, count = (2 if self.bidirectional else 1), (2 if self.mode == "lstm" else 1)
+        if len(states) != D * count:
+            raise ValueError(f"Received {len(states)} initial states for {self.name}, expected {D * count}")
+        return [tf.stack([states[d * count + k] for d in range(D)], axis=1) for k in range(count)]
+
+    def call(self, sequences, initial_state=None, mask=None, training=None) -> Any:
+        tf = import_tf()
+        x = tf.convert_to_tensor(sequences)
+        lengths = self._lengths(x, mask)
+        if self.go_backwards:
+            x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
+        y, *finals = self.fused(x, initial_state=self._states(initial_state), mask=mask, training=False)
+        if self.go_backwards:
+            y = tf.reverse(tf.reverse_sequence(y, lengths, seq_axis=1, batch_axis=0), [1])
+        elif mask is not None and not self.zero_output and not self.bidirectional:
+            last = tf.gather(y, tf.maximum(lengths - 1, 0), axis=1, batch_dims=1)  # [B, H]
+            y = tf.where(tf.expand_dims(tf.cast(mask, "bool"), -1), y, tf.expand_dims(last, 1))
+        D = 2 if self.bidirectional else 1
+        finals = [tf.unstack(state, num=D, axis=1) for state in finals]  # [h per direction, c per direction]
+        if self.bidirectional:
+            result = self._merge(tf.split(y, 2, axis=-1) if self.return_sequences else finals[0])
+        else:
+            result = y if self.return_sequences else finals[0][0]
+        if not self.return_state:
+            return result
+        states = [state[d] for d in range(D) for state in finals]  # forward h (c), then backward h (c)
+        return (result if isinstance(result, list) else [result]) + states
+
+    def _merge(self, pair):
+        if self.merge_mode == "concat":
+            return import_tf().concat(pair, axis=-1)
+        if self.merge_mode == "sum":
+            return pair[0] + pair[1]
+        if self.merge_mode == "ave":
+            return (pair[0] + pair[1]) / 2
+        if self.merge_mode == "mul":
+            return pair[0] * pair[1]
+        return pair  # merge_mode None: two outputs
+
+    def compute_mask(self, inputs, mask=None) -> Any:
+        out = mask if self.return_sequences else None
+        outs = [out, out] if self.bidirectional and self.merge_mode is None else [out]
+        if self.return_state:
+            outs += [None] * ((2 if self.bidirectional else 1) * (2 if self.mode == "lstm" else 1))
+        return outs if len(outs) > 1 else outs[0]

@@ -1,0 +1,146 @@
+"""Stock Keras 3 recurrent layers into fused stacks: the front door for models of ``LSTM``, ``GRU``, ``Bidirectional``.
+
+:func:`rewrite` returns an equivalent model in which each stock layer whose math cuDNN computes (the conditions
+Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``, ``use_bias``, not
+``unroll``, ``GRU(reset_after=True)``; dropout does nothing at inference) is a
+:class:`~cudnn_port.stock_adapter.StockAdapter` around a fused layer holding the same weights: Keras' kernels are the
+canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`). Every other
+layer is the user's own layer object, reused (nested Functional / Sequential models are rebuilt around them). The
+rewritten model then takes the whole-model road (:mod:`cudnn_port.model_export`), which judges it against the
+ORIGINAL model: Keras' own outputs.
+
+Refused with one line naming the layer and the reason: every other recurrent layer (``GRU(reset_after=False)``,
+other activations, ``use_bias=False``, ``unroll=True``, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with any cell),
+``stateful=True`` layers, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which
+cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to TensorList ops that
+tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same set.
+
+>>> import keras
+>>> x = keras.Input((None, 3), name="x")
+>>> model = keras.Model(x, keras.layers.Bidirectional(keras.layers.LSTM(4), merge_mode="sum")(x))
+>>> [(row["layer"], row["verdict"]) for row in plan(model)]
+[('bidirectional', 'fused')]
+"""
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from .errors import UnsupportedError
+
+if TYPE_CHECKING:
+    import keras
+
+FUSED, REFUSED = "fused", "refused"
+RECURRENT = ("LSTM", "GRU", "SimpleRNN", "RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "Bidirectional")
+
+
+def _why_not(layer) -> Optional[str]:
+    """Why a stock LSTM / GRU does not compute cuDNN's math (None: it does)."""
+    name = type(layer).__name__
+    if name not in ("LSTM", "GRU"):
+        return f"{name} is not a cuDNN layer"
+    config = layer.get_config()
+    for key, want in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
+        if config.get(key) != want:
+            return f"{key}={config.get(key)!r} (cuDNN computes {want})"
+    if not config.get("use_bias", True):
+        return "use_bias=False"
+    if config.get("unroll"):
+        return "unroll=True"
+    if name == "GRU" and not config.get("reset_after", True):
+        return "reset_after=False (cuDNN's GRU is reset_after=True)"
+    return None
+
+
+def classify(layer) -> Optional[Dict[str, Any]]:
+    """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
+    kind = type(layer).__name__
+    if kind not in RECURRENT or not type(layer).__module__.startswith("keras."):
+        return None
+    row = {"layer": layer.name, "type": kind, "verdict": FUSED, "why": ""}
+    inner = [layer.forward_layer, layer.backward_layer] if kind == "Bidirectional" else [layer]
+    if any(getattr(rnn, "stateful", False) for rnn in inner):
+        return dict(row, verdict=REFUSED, why="stateful=True (its states live between calls; rebuild it with "
+                                               "stateful=False and feed the states as initial_state inputs)")
+    why = next((w for w in map(_why_not, inner) if w), None)
+    if why is None and kind == "Bidirectional":
+        forward, backward = inner
+        if forward.go_backwards or not backward.go_backwards or type(forward) is not type(backward) or \
+                forward.units != backward.units or forward.return_sequences != backward.return_sequences:
+            why = "its forward and backward layers are not one layer and its reverse"
+    return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
+
+
+REBUILT = ("Functional", "Sequential")  # the models clone_model rebuilds around new layers
+
+
+def _walk(model, prefix=""):
+    """(row, layer) for each stock recurrent layer inside ``model``, nested models included; one inside a model
+    that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused."""
+    from .layers import CudnnRNN
+    from .stock_adapter import StockAdapter
+
+    for layer in getattr(model, "layers", None) or []:
+        if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter)):
+            yield from _walk(layer, f"{prefix}{layer.name}/")
+            continue
+        row = classify(layer)
+        if row and row["verdict"] == FUSED and type(model).__name__ not in REBUILT:
+            row.update(verdict=REFUSED, why=f"it sits in {model.name}, a subclassed {type(model).__name__}, which "
+                                            "cannot be rebuilt around a fused layer; build it as a Functional or "
+                                            "Sequential model")
+        if row:
+            yield dict(row, layer=prefix + row["layer"]), layer
+
+
+def plan(model) -> List[Dict[str, Any]]:
+    """One row per stock recurrent layer of ``model`` (nested models included, ``outer/inner`` names): what
+    :func:`rewrite` does with it and why."""
+    return [row for row, _ in _walk(model)]
+
+
+def rewrite(model, say=None, strict=True) -> "keras.Model":
+    """``model`` itself when it holds no stock layer to fuse; else an equivalent Functional / Sequential model whose
+    eligible stock layers are fused (the other layers shared with ``model``, which is left unchanged). Raises
+    :class:`~cudnn_port.errors.UnsupportedError` naming a refused layer and why (``strict=False``: such a layer is
+    left as it is, for ``inspect``'s report)."""
+    import keras
+
+    rows = list(_walk(model))
+    for row, _ in rows:
+        if row["verdict"] == REFUSED and strict:
+            raise UnsupportedError(f"layer {row['layer']} ({row['type']}): {row['why']}")
+    for row, _ in rows:
+        if row["verdict"] == FUSED and say:
+            say(f"stock layer {row['layer']} ({row['type']}) becomes a fused stack")
+    if not any(row["verdict"] == FUSED for row, _ in rows):
+        return model
+    fused = {id(layer) for row, layer in rows if row["verdict"] == FUSED}
+
+    def clone(layer):
+        return _adapter(layer) if id(layer) in fused else layer
+
+    return keras.models.clone_model(model, clone_function=clone, recursive=True)
+
+
+def _adapter(layer):
+    """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / Bidirectional, weights packed."""
+    from .layout import RNNSpec, pack
+    from .stock_adapter import StockAdapter
+    from .targets.keras import read
+
+    bidirectional = type(layer).__name__ == "Bidirectional"
+    rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
+    first = rnns[0]
+    mode = "lstm" if type(first).__name__ == "LSTM" else "gru"
+    adapter = StockAdapter(mode, int(first.units), bidirectional=bidirectional,
+                           go_backwards=bool(first.go_backwards) and not bidirectional,
+                           merge_mode=layer.merge_mode if bidirectional else None,
+                           return_sequences=bool(first.return_sequences),
+                           return_state=bool(layer.return_state), zero_output=bool(first.zero_output_for_mask),
+                           name=layer.name)
+    input_size = int(first.cell.kernel.shape[0])
+    adapter.build((None, None, input_size))
+    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional)
+    tensors = {f"layer_0/{'backward' if d else 'forward'}/{v.name}": v.numpy()
+               for d, rnn in enumerate(rnns) for v in (rnn.cell.kernel, rnn.cell.recurrent_kernel, rnn.cell.bias)}
+    adapter.fused.opaque_kernel.assign(pack(read(tensors, "", spec), "float32"))
+    return adapter
