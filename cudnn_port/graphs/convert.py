@@ -11,6 +11,7 @@ from ..outdir import OutputFolder, finish, manifest_head, warn
 from ..paths import require_file, sha256
 from .nodes import find_nodes, load_proto
 from .layouts import put_params_in_cudnn_order
+from .onnx_parts import foreign_part
 from .prune import drop_slot_references, gpu_selected, prune
 from .rewrite import write_cpu_saved_model
 
@@ -70,17 +71,22 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
                                 f"{len(names)} others ({', '.join(names) or 'none'}), so which one ONNX should hold "
                                 "is not known")
         elif "onnx" in formats:
-            from ..exports.onnx_tf import write_saved_model_onnx
+            from .onnx_parts import write_signature_onnx
 
             signature = manifest["onnx_signature"] = onnx_signature(proto)
             say(f"writing model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-            with user_graph(source, "write ONNX for"), gpu_selected(source, reordered) as selected:  # tf_keras:
-                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"), signature)  # its cuDNN path
+            with foreign_part(manifest, say, "saved_model" in formats), user_graph(source, "write ONNX for"), \
+                    gpu_selected(source, reordered) as selected:  # tf_keras: its cuDNN path
+                part = write_signature_onnx(selected, os.path.join(tmp, "model.onnx"), signature)
+                manifest.update(part)
+                if part:
+                    warn(manifest, say, part["onnx_part"])
             if reordered:
                 say(f"{len(reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a build "
                     "without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
-            manifest["model_artifacts"]["onnx"] = "model.onnx"
-            if "saved_model" in formats:
+            if os.path.exists(os.path.join(tmp, "model.onnx")):
+                manifest["model_artifacts"]["onnx"] = "model.onnx"
+            if "saved_model" in formats and "onnx" in manifest["model_artifacts"] and "onnx_input" not in manifest:
                 say("running model.onnx once on the inputs verify draws")
                 run_onnx_once(os.path.join(tmp, "saved_model"), os.path.join(tmp, "model.onnx"), signature)
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
