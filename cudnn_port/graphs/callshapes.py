@@ -153,6 +153,7 @@ class CallShapes:
         variables = {a.name: var for a, (_, var) in zip(function.signature.input_arg, facts) if var is not None}
         nodes = {n.name: n for n in graph_def.node}
         for node in graph_def.node:
+            node.attr.pop("_class", None)  # colocation with nodes a placeholder replaced: only shapes matter here
             source = nodes.get(_base(node.input[0])) if node.op == "ReadVariableOp" and node.input else None
             while source is not None and source.op == "Identity" and source.input:
                 source = nodes.get(_base(source.input[0]))

@@ -9,10 +9,11 @@ from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
 from ..outdir import OutputFolder, finish, manifest_head, warn
 from ..paths import require_file, sha256
-from .nodes import find_nodes, load_proto
+from .nodes import load_proto
 from .layouts import put_params_in_cudnn_order
 from .onnx_parts import foreign_part
-from .prune import drop_slot_references, gpu_selected, prune
+from .prune import drop_slot_references, gpu_selected
+from .reach import describe, reach
 from .rewrite import write_cpu_saved_model
 
 GRAPH_FORMATS = ("saved_model", "onnx")
@@ -30,9 +31,9 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
     proto = load_proto(source)
     check_files(source, proto)
     drop_slot_references(proto)  # an OptimizerV2's slots: TF without tf_keras cannot restore them
-    dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
+    reached = reach(proto)  # prunes: e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair
+    dropped, nodes = reached["dropped"], reached["called"]
     uncalled = {name: ops for name, ops in dropped.items() if ops}
-    nodes = find_nodes(proto)
     reordered = put_params_in_cudnn_order(proto, nodes)  # Keras 3 traced on a build without CUDA, or on ROCm
     if not nodes and not uncalled:
         raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
@@ -55,6 +56,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
         manifest = manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
                                  "signatures, inputs and outputs keep their names", formats)
         manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[],
+                        gpu_alternatives=describe(reached["gpu_alternatives"], True),
                         uncalled_functions_dropped=dropped_summary(dropped), params_reordered=reordered)
         if "saved_model" in formats:
             say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")

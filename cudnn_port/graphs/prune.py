@@ -147,12 +147,10 @@ def gpu_selected(source, reordered=None) -> Iterator[str]:
     not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
     from .layouts import put_params_in_cudnn_order
 
-    from .callshapes import record_input_shapes
+    from .reach import select
 
     proto = load_proto(source)
-    swapped = select_gpu_implementations(proto)
-    prune(proto)
-    swapped = record_input_shapes(proto) or swapped  # tf.keras 2.0-2.2 recorded none
+    swapped = select(proto)
     changed = put_params_in_cudnn_order(proto, find_nodes(proto))
     if reordered is not None:
         reordered.update(changed)
