@@ -132,9 +132,34 @@ def test_raw_text_model_converts_and_verifies(tmp_path, text_models, name):
     names = [o.name for o in session.get_outputs()]
     for key, value in zip(names, session.run(names, {"token_ids": ids})):
         close(value, want[key], f"{name}: model.onnx [{key}] on the token ids against the original")
+    from cudnn_port.graphs.frozen import run_frozen
+
+    frozen = run_frozen(out / "frozen_graph.pb", manifest["graphdef_nodes"], {k: v.astype(object) for k, v in
+                                                                           feeds.items()})
+    for key, value in want.items():
+        close(frozen[key], value, f"{name}: frozen_graph.pb [{key}] (TF1 session) against the original")
     report = verify(str(out))
     rows = {r["artifact"]: r for r in report["rows"]}
     assert report["passed"], rows
-    assert any("original" in (r.get("judge") or "") for r in report["rows"]), rows
+    assert {"graphdef (TF1 session)", "onnx (onnxruntime)"} <= set(rows), rows
+    assert all(rows[a]["judge"] == "the original SavedModel" for a in ("graphdef (TF1 session)", "onnx (onnxruntime)"))
     with open(out / "manifest.json") as f:
         assert json.load(f)["onnx_input"]["computed_from"]
+
+
+def test_raw_text_cli_says_what_onnx_takes(tmp_path, capsys, text_models):
+    """No internal error: the CLI exits 0, its one warning names the op ONNX lacks and what model.onnx takes, and
+    --json carries the same (``onnx_input``); with --formats onnx alone the numeric part is still written."""
+    from cudnn_port import cli
+
+    folder, _ = text_models
+    code = cli.main(["convert", str(folder / "text_gru"), str(tmp_path / "out"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "internal error" not in err + out and "Traceback" not in err, err
+    result = json.loads(out)
+    assert result["onnx_input"]["name"] == "token_ids" and result["onnx_input"]["computed_from"] == ["input_2"]
+    assert any("StaticRegexReplace" in w for w in result["warnings"]), result["warnings"]
+    assert set(result["model_artifacts"]) == {"saved_model", "graphdef", "onnx"}
+    code = cli.main(["convert", str(folder / "text_gru"), str(tmp_path / "onnx_only"), "--formats", "onnx"])
+    _, err = capsys.readouterr()
+    assert code == 0 and "numeric part" in err and os.path.exists(tmp_path / "onnx_only" / "model.onnx"), err

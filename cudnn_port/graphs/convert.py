@@ -9,6 +9,7 @@ from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
 from ..outdir import OutputFolder, finish, manifest_head, warn
 from ..paths import require_file, sha256
+from .frozen import has_tables, write_frozen
 from .nodes import load_proto
 from .layouts import put_params_in_cudnn_order
 from .onnx_parts import foreign_part
@@ -64,6 +65,13 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
                 write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
                 _load(os.path.join(tmp, "saved_model"))  # proves it loads: a damaged graph or variables fail here
             manifest["model_artifacts"]["saved_model"] = "saved_model"
+            if has_tables(proto):  # raw text: the whole signature for TF1 sessions too, tables filled in
+                say("writing frozen_graph.pb (the whole signature, its lookup tables' contents written in)")
+                with user_graph(source, "freeze"):
+                    manifest["graphdef_nodes"] = write_frozen(os.path.join(tmp, "saved_model"),
+                                                              os.path.join(tmp, "frozen_graph.pb"),
+                                                              onnx_signature(proto) or "serving_default")
+                manifest["model_artifacts"]["graphdef"] = "frozen_graph.pb"
         if "onnx" in formats and projected:
             warn(manifest, say, f"model.onnx not written: node {projected[0].name} is an LSTM with projection, "
                                 "which ONNX's LSTM cannot hold")

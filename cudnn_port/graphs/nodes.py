@@ -164,9 +164,11 @@ def _called_shapes(calls, name):
         return {}
 
 
-def find_nodes(proto) -> List[CudnnNode]:
+def find_nodes(proto, needed=None) -> List[CudnnNode]:
     """Every cuDNN node (forward and backward) of the SavedModel, with its spec. Prune the proto first
-    (:func:`cudnn_port.graphs.prune.prune`): this finds nodes in every function of the library, called or not."""
+    (:func:`cudnn_port.graphs.prune.prune`): this finds nodes in every function of the library, called or not.
+    ``needed``: a set of function names; a node whose sizes cannot be told is then left out unless its function
+    is in it (a layer's own call function in the object graph, which no signature calls)."""
     nodes = []
     for meta in proto.meta_graphs:
         library, calls = meta.graph_def.library, None
@@ -180,7 +182,12 @@ def find_nodes(proto) -> List[CudnnNode]:
 
                 calls = calls or CallShapes(meta)
                 shapes = _called_shapes(calls, function.signature.name) or shapes
-            nodes += [CudnnNode(function.signature.name, node, shapes.get(node.name)) for node in found]
+            for node in found:
+                try:
+                    nodes.append(CudnnNode(function.signature.name, node, shapes.get(node.name)))
+                except CudnnPortError:
+                    if needed is None or function.signature.name in needed:
+                        raise
         main = [n for n in meta.graph_def.node if is_cudnn(n.op)]
         shapes = _graph_input_shapes(meta.graph_def) if main else {}
         nodes += [CudnnNode(None, node, shapes.get(node.name)) for node in main]

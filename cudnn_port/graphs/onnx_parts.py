@@ -120,29 +120,18 @@ def write_signature_onnx(saved_model, path, signature) -> Dict[str, Any]:
                            "computed_from": fed},
             "onnx_part": f"model.onnx holds the numeric part of {signature}: standard ONNX has no {found[0]} op "
                          f"(tf2onnx: {', '.join(found)}), so it takes {CUT_NAME} ({cut.dtype.name} {shape}), the "
-                         f"token ids the preprocessing computes from {', '.join(fed)}; saved_model/ takes the "
-                         "strings"}
+                         f"token ids the preprocessing computes from {', '.join(fed)}; saved_model/ (and "
+                         "frozen_graph.pb) take the strings"}
 
 
 def cut_values(saved_model, signature, feeds: Dict[str, Any], cut_name: str) -> Tuple[Any, Dict[str, Any]]:
     """(the value of tensor ``cut_name``, {output name: value}) of ``signature`` of ``saved_model`` on ``feeds``
     (signature input names), run on CPU in the graph tf2onnx freezes, its tables filled from the SavedModel."""
-    from tf2onnx import tf_loader
+    from .frozen import INIT, frozen_signature, run_graph
 
-    tf = import_tf()
-    frozen, inputs, outputs, tables, renames = tf_loader.from_saved_model(
-        saved_model, None, None, signatures=[signature], return_initialized_tables=True,
-        return_tensors_to_rename=True)
-    with tf.Graph().as_default() as graph:
-        tf.compat.v1.import_graph_def(frozen, name="")
-        inits = [tf.raw_ops.LookupTableImportV2(table_handle=op.outputs[0], keys=tables[name][0],
-                                                values=tables[name][1])
-                 for op in graph.get_operations() if op.type == "HashTableV2"
-                 for name in [op.get_attr("shared_name")] if name in tables]
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(inits)
-        fetched = session.run([cut_name] + list(outputs), {n: feeds[renames.get(n, n.split(":")[0])] for n in inputs})
-    return fetched[0], {renames.get(n, n.split(":")[0]): v for n, v in zip(outputs, fetched[1:])}
+    graph_def, inputs, outputs = frozen_signature(saved_model, signature)
+    found = run_graph(graph_def, {"inputs": inputs, "outputs": outputs, "init": INIT}, feeds, [cut_name])
+    return found.pop(cut_name), found
 
 
 @contextlib.contextmanager

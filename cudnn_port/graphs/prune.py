@@ -147,11 +147,11 @@ def gpu_selected(source, reordered=None) -> Iterator[str]:
     not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
     from .layouts import put_params_in_cudnn_order
 
-    from .reach import select
+    from .reach import reached_by, select
 
     proto = load_proto(source)
     swapped = select(proto)
-    changed = put_params_in_cudnn_order(proto, find_nodes(proto))
+    changed = put_params_in_cudnn_order(proto, find_nodes(proto, set().union(*reached_by(proto).values())))
     if reordered is not None:
         reordered.update(changed)
     if not (drop_slot_references(proto) or swapped or changed):

@@ -42,9 +42,9 @@ def reach(proto) -> Dict[str, Any]:
     called = find_nodes(proto)
     places = {(n.function, n.name) for n in called}
     select(selected)
-    by_signature = reached_by(selected)
-    alternatives = [n for n in find_nodes(selected) if (n.function, n.name) not in places and not n.backward
-                    and any(n.function in functions for functions in by_signature.values())]
+    signatures = set().union(*reached_by(selected).values())
+    alternatives = [n for n in find_nodes(selected, signatures) if (n.function, n.name) not in places and
+                    not n.backward and n.function in signatures]
     return {"called": called, "gpu_alternatives": alternatives, "dropped": dropped}
 
 

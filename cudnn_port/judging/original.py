@@ -53,21 +53,43 @@ def original_outputs(source, signature, feeds) -> Optional[Dict[str, np.ndarray]
 
 
 def numeric_onnx_row(out, manifest, feeds, want, atol, rtol) -> Dict[str, Any]:
-    """The numeric-part model.onnx on the token ids that OUT/saved_model's preprocessing computes from ``feeds``,
-    against ``want`` ({output name: array})."""
+    """The numeric-part model.onnx on the token ids that OUT's preprocessing computes from ``feeds`` (in
+    frozen_graph.pb where it is there, else in OUT/saved_model frozen again), against ``want``."""
+    from ..graphs.frozen import run_frozen
     from ..graphs.onnx_parts import cut_values
     from .graph_inputs import could_not_run
     from .model_rows import onnx_row
 
     arts, cut = manifest["model_artifacts"], manifest["onnx_input"]
     try:
-        ids, _ = cut_values(os.path.join(out, arts["saved_model"]), manifest.get("onnx_signature", "serving_default"),
-                            feeds, cut["replaces"])
+        if "graphdef" in arts:
+            ids = run_frozen(os.path.join(out, arts["graphdef"]), manifest["graphdef_nodes"], feeds,
+                             [cut["replaces"]])[cut["replaces"]]
+        else:
+            ids, _ = cut_values(os.path.join(out, arts["saved_model"]),
+                                manifest.get("onnx_signature", "serving_default"), feeds, cut["replaces"])
     except Exception as e:  # noqa: BLE001 (a graph that does not run is a failed row)
         return could_not_run("onnx (onnxruntime)", "computing its token ids in TensorFlow", e)
     row = onnx_row(os.path.join(out, arts["onnx"]), {cut["name"]: ids}, want, atol, rtol)
     note = "; ".join(filter(None, [row.get("note"), f"fed {cut['name']} from {', '.join(cut['computed_from'])}"]))
     return dict(row, note=note)
+
+
+def graphdef_row(out, manifest, feeds, want, atol, rtol) -> Dict[str, Any]:
+    """frozen_graph.pb in a TF1 session (tables initialised by its ``init_all_tables``) against ``want``."""
+    from ..graphs.frozen import run_frozen
+    from .graph_inputs import could_not_run
+    from .parity import compare
+
+    name = "graphdef (TF1 session)"
+    try:
+        got = run_frozen(os.path.join(out, manifest["model_artifacts"]["graphdef"]), manifest["graphdef_nodes"],
+                         feeds)
+    except Exception as e:  # noqa: BLE001
+        return could_not_run(name, "TensorFlow", e)
+    names = sorted(want)
+    return compare(name, [got.get(n) for n in names], [want[n] for n in names], atol, rtol,
+                   note="strings in, init_all_tables run first")
 
 
 def original_rows(manifest, out, serving, atol, rtol, say) -> list:
@@ -90,9 +112,13 @@ def original_rows(manifest, out, serving, atol, rtol, say) -> list:
         row = compare(f"saved_model [{signature}]", [results.get(n) for n in names], [want[n] for n in names], atol,
                       rtol, note="the original's signature run on CPU, same inputs")
         rows.append(dict(row, stack="(whole graph)", judge="the original SavedModel"))
+    judge = "the original SavedModel" if want is not None else "the converted SavedModel"
+    if "graphdef" in manifest["model_artifacts"]:
+        say("graphdef: the whole signature in a TF1 session")
+        rows.append(dict(graphdef_row(out, manifest, feeds, want or results, atol, rtol), stack="(whole graph)",
+                         judge=judge))
     if "onnx_input" in manifest and "onnx" in manifest["model_artifacts"]:
         say("onnx: the numeric part, fed the token ids of the same strings")
         row = numeric_onnx_row(out, manifest, feeds, want or results, atol, rtol)
-        rows.append(dict(row, stack="(whole graph)",
-                         judge="the original SavedModel" if want is not None else "the converted SavedModel"))
+        rows.append(dict(row, stack="(whole graph)", judge=judge))
     return rows
