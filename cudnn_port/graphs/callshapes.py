@@ -38,6 +38,8 @@ class CallShapes:
             for node in nodes:
                 for callee, offset in self.callees(node):
                     self.callers.setdefault(callee, []).append((scope, node, offset))
+        self.by_name = {None: {n.name: n for n in meta.graph_def.node}}
+        self.by_name.update({name: {n.name: n for n in f.node_def} for name, f in self.functions.items()})
         self._facts: Dict[str, List[Fact]] = {}
         self._graphs: Dict[str, str] = {}
         self._base = None
@@ -108,7 +110,7 @@ class CallShapes:
         if var is not None:
             return None, var
         if scope is None:
-            source = next((n for n in self.meta.graph_def.node if n.name == _base(ref)), None)
+            source = self.by_name[None].get(_base(ref))
             shape = source.attr["shape"].shape if source is not None and source.op == "Placeholder" else None
             return (import_tf().TensorShape(shape) if shape is not None else None), None
         prefix = self.graph(scope, depth + 1)
@@ -122,13 +124,10 @@ class CallShapes:
         tf = import_tf()
         for _ in range(32):
             name = _base(ref)
-            if scope is None:
-                node = next((n for n in self.meta.graph_def.node if n.name == name), None)
-            else:
-                node = next((n for n in self.functions[scope].node_def if n.name == name), None)
-                if node is None:
-                    args = [a.name for a in self.functions[scope].signature.input_arg]
-                    return self.facts(scope, depth + 1)[args.index(name)][1] if name in args else None
+            node = self.by_name[scope].get(name)
+            if scope is not None and node is None:
+                args = [a.name for a in self.functions[scope].signature.input_arg]
+                return self.facts(scope, depth + 1)[args.index(name)][1] if name in args else None
             if node is None:
                 return None
             if node.op == "VarHandleOp":

@@ -93,19 +93,23 @@ def write_signature_onnx(saved_model, path, signature) -> Dict[str, Any]:
     string inputs it comes from) and ``onnx_part`` (why)."""
     from tf2onnx import tf_loader
 
-    from ..exports.onnx_tf import quiet_converters, write_graph_onnx
+    from ..exports import onnx_tf
+    from .nodes import load_proto
 
     tf = import_tf()
-    quiet_converters()
-    frozen, inputs, outputs, tables, renames = tf_loader.from_saved_model(
-        saved_model, None, None, signatures=[signature], return_initialized_tables=True,
-        return_tensors_to_rename=True)
+    declared = load_proto(saved_model).meta_graphs[0].signature_def[signature].inputs
+    if all(spec.dtype != tf.string.as_datatype_enum for spec in declared.values()):
+        onnx_tf.write_saved_model_onnx(saved_model, path, signature)
+        return {}
+    onnx_tf.quiet_converters()
+    frozen, inputs, outputs, renames = tf_loader.from_saved_model(
+        saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
     with tf.Graph().as_default() as graph:
         tf.compat.v1.import_graph_def(frozen, name="")
     strings = [name for name in inputs if graph.get_tensor_by_name(name).dtype == tf.string]
     found = text_ops(graph)
-    if not strings or not found:
-        write_graph_onnx(frozen, inputs, outputs, path, renames)
+    if not found:
+        onnx_tf.write_graph_onnx(frozen, inputs, outputs, path, renames)
         return {}
     cut = numeric_cut(graph, outputs)
     where = f"signature {signature}'s preprocessing ({', '.join(found)})"
@@ -113,7 +117,7 @@ def write_signature_onnx(saved_model, path, signature) -> Dict[str, Any]:
         raise CudnnPortError(f"model.onnx not written: standard ONNX has no {found[0]} op, and no single numeric "
                              f"tensor separates {where} from the model")
     part = with_input(frozen, cut.name, cut.dtype, cut.shape)
-    write_graph_onnx(part, [f"{CUT_NAME}:0"], outputs, path, dict(renames, **{f"{CUT_NAME}:0": CUT_NAME}))
+    onnx_tf.write_graph_onnx(part, [f"{CUT_NAME}:0"], outputs, path, dict(renames, **{f"{CUT_NAME}:0": CUT_NAME}))
     shape = [d if d is not None else -1 for d in (cut.shape.as_list() if cut.shape.rank is not None else [])]
     fed = [renames.get(n, n.split(":")[0]) for n in strings]
     return {"onnx_input": {"name": CUT_NAME, "dtype": cut.dtype.name, "shape": shape, "replaces": cut.name,

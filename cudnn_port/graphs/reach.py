@@ -21,16 +21,14 @@ from .nodes import CudnnNode, find_nodes
 from .prune import _called, prune, select_gpu_implementations
 
 
-def select(proto) -> Dict[str, str]:
+def select(proto) -> bool:
     """Make (in place) ``proto`` call the GPU alternatives, drop what nothing calls, and record the shapes calls pass
-    where the graph has none: the graph the ONNX writer converts. Returns {replaced function: alternative}."""
+    where the graph has none: the graph the ONNX writer converts. Returns whether a call or a shape changed."""
     from .callshapes import record_input_shapes
 
     swapped = select_gpu_implementations(proto)
     prune(proto)
-    if record_input_shapes(proto):
-        swapped = dict(swapped, **{"": ""}) if not swapped else swapped  # changed: a temporary copy is needed
-    return swapped
+    return bool(record_input_shapes(proto)) or bool(swapped)
 
 
 def reach(proto) -> Dict[str, Any]:

@@ -97,7 +97,8 @@ def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
     (:func:`~.graph_inputs.token_vocabularies`). Returns (feeds, a note naming the token inputs)."""
     specs = sorted(function.structured_input_signature[1].items())
     feeds = sample_inputs(specs, seed)
-    feeds.update(text_inputs(specs, feeds, seed))  # strings: English sentences
+    texts = text_inputs(specs, feeds, seed)  # strings: English sentences
+    feeds.update(texts)
     try:
         vocabs = token_vocabularies(function)
     except Exception:  # noqa: BLE001 (an unusual graph: plain inputs, as before)
@@ -107,7 +108,8 @@ def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
         feeds[name] = rng.integers(0, vocab or 2, size=feeds[name].shape).astype(feeds[name].dtype)
     ragged = _ragged_inputs(feeds, dict(specs), rng)
     shown = ", ".join(f"{n} in [0, {v or 2})" for n, v in sorted(vocabs.items()))
-    return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "")
+    return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "") + \
+        (f"; English sentences for {', '.join(sorted(texts))}" if texts else "")
 
 
 def _ragged_inputs(feeds, specs, rng, rows=3, steps=7) -> List[str]:
