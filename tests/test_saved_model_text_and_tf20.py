@@ -105,6 +105,9 @@ def test_tf20_style_graph_sizes_nodes_from_callers(tmp_path, keras_models, name)
     else:
         want = expected[f"{name}/y"]
     close(onnx_out, want, f"{name}: model.onnx against tf_keras")
+    report = verify(str(out))  # the original's serving_default runs on CPU (Grappler picks the standard twins)
+    assert report["passed"], report["rows"]
+    assert any(r["judge"] == "the original SavedModel" and r["passed"] for r in report["rows"]), report["rows"]
 
 
 @pytest.mark.parametrize("name", ["text_bilstm", "text_gru"])
