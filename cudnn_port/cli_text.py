@@ -32,7 +32,7 @@ def inspect_text(report) -> str:
     lines = [f"{report['checkpoint']}  [{report['format']}]"]
     if "nodes" in report:
         lines.append(f"signatures: {', '.join(report['signatures'])}")
-        for n in report["nodes"]:
+        for n in report["nodes"] + report.get("gpu_alternatives", []):  # called, then GPU alternatives
             lines += [f"  {n['node']} ({n['op']}) in {n['function'] or 'the main graph'}",
                       f"    converts as: {n['converts_as']}"]
         lines.append(f"writes: {', '.join(report['plan']['artifacts'])}")
@@ -70,6 +70,8 @@ def convert_text(manifest, out) -> str:
         lines.append(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}"
                      + (f"; dropped {len(dropped)} functions nothing calls that held cuDNN ops" if dropped else ""))
         lines += [f"  {n['node']} ({n['op']}): {describe(n['spec'])}" for n in manifest["nodes"]]
+        lines += [f"  {n['node']} ({n['op']}, GPU alternative; fused in model.onnx): {describe(n['spec'])}"
+                  for n in manifest.get("gpu_alternatives", [])]
         lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
         lines += [f"  warning: {w}" for w in manifest.get("warnings", [])]
         lines.append(f"  manifest: {os.path.join(out, 'manifest.json')}")

@@ -51,23 +51,26 @@ def inspect_source(path, variable=None, **flags) -> dict:
 
 
 def _inspect_saved_model(path):
-    from .graphs import find_nodes, load_proto
+    from .graphs import load_proto
     from .graphs.convert import dropped_summary
-    from .graphs.prune import prune
+    from .graphs.reach import describe, reach
     from .graphs.trust import inspect_entries
 
     proto = load_proto(path)
     safety = inspect_entries(path, proto)  # before anything reads its constants
-    dropped = dropped_summary(prune(proto))
-    nodes = find_nodes(proto)
+    reached = reach(proto)
+    dropped, nodes = dropped_summary(reached["dropped"]), reached["called"]
     signatures = sorted({name for meta in proto.meta_graphs for name in meta.signature_def
                          if not name.startswith("__")})
     words = f"SavedModel with {len(nodes)} cuDNN nodes that its signatures call"
+    if reached["gpu_alternatives"]:
+        words += (f", and {len(reached['gpu_alternatives'])} in GPU alternatives of functions they call (Grappler "
+                  "swaps those in on a GPU; model.onnx fuses them, saved_model calls the standard ones)")
     if dropped["with_cudnn_ops"]:
-        words += (f"; {len(dropped['with_cudnn_ops'])} functions nothing calls hold cuDNN ops (GPU alternatives, "
-                  "e.g. tf_keras's gpu_lstm_with_fallback) and are dropped")
+        words += (f"; {len(dropped['with_cudnn_ops'])} functions nothing calls directly hold cuDNN ops (GPU "
+                  "alternatives, e.g. tf_keras's gpu_lstm_with_fallback, and their gradients) and are dropped")
     return {"checkpoint": os.path.abspath(path), "format": words, "signatures": signatures,
-            "nodes": [dict(n.to_dict(), converts_as=n.converts_as()) for n in nodes],
+            "nodes": describe(nodes), "gpu_alternatives": describe(reached["gpu_alternatives"], True),
             "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]}, "variables": [],
             "uncalled_functions_dropped": dropped, **safety}
 

@@ -10,9 +10,12 @@ from ..errors import CudnnPortError, ParityError, reason
 from ..outdir import OutputFolder, finish, manifest_head, warn
 from ..paths import refuse_links_out, require_file, sha256
 from .allowlist import check_saved_model
-from .nodes import find_nodes, load_proto
+from .frozen import has_tables, write_frozen
+from .nodes import load_proto
 from .layouts import put_params_in_cudnn_order
-from .prune import drop_slot_references, gpu_selected, prune
+from .onnx_parts import foreign_part
+from .prune import drop_slot_references, gpu_selected
+from .reach import describe, reach
 from .rewrite import write_cpu_saved_model
 
 GRAPH_FORMATS = ("saved_model", "onnx")
@@ -32,9 +35,9 @@ def convert_saved_model(source, out, formats=None, force=False, say=None, trust_
     check_saved_model(source, proto, trust_source=trust_source, say=say)  # before TensorFlow loads any of it
     check_files(source, proto)
     drop_slot_references(proto)  # an OptimizerV2's slots: TF without tf_keras cannot restore them
-    dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
+    reached = reach(proto)  # prunes: e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair
+    dropped, nodes = reached["dropped"], reached["called"]
     uncalled = {name: ops for name, ops in dropped.items() if ops}
-    nodes = find_nodes(proto)
     reordered = put_params_in_cudnn_order(proto, nodes)  # Keras 3 traced on a build without CUDA, or on ROCm
     if not nodes and not uncalled:
         raise CudnnPortError(f"{source} holds no CudnnRNN/CudnnRNNV2/CudnnRNNV3 node, so it already runs on CPU; "
@@ -57,6 +60,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None, trust_
         manifest = manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
                                  "signatures, inputs and outputs keep their names", formats)
         manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[],
+                        gpu_alternatives=describe(reached["gpu_alternatives"], True),
                         uncalled_functions_dropped=dropped_summary(dropped), params_reordered=reordered)
         if "saved_model" in formats:
             say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
@@ -64,6 +68,13 @@ def convert_saved_model(source, out, formats=None, force=False, say=None, trust_
                 write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
                 _load(os.path.join(tmp, "saved_model"))  # proves it loads: a damaged graph or variables fail here
             manifest["model_artifacts"]["saved_model"] = "saved_model"
+            if has_tables(proto):  # raw text: the whole signature for TF1 sessions too, tables filled in
+                say("writing frozen_graph.pb (the whole signature, its lookup tables' contents written in)")
+                with user_graph(source, "freeze"):
+                    manifest["graphdef_nodes"] = write_frozen(os.path.join(tmp, "saved_model"),
+                                                              os.path.join(tmp, "frozen_graph.pb"),
+                                                              onnx_signature(proto) or "serving_default")
+                manifest["model_artifacts"]["graphdef"] = "frozen_graph.pb"
         if "onnx" in formats and projected:
             warn(manifest, say, f"model.onnx not written: node {projected[0].name} is an LSTM with projection, "
                                 "which ONNX's LSTM cannot hold")
@@ -73,17 +84,22 @@ def convert_saved_model(source, out, formats=None, force=False, say=None, trust_
                                 f"{len(names)} others ({', '.join(names) or 'none'}), so which one ONNX should hold "
                                 "is not known")
         elif "onnx" in formats:
-            from ..exports.onnx_tf import write_saved_model_onnx
+            from .onnx_parts import write_signature_onnx
 
             signature = manifest["onnx_signature"] = onnx_signature(proto)
             say(f"writing model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-            with user_graph(source, "write ONNX for"), gpu_selected(source, reordered) as selected:  # tf_keras:
-                write_saved_model_onnx(selected, os.path.join(tmp, "model.onnx"), signature)  # its cuDNN path
+            with foreign_part(manifest, say, "saved_model" in formats), user_graph(source, "write ONNX for"), \
+                    gpu_selected(source, reordered) as selected:  # tf_keras: its cuDNN path
+                part = write_signature_onnx(selected, os.path.join(tmp, "model.onnx"), signature)
+                manifest.update(part)
+                if part:
+                    warn(manifest, say, part["onnx_part"])
             if reordered:
                 say(f"{len(reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a build "
                     "without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
-            manifest["model_artifacts"]["onnx"] = "model.onnx"
-            if "saved_model" in formats:
+            if os.path.exists(os.path.join(tmp, "model.onnx")):
+                manifest["model_artifacts"]["onnx"] = "model.onnx"
+            if "saved_model" in formats and "onnx" in manifest["model_artifacts"] and "onnx_input" not in manifest:
                 say("running model.onnx once on the inputs verify draws")
                 run_onnx_once(os.path.join(tmp, "saved_model"), os.path.join(tmp, "model.onnx"), signature)
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]

@@ -152,18 +152,42 @@ def _graph_input_shapes(graph_def):
     return {op.name: [t.shape for t in op.inputs] for op in graph.get_operations() if is_cudnn(op.type)}
 
 
-def find_nodes(proto) -> List[CudnnNode]:
+def _sized(shapes) -> bool:
+    """Whether shapes of a cuDNN node's inputs give its input size and state width."""
+    return bool(shapes) and _dim(shapes[0], -1) is not None and _dim(shapes[1], -1) is not None
+
+
+def _called_shapes(calls, name):
+    try:
+        return calls.input_shapes(name, set(FORWARD_OPS) | set(BACKWARD_OPS))
+    except Exception:  # noqa: BLE001 (shapes are a help: without them the params size alone must settle it)
+        return {}
+
+
+def find_nodes(proto, needed=None) -> List[CudnnNode]:
     """Every cuDNN node (forward and backward) of the SavedModel, with its spec. Prune the proto first
-    (:func:`cudnn_port.graphs.prune.prune`): this finds nodes in every function of the library, called or not."""
+    (:func:`cudnn_port.graphs.prune.prune`): this finds nodes in every function of the library, called or not.
+    ``needed``: a set of function names; a node whose sizes cannot be told is then left out unless its function
+    is in it (a layer's own call function in the object graph, which no signature calls)."""
     nodes = []
     for meta in proto.meta_graphs:
-        library = meta.graph_def.library
+        library, calls = meta.graph_def.library, None
         for function in library.function:
             found = [n for n in function.node_def if is_cudnn(n.op)]
             if not found:
                 continue
             shapes = _function_input_shapes(function)
-            nodes += [CudnnNode(function.signature.name, node, shapes.get(node.name)) for node in found]
+            if not all(_sized(shapes.get(n.name)) for n in found):  # tf.keras 2.0-2.2 recorded no shapes: callers'
+                from .callshapes import CallShapes
+
+                calls = calls or CallShapes(meta)
+                shapes = _called_shapes(calls, function.signature.name) or shapes
+            for node in found:
+                try:
+                    nodes.append(CudnnNode(function.signature.name, node, shapes.get(node.name)))
+                except CudnnPortError:
+                    if needed is None or function.signature.name in needed:
+                        raise
         main = [n for n in meta.graph_def.node if is_cudnn(n.op)]
         shapes = _graph_input_shapes(meta.graph_def) if main else {}
         nodes += [CudnnNode(None, node, shapes.get(node.name)) for node in main]

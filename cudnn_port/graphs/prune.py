@@ -142,15 +142,17 @@ def drop_slot_references(proto) -> int:
 @contextlib.contextmanager
 def gpu_selected(source, reordered=None) -> Iterator[str]:
     """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
-    that calls them instead, uncalled functions pruned, each cuDNN node's params in cuDNN's gate layout
+    that calls them instead, uncalled functions pruned, the shapes calls pass recorded where the graph has none
+    (tf.keras 2.0-2.2, :mod:`.callshapes`), each cuDNN node's params in cuDNN's gate layout
     (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
     not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
     from .layouts import put_params_in_cudnn_order
 
+    from .reach import reached_by, select
+
     proto = load_proto(source)
-    swapped = select_gpu_implementations(proto)
-    prune(proto)
-    changed = put_params_in_cudnn_order(proto, find_nodes(proto))
+    swapped = select(proto)
+    changed = put_params_in_cudnn_order(proto, find_nodes(proto, set().union(*reached_by(proto).values())))
     if reordered is not None:
         reordered.update(changed)
     if not (drop_slot_references(proto) or swapped or changed):

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..deps import import_tf
 from .graph_inputs import could_not_run, token_vocabularies
+from .original import text_inputs
 from .parity import compare, failed_row, sample_inputs
 
 
@@ -40,7 +41,11 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say) -> List[Dict[str, Any
         if name == manifest.get("onnx_signature", "serving_default") or serving is None:
             serving = (feeds, results)
         rows.append(dict(row, stack="(whole graph)", judge=None))
-    if "onnx" in arts and serving and serving[1] is not None:
+    if serving and serving[1] is not None and (manifest.get("onnx_input") or manifest.get("gpu_alternatives")):
+        from .original import original_rows  # raw-text signatures and tf.keras 2.0-2.2 graphs: the original judges
+
+        rows += original_rows(manifest, out, serving, atol, rtol, say)
+    if "onnx" in arts and serving and serving[1] is not None and "onnx_input" not in manifest:
         say("onnx: against the SavedModel")
         if _computes_in_float16(os.path.join(out, arts["onnx"])):
             # Keras mixed_float16: the ONNX runs its fused nodes in float32, TensorFlow each op in float16; they
@@ -92,6 +97,8 @@ def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
     (:func:`~.graph_inputs.token_vocabularies`). Returns (feeds, a note naming the token inputs)."""
     specs = sorted(function.structured_input_signature[1].items())
     feeds = sample_inputs(specs, seed)
+    texts = text_inputs(specs, feeds, seed)  # strings: English sentences
+    feeds.update(texts)
     try:
         vocabs = token_vocabularies(function)
     except Exception:  # noqa: BLE001 (an unusual graph: plain inputs, as before)
@@ -101,7 +108,8 @@ def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
         feeds[name] = rng.integers(0, vocab or 2, size=feeds[name].shape).astype(feeds[name].dtype)
     ragged = _ragged_inputs(feeds, dict(specs), rng)
     shown = ", ".join(f"{n} in [0, {v or 2})" for n, v in sorted(vocabs.items()))
-    return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "")
+    return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "") + \
+        (f"; English sentences for {', '.join(sorted(texts))}" if texts else "")
 
 
 def _ragged_inputs(feeds, specs, rng, rows=3, steps=7) -> List[str]:

@@ -1,0 +1,72 @@
+"""Which cuDNN nodes a SavedModel's signatures reach: one answer for ``inspect``, the SavedModel rewrite and the ONNX
+writer.
+
+A signature reaches a cuDNN node in one of two ways, following TF 2.0-2.21's call structure (nested
+``PartitionedCall`` / ``StatefulPartitionedCall``, ``If`` / ``While`` / ``Case`` bodies, direct calls):
+
+- **called**: a function the signature calls holds it (Keras 3 on a GPU host, a TF1 graph): the SavedModel rewrite
+  replaces it by CPU ops (:mod:`.rewrite`), and the ONNX writer fuses it;
+- **GPU alternative**: the signature calls a standard function (``standard_lstm``) that a GPU function shares an
+  ``api_implements`` with (tf.keras 2.0-2.2's ``cudnn_lstm_with_fallback``, tf_keras's ``gpu_lstm_with_fallback``,
+  preferred device GPU); Grappler's implementation selector swaps it in on a GPU. The SavedModel keeps calling the
+  standard function (what it already does on a CPU) and the GPU functions are dropped (:func:`.prune.prune`); the
+  ONNX writer does what the selector does (:func:`select`) and fuses the cuDNN node.
+
+Sizes come from the node's input shapes, or, where the graph records none (tf.keras 2.0-2.2), from its callers
+(:mod:`.callshapes`).
+"""
+from typing import Any, Dict, List, Set
+
+from .nodes import CudnnNode, find_nodes
+from .prune import _called, prune, select_gpu_implementations
+
+
+def select(proto) -> bool:
+    """Make (in place) ``proto`` call the GPU alternatives, drop what nothing calls, and record the shapes calls pass
+    where the graph has none: the graph the ONNX writer converts. Returns whether a call or a shape changed."""
+    from .callshapes import record_input_shapes
+
+    swapped = select_gpu_implementations(proto)
+    prune(proto)
+    return bool(record_input_shapes(proto)) or bool(swapped)
+
+
+def reach(proto) -> Dict[str, Any]:
+    """{"called": [CudnnNode], "gpu_alternatives": [CudnnNode], "dropped": {function: cuDNN ops}} of ``proto``,
+    which is pruned in place (what the SavedModel rewrite then works on)."""
+    selected = type(proto)()
+    selected.CopyFrom(proto)
+    dropped = prune(proto)
+    called = find_nodes(proto)
+    places = {(n.function, n.name) for n in called}
+    select(selected)
+    signatures = set().union(*reached_by(selected).values())
+    alternatives = [n for n in find_nodes(selected, signatures) if (n.function, n.name) not in places and
+                    not n.backward and n.function in signatures]
+    return {"called": called, "gpu_alternatives": alternatives, "dropped": dropped}
+
+
+def reached_by(proto) -> Dict[str, Set[str]]:
+    """{signature: the library functions it calls, directly or not}."""
+    found = {}
+    for meta in proto.meta_graphs:
+        functions = {f.signature.name: f for f in meta.graph_def.library.function}
+        nodes = {n.name: n for n in meta.graph_def.node}
+        for name, signature in meta.signature_def.items():
+            roots = [nodes[out.name.split(":")[0]] for out in signature.outputs.values()
+                     if out.name.split(":")[0] in nodes and not name.startswith("__")]
+            todo = [c for node in roots for c in _called(node) if c in functions]
+            seen = found.setdefault(name, set())
+            while todo:
+                current = todo.pop()
+                if current not in seen:
+                    seen.add(current)
+                    todo += [c for n in functions[current].node_def for c in _called(n) if c in functions]
+    return found
+
+
+def describe(nodes: List[CudnnNode], alternatives: bool = False) -> List[Dict[str, Any]]:
+    """The manifest's and inspect's entry of each node."""
+    return [dict(n.to_dict(), converts_as=f"{n.spec.describe()}: the standard function it stands in for runs in the "
+                 f"SavedModel, fused ONNX {n.spec.mode.upper()} nodes in ONNX" if alternatives else n.converts_as())
+            for n in nodes]
