@@ -25,7 +25,8 @@ def _named(manifest) -> Iterator[Tuple[str, str]]:
 
 def graph_paths(out, manifest) -> List[Tuple[str, str]]:
     """("saved_model" or "graphdef", path) of everything in OUT a TensorFlow loader would read: the SavedModels and
-    frozen graphs the manifest names, and any other folder holding a saved_model.pb."""
+    frozen graphs the manifest names, any other folder holding a saved_model.pb, and the source SavedModel that
+    verify's judge runs."""
     found = {}
     for key, rel in _named(manifest):
         if not isinstance(rel, str):
@@ -38,6 +39,9 @@ def graph_paths(out, manifest) -> List[Tuple[str, str]]:
     for root, _, files in os.walk(out):
         if "saved_model.pb" in files:
             found.setdefault(root, "saved_model")
+    source = (manifest.get("source") or {}).get("checkpoint") if isinstance(manifest.get("source"), dict) else None
+    if isinstance(source, str) and os.path.isfile(os.path.join(source, "saved_model.pb")):
+        found.setdefault(source, "saved_model")  # verify's judge runs the original SavedModel (judging.original)
     return sorted((kind, path) for path, kind in found.items())
 
 
