@@ -10,16 +10,17 @@ import os
 import numpy as np
 import pytest
 
-from conftest import CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
+from helpers import CONFIGS, CONFIG_IDS, SAMPLE_SPEC, assert_all_close, assert_close, make_spec, ragged_batch, \
+    random_blob, spec_flags, write_source
 from cudnn_port import cli, deps, reference
 from cudnn_port import convert
 from cudnn_port.exports.tensorflow import op_types
 from cudnn_port.layout import unpack
-from test_targets import assert_close, spec_flags, write_source
 
 tf = pytest.importorskip("tensorflow")
 ort = pytest.importorskip("onnxruntime")
 EXPORTS = ["saved_model", "graphdef", "onnx_stateful"]  # the artifacts that take states
+STATES = ("outputs", "final_h", "final_c")  # the artifacts' output names
 
 
 def feeds(spec, x, lengths, h_0, c_0):
@@ -78,9 +79,7 @@ def test_export_matches_reference(exported, mode, layers, bi, artifact):
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
     path = out / manifest["stacks"][0]["artifacts"][artifact]
     got = RUNNERS[artifact](path, spec, feeds(spec, x, lengths, h_0, c_0))
-    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-        if w is not None:
-            assert_close(g, w, f"{artifact} {what}")
+    assert_all_close(got, want, artifact, STATES)
 
 
 @pytest.mark.parametrize("mode,layers,bi", [c for c in CONFIGS if c[1] == 2], ids=lambda v: str(v))
@@ -95,9 +94,7 @@ def test_optional_states_default_to_zero(exported, mode, layers, bi):
     got = run_graphdef(out / arts["graphdef"], spec, {"inputs": x, "sequence_lengths": lengths})
     assert_close(got[1], want[1], "graphdef final_h with initial states left out")
     got = run_onnx(out / arts["onnx"], spec, {"inputs": x, "sequence_lengths": lengths})  # takes no states at all
-    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-        if w is not None:
-            assert_close(g, w, f"model.onnx {what}")
+    assert_all_close(got, want, "model.onnx", STATES)
 
 
 @pytest.mark.parametrize("artifact", EXPORTS)
@@ -200,9 +197,7 @@ def test_xla_saved_model_stops_at_the_longest_sequence(tmp_path, mode, capsys):
         got = run_saved_model(out / manifest["stacks"][0]["artifacts"]["saved_model"], spec,
                               feeds(spec, x, lengths, h_0, c_0))
         assert got[0].shape == want[0].shape
-        for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-            if w is not None:
-                assert_close(g, w, f"T={steps} {what}")
+        assert_all_close(got, want, f"T={steps}", STATES)
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
@@ -225,9 +220,7 @@ def test_default_saved_model_has_no_xla_function(tmp_path, mode, capsys):
     x, lengths, h_0, c_0 = ragged_batch(spec)
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
     got = run_saved_model(path, spec, feeds(spec, x, lengths, h_0, c_0))
-    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-        if w is not None:
-            assert_close(g, w, f"plain saved_model {what}")
+    assert_all_close(got, want, "plain saved_model", STATES)
 
 # ---------------------------------------------------------------------------------------------------- verify
 
@@ -249,7 +242,6 @@ def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1
                and r["passed"] is not None)
     # Replace the ONNX file with one holding other weights: verify must fail, exit 1, and name the artifact.
     from cudnn_port.exports.onnx import write_onnx
-    from test_convert import SAMPLE_SPEC
 
     write_onnx(unpack(SAMPLE_SPEC, random_blob(SAMPLE_SPEC, seed=99)), out / "model.onnx")
     code = cli.main(["verify", str(out), "--quiet"])

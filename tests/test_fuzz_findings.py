@@ -11,16 +11,14 @@ import sys
 
 import pytest
 
-from conftest import ROOT, tree_hash
+from helpers import ROOT, SAMPLE, leftovers, one_short_line, refused, tree_hash
 from crafted import copy_checkpoint
 from cudnn_port import cli, convert
-from test_hardening import leftovers, one_short_line, refused
 
 tf = pytest.importorskip("tensorflow")
-SAMPLE = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
 
 
-def run_cli(*argv, limit=None, timeout=180):
+def cli_process(*argv, limit=None, timeout=180):
     """The CLI in a subprocess (clean logging environment), optionally under a file size limit (ulimit -f) with
     SIGXFSZ ignored, so that a write past it fails with EFBIG as on a full disk: (exit code, stdout, stderr)."""
     def limited():
@@ -56,14 +54,14 @@ def test_a_pipe_in_out_is_refused_not_read(out, command):
     """verify and bench hashed / loaded model.onnx, a FIFO here, and waited for a writer for ever."""
     os.remove(out / "model.onnx")
     os.mkfifo(out / "model.onnx")
-    code, _, err = run_cli(command[0], out, *command[1:], "--quiet", timeout=120)
+    code, _, err = cli_process(command[0], out, *command[1:], "--quiet", timeout=120)
     assert code == 2, err
     assert "model.onnx is not a regular file" in one_short_line(err, out / "model.onnx")
 
 
 def test_a_file_size_limit_is_one_line_naming_the_disk(tmp_path):
     """TensorFlow's writer failing with EFBIG (as it fails with ENOSPC on a full disk) said "internal error", exit 1."""
-    code, _, err = run_cli("convert", SAMPLE, tmp_path / "out", "--quiet", limit=100_000)
+    code, _, err = cli_process("convert", SAMPLE, tmp_path / "out", "--quiet", limit=100_000)
     assert code == 2, err
     line = one_short_line(err, tmp_path / "out", "/")
     assert "the disk mounted at" in line and "File too large" in line, line

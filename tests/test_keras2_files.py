@@ -8,9 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from conftest import tree_hash
+from helpers import assert_clean_error, run_cli, tree_hash
 from cudnn_port import convert
-from test_convert import assert_clean_error, run_cli
 
 tf = pytest.importorskip("tensorflow")
 h5py = pytest.importorskip("h5py")

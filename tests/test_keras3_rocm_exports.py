@@ -16,7 +16,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from test_convert import assert_clean_error, run_cli
+from helpers import assert_clean_error, run_cli
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

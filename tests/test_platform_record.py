@@ -8,8 +8,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from conftest import make_spec, random_blob
-from test_convert import assert_clean_error, run_cli
+from helpers import assert_clean_error, make_spec, random_blob, run_cli
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

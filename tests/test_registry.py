@@ -6,10 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import make_spec
+from helpers import make_spec, spec_flags, write_source
 from cudnn_port import formats
 from cudnn_port.errors import CudnnPortError
-from test_targets import spec_flags, write_source
 
 tf = pytest.importorskip("tensorflow")
 

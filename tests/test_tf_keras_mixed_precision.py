@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT, unpack_fixture
+from helpers import ROOT, run_cli, unpack_fixture
 
 tf = pytest.importorskip("tensorflow")
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_mixed_precision.tar.xz")
@@ -28,8 +28,6 @@ def fixtures(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(ATOL))
 def test_cudnn_nodes_of_any_float_dtype_convert_and_match_the_original(tmp_path, capsys, fixtures, name):
-    from test_convert import run_cli
-
     from cudnn_port.exports.runners import onnx_session
 
     folder, expected = fixtures

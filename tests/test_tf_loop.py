@@ -11,10 +11,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, make_spec, random_blob
+from helpers import ATOL_FP32, assert_close, make_spec, random_blob
 from cudnn_port import reference
 from cudnn_port.layout import unpack
-from test_targets import assert_close
 
 tf = pytest.importorskip("tensorflow")
 

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, random_canon
+from helpers import ATOL_FP32, random_canon
 from cudnn_port import cli, convert, reference
 from cudnn_port import formats as registry
 from cudnn_port.layout import RNNSpec
