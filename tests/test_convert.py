@@ -179,6 +179,7 @@ def test_inspect_lists_candidates_and_the_flags_that_settle_them(tmp_path, capsy
     assert code == 0 and "to choose, pass" in out
 
 
+@pytest.mark.slow
 def test_cli_convert_json_and_force(tmp_path, tf1_ckpt, capsys):
     out_dir = tmp_path / "out"
     code, out, err = run_cli(capsys, "convert", tf1_ckpt, out_dir, "--json")
@@ -243,6 +244,7 @@ def test_ambiguous_buffer_lists_candidates_and_flags(tmp_path, capsys):
     assert_clean_error(code, err, "fits", "specs", "--num-units", "to choose")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_nonfinite_buffer_is_refused_unless_allowed(tmp_path, capsys, bad):
     spec = make_spec("gru", 1, False)
@@ -309,6 +311,7 @@ def test_unknown_format_is_a_usage_error(tmp_path, tf1_ckpt, capsys):
     assert_clean_error(code, err, "unknown format 'onnx2'")
 
 
+@pytest.mark.slow
 def test_real_process_exit_codes_and_no_traceback(tmp_path):
     """One end-to-end run of the installed entry point, as users call it."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -320,6 +323,7 @@ def test_real_process_exit_codes_and_no_traceback(tmp_path):
     assert proc.returncode == 0 and "convert" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_custom_variable_name_converts_and_verifies(tmp_path, capsys):
     """A buffer not named *opaque_kernel, chosen with --variable, with a slot of its own."""
     spec = make_spec("gru", 2, True)
@@ -342,6 +346,7 @@ def test_a_custom_variable_name_converts_and_verifies(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path / "out"), "--quiet"]) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("float64", 1e-5)])
 def test_fp16_and_fp64_buffers_export(tmp_path, dtype, tol):
     """The artifacts compute in fp32 from the buffer's own values: fp64 weights rounded to fp32 (error ~1e-7),

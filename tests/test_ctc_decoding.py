@@ -28,6 +28,7 @@ def split(expected, case):
     return pick("in"), pick("out")
 
 
+@pytest.mark.slow
 def test_ocr_model_with_ctc_decoding_converts_verifies_and_decodes_blank_images(tmp_path, tmp_path_factory, capsys):
     """``convert`` then ``verify`` exit 0 on a tf_keras OCR model that decodes in its signature, and its ONNX gives
     the original's decoded ids exactly on blank and text images, batch 1 and ragged batch 3."""

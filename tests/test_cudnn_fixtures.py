@@ -135,6 +135,7 @@ def run_artifacts(spec, out, manifest, feeds):
             for kind in ("saved_model", "graphdef", "onnx_stateful") if kind in arts}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", STRICT)
 def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
     from cudnn_port.exports import io_names
@@ -232,6 +233,7 @@ def test_tf32_drift_is_bounded_and_beyond_strict_tolerances(case, floors):
 REALISTIC = [("lstm", 3, 96, 64), ("gru", 2, 128, 48)]  # mode, layers, hidden, input; bidirectional, 60 steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,layers,hidden,inputs", REALISTIC)
 def test_realistic_size_within_the_fp32_floor(tmp_path, mode, layers, hidden, inputs):
     """No GPU data exists at this size here, so the judge is the float64 reference and the floor is PyTorch's CPU
@@ -265,6 +267,7 @@ def test_realistic_size_within_the_fp32_floor(tmp_path, mode, layers, hidden, in
 
 
 # ------------------------------------------------------------------------------------------- projection (LSTMP)
+@pytest.mark.slow
 def test_a_model_with_a_projected_fused_layer_exports_and_verifies(tmp_path):
     """The fixture's projected stack inside a Keras model: SavedModel and GraphDef reproduce cuDNN, no ONNX (with a
     warning), TF1 names by default (Keras' LSTM has no projection), and verify passes."""
@@ -296,6 +299,7 @@ def test_a_model_with_a_projected_fused_layer_exports_and_verifies(tmp_path):
     assert verify(tmp_path / "out")["passed"]
 
 
+@pytest.mark.slow
 def test_a_saved_model_node_with_num_proj_converts(tmp_path):
     """A CudnnRNNV3 node with num_proj in a SavedModel: replaced by CPU ops that reproduce cuDNN on the fixture's
     projected case; no ONNX (a warning says why)."""

@@ -71,6 +71,7 @@ def exported(tmp_path_factory):
     return made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("artifact", EXPORTS)
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
 def test_export_matches_reference(exported, mode, layers, bi, artifact):
@@ -82,6 +83,7 @@ def test_export_matches_reference(exported, mode, layers, bi, artifact):
     assert_all_close(got, want, artifact, STATES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,layers,bi", [c for c in CONFIGS if c[1] == 2], ids=lambda v: str(v))
 def test_optional_states_default_to_zero(exported, mode, layers, bi):
     spec, blob, out, manifest = exported[(mode, layers, bi)]
@@ -97,6 +99,7 @@ def test_optional_states_default_to_zero(exported, mode, layers, bi):
     assert_all_close(got, want, "model.onnx", STATES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("artifact", EXPORTS)
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_single_step_use_for_decoding(exported, mode, artifact):
@@ -116,6 +119,7 @@ def test_single_step_use_for_decoding(exported, mode, artifact):
     assert_close(h, want[1], f"{artifact} stepped final_h")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
 def test_no_cudnn_op_and_fused_onnx_nodes(exported, mode, layers, bi):
     import onnx
@@ -146,6 +150,7 @@ def test_no_cudnn_op_and_fused_onnx_nodes(exported, mode, layers, bi):
     assert graph_nodes["outputs"][:2] == ["outputs:0", "final_h:0"] and graph_nodes["inputs"][0] == "inputs:0"
 
 
+@pytest.mark.slow
 def test_dynamic_batch_and_time_in_onnx(exported):
     spec, blob, out, manifest = exported[("gru", 1, True)]
     for batch, steps in ((1, 1), (3, 11)):
@@ -176,6 +181,7 @@ def test_padded_steps_buckets():
         assert int(padded_steps(tf, tf.constant(steps))) == want, steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_xla_saved_model_stops_at_the_longest_sequence(tmp_path, mode, capsys):
     """convert --xla (opt-in): every length < T (and T off a bucket): the loops stop early and the steps they skip
@@ -200,6 +206,7 @@ def test_xla_saved_model_stops_at_the_longest_sequence(tmp_path, mode, capsys):
         assert_all_close(got, want, f"T={steps}", STATES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_default_saved_model_has_no_xla_function(tmp_path, mode, capsys):
     """The default SavedModel is plain ops (TF Serving with default flags, TF Java and the C API run it): no function
@@ -224,6 +231,7 @@ def test_default_saved_model_has_no_xla_function(tmp_path, mode, capsys):
 
 # ---------------------------------------------------------------------------------------------------- verify
 
+@pytest.mark.slow
 def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1_ckpt, capsys):
     out = tmp_path / "out"
     convert(tf1_ckpt, out)
@@ -259,6 +267,7 @@ def test_verify_on_a_foreign_folder_is_a_clean_error(tmp_path, capsys):
         assert code == 2 and "not a cudnn-port output" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_verify_falls_back_to_the_converted_checkpoint(tmp_path, tf1_ckpt):
     from cudnn_port.verify import verify
 
@@ -271,6 +280,7 @@ def test_verify_falls_back_to_the_converted_checkpoint(tmp_path, tf1_ckpt):
     assert report["passed"] and stack_rows and all(r["judge"].startswith("converted checkpoint") for r in stack_rows)
 
 
+@pytest.mark.slow
 def test_parity_marker_in_a_users_suite(tmp_path, tf1_ckpt, pytester):
     out = tmp_path / "out"
     convert(tf1_ckpt, out, formats=["checkpoint", "onnx"])
@@ -286,6 +296,7 @@ def test_parity_marker_in_a_users_suite(tmp_path, tf1_ckpt, pytester):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_bench_reports_each_artifact_at_batch_1_and_32(tmp_path, tf1_ckpt, capsys):
     out = tmp_path / "out"
     convert(tf1_ckpt, out)

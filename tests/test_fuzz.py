@@ -20,6 +20,7 @@ from crafted import copy_checkpoint, edit_entry, edit_header, flip_bytes, trunca
 from cudnn_port import cli
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # seeded mutations, each run through inspect and convert
 SCALE = int(os.environ.get("CUDNN_PORT_FUZZ", "1"))
 BUFFER = "cudnn_lstm/opaque_kernel"
 

@@ -117,6 +117,7 @@ def test_inf_in_an_optimizer_slot(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------------------- OUT and data loss
+@pytest.mark.slow
 def test_force_never_deletes_a_source_inside_out(tmp_path, capsys):
     """convert SAMPLE o; cp -r the sample to o/train; convert o/train/model.ckpt o --force deleted o/train."""
     out = tmp_path / "o"
@@ -269,6 +270,7 @@ def test_inspect_of_a_layers_checkpoint_says_where_its_spec_is(tmp_path, capsys)
     assert code == 0 and "canonical tensors" not in out and "cudnn_port.layers" in out, out
 
 
+@pytest.mark.slow
 def test_keras_export_manifest_does_not_list_itself(tagger_out):
     manifest = tagger_out[1]
     assert "manifest.json" not in manifest["files"] and "model_parity.json" in manifest["files"]
@@ -294,6 +296,7 @@ def run_and_signal(argv, signum, delay, cwd):
     return proc.returncode, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum,delay", [(signal.SIGTERM, 2.0), (signal.SIGTERM, 4.5), (signal.SIGTERM, 7.0),
                                           (signal.SIGINT, 3.5), (signal.SIGINT, 6.0)])
 def test_a_signal_at_any_moment_leaves_no_out_or_a_whole_one(tmp_path, signum, delay):
@@ -308,6 +311,7 @@ def test_a_signal_at_any_moment_leaves_no_out_or_a_whole_one(tmp_path, signum, d
         assert code == 128 + signum and "nothing was written" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(monkeypatch, capsys, signum):
     """TensorFlow's import, cut by a signal, raises "ImportError: initialization failed" in place of ours: that was
@@ -326,6 +330,7 @@ def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(monke
     assert "interrupted" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_inside_a_destructor_is_still_an_interrupt(monkeypatch, capsys, signum):
     """SIGTERM 4.5 s into convert landed in a TensorFlow ``__del__``: Python printed "Exception ignored ...
@@ -349,6 +354,7 @@ def test_a_signal_inside_a_destructor_is_still_an_interrupt(monkeypatch, capsys,
     assert "interrupted" in err and "Traceback" not in err and "ignored" not in err
 
 
+@pytest.mark.slow
 def test_a_destructor_the_interrupt_cut_short_prints_nothing(monkeypatch, capsys):
     """SIGINT 3.5 s into convert at TF 2.16 cut an object's __init__ short; its __del__ then failed with an
     AttributeError that Python printed with a traceback after our one line."""
@@ -373,6 +379,7 @@ def test_a_destructor_the_interrupt_cut_short_prints_nothing(monkeypatch, capsys
     assert "interrupted" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_sigint_while_exporting_a_keras_model_is_handled(tmp_path):
     """One SIGINT 5 s into converting the char LM ended the process by the signal itself (exit -2)."""
     code, err = run_and_signal(["convert", CHAR_LM, "out"], signal.SIGINT, 5.0, tmp_path)
@@ -388,6 +395,7 @@ def without(modules, code):
                           env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_import_and_help_need_no_tensorflow():
     proc = without(["tensorflow", "keras", "onnx", "onnxruntime", "tf2onnx", "torch"],
                    "import cudnn_port, cudnn_port.cli\nfrom cudnn_port import RNNSpec, unpack, reference\n"
@@ -395,6 +403,7 @@ def test_import_and_help_need_no_tensorflow():
     assert proc.returncode == 0 and "convert" in proc.stdout, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modules,needle", [(["tensorflow"], "needs tensorflow"), (["onnx"], "needs onnx"),
                                             (["tf2onnx"], "needs tf2onnx")])
 def test_a_missing_optional_piece_names_the_extra(tmp_path, modules, needle):

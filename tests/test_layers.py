@@ -104,6 +104,7 @@ def tiny_data():
     return x, y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer_cls", [CudnnLSTM, CudnnGRU])
 def test_fit_reduces_the_loss(layer_cls):
     keras.utils.set_random_seed(0)
@@ -152,6 +153,7 @@ def test_dropout_only_while_training():
     assert np.max(np.abs(np.asarray(layer(x, training=True)) - want)) > 1e-3
 
 
+@pytest.mark.slow
 def test_checkpoint_of_the_layer_converts_without_flags(tmp_path):
     from cudnn_port import convert
     from cudnn_port.verify import verify
@@ -197,6 +199,7 @@ def token_batch():
     return ids
 
 
+@pytest.mark.slow
 def test_export_whole_model_to_cpu_artifacts(tmp_path, tagger_out):
     """cudnn_port.export(tagger()) (the session's tagger_out), its artifacts run as users run them."""
     import shutil
@@ -229,6 +232,7 @@ def test_export_whole_model_to_cpu_artifacts(tmp_path, tagger_out):
     assert verify(tmp_path / "out")["passed"]
 
 
+@pytest.mark.slow
 def test_cli_converts_a_saved_keras_file(tmp_path, capsys):
     model = tagger()
     model.save(tmp_path / "tagger.keras")
@@ -269,6 +273,7 @@ def result_of(process):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_over_two_cpu_devices():
     result = result_of(run_distributed("mirrored"))
     assert result["replicas"] == 2 and result["buffers"] == 2
@@ -276,6 +281,7 @@ def test_mirrored_strategy_over_two_cpu_devices():
     assert result["loss"][-1] < 0.5 * result["loss"][0]
 
 
+@pytest.mark.slow
 def test_multi_worker_mirrored_strategy_with_two_local_workers():
     import json
     import socket

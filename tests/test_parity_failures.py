@@ -13,6 +13,7 @@ from helpers import tagger
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 from cudnn_port.layers import CudnnGRU, CudnnLSTM  # noqa: E402
+pytestmark = pytest.mark.slow  # whole models exported
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ def trained_model(rocm, path):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rocm", [False, True], ids=["cuda", "rocm"])
 def test_the_platform_is_recorded_and_a_miopen_buffer_is_refused(tmp_path, capsys, rocm):
     path = str(tmp_path / "model.keras")

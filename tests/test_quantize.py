@@ -74,6 +74,7 @@ def test_gru_is_refused(tmp_path):
     assert not (tmp_path / "gru_int8.onnx").exists()
 
 
+@pytest.mark.slow
 def test_convert_quantize_int8_then_verify(tmp_path, capsys):
     import os
 

@@ -16,6 +16,7 @@ from helpers import CHAR_LM, ROOT, SAMPLE
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.slow  # each case runs the CLI in a fresh process that imports TensorFlow
 H5 = os.path.join(ROOT, "tests", "fixtures", "keras2_cudnn_model.h5")
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_saved_models.tar.xz")
 # what TensorFlow, absl, oneDNN, XLA, grappler, onnxruntime, tf2onnx and Python's warnings print (TF 2.16-2.21)

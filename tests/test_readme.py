@@ -2,10 +2,13 @@
 import os
 import re
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md")).read()
 
 
+@pytest.mark.slow  # the examples convert the bundled models with every export
 def test_every_python_example_runs(tmp_path, monkeypatch):
     """Each ```python block, in order, from a folder where the repository's models/ and examples/ are where the
     README expects them (its out/ folders land in the temporary folder)."""

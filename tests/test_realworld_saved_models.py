@@ -13,6 +13,7 @@ import pytest
 from helpers import ROOT, run_cli
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # published SavedModels converted and verified
 REALWORLD = os.path.join(ROOT, "tests", "fixtures", "realworld")
 MODELS = ["iteam1_rnn/lstm_model", "iteam1_rnn/gru_model"]
 ATOL = 1e-5  # fp32 graphs of 64 units over 5 steps; measured <= 4.8e-7 (ONNX) and 0 (SavedModel)

@@ -36,6 +36,7 @@ def legacy_tf1_tensors(canon, prefix):
     return out
 
 
+@pytest.mark.slow
 def test_tf1_legacy_bias_cudnn_names_are_read_checked_and_kept(tmp_path):
     spec = make_spec("lstm", 2, False)
     blob = random_blob(spec, seed=11)
@@ -74,6 +75,7 @@ def test_tf1_legacy_bias_cudnn_names_are_read_checked_and_kept(tmp_path):
     assert tree_hash(os.path.dirname(src)) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", ["tf1", "keras", "pytorch"])
 def test_tf1_checkpoint_with_two_stacks_to_every_target(tmp_path, style):
     """An encoder (older names) and a decoder (current names, Adam slots) in one checkpoint; no flags needed."""
@@ -156,6 +158,7 @@ def test_keras2_h5_layers_read_as_tf_keras_reads_them(path, keras2_expected):
                                           + [f"{layer}/opaque_kernel" for layer in KERAS2_LAYERS])
 
 
+@pytest.mark.slow
 def test_keras2_full_model_becomes_a_keras3_model_and_every_artifact_passes(tmp_path, keras2_expected):
     import keras
 
@@ -185,6 +188,7 @@ def test_keras2_full_model_becomes_a_keras3_model_and_every_artifact_passes(tmp_
     assert tree_hash(FIXTURES) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", ["tf1", "pytorch"])
 def test_keras2_weights_file_converts_per_layer(tmp_path, keras2_expected, style):
     manifest = convert(KERAS2_WEIGHTS, tmp_path / "out", style=style)
@@ -334,6 +338,7 @@ def _valid(got, want):
     return np.where(np.isnan(want), 0.0, got), np.nan_to_num(want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["masked_stack", "tagger"])
 def test_keras3_export_from_a_gpu_host_runs_on_cpu_and_in_onnx(tmp_path, gpu_host_exports, name):
     import onnxruntime as ort
@@ -368,6 +373,7 @@ def test_keras3_export_from_a_gpu_host_runs_on_cpu_and_in_onnx(tmp_path, gpu_hos
     assert tree_hash(path) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op,as_variable", [("CudnnRNN", False), ("CudnnRNNV2", True)], ids=["v1-const", "v2-var"])
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_saved_model_with_raw_cudnn_ops_multi_layer_bidirectional(tmp_path, mode, op, as_variable):
@@ -392,6 +398,7 @@ def test_saved_model_with_raw_cudnn_ops_multi_layer_bidirectional(tmp_path, mode
     assert verify(tmp_path / "out")["passed"]
 
 
+@pytest.mark.slow
 def test_saved_model_without_serving_default(tmp_path):
     """One signature under another name: model.onnx holds it (and verify compares the ONNX with it). Two, neither
     serving_default: which one ONNX should hold is not known; convert says so in a warning and writes the rest."""
@@ -420,6 +427,7 @@ def test_saved_model_without_serving_default(tmp_path):
     assert verify(tmp_path / "out_two")["passed"]
 
 
+@pytest.mark.slow
 def test_saved_model_with_a_ragged_input(tmp_path):
     """A signature over a ragged input (as tf_keras ``Input(ragged=True)`` saves one: values NAME and row splits
     NAME_1): convert runs the ONNX once and verify runs the model on valid row splits, not random integers (which
@@ -505,6 +513,7 @@ def test_saved_model_without_cudnn_nodes_and_corrupt_saved_model(tmp_path, capsy
     assert_clean_error(code, err, "converts to saved_model and onnx")
 
 
+@pytest.mark.slow
 def test_inconsistent_node_is_named(tmp_path, capsys, gpu_host_exports):
     """A node whose attributes contradict its params' size (here a projection its params do not hold)."""
     from cudnn_port.graphs import load_proto

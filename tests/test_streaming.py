@@ -119,6 +119,7 @@ def test_metadata_names_the_states_and_a_bidirectional_stack_does_not_stream(tmp
     assert np.abs(y - whole).max() > 1e-2  # the backward half of each chunk saw only that chunk
 
 
+@pytest.mark.slow
 def test_streaming_example_on_the_char_lm(char_lm_out):
     pytest.importorskip("tensorflow")
     import streaming

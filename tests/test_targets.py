@@ -22,6 +22,7 @@ from helpers import CONFIG_IDS, CONFIGS, assert_all_close, assert_close, make_sp
 from tf1_cells import tf1_cells
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # a conversion per configuration
 BUFFERS = {"tf1": ("cudnn_{mode}", 0), "keras": ("rnn", 1), "pytorch": ("enc", 2)}  # scope, seed offset
 
 

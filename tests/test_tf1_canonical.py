@@ -11,6 +11,7 @@ from cudnn_port.judging.stock import tf1_cells
 from cudnn_port.verify import verify
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # checkpoints converted to every artifact
 
 
 def original_tensors(spec, prefix, legacy=False, cell=None, seed=0):

@@ -16,6 +16,7 @@ from cudnn_port import convert
 from cudnn_port.verify import verify
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # SavedModels converted to every artifact
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_saved_models.tar.xz")
 MODELS = ["lstm", "gru", "bilstm", "stacked", "masked", "tagger", "ocr", "module"]
 MASKED = {"masked": "features", "tagger": "tokens"}  # right-padded inputs: compare valid steps in ONNX

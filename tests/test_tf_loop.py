@@ -80,6 +80,7 @@ print(json.dumps(errors))
 """
 
 
+@pytest.mark.slow
 def test_loop_forms_match_reference_under_onednn():
     """The same check with TensorFlow's oneDNN rewrite on (``TF_ENABLE_ONEDNN_OPTS=1``, its default on x86 CPUs
     with AVX512_VNNI, AVX512_BF16 or AMX; the rest of the suite runs with it off), in a subprocess since TensorFlow

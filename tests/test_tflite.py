@@ -16,6 +16,7 @@ from cudnn_port.layout import RNNSpec
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not installed "
                              "(pip install 'cudnn-port[tflite]')")
+pytestmark = pytest.mark.slow  # TFLite models written and converted, the char LM trained
 
 # held-out stacks: input 6 != hidden 5, projection 3; 1-3 layers, both directions, LSTM and GRU
 SPECS = [RNNSpec("lstm", 1, 5, 6), RNNSpec("lstm", 2, 5, 6, bidirectional=True), RNNSpec("lstm", 3, 5, 6, num_proj=3),

@@ -22,6 +22,7 @@ keras = pytest.importorskip("keras")
 import cudnn_port  # noqa: E402
 from cudnn_port.judging.stock import model_judge  # noqa: E402
 from cudnn_port.layers import CudnnGRU, CudnnLSTM, fused_layers  # noqa: E402
+pytestmark = pytest.mark.slow  # whole models exported to TFLite
 
 RTOL = 1e-4
 

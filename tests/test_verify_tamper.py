@@ -20,6 +20,7 @@ from cudnn_port.paths import sha256
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.slow  # every artifact of the sample written once, then verified per tampering
 
 
 def rehash(out):

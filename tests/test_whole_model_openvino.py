@@ -30,6 +30,7 @@ def feeds(model, seed):
 
 # Measured with the plain form: OpenVINO 0.36 (LSTM) and 0.61 (GRU) off the Keras outputs; the stacked model's
 # second cuDNN node could not even tell its sizes (its input width was lost with the first node's output shape).
+@pytest.mark.slow
 @pytest.mark.parametrize("kinds, with_states, seed", [(("lstm",), False, 1), (("gru",), False, 2),
                                                       (("lstm", "gru"), True, 3)],
                          ids=["lstm-zero-states", "gru-zero-states", "lstm-gru-states"])
@@ -81,6 +82,7 @@ def params_input_saved_model(path, spec):
     tf.saved_model.save(module, str(path), signatures=module.run.get_concrete_function())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_openvino_runs_a_saved_model_with_params_computed_in_the_graph(tmp_path, mode):
     """The SavedModel source path (``write_saved_model_onnx``) with graph-computed weights, against the float64
