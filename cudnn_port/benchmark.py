@@ -28,8 +28,11 @@ def time_call(fn, feeds, repeat, warmup=2) -> float:
     return float(np.median(times))
 
 
-def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None) -> Dict[str, Any]:
-    """Time every artifact of ``out`` at each batch size; return a JSON-ready dict."""
+def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None, trust_source=False) -> Dict[str, Any]:
+    """Time every artifact of ``out`` at each batch size; return a JSON-ready dict. A graph in OUT that is not pure
+    computation is refused before anything runs, unless ``trust_source``."""
+    from .graphs.trust import check_out
+
     out = os.fspath(out)
     manifest = load_manifest(out)
     files = file_rows(out, manifest)[0]
@@ -37,6 +40,7 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None) -> Dict[str,
         raise CudnnPortError(f"{out} is not as convert wrote it ({files['note']}); convert again, or run cudnn-port "
                              "verify OUT to see what changed")
     say = progress or (lambda message: None)
+    check_out(out, manifest, trust_source=trust_source, say=say)
     rows = []
     for stack in manifest["stacks"]:
         spec = RNNSpec(**stack["spec"])

@@ -16,12 +16,13 @@ import numpy as np
 from . import tf_index
 from .deps import import_tf
 from .errors import CudnnPortError, reason, short
-from .paths import require_file
+from .paths import is_within, refuse_links_out, require_file
 from .source import Source
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 ATTRIBUTE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 SHARD_BYTES = 32 << 20
+MAX_STATE_BYTES = 1 << 20  # the `checkpoint` state file: a few lines of text
 
 
 def resolve_prefix(path) -> str:
@@ -30,7 +31,13 @@ def resolve_prefix(path) -> str:
     if os.path.isdir(path):
         state = os.path.join(path, "checkpoint")
         if os.path.isfile(state):
+            if os.path.getsize(state) > MAX_STATE_BYTES:
+                raise CudnnPortError(f"{state} is {os.path.getsize(state)} bytes, not a checkpoint state file; pass "
+                                     "the checkpoint prefix itself")
             latest = import_tf().train.latest_checkpoint(path)
+            if latest and not is_within(latest, path):
+                raise CudnnPortError(f"{state} points to {latest}, outside {path}; cudnn-port reads only the folder "
+                                     "given: pass that checkpoint prefix itself if you mean it")
             if latest:
                 return latest
         found = sorted(glob.glob(os.path.join(path, "*.index")))
@@ -60,6 +67,7 @@ class Checkpoint(Source):
 
     def __init__(self, path):
         self.prefix = resolve_prefix(path)
+        refuse_links_out(os.path.dirname(os.path.abspath(self.prefix)), "checkpoint", self.files())
         tf_index.check(self.prefix)
         tf = import_tf()
         try:

@@ -14,7 +14,7 @@ from typing import Any, Dict, NoReturn, Tuple
 
 from . import formats
 from ._version import __version__
-from .cli_text import failed_rows, one_line
+from .cli_text import failed_rows, one_line, run_flags, trusting
 from .errors import CudnnPortError, ParityError, reason
 
 EPILOG = """examples:
@@ -87,8 +87,8 @@ def _flags(args):
 
 def _common(parser, quiet=True):
     parser.add_argument("--json", action="store_true", help="print one JSON object (errors too)")
-    if quiet:
-        parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    if quiet:  # the commands that load and run models: --quiet, --trust-source
+        run_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="let TensorFlow's, onnxruntime's and the other "
                         "libraries' own log lines through to stderr (for debugging; also CUDNN_PORT_VERBOSE=1)")
 
@@ -179,18 +179,18 @@ def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
     if args.command == "verify":
         from .verify import format_table, verify
 
-        report = verify(args.out, atol=args.atol, rtol=args.rtol, seed=args.seed, progress=progress)
+        report = verify(args.out, atol=args.atol, rtol=args.rtol, seed=args.seed, progress=progress, **trusting(args))
         return (0 if report["passed"] else 1), report, format_table(report)
     if args.command == "bench":
         from .benchmark import bench, format_table
 
-        report = bench(args.out, steps=args.steps, repeat=args.repeat, progress=progress)
+        report = bench(args.out, steps=args.steps, repeat=args.repeat, progress=progress, **trusting(args))
         return 0, report, format_table(report)
     from .converter import convert
 
     formats = None if args.formats is None else [f.strip() for f in args.formats.split(",") if f.strip()]
     manifest = convert(args.checkpoint, args.out, style=args.style, formats=formats, variable=args.variable,
-                       force=args.force, drop_optimizer_slots=args.drop_optimizer_slots,
+                       force=args.force, drop_optimizer_slots=args.drop_optimizer_slots, **trusting(args),
                        allow_nonfinite=args.allow_nonfinite, prefer_buffer=args.prefer_buffer, xla=args.xla,
                        quantize=args.quantize, keep_failed=args.keep_failed, progress=progress, **_flags(args))
     return 0, manifest, cli_text.convert_text(manifest, args.out)
@@ -209,10 +209,10 @@ def main(argv=None) -> int:
 
 
 def _main(argv):
-    from .outdir import raised_signal, signals_interrupt
+    from .signals import raised_signal, signals_interrupt
 
     want_json, args = "--json" in argv, None
-    with signals_interrupt():
+    with signals_interrupt(lambda signum, published: _interrupted(signum, published, want_json)):
         try:
             args = _parse(argv)
             progress = None if getattr(args, "quiet", False) else (

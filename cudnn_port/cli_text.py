@@ -5,6 +5,21 @@ MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it
 SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
 
 
+TRUST_HELP = ("run a SavedModel or frozen graph even where it holds ops beyond pure computation (files, network, "
+              "queues, Python callbacks), which are otherwise refused; only for a model you trust (docs/safety.md)")
+
+
+def run_flags(parser) -> None:
+    """The flags of the commands that load and run models (convert, verify, bench)."""
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--trust-source", action="store_true", help=TRUST_HELP)
+
+
+def trusting(args) -> dict:
+    """``trust_source=True`` for the library call where ``--trust-source`` was given."""
+    return {"trust_source": True} if getattr(args, "trust_source", False) else {}
+
+
 def describe(spec) -> str:
     """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
     from .layout import RNNSpec
@@ -21,7 +36,7 @@ def inspect_text(report) -> str:
             lines += [f"  {n['node']} ({n['op']}) in {n['function'] or 'the main graph'}",
                       f"    converts as: {n['converts_as']}"]
         lines.append(f"writes: {', '.join(report['plan']['artifacts'])}")
-        return "\n".join(lines)
+        return "\n".join(lines + _graph_lines(report))
     lines.append(f"{len(report['variables'])} variables:")
     lines += [f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}" for v in report["variables"]]
     for s in report["stacks"]:
@@ -81,6 +96,17 @@ def convert_text(manifest, out) -> str:
     return "\n".join(lines)
 
 
+def _graph_lines(report) -> list:
+    """What a SavedModel's graph runs beyond pure computation (the op allow-list), and which commands run it."""
+    found = report.get("beyond_compute")
+    if found is None:
+        return []
+    lines = [f"beyond pure computation: {len(found)} node(s), refused unless --trust-source" if found else
+             "beyond pure computation: nothing (every op is on the allow-list)"]
+    lines += [f"  {f['node']} ({f['op']}) in {f['function'] or 'the main graph'}: {f['why']}" for f in found[:20]]
+    return lines + ([f"  and {len(found) - 20} more"] if len(found) > 20 else []) + [report["runs_graph"]]
+
+
 def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
     """``message`` on one line, at most about ``limit`` characters besides the paths it quotes: a longer one is cut
     in its middle, keeping its last clause (after the last "; "), which says how to fix the problem.
@@ -107,5 +133,5 @@ def failed_rows(report) -> str:
     """verify's failed rows, for its one stderr line."""
     failed = [f"{r['artifact']} ({r['stack']})" if r.get("stack") not in (None, "(all)") else r["artifact"]
               for r in report["rows"] if r["passed"] is False]
-    return f"{len(failed)} of {len(report['rows'])} rows failed: " + ", ".join(failed[:3]) + \
+    return f"{len(failed)} of {len(report['rows'])} rows failed: " + "; ".join(failed[:3]) + \
         (f" and {len(failed) - 3} more" if len(failed) > 3 else "")

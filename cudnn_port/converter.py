@@ -40,7 +40,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
             num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,
             num_proj: Optional[int] = None, force: bool = False, drop_optimizer_slots: bool = False,
             allow_nonfinite: bool = False, prefer_buffer: bool = False, xla: bool = False,
-            quantize: Optional[str] = None, keep_failed: bool = False,
+            quantize: Optional[str] = None, keep_failed: bool = False, trust_source: bool = False,
             progress: Optional[Callable[[str], None]] = None) -> dict:
     """Convert every cuDNN stack of ``source`` and write the artifacts under ``out``; returns the manifest.
 
@@ -56,8 +56,9 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     suffix) and ``out/manifest.json``. The spec arguments (``mode`` ... ``num_proj``) settle a bare buffer whose
     size fits several specs. ``xla=True`` compiles the SavedModels' forward pass with XLA (see
     :mod:`cudnn_port.exports.tensorflow`); ``quantize="int8"`` also writes int8 ONNX models (``.keras`` sources).
-    ``progress(message)`` receives progress lines. Bad input raises :class:`~cudnn_port.errors.CudnnPortError`
-    (nothing written); a whole-model export whose parity check fails raises
+    A SavedModel's graph must be pure computation (:mod:`cudnn_port.graphs.allowlist`); ``trust_source=True``
+    runs one that is not. ``progress(message)`` receives progress lines. Bad input raises
+    :class:`~cudnn_port.errors.CudnnPortError` (nothing written); a whole-model export whose parity check fails raises
     :class:`~cudnn_port.errors.ParityError`.
     """
     say = progress or (lambda message: None)
@@ -84,7 +85,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     if kind == "saved_model":
         if quantize:
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
-        return _graphs().convert_saved_model(os.fspath(source), out, formats, force, say)
+        return _graphs().convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if kind == "keras_model":
         if formats:
             raise CudnnPortError("a .keras model is exported whole (checkpoint, saved_model, graphdef, onnx, tflite "
@@ -102,6 +103,10 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     if quantize and "onnx" not in formats:
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
+    if quantize:
+        from .exports.quantize import refuse_nothing_to_quantize
+
+        refuse_nothing_to_quantize(s.spec for s in stacks)
     refused = refusals(stacks, formats) if explicit else []
     if refused:
         raise CudnnPortError(f"{refused[0]}; leave it out of --formats")

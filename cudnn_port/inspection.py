@@ -52,8 +52,10 @@ def _inspect_saved_model(path):
     from .graphs import find_nodes, load_proto
     from .graphs.convert import dropped_summary
     from .graphs.prune import prune
+    from .graphs.trust import inspect_entries
 
     proto = load_proto(path)
+    safety = inspect_entries(path, proto)  # before anything reads its constants
     dropped = dropped_summary(prune(proto))
     nodes = find_nodes(proto)
     signatures = sorted({name for meta in proto.meta_graphs for name in meta.signature_def
@@ -65,7 +67,7 @@ def _inspect_saved_model(path):
     return {"checkpoint": os.path.abspath(path), "format": words, "signatures": signatures,
             "nodes": [dict(n.to_dict(), converts_as=n.converts_as()) for n in nodes],
             "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]}, "variables": [],
-            "uncalled_functions_dropped": dropped}
+            "uncalled_functions_dropped": dropped, **safety}
 
 
 def _found(source, stack, clues):

@@ -4,10 +4,11 @@ What it guarantees (README, "Safety"):
 
 - OUT appears whole or not at all. Everything is written into a hidden sibling ``.OUT.tmp-XXXXXXXX`` and
   published by one rename; an earlier output that ``force`` replaces is moved aside and removed in the same step.
-  SIGINT and SIGTERM are held back while that step runs, and an interrupted or failed build removes its sibling
-  (SIGTERM is handled like SIGINT), so neither OUT half-written nor a hidden temporary folder is ever left.
+  SIGINT and SIGTERM are held back while that step runs, a signal received earlier is checked for just before it,
+  and an interrupted or failed build removes its sibling (:mod:`cudnn_port.signals`), so neither OUT half-written
+  nor a hidden temporary folder is ever left.
 - OUT is never a symbolic link, a file, or a non-empty folder other than an earlier cudnn-port output; ``force``
-  replaces only such an output.
+  replaces only such an output, exactly as it was written (:mod:`cudnn_port.out_guard`).
 - No source lies inside OUT and OUT never lies inside a source folder, so ``force`` can never delete an input.
 - Problems with OUT itself (a parent that is a file, no permission, a read-only disk) are bad input: one
   :class:`~cudnn_port.errors.CudnnPortError` line, nothing written.
@@ -15,116 +16,24 @@ What it guarantees (README, "Safety"):
 Every output carries ``manifest.json`` (:func:`manifest_head`, :func:`finish`): the tool and its version, the
 source and its files' sha256, and the sha256 of every other file of OUT.
 """
-import contextlib
 import datetime
 import errno
 import json
 import os
 import shutil
-import signal
-import sys
-import threading
 import uuid
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Optional
 
 from ._version import __version__
 from .errors import CudnnPortError
+from .out_guard import MANIFEST, TOOL, check_replaceable
 from .paths import is_within, sha256
+from .signals import check, forget, mark_published, remove_on_exit, signals_held
 
-MANIFEST = "manifest.json"
-TOOL = "cudnn-port"
 USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.ELOOP,
                errno.ENAMETOOLONG, errno.EEXIST, errno.EISDIR}
 DISK_ERRNOS = {errno.ENOSPC: "is full", errno.EDQUOT: "has no quota left for you", errno.EROFS: "is read-only",
                errno.EFBIG: "refused a file over the file size limit (ulimit -f)"}
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived. ``published``: OUT had already been put in place, whole, when it did."""
-
-    def __init__(self, signum, published=False):
-        super().__init__(signal.Signals(signum).name)
-        self.signum, self.published = signum, published
-
-
-class _Signals:
-    held = 0  # > 0 while a step that must not be cut runs
-    pending = None  # a signal that arrived meanwhile
-    raised = None  # the signal last raised as Interrupted, even if a library caught it and raised its own error
-
-
-def _on_signal(signum, frame):
-    if _Signals.held:
-        _Signals.pending = signum
-        return
-    _Signals.raised = signum
-    raise Interrupted(signum)
-
-
-def raised_signal() -> Optional[int]:
-    """The signal raised as :class:`Interrupted` inside the current :func:`signals_interrupt`, or None. A library
-    may turn it into its own error (TensorFlow's import into "ImportError: initialization failed"): this still
-    knows the run was interrupted."""
-    return _Signals.raised
-
-
-def _unraisable(hook):
-    """A ``sys.unraisablehook``: an :class:`Interrupted` raised inside a destructor (``__del__``, where Python
-    cannot propagate it and would print a traceback) is raised again: the signal is sent once more, 50 ms later
-    from another thread, so that it lands after this hook has returned (sent from here, its handler would raise
-    inside the hook). Once a signal has been raised, other destructor errors are dropped: they come from objects
-    the interrupt cut short (TensorFlow 2.16's ``ApiDefMap.__del__`` without its ``_api_def_map``). Anything else
-    goes to ``hook``."""
-    def handle(unraisable):
-        if isinstance(unraisable.exc_value, Interrupted):
-            resend = threading.Timer(0.05, os.kill, (os.getpid(), unraisable.exc_value.signum))
-            resend.daemon = True
-            resend.start()
-        elif _Signals.raised is None:
-            hook(unraisable)
-    return handle
-
-
-@contextlib.contextmanager
-def signals_interrupt() -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill the process with
-    no cleanup), also when the signal lands inside a destructor. Only the main thread can set handlers; elsewhere
-    this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _Signals.raised = None
-    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
-    try:
-        yield
-    finally:
-        sys.unraisablehook = previous_hook
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-@contextlib.contextmanager
-def signals_held(published: bool = False, deliver: bool = True) -> Iterator[None]:
-    """Hold SIGINT / SIGTERM back while inside; one that arrived is raised on leaving (``deliver``)."""
-    _Signals.held += 1
-    try:
-        yield
-    finally:
-        _Signals.held -= 1
-        if not _Signals.held and _Signals.pending is not None:
-            signum, _Signals.pending = _Signals.pending, None
-            if deliver:
-                raise Interrupted(signum, published)
-
-
-def is_ours(folder) -> bool:
-    """Whether ``folder`` holds a cudnn-port output (a manifest.json of ours)."""
-    try:
-        with open(os.path.join(folder, MANIFEST)) as f:
-            return json.load(f).get("tool") == TOOL
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def mount_point(path) -> str:
@@ -187,9 +96,8 @@ class OutputFolder:
             if entries and not force:
                 raise CudnnPortError(f"{out} exists and is not empty; choose a new folder, or pass --force to "
                                      "replace an earlier cudnn-port output")
-            if entries and not is_ours(out):
-                raise CudnnPortError(f"{out} is not a cudnn-port output (no manifest.json of ours), so --force "
-                                     "will not replace it; choose a new folder")
+            if entries:
+                check_replaceable(out)
         ancestor = parent
         while not os.path.lexists(ancestor):
             ancestor = os.path.dirname(ancestor)
@@ -200,28 +108,34 @@ class OutputFolder:
                                  "you have write permission")
 
     def build(self, write, say=None) -> Dict[str, Any]:
-        """Run ``write(tmp)`` (returns the manifest) in a hidden sibling of OUT, then publish it as OUT."""
+        """Run ``write(tmp)`` (returns the manifest) in a hidden sibling of OUT, then publish it as OUT. A signal
+        received at any point before publishing (even one whose exception a library swallowed) leaves nothing."""
         out, say = self.out, say or (lambda message: None)
         parent = os.path.dirname(out)
         tmp = os.path.join(parent, f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
-        with signals_interrupt():
-            try:
-                with signals_held():
-                    os.makedirs(parent, exist_ok=True)
-                    os.mkdir(tmp)
-            except OSError as e:
-                raise _user_error(e, f"create {out}", out) or e from None
-            try:
-                manifest = write(tmp)
-                with signals_held(published=True):
-                    self._publish(tmp)
-            except BaseException as e:
-                with signals_held(deliver=False):
+        made = False
+        try:
+            with signals_held(deliver=False):  # a signal during mkdir is raised by check(), inside this try
+                os.makedirs(parent, exist_ok=True)
+                remove_on_exit(tmp)
+                os.mkdir(tmp)
+                made = True
+            check()
+            manifest = write(tmp)
+            with signals_held(published=True):
+                check()
+                self._publish(tmp)
+                mark_published()
+        except BaseException as e:
+            with signals_held(deliver=False):
+                if os.path.lexists(tmp):
                     shutil.rmtree(tmp, ignore_errors=True)
-                problem = _user_error(e, f"write {out}", out)
-                if problem:
-                    raise problem from None
-                raise
+                forget(tmp)
+            problem = _user_error(e, f"{'write' if made else 'create'} {out}", out)
+            if problem:
+                raise problem from None
+            raise
+        forget(tmp)
         say(f"wrote {out}")
         return manifest
 
@@ -240,7 +154,9 @@ class OutputFolder:
                 os.rename(old, out)  # put the earlier output back
             raise
         if old:
+            remove_on_exit(old)
             shutil.rmtree(old, ignore_errors=True)
+            forget(old)
 
 
 def manifest_head(source, source_format, names_note, formats, style=None) -> Dict[str, Any]:

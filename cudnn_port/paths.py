@@ -1,4 +1,6 @@
-"""Paths that come from users, checkpoints and models: regular files only, safe names, containment, hashes."""
+"""Paths that come from users, checkpoints and models: regular files only, safe names, containment, hashes, links;
+writing without following links."""
+import contextlib
 import hashlib
 import os
 import re
@@ -67,3 +69,51 @@ def sha256(path, chunk=1 << 22) -> str:
         for block in iter(lambda: f.read(chunk), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def refuse_links_out(folder, what, files=None) -> None:
+    """Refuse a symbolic link in ``folder`` (every entry below it, or only ``files``) that leads outside it, or to a
+    folder anywhere: a model's files are read, hashed and copied from SOURCE only, and a linked tree is never
+    copied. The message says how to pass the real files instead."""
+    folder = os.path.abspath(os.fspath(folder))
+    for path in (_entries(folder) if files is None else files):
+        if not os.path.islink(path):
+            continue
+        target = os.path.realpath(path)
+        if os.path.isdir(target):
+            raise CudnnPortError(f"{path} in the {what} folder is a symbolic link to the folder {target}; "
+                                 "cudnn-port never copies a linked tree: copy the files in (cp -rL) and pass that")
+        if not is_within(target, folder):
+            raise CudnnPortError(f"{path} in the {what} folder is a symbolic link to {target}, outside {folder}; "
+                                 "copy the real file into the folder (cp -L) and pass that folder")
+
+
+def _entries(folder):
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            yield os.path.join(root, name)
+
+
+def write_new(path, data) -> None:
+    """Write ``data`` (str or bytes) as ``path`` without following any link: into a new file of a random name
+    beside it (exclusive create, no link followed), then renamed over ``path`` (a link there is replaced, never
+    written through)."""
+    from .signals import forget, remove_on_exit
+
+    data = data.encode() if isinstance(data, str) else data
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.urandom(4).hex()}.tmp")
+    created = False
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        created = True
+        remove_on_exit(tmp)
+        with open(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if created:  # never a file that was there before (exclusive create failed on it)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        raise
+    finally:
+        forget(tmp)

@@ -130,6 +130,7 @@ def read_finite(source, name, allow_nonfinite=False) -> np.ndarray:
     value = source.get(name)
     if not allow_nonfinite and not np.isfinite(value).all():
         bad = int(np.size(value) - np.isfinite(value).sum())
+        name = getattr(source, "nonfinite_tensor", lambda n: n)(name)  # the user's tensor, not a synthesised one
         raise CudnnPortError(f"{name} holds {bad} NaN/Inf values; the training run diverged, or pass "
                              "--allow-nonfinite to convert them as they are")
     return value

@@ -12,23 +12,15 @@ Per layer and direction d (each direction its own loops, so the two can run side
     final h (and c) = the state after step length - 1, gathered after the loop (h0 / c0 for length 0)
     y = concat(Y_0, Y_1 reversed within each length) on features                  [T, B, D*H]
 
-One loop per direction rather than one loop over both: the two directions' loops then run on two threads at once (one
-loop for both, their states stacked, was slower: :mod:`cudnn_port.tf_loop`). Both directions' input products start
-together, and so do both loops (:func:`_together`): a loop started early slows what the other direction still runs on
-TensorFlow's intra-op threads. With that, the LSTM's gates under one sigmoid, GRU's b_R_h fused into its product (then a
-1x1 Conv2D; the product is now SparseMatMul and b_R_h is added to its h block, see :mod:`cudnn_port.tf_loop`) and the
-loop's four steps per iteration, the bench's stacks (2 layers, both directions, hidden 512, 100 steps) ran at batch 1 in
-0.87-0.91x (LSTM) and 0.85-0.89x (GRU) the time of the previous graph (one step per iteration, each loop started as soon
-as its own input product was done), medians of 6 to 10 rounds in alternating blocks, timed with the LSTM's gates
-reordered to i, f, o, c~ (now one sigmoid over all four blocks in cuDNN's order: the same time, medians of 1.42x and
-1.42x the ONNX export in one run, 1.46x and 1.51x in another, 6 rounds each) and before the four steps' rows were read
-by a gather and written one by one (for XLA). The runtime facts these choices rely on: docs/conventions.md, section 8.
+One loop per direction rather than one over both, so the two directions' loops run on two threads at once. Both
+directions' input products start together, and so do both loops (:func:`_together`): a loop started early slows what
+the other direction still runs on TensorFlow's intra-op threads. The cell and its product:
+:mod:`cudnn_port.tf_loop`; the runtime facts these choices rely on: docs/conventions.md, section 8; their
+measurements: docs/performance.md ("The loop", ``python bench/bench_exports.py --only saved_model``).
 
-The input products stay ``MatMul``. ``SparseMatMul`` (the loop's product at batch 1) gave the bench's stacks at batch
-1 0.98x the time (LSTM and GRU, oneDNN off, medians of 20 per-round ratios, interquartile ranges 0.95-1.02 and
-0.93-0.99). Alone, both directions' products ``[100, K] @ [K, 2048]`` took with oneDNN off 1.52 ms against 2.11
-(K = 256) and 5.63 against 5.74 ms (K = 1024); with oneDNN on, 1.58 against 2.33 ms and 6.66 against 5.17 ms: slower
-at the second layer's width, where onnxruntime took 4.4 ms and TensorFlow's fastest form 5.2 (2026-11-25).
+The input products are ``MatMul``. ``SparseMatMul``, the loop's product at small batches, is no faster here (0.98x
+the time of the benchmark stacks at batch 1, oneDNN off) and slower under oneDNN at the second layer's width (both
+directions' ``[100, 1024] @ [1024, 2048]``: 6.66 ms against 5.17 ms for ``MatMul``).
 
 Weights enter as constants (``numpy`` arrays closed over), so a traced function is frozen by construction. A
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
@@ -52,8 +44,8 @@ def layer_weights(canon, layer) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
     constants: frozen exports), TensorFlow tensors for one of tensors (differentiable).
 
     Gate blocks stay in cuDNN order, as the loops read them: the fused layers read their weights from the buffer in
-    every call, and reordering the LSTM's gates copied all of them once more (their 2-layer LSTM, hidden 512, took
-    1.07-1.26x the time of the graph before the loop changes at batch 1 in two runs, against 0.87-1.08x now). bx is
+    every call, and reordering the LSTM's gates would copy all of them once more in each call (the fused 2-layer
+    LSTM, hidden 512, took 1.07-1.26x the time at batch 1 that way; docs/performance.md). bx is
     :func:`cudnn_port.canonical.input_bias` (the one bias fold); bh is GRU's b_R_h, which sits inside r * (...) and is
     added there (zeros, unused, for LSTM).
     """

@@ -190,4 +190,7 @@ def check(prefix) -> Dict[str, Dict[str, Any]]:
         if e["dtype"] in ITEMSIZE and e["size"] != count * ITEMSIZE[e["dtype"]]:
             raise CudnnPortError(f"{where} holds {e['size']} bytes for shape {e['shape']}; the .index file is "
                                  "corrupt")
+        if e["dtype"] in VARIABLE_SIZE and count > e["size"] * (2 if e["dtype"] in (29, 30) else 1):
+            raise CudnnPortError(f"{where} declares {count} elements in {e['size']} bytes (at least one byte each); "
+                                 "the .index file is corrupt or crafted to exhaust memory")
     return entries

@@ -1,59 +1,37 @@
 """One direction's time loop of :mod:`cudnn_port.tf_graph`, in standard TensorFlow ops (the runtime facts it relies
-on: docs/conventions.md, section 8).
+on: docs/conventions.md, section 8; the measurements behind each choice: docs/performance.md, "The loop").
 
 Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
 
-    g   = g_t + h @ Rh             (SparseMatMul, see below)                        [B, G*H]
+    g   = g_t + h @ Rh             (SparseMatMul or MatMul, below)                  [B, G*H]
     LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four), c~ = tanh of block 2 (cuDNN's gate order);
           c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
     GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
 
-``h @ Rh`` is ``SparseMatMul`` with both operands dense in the loop that runs batches below
-:data:`UNROLL_BELOW` (four steps per iteration, below), and ``MatMul`` in the loop of one step per iteration (every
-step of larger batches, the last T mod 4 steps of small ones, the XLA export's loop). ``SparseMatMul`` is a standard
-op (with a gradient and an XLA kernel) whose CPU kernel is then one Eigen contraction; of the forms measured, it is
-the one that TensorFlow's oneDNN rewrite leaves alone. That rewrite is on by default on x86 CPUs with AVX512_VNNI,
-AVX512_BF16 or AMX (TensorFlow >= 2.9; TF_ENABLE_ONEDNN_OPTS decides), and there it turned the 1x1 ``Conv2D`` this
-loop used before into ``_MklNativeFusedConv2D``: 144 us a step at batch 1 in a trace of the GRU SavedModel, where
-Eigen's ``_FusedConv2D`` took 43 us. Two chains of 100 products ``[1, 512] @ [512, 1536]`` side by side, as a
-layer's two directions run, took per step with oneDNN on: ``SparseMatMul`` 50-52 us, ``MatMul`` 98, ``BatchMatMulV2``
-103, ``Einsum`` 101, 1x1 ``Conv2D`` 98-109, ``Conv3D`` 266; with it off: ``SparseMatMul`` 46-50 us, 1x1 ``Conv2D``
-50-65, ``MatMul`` 80-83 (it splits a batch-1 product across the intra-op threads, so the two chains stall each
-other). At batch 32 the two directions' products ``[32, 512] @ [512, 1536]`` took 516 us a step with ``MatMul``
-under oneDNN against 661 with ``SparseMatMul``, and 594-609 us either way without oneDNN: hence ``MatMul`` for
-large batches. On the bench's stacks (2 layers, both directions, hidden 512, 100 steps), in the same process in
-alternating blocks, 2026-11-24, against the loop before (a 1x1 ``Conv2D`` at every batch): with oneDNN on, 0.65-0.69x
-the time at batch 1; with it off, 0.97-1.02x. At batch 32, against the loop before this one (``MatMul``, one step
-per iteration, masks inside the loop), 4 rounds: with oneDNN on, 1.05x (LSTM) and 0.95x (GRU) the time, where the
-1x1 ``Conv2D`` took 2.0x; with it off, 0.96x and 0.96x.
+The product ``h @ Rh``:
+
+- for batches below :data:`UNROLL_BELOW`, ``SparseMatMul`` with both operands dense: a standard op (with a gradient
+  and an XLA kernel) whose CPU kernel is one Eigen contraction, and the one form TensorFlow's oneDNN rewrite leaves
+  alone (that rewrite is on by default on x86 CPUs with AVX512_VNNI, AVX512_BF16 or AMX). Two chains of 100 products
+  ``[1, 512] @ [512, 1536]``, as a layer's two directions run, take 50-52 us a step under oneDNN, against 98 us for
+  ``MatMul`` and 98-109 us for a 1x1 ``Conv2D``; 46-50 us without oneDNN, where ``MatMul`` splits a batch-1 product
+  across the intra-op threads and the two chains stall each other (80-83 us).
+- from UNROLL_BELOW on, and in the XLA export, ``MatMul``: at batch 32 oneDNN's is the faster (both directions'
+  ``[32, 512] @ [512, 1536]`` in 516 us a step against 661 for ``SparseMatMul``; 594-609 us either way without it).
 
 The loop masks nothing: each step is the cell alone, and :func:`finish` zeroes the outputs past each length and
-gathers the final states. Selects inside the loop (per state and step) took 6.5 of 19.5 ms of a one-direction LSTM
-loop at batch 1 (hidden 512, 100 steps); without them the benchmark stacks of ``bench/bench_exports.py`` ran 4%
-(LSTM) to 15% (GRU) faster at batch 1 and 10-17% at batch 32.
+gathers the final states. Without selects in the loop the benchmark stacks run 4% (LSTM) to 15% (GRU) faster at
+batch 1 and 10-17% at batch 32.
 
-Small batches run :data:`UNROLL` steps per while_loop iteration: the loop's own bookkeeping (several ops per loop
-variable per iteration) and the read of the steps' rows is then paid once per 4 steps. A second loop, one step
-per iteration, runs the last T mod UNROLL steps, and all of them for batches of :data:`UNROLL_BELOW` or more and in
-the XLA export (``until``), which XLA compiles into code without TensorFlow's per-op costs. Timed on the bench's
-stacks (2 layers, both directions, hidden 512, 100 steps) against one step per iteration, medians of 3 to 8
-rounds in alternating blocks: the LSTM took 0.94x the time unrolled at batch 1 (the GRU 0.98x), 0.99x at batch 4,
-1.01x at 8, 1.04x at 16 and 1.04x at 32 (timed with one slice read and one scatter write per four steps, before
-the gather and the per-step writes that XLA needs).
+Batches below UNROLL_BELOW run :data:`UNROLL` steps per while_loop iteration, so the loop's own bookkeeping (several
+ops per loop variable per iteration) and the read of the steps' rows are paid once per four steps: 0.94x (LSTM) and
+0.98x (GRU) the time of one step per iteration at batch 1, 1.01x at batch 8 and 1.04x at 32. A second loop, one step
+per iteration, runs the last T mod UNROLL steps, every step of larger batches, and the XLA export's steps
+(``until``), which XLA compiles into code without TensorFlow's per-op costs.
 
-Measured and not kept (2026-11-25; the bench's stacks at batch 1 against this loop, in the same process, alternating
-blocks of 5-6 rounds, two runs unless said): both directions in one loop, their states stacked [2, B, S] so that a
-step's cell is one set of ops for both (1.02x and 1.06x the time for the LSTM, 1.04x and 1.16x for the GRU: the two
-products still take most of a step, and one direction's cell no longer overlaps the other's product); the weights
-made tensors once outside the loops instead of Consts run in every iteration (LSTM 0.99x-1.00x, GRU 0.94x and 1.16x:
-within this machine's noise); 8 steps per iteration, the weights so made (one run: LSTM 1.07x, GRU 0.94x);
-``LSTMBlockCell`` as the whole LSTM step (gates reordered to its i, c~, f, o; the step's input product as its bias,
-which only batch 1 allows): on a chain of 100 steps in both directions, 1.01x the time with oneDNN off and 0.94x
-with it on. Later the same day (medians of 20 per-round ratios, interquartile range in brackets, oneDNN off): one
-write of the four steps stacked per iteration instead of four writes (TensorArrays of [4, B, S] elements, a second
-array for the last T mod 4 steps, both concatenated after the loops; outputs equal to this loop's bit for bit):
-0.99x (0.98-1.00) the time for the LSTM and 1.01x (0.97-1.03) for the GRU; on the same stacks with hidden 8 and
-input 8, where the loops' own ops are nearly all the time, 0.97x and 0.95x (15 rounds).
+Measured on the benchmark stacks (2 layers, both directions, hidden 512, 100 steps) by ``python
+bench/bench_exports.py --only saved_model`` (the SavedModel against the ONNX export, current results in
+docs/performance.md) and ``python bench/bench_step_product.py`` (the product alone).
 """
 from typing import TYPE_CHECKING, Optional, Tuple
 
@@ -118,8 +96,8 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
     if U > 1:
         whole = tf.where(batch < UNROLL_BELOW, last // U * U, 0)
         state = tf.while_loop(lambda t, *_: t < whole, block, state)
-    # maximum_iterations in the XLA export, as before (XLA needs a bound to differentiate a loop); it adds a counter
-    # to every iteration, so only there
+    # maximum_iterations only in the XLA export: XLA needs a bound to differentiate a loop, and it adds a counter
+    # to every iteration
     bound = {} if until is None else {"maximum_iterations": steps}
     state = tf.while_loop(lambda t, *_: t < last, single, state, **bound)
     return state[2].stack(), (state[4].stack() if is_lstm else None)

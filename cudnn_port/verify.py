@@ -114,11 +114,15 @@ def converted_canon(manifest, out, stack, spec) -> "CanonicalRNN":
 
 
 @quiet
-def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -> dict:
-    """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict."""
+def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None, trust_source=False) -> dict:
+    """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict. A graph in
+    OUT that is not pure computation is refused before anything runs, unless ``trust_source``."""
+    from .graphs.trust import check_out
+
     out = os.fspath(out)
     manifest = load_manifest(out)
     say = progress or (lambda message: None)
+    check_out(out, manifest, trust_source=trust_source, say=say)
     report = {"out": os.path.abspath(out), "atol": atol, "rtol": rtol, "seed": seed, "batch": batch, "steps": steps,
               "rows": file_rows(out, manifest)}
     unchanged = source_unchanged(manifest)

@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 
+from cudnn_port import cli
 from cudnn_port.tf_index import MAGIC, read_index
 
 
@@ -113,3 +114,14 @@ def tree_files(folder):
 
 
 __all__ = ["copy_checkpoint", "edit_entry", "edit_header", "flip_bytes", "truncate", "tree_files", "write_index", "np"]
+
+
+def refused(capsys, *argv, needles=()):
+    """The CLI in this process (without progress lines): exit 2 and one line (returned) holding every needle."""
+    argv = [str(a) for a in argv] + (["--quiet"] if argv[0] != "inspect" and "--quiet" not in argv else [])
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("cudnn-port: error: "), (code, err)
+    for needle in needles:
+        assert needle in err, err
+    return err

@@ -15,8 +15,10 @@ if TYPE_CHECKING:
 def compile_onnx(path, precision="f32") -> "ov.CompiledModel":
     """An OpenVINO CPU ``CompiledModel`` of the ONNX model at ``path``, computing in ``precision`` ("f32" or
     "bf16")."""
+    from ..artifact_check import check_artifact
     from ..deps import optional
 
+    check_artifact(path)
     ov = optional("openvino", "running ONNX models in OpenVINO")
     core = ov.Core()
     return core.compile_model(core.read_model(os.fspath(path)), "CPU", {"INFERENCE_PRECISION_HINT": precision})

@@ -7,23 +7,20 @@ is dropped first (int8 runs in onnxruntime only, which honours ``sequence_lens``
 also rewrites each ``MatMul`` with a constant B (a Dense head) as ``DynamicQuantizeLinear`` + ``MatMulInteger``, in a
 second pass with its own settings.
 
-Settings, and why (measured with onnxruntime 1.31 on a 2-core AVX2 CPU without VNNI):
+Settings, and why (onnxruntime 1.31):
 
 * LSTM: ``per_channel=True, reduce_range=True``, i.e. one scale per (direction, gate, unit) row and 7-bit weights
-  (+-64). On AVX2, onnxruntime's u8s8 GEMM adds pairs of uint8 x int8 products in int16 (``vpmaddubsw``), and
-  255 * 127 * 2 overflows int16 while 255 * 64 * 2 does not. So 8-bit weights saturate: per channel (every row
-  reaches +-127) gives 2-10x the error of exact int8 (char LM loss +226%); per tensor saturates on small or
-  light-tailed weight tensors (the trained tagger: 9.8x the exact-int8 error; 47 of 108 small random stacks fail
-  :func:`judge_int8`, none with 7 bits). 7-bit per channel cannot saturate: its error equals exact int8 rounding
-  (0.85-1.10x on every model measured) and is the same on CPUs with and without VNNI. It costs about 15% more
-  error than 8-bit per tensor where the latter does not saturate (bench config mean error 2.3e-3 vs 2.0e-3), at
-  the same speed.
+  (+-64). On AVX2 CPUs without VNNI, onnxruntime's u8s8 GEMM adds pairs of uint8 x int8 products in int16
+  (``vpmaddubsw``), and 255 * 127 * 2 overflows int16 while 255 * 64 * 2 does not. So 8-bit weights saturate there:
+  per channel (every row reaches +-127) gives 2-10x the error of exact int8 (char LM loss +226%); per tensor saturates
+  on small or light-tailed weight tensors (the trained tagger: 9.8x the exact-int8 error; 47 of 108 small random
+  stacks fail verify's int8 rule, none with 7 bits). 7-bit per channel cannot saturate: its error is that of exact
+  int8 rounding (0.85-1.10x on every model measured), on CPUs with and without VNNI, at the same speed. On a CPU
+  with AVX512-VNNI, where nothing saturates, 8-bit per channel would have 0.69x the error of 7-bit (benchmark stack
+  at batch 32, mean 1.7e-3 vs 2.5e-3) at the same speed; a model file does not know the CPU that will run it, so
+  it keeps the 7 bits that are safe on both.
   ``weight_type`` does not reach LSTM nodes (onnxruntime always writes int8 there), and DynamicQuantizeLSTM
   rejects a non-zero weight zero point at run time, so weights must be symmetric.
-  On a CPU with AVX512-VNNI (one instruction per four uint8 x int8 products into int32) nothing saturates: there,
-  8-bit per channel has 0.69x the error of 7-bit (benchmark stack at batch 32, mean 1.7e-3 vs 2.5e-3, max 1.5e-2
-  vs 2.2e-2) at the same speed (3.09x vs 3.10x fp32 at batch 32, 2.23x vs 2.34x at batch 1). A model file does not
-  know the CPU that will run it, so it keeps the 7 bits that are safe on both.
 * MatMul: off by default (for the models measured, a small head's int8 buys no time and adds error: tagger mean
   logit error 0.011 -> 0.018, char LM loss +0.3%); when on, ``reduce_range=True`` for the same saturation reason
   (8-bit int8 MatMul weights doubled the tagger's logit error).
@@ -31,14 +28,10 @@ Settings, and why (measured with onnxruntime 1.31 on a 2-core AVX2 CPU without V
   float32. A model with no LSTM node is refused: its "int8" file would be the float32 model.
 * Embedding ``Gather`` and 8-bit ``Transpose`` rewrites are left out (``op_types_to_quantize`` is explicit).
 
-:mod:`cudnn_port.judging.int8` holds the tolerance rule ``verify`` judges the int8 models with: (1) every int8 weight
-dequantizes to within half a quantization step of the source weight, the step no coarser than 7 bits of its row's
-range, and b_W + b_R is the source's; (2) on verify's seeded ragged batch with non-zero states, outputs are zero past
-each length, and each of outputs, final_h, final_c is within 3x (max) and 1.5x (mean) the error of an exact int8
-computation against the float64 reference. Measured: correct 7-bit exports reach at most 0.72 of either limit over
-108 small stacks and the benchmark, char LM and tagger stacks at T = 9 and 100; weights off by N(0, 0.05 * std) or
-more, a swapped gate, another checkpoint's weights, a zeroed bias, a dropped sequence_lens or initial_c exceed them
-2-100x (smaller weight errors are left to check (1)).
+``python bench/bench_exports.py`` measures int8 against fp32 on the benchmark BiLSTM (2 layers, input 256, hidden
+512, 100 steps): 2.10-2.56x the speed at batch 1 and 3.08-3.23x at batch 32 on a 2-core CPU with AVX512-VNNI
+(1.87-1.98x and 1.62-1.80x on one with AVX2 only), and the bundled char LM's loss (+0.15%). How ``verify`` judges
+int8 models: :mod:`cudnn_port.judging.int8`.
 """
 import os
 import tempfile
@@ -160,6 +153,15 @@ def _check_lstm_wiring(source, result):
                 raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
 
 
+def refuse_nothing_to_quantize(specs) -> None:
+    """Before any work: --quantize int8 with no stack it can quantize (only LSTM stacks without projection have an
+    int8 form) is refused."""
+    specs = list(specs)
+    if specs and not any(s.mode == "lstm" and not s.num_proj for s in specs):
+        raise CudnnPortError("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it "
+                             "has no int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
+
+
 def int8_path(rel: str) -> str:
     """Where the int8 model of the float32 ONNX artifact ``rel`` goes: beside it (``model_int8.onnx``)."""
     stem, ext = os.path.splitext(rel)
@@ -177,8 +179,8 @@ def quantize_outputs(manifest, tmp, say) -> None:
     for artifacts, what, key in ((a, w, k) for a, w in targets for k in ("onnx", "onnx_stateful") if k in a):
         rel = artifacts[key]
         try:
-            say(f"writing {int8_path(rel)} (int8)")
             report = quantize_onnx(os.path.join(tmp, rel), os.path.join(tmp, int8_path(rel)))
+            say(f"wrote {int8_path(rel)} (int8)")  # said once written: a GRU stack's file never is
         except CudnnPortError as e:
             if key == "onnx":  # one line per stack, not one per file
                 skipped.append(f"{what}: no int8 model ({str(e).split('(', 1)[-1].rstrip(')')})")

@@ -26,8 +26,11 @@ def onnx_session(path) -> "ort.InferenceSession":
     """An onnxruntime CPU session of the model at ``path`` (or of a serialized model). Its log level is "fatal":
     what onnxruntime logs (warnings at load, a failing node's error) is not ours to print; a failure still raises,
     and the caller reports it in one line."""
+    from ..artifact_check import check_artifact
     from ..deps import optional
 
+    if isinstance(path, (str, os.PathLike)):
+        check_artifact(path)
     ort = optional("onnxruntime", "running ONNX models")
     options = ort.SessionOptions()
     options.log_severity_level = 4

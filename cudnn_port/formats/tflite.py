@@ -49,12 +49,18 @@ def interpreter_runner(interpreter) -> Callable[[Dict[str, np.ndarray]], List[Op
 def _open_litert(path, spec):
     from ai_edge_litert.interpreter import Interpreter
 
+    from ..artifact_check import check_artifact
+
+    check_artifact(path)
     return interpreter_runner(Interpreter(model_path=path))
 
 
 def _open_tf(path, spec):
     from ..deps import import_tf
 
+    from ..artifact_check import check_artifact
+
+    check_artifact(path)
     tf = import_tf()
     with warnings.catch_warnings():  # TF >= 2.20 warns that tf.lite.Interpreter moves to ai_edge_litert
         warnings.simplefilter("ignore")

@@ -8,7 +8,8 @@ from typing import Any, Dict, Iterator, List, Optional
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
 from ..outdir import OutputFolder, finish, manifest_head, warn
-from ..paths import require_file, sha256
+from ..paths import refuse_links_out, require_file, sha256
+from .allowlist import check_saved_model
 from .nodes import find_nodes, load_proto
 from .layouts import put_params_in_cudnn_order
 from .prune import drop_slot_references, gpu_selected, prune
@@ -17,8 +18,9 @@ from .rewrite import write_cpu_saved_model
 GRAPH_FORMATS = ("saved_model", "onnx")
 
 
-def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dict[str, Any]:
-    """Convert SavedModel folder ``source`` into ``out``; returns the manifest."""
+def convert_saved_model(source, out, formats=None, force=False, say=None, trust_source=False) -> Dict[str, Any]:
+    """Convert SavedModel folder ``source`` into ``out``; returns the manifest. Its graph must pass the op
+    allow-list (:mod:`.allowlist`) before any of it is loaded or run, unless ``trust_source``."""
     say = say or (lambda message: None)
     formats = tuple(formats or GRAPH_FORMATS)
     other = [f for f in formats if f not in GRAPH_FORMATS]
@@ -27,6 +29,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
                              "live in the graph's variables, so pass --formats saved_model,onnx (the default)")
     folder = OutputFolder(out, force=force, sources=[source])
     proto = load_proto(source)
+    check_saved_model(source, proto, trust_source=trust_source, say=say)  # before TensorFlow loads any of it
     check_files(source, proto)
     drop_slot_references(proto)  # an OptimizerV2's slots: TF without tf_keras cannot restore them
     dropped = prune(proto)  # e.g. tf_keras's gpu_lstm_with_fallback and its gradient pair: nothing calls them
@@ -97,7 +100,9 @@ def dropped_summary(dropped) -> Dict[str, Any]:
 
 def check_files(source, proto) -> None:
     """Refuse a SavedModel folder TensorFlow would hang or crash on: a file that is not a regular one (a pipe), or
-    variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`)."""
+    variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`), a
+    symbolic link that leaves the folder."""
+    refuse_links_out(source, "SavedModel")
     for root, _, files in os.walk(source):
         for name in files:
             require_file(os.path.join(root, name), "SavedModel file")

@@ -5,7 +5,6 @@ artifacts of the sizes verify draws (batch 4, 9 steps); cross-device checks (a G
 :func:`fp32_floor` instead, since the fp32 error of any implementation grows with the stack's size.
 """
 import json
-import os
 from typing import Any, Dict, Tuple
 
 import numpy as np
@@ -85,8 +84,8 @@ def fp32_floor(reference_error, factor=4.0, minimum=1e-5) -> float:
 
 
 def write_report(path, report) -> None:
-    """Write ``report`` as JSON at ``path`` through a temporary file, so a reader never sees half of it."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(tmp, path)
+    """Write ``report`` as JSON at ``path`` through a new temporary file, so a reader never sees half of it and
+    no link planted there (``parity.json``, a ``.tmp`` beside it) is written through."""
+    from ..paths import write_new
+
+    write_new(path, json.dumps(report, indent=2))

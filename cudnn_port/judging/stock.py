@@ -138,6 +138,9 @@ def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say
         def tflite():  # LiteRT's interpreter through the model's SignatureDef, which resizes the inputs itself
             from ai_edge_litert.interpreter import Interpreter
 
+            from ..artifact_check import check_artifact
+
+            check_artifact(os.path.join(out, arts["tflite"]))
             run = Interpreter(model_path=os.path.join(out, arts["tflite"])).get_signature_runner("serving_default")
             result = run(**{name: feeds[name] for name in input_names})
             return [result[f"output_{i}"] for i in range(count)]

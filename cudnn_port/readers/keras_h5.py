@@ -26,6 +26,7 @@ from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
 from ..paths import require_file
 from ..source import Source
+from .h5_guard import check_h5
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 CUDNN_CLASSES = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
@@ -98,6 +99,7 @@ class KerasH5(Source):
                                  "file?") from None
 
     def _read(self, f):
+        check_h5(f, self.prefix)
         _touch_everything(f)
         root = f["model_weights"] if "model_weights" in f else f
         if "layer_names" not in root.attrs:

@@ -15,6 +15,7 @@ from ..infer import PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..paths import require_file
 from ..source import Source
 from .platform import refuse_miopen
+from .zip_guard import check_keras_zip
 
 if TYPE_CHECKING:
     import keras
@@ -26,15 +27,32 @@ def load_keras_file(path) -> "keras.Model":
     if os.path.getsize(path) == 0 or not zipfile.is_zipfile(path):
         raise CudnnPortError(f"{path} is empty or not a zip archive, so not a complete .keras file; save the model "
                              "again with model.save(path)")
+    check_keras_zip(path)
     import keras
 
     from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
 
     try:
-        return keras.saving.load_model(path, compile=False)
+        return keras.saving.load_model(path, compile=False)  # safe_mode: no code from the file runs
     except Exception as e:
-        raise CudnnPortError(f"cannot load {path} as a Keras model ({reason(e)}); is it a complete .keras "
-                             "file?") from None
+        raise CudnnPortError(_refusal(path, e)) from None
+
+
+def _refusal(path, error) -> str:
+    """Why Keras did not load ``path``: its safe mode refusing code in the file (a Lambda's Python function, a
+    class that neither Keras nor cudnn_port defines), or a damaged file."""
+    import re
+
+    text, how = str(error), "load the model yourself with keras.saving.load_model(path, {}) and pass it to " \
+        "cudnn_port.export(model, OUT)"
+    if "safe_mode" in text or "arbitrary code" in text:
+        return (f"{path} holds Python code (a Lambda layer's function), which Keras' safe mode refuses to load, "
+                f"since loading would run it; if you trust the file, {how.format('safe_mode=False')}")
+    missing = re.search(r"Could not locate (?:class|function) '([^']+)'", text)
+    if missing:
+        return (f"{path} uses {missing.group(1)!r}, a custom object whose code is not in the file (neither Keras nor "
+                f"cudnn_port defines it); import its code, then {how.format('custom_objects={...}')}")
+    return f"cannot load {path} as a Keras model ({reason(error)}); is it a complete .keras file?"
 
 
 class KerasModelSource(Source):

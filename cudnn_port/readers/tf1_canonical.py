@@ -46,9 +46,9 @@ def canonical_prefixes(shapes) -> Dict[str, str]:
     for name in shapes:
         m = _CELL.match(name)
         if m:
-            found.setdefault(m.group(1) or "", m.group(2))
+            found.setdefault(m.group(1) or "", set()).add(m.group(2))
     buffers = {name.rsplit("/", 1)[0] if "/" in name else "" for name in shapes if name.endswith(BUFFER)}
-    return {prefix: cell for prefix, cell in found.items() if prefix not in buffers}
+    return {prefix: " and ".join(sorted(cells)) for prefix, cells in found.items() if prefix not in buffers}
 
 
 class CanonicalCheckpoint(Source):
@@ -62,6 +62,9 @@ class CanonicalCheckpoint(Source):
         self.shapes, self.dtypes = dict(checkpoint.shapes), dict(checkpoint.dtypes)
         self.canonical, self._cells = {}, {}
         for scope, cell in prefixes.items():
+            if " and " in cell:  # a cuDNN stack is all LSTM or all GRU: its names must not read as "missing"
+                raise CudnnPortError(f"{checkpoint.prefix}: the cells under '{scope or '(top level)'}' mix {cell}; "
+                                     "one cuDNN stack is all LSTM or all GRU, so there is no stack to convert")
             spec = tf1.detect(checkpoint.shapes, scope)
             if spec is None:
                 raise CudnnPortError(f"{checkpoint.prefix}: the {cell} tensors under '{scope or '(top level)'}' "
@@ -115,6 +118,16 @@ class CanonicalCheckpoint(Source):
                                                                                              p.P)))
                   for p in canon.layers]
         return CanonicalRNN(spec, layers)
+
+    def nonfinite_tensor(self, name) -> str:
+        """The checkpoint tensor behind synthesised buffer ``name`` that holds NaN/Inf (the user's name), or
+        ``name``."""
+        if name not in self.canonical:
+            return name
+        spec, reader, scope = self.canonical[name]
+        stored = _stored(_names(reader, spec, scope), self._cells[name]).values()
+        return next((s for s in stored if s in self.checkpoint.shapes and
+                     not np.isfinite(self.checkpoint.get(s)).all()), name)
 
     def get(self, name) -> np.ndarray:
         if name in self.canonical:

@@ -1,0 +1,122 @@
+"""The ops a model file's graph may hold for cudnn-port to load and run it (:mod:`.allowlist`): data only.
+
+Sources of the list:
+
+- every op type in every SavedModel fixture of ``tests/fixtures/`` (the four ``*.tar.xz`` archives and
+  ``realworld/iteam1_rnn``), in ``OUT/saved_model`` and ``OUT/frozen_graph.pb`` (and each layer's) of
+  ``cudnn-port convert models/char_lm/model.keras`` and ``models/tf1_bilstm/model.ckpt``, and in Keras 3 exports of a
+  ``TextVectorization -> Embedding -> Bidirectional(LSTM(dropout))`` model, a ``GRU -> Masking -> LSTM`` model and a
+  ``tf.Module`` with a ``StaticHashTable`` read from an asset (TensorFlow 2.21, Keras 3.15);
+- TensorFlow's pure-computation op families beside those (math, array, control flow, tensor lists and arrays,
+  strings, ragged and sparse tensors, random numbers, variables, lookup tables, the RNN and CTC ops), taken from
+  ``tf.raw_ops``: ops that compute outputs from inputs and the model's own variables and tables, and touch no file,
+  socket, queue, clock, Python callback or other process.
+
+Ops that touch files are allowed only where TensorFlow's own machinery uses them: :data:`SAVER` in the functions the
+SavedModel's saver names (its ``saver_def``), :data:`TABLE_FILE` when the file name is not written in the graph (an
+asset the loader binds). Everything else is refused unless the user passes ``--trust-source``.
+"""
+
+_MATH = """Abs Acos Acosh Add AddN AddV2 All Angle Any ApproximateEqual ArgMax ArgMin Asin Asinh Atan Atan2 Atanh
+BatchMatMul BatchMatMulV2 BatchMatMulV3 BesselI0e BesselI1e Betainc BiasAdd BiasAddGrad BiasAddV1 Bincount Bucketize
+Ceil ClipByValue Complex ComplexAbs Conj Cos Cosh Cross Cumprod Cumsum CumulativeLogsumexp DenseBincount Digamma Div
+DivNoNan Elu EluGrad Equal Erf Erfc Erfinv Exp Expm1 Floor FloorDiv FloorMod Greater GreaterEqual
+HistogramFixedWidth Igamma Igammac Imag Inv InvGrad Invert IsFinite IsInf IsNan LeakyRelu LeakyReluGrad LeftShift Less
+LessEqual Lgamma Log Log1p LogSoftmax LogicalAnd LogicalNot LogicalOr MatMul Max Maximum Mean Min Minimum Mod Mul
+MulNoNan Ndtri Neg NextAfter NotEqual Polygamma Pow Prod Real RealDiv Reciprocal ReciprocalGrad Relu Relu6 Relu6Grad
+ReluGrad RightShift Rint Round Rsqrt RsqrtGrad Select SelectV2 Selu SeluGrad Sigmoid SigmoidGrad Sign Sin Sinh
+Softmax Softplus SoftplusGrad Softsign SoftsignGrad SparseMatMul SparseSegmentMean SparseSegmentSqrtN SparseSegmentSum
+Sqrt SqrtGrad Square SquaredDifference Sub Sum Tan Tanh TanhGrad TruncateDiv TruncateMod UnsortedSegmentMax
+UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy Zeta SegmentMax SegmentMean SegmentMin
+SegmentProd SegmentSum BitwiseAnd BitwiseOr BitwiseXor PopulationCount Einsum EuclideanNorm L2Loss TopKV2 InTopKV2
+SoftmaxCrossEntropyWithLogits SparseSoftmaxCrossEntropyWithLogits LRN LRNGrad"""
+
+_NN = """AvgPool AvgPool3D AvgPoolGrad Conv Conv2D Conv2DBackpropFilter Conv2DBackpropInput Conv3D
+Conv3DBackpropFilterV2 Conv3DBackpropInputV2 DepthwiseConv2dNative DepthwiseConv2dNativeBackpropFilter
+DepthwiseConv2dNativeBackpropInput Dilation2D FusedBatchNorm FusedBatchNormGrad FusedBatchNormGradV3
+FusedBatchNormV3 MaxPool MaxPool3D MaxPoolGrad MaxPoolGradV2 MaxPoolV2 MaxPoolWithArgmax ResizeBilinear
+ResizeNearestNeighbor ResizeBicubic ScaleAndTranslate CudnnRNN CudnnRNNV2 CudnnRNNV3 CudnnRNNBackprop
+CudnnRNNBackpropV2 CudnnRNNBackpropV3 CudnnRNNParamsSize CudnnRNNParamsToCanonical CudnnRNNParamsToCanonicalV2
+CudnnRNNCanonicalToParams CudnnRNNCanonicalToParamsV2 BlockLSTM BlockLSTMV2 BlockLSTMGrad BlockLSTMGradV2 LSTMBlockCell
+LSTMBlockCellGrad GRUBlockCell GRUBlockCellGrad CTCGreedyDecoder CTCBeamSearchDecoder CTCLoss CTCLossV2"""
+
+_ARRAY = """BatchToSpaceND BroadcastArgs BroadcastGradientArgs BroadcastTo CheckNumerics CheckNumericsV2 Concat
+ConcatOffset ConcatV2 Const DeepCopy DepthToSpace Diag DiagPart EmptyTensorList EnsureShape ExpandDims
+ExtractImagePatches Fill Gather GatherNd GatherV2 Identity IdentityN InplaceAdd InplaceUpdate InvertPermutation ListDiff
+LowerBound MatrixBandPart MatrixDiag MatrixDiagPart MatrixDiagPartV3 MatrixDiagV3 MatrixSetDiag MatrixSetDiagV3
+MirrorPad OneHot OnesLike Pack Pad PadV2 ParallelConcat Placeholder PlaceholderWithDefault PreventGradient Range Rank
+Reshape ResourceGather ResourceGatherNd Reverse ReverseSequence ReverseV2 ScatterNd Shape ShapeN Size Slice Snapshot
+SpaceToBatchND SpaceToDepth Split SplitV Squeeze StopGradient StridedSlice StridedSliceGrad TensorScatterAdd
+TensorScatterMax TensorScatterMin TensorScatterSub TensorScatterUpdate Tile TileGrad Transpose Unique UniqueV2
+UniqueWithCounts Unpack UpperBound Where ZerosLike Cast Bitcast Assert NoOp StatelessMultinomial Multinomial
+RandomStandardNormal RandomUniform RandomUniformInt TruncatedNormal RandomShuffle RandomGamma RandomPoisson
+RandomPoissonV2 StatelessRandomNormal StatelessRandomNormalV2 StatelessRandomUniform StatelessRandomUniformV2
+StatelessRandomUniformInt StatelessRandomUniformIntV2 StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2
+StatelessTruncatedNormal StatelessTruncatedNormalV2 StatelessRandomGetKeyCounter StatelessRandomGetKeyCounterAlg
+StatelessRandomGetAlg StatelessRandomBinomial StatelessParameterizedTruncatedNormal RngReadAndSkip RngSkip
+SparseToDense SparseTensorDenseMatMul SparseReshape SparseSlice SparseConcat SparseFillEmptyRows SparseReorder
+SparseAdd SparseReduceSum SparseTensorDenseAdd SparseSegmentMeanWithNumSegments SparseSegmentSumWithNumSegments
+SparseSegmentSqrtNWithNumSegments SparseCross SparseCrossV2 SparseCrossHashed DenseToSparseSetOperation
+RaggedBincount RaggedCross RaggedGather RaggedRange RaggedTensorFromVariant RaggedTensorToSparse RaggedTensorToTensor
+RaggedTensorToVariant RaggedTensorToVariantGradient RaggedCountSparseOutput DenseCountSparseOutput
+SparseCountSparseOutput"""
+
+_CONTROL = """Case StatelessCase If StatelessIf While StatelessWhile For PartitionedCall StatefulPartitionedCall
+Enter Exit LoopCond Merge NextIteration Switch RefEnter RefExit RefMerge RefNextIteration RefSwitch ControlTrigger
+SymbolicGradient OptionalFromValue OptionalGetValue OptionalHasValue OptionalNone TensorListConcat TensorListConcatV2
+TensorListElementShape TensorListFromTensor TensorListGather TensorListGetItem TensorListLength TensorListPopBack
+TensorListPushBack TensorListPushBackBatch TensorListReserve TensorListResize TensorListScatter
+TensorListScatterIntoExistingList TensorListScatterV2 TensorListSetItem TensorListSplit TensorListStack
+TensorArrayV3 TensorArrayCloseV3 TensorArrayConcatV3 TensorArrayGatherV3 TensorArrayGradV3 TensorArrayGradWithShape
+TensorArrayReadV3 TensorArrayScatterV3 TensorArraySizeV3 TensorArraySplitV3 TensorArrayWriteV3"""
+
+_VARIABLES = """VarHandleOp ReadVariableOp AssignVariableOp AssignAddVariableOp AssignSubVariableOp VarIsInitializedOp
+DestroyResourceOp DisableCopyOnRead VariableShape ResourceScatterAdd ResourceScatterDiv ResourceScatterMax
+ResourceScatterMin ResourceScatterMul ResourceScatterNdAdd ResourceScatterNdSub ResourceScatterNdUpdate
+ResourceScatterSub ResourceScatterUpdate ResourceStridedSliceAssign ResourceApplyAdam ResourceApplyAdamWithAmsgrad
+ResourceApplyAdagrad ResourceApplyAdagradV2 ResourceApplyAdadelta ResourceApplyGradientDescent ResourceApplyMomentum
+ResourceApplyKerasMomentum ResourceApplyRMSProp ResourceApplyCenteredRMSProp ResourceApplyFtrl ResourceApplyFtrlV2
+ResourceSparseApplyAdagrad ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum ResourceSparseApplyKerasMomentum
+ResourceSparseApplyRMSProp ResourceSparseApplyFtrl Variable VariableV2 Assign AssignAdd AssignSub IsVariableInitialized
+ScatterAdd ScatterUpdate ScatterSub ApplyAdam ApplyGradientDescent ApplyMomentum ApplyRMSProp ApplyAdagrad
+HashTable HashTableV2 MutableHashTable MutableHashTableV2 MutableHashTableOfTensorsV2 MutableDenseHashTableV2
+AnonymousHashTable AnonymousMutableHashTable AnonymousMutableDenseHashTable AnonymousMutableHashTableOfTensors
+InitializeTable InitializeTableV2 LookupTableFind LookupTableFindV2 LookupTableImport LookupTableImportV2
+LookupTableInsert LookupTableInsertV2 LookupTableRemoveV2 LookupTableSize LookupTableSizeV2 LookupTableExport
+LookupTableExportV2"""
+
+_STRINGS = """AsString DecodeBase64 EncodeBase64 ReduceJoin RegexFullMatch RegexReplace StaticRegexFullMatch
+StaticRegexReplace StringFormat StringJoin StringLength StringLower StringNGrams StringSplit StringSplitV2 StringStrip
+StringToHashBucket StringToHashBucketFast StringToHashBucketStrong StringToNumber StringUpper Substr UnicodeDecode
+UnicodeDecodeWithOffsets UnicodeEncode UnicodeScript UnicodeTranscode UnsortedSegmentJoin Fingerprint"""
+
+COMPUTE = frozenset(" ".join((_MATH, _NN, _ARRAY, _CONTROL, _VARIABLES, _STRINGS)).split())
+
+# The saver's ops: they write and read the checkpoint beside the graph. Allowed only in the functions and nodes the
+# SavedModel's saver_def names (TF2: __inference__traced_save_* / _restore_*; TF1: the save/ scope), with no literal
+# absolute path or "..": the loader feeds them the variables/ prefix.
+SAVER = frozenset("SaveV2 RestoreV2 MergeV2Checkpoints ShardedFilename ShardedFilespec Save SaveSlices Restore "
+                  "RestoreSlice".split())
+
+# A lookup table read from a text file: allowed when the file name reaches it from outside the graph (an asset the
+# loader binds, a placeholder the loader feeds), never as a literal string.
+TABLE_FILE = frozenset({"InitializeTableFromTextFile", "InitializeTableFromTextFileV2"})
+
+# tf.print: allowed to standard error and the log, refused to a file or an address (output_stream="file://...").
+PRINT = frozenset({"Print", "PrintV2"})
+PRINT_STREAMS = ("stderr", "stdout", "log(info)", "log(warning)", "log(error)")
+
+# Why an op outside the list is refused: (name fragments, words); the first that matches names the reason.
+REASONS = (
+    (("PyFunc", "EagerPyFunc"), "calls Python (tf.py_function / tf.numpy_function), whose code is not in the model"),
+    (("Debug",), "dumps tensors to a file or a network address (tfdbg)"),
+    (("Rpc", "Collective", "Send", "Recv", "Tpu", "TPU", "Nccl"), "talks to another process or the network"),
+    (("Queue", "Barrier", "Stage", "Unstage", "Accumulator"), "waits on a queue, which can block for ever"),
+    (("Dataset", "Iterator", "Reader", "ReadFile", "WriteFile", "MatchingFiles", "ImmutableConst", "Save", "Restore",
+      "Checkpoint", "Summary", "TextFile", "Record"), "reads or writes files"),
+    (("Print",), "prints to a file or an address"),
+)
+OTHER_REASON = "is not one of the pure-computation ops cudnn-port runs from a model file"
+
+URL_SCHEMES = (b"gs://", b"s3://", b"hdfs://", b"http://", b"https://", b"grpc://", b"file://", b"ram://",
+               b"viewfs://", b"wasb://", b"az://", b"abfs://")

@@ -1,0 +1,56 @@
+"""A ``.keras`` file (a zip archive) checked before Keras opens it: what each member declares against what it stores.
+
+Keras reads ``config.json`` and ``metadata.json`` whole into memory and inflates ``model.weights.h5``: a 1 MB
+archive whose ``config.json`` inflates to 1 GiB took inspect to 2.6 GB. Here, from the central directory alone
+(nothing is inflated): a member may not inflate to more than :data:`MAX_RATIO` times its stored bytes (beyond
+:data:`FREE_BYTES`), the JSON members not beyond :data:`MAX_JSON_BYTES` at all, and the archive holds at most
+:data:`MAX_MEMBERS` members. The weights file inside is then checked as any HDF5 source is
+(:mod:`cudnn_port.readers.h5_guard`: no links or data outside it, no declared sizes far above stored ones).
+"""
+import zipfile
+
+from ..errors import CudnnPortError, reason, short
+
+MAX_RATIO = 200  # Keras stores members uncompressed (ratio 1); JSON deflates about 10x
+FREE_BYTES = 1 << 20
+MAX_JSON_BYTES = 64 << 20
+MAX_MEMBERS = 10000
+WEIGHTS = "model.weights.h5"
+
+
+def check_keras_zip(path) -> None:
+    """Refuse the ``.keras`` archive at ``path`` if a member would inflate far beyond its stored size, or its
+    weights file links to or stores data outside itself."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+            if len(members) > MAX_MEMBERS:
+                raise CudnnPortError(f"{path} holds {len(members)} members; a .keras file holds a handful, so it "
+                                     "is not read")
+            for info in members:
+                limit = MAX_JSON_BYTES if info.filename.endswith(".json") else \
+                    max(FREE_BYTES, MAX_RATIO * info.compress_size)
+                if info.file_size > limit:
+                    raise CudnnPortError(f"{path}: member {short(info.filename)} inflates to {info.file_size} bytes "
+                                         f"from {info.compress_size}; the file is damaged or crafted to exhaust "
+                                         "memory, so it is not read")
+            if WEIGHTS in archive.namelist():
+                _check_weights(archive, path)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
+        raise CudnnPortError(f"cannot read {path} as a .keras archive ({reason(e)}); save the model again with "
+                             "model.save(path)") from None
+
+
+def _check_weights(archive, path):
+    import h5py
+
+    from .h5_guard import check_h5
+
+    with archive.open(WEIGHTS) as member:
+        try:
+            f = h5py.File(member, "r")
+        except (OSError, ValueError) as e:
+            raise CudnnPortError(f"cannot read {WEIGHTS} in {path} ({reason(e)}); save the model again with "
+                                 "model.save(path)") from None
+        with f:
+            check_h5(f, f"{path} ({WEIGHTS})")
