@@ -6,8 +6,6 @@ import sys
 
 import pytest
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md")).read()
 CI = open(os.path.join(ROOT, ".ci", "run")).read()
@@ -54,6 +52,7 @@ def test_ci_runs_readme_commands():
     assert os.path.exists(os.path.join(ROOT, "models", "char_lm", "model.keras"))
 
 
+@pytest.mark.slow  # each command a process that imports TensorFlow
 def test_quick_start_commands_run(tmp_path, monkeypatch):
     """Every line of README's other bash blocks: a `pip install` names extras pyproject.toml declares; a command
     .ci/run runs verbatim is left to CI; every other command runs here, from the repository's layout, and exits 0."""
