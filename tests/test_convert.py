@@ -7,31 +7,16 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import make_spec, ragged_batch, random_blob, tree_hash
+from helpers import SAMPLE_SPEC, assert_all_close, assert_clean_error, assert_close, make_spec, ragged_batch, \
+    random_blob, run_cli, spec_flags, tree_hash, write_source
 from cudnn_port import cli, reference
 from cudnn_port.checkpoint import Checkpoint
 from cudnn_port.paths import sha256
 from cudnn_port import convert, inspect_checkpoint
 from cudnn_port.layout import unpack
 from cudnn_port.targets import STYLES
-from test_targets import assert_close, spec_flags, write_source
 
 tf = pytest.importorskip("tensorflow")
-SAMPLE_SPEC = make_spec("lstm", 2, True, input_size=32, hidden=48)  # what make_tf1_checkpoint writes
-
-
-def run_cli(capsys, *argv):
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_clean_error(code, err, *needles):
-    assert code == 2, err
-    errors = [line for line in err.strip().splitlines() if line.startswith("cudnn-port:")]
-    assert len(errors) == 1 and err.strip().endswith(errors[0]) and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in err, err
 
 
 # ----------------------------------------------------------------------------------------------- what is written
@@ -39,7 +24,7 @@ def assert_clean_error(code, err, *needles):
 @pytest.mark.parametrize("style", sorted(STYLES))
 def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_ckpt, style):
     before = tree_hash(os.path.dirname(tf1_ckpt))
-    manifest = convert(tf1_ckpt, tmp_path / "out", style=style)
+    manifest = convert(tf1_ckpt, tmp_path / "out", style=style, formats=["checkpoint"])  # the file read below
     assert tree_hash(os.path.dirname(tf1_ckpt)) == before, "the input checkpoint was modified"
     src, out = Checkpoint(tf1_ckpt), Checkpoint(tmp_path / "out" / "checkpoint")
     assert tf.train.latest_checkpoint(str(tmp_path / "out" / "checkpoint")).endswith("model.ckpt")
@@ -58,8 +43,7 @@ def test_sample_converts_without_flags_and_keeps_everything_else(tmp_path, tf1_c
     x, lengths, h_0, c_0 = ragged_batch(SAMPLE_SPEC)
     want = reference.forward(canon, x, lengths, h_0, c_0)
     got = stock_forward(style, str(tmp_path / "out" / "checkpoint"), stack["targets"], x, lengths, h_0, c_0)
-    for what, g, w in zip(("outputs", "h_n", "c_n"), got, want):
-        assert_close(g, w, f"{style} checkpoint {what}")
+    assert_all_close(got, want, f"{style} checkpoint")
     # Slots: the same mapping, written here from each format's definition; a summed bias takes b_W's slot.
     for slot in ("Adam", "Adam_1"):
         slot_canon = unpack(SAMPLE_SPEC, src.get(f"cudnn_lstm/opaque_kernel/{slot}"))
@@ -117,7 +101,7 @@ def test_summed_bias_slot_uses_b_W_slot_not_the_sum(tmp_path):
     spec = make_spec("lstm", 1, False)
     slot = random_blob(spec, seed=5)
     src, _ = write_source(tmp_path, spec, extra={"cudnn_lstm/opaque_kernel/Momentum": slot})
-    convert(src, tmp_path / "out", **spec_flags(spec))
+    convert(src, tmp_path / "out", formats=["checkpoint"], **spec_flags(spec))
     bias = Checkpoint(tmp_path / "out" / "checkpoint").get(
         "cudnn_lstm/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias/Momentum")
     b_W = unpack(spec, slot).layers[0].b_W
@@ -125,7 +109,7 @@ def test_summed_bias_slot_uses_b_W_slot_not_the_sum(tmp_path):
 
 
 def test_drop_optimizer_slots(tmp_path, tf1_ckpt):
-    manifest = convert(tf1_ckpt, tmp_path / "out", drop_optimizer_slots=True)
+    manifest = convert(tf1_ckpt, tmp_path / "out", formats=["checkpoint"], drop_optimizer_slots=True)
     names = Checkpoint(tmp_path / "out" / "checkpoint").names
     assert not any(n.endswith(("/Adam", "/Adam_1")) for n in names)
     assert sorted(manifest["dropped"]) == ["cudnn_lstm/opaque_kernel/Adam", "cudnn_lstm/opaque_kernel/Adam_1"]
@@ -135,7 +119,7 @@ def test_drop_optimizer_slots(tmp_path, tf1_ckpt):
 def test_dtype_is_kept(tmp_path, dtype):
     spec = make_spec("gru", 2, True, dtype=dtype)
     src, blob = write_source(tmp_path, spec, name="cudnn_gru/opaque_kernel")
-    convert(src, tmp_path / "out", style="pytorch", **spec_flags(spec))
+    convert(src, tmp_path / "out", style="pytorch", formats=["checkpoint", "pytorch"], **spec_flags(spec))
     out = Checkpoint(tmp_path / "out" / "checkpoint")
     name = "cudnn_gru/weight_hh_l1_reverse"
     assert out.dtypes[name] == dtype
@@ -154,7 +138,7 @@ def test_object_based_checkpoint(tmp_path):
     report = inspect_checkpoint(path, **spec_flags(spec))
     assert report["format"].startswith("object-based")
     assert report["stacks"][0]["variable"] == "model/rnn/opaque_kernel"
-    manifest = convert(path, tmp_path / "out", **spec_flags(spec))
+    manifest = convert(path, tmp_path / "out", formats=["checkpoint"], **spec_flags(spec))
     out = Checkpoint(tmp_path / "out" / "checkpoint")
     kernel = out.get("model/rnn/rnn/multi_rnn_cell/cell_1/cudnn_compatible_lstm_cell/kernel")
     p = unpack(spec, blob).layer(1)
@@ -171,7 +155,7 @@ def test_stored_canonical_tensors_are_checked_and_settle_the_spec(tmp_path):
     blob = random_blob(spec)
     canonical = STYLES["tf1"].write(unpack(spec, blob), "cudnn_gru")
     src, _ = write_source(tmp_path, spec, name="cudnn_gru/opaque_kernel", extra=dict(canonical))
-    manifest = convert(src, tmp_path / "out")  # no flags needed
+    manifest = convert(src, tmp_path / "out", formats=["checkpoint"])  # no flags needed
     assert manifest["stacks"][0]["spec"] == spec.to_dict()
     assert "canonical tensors" in manifest["stacks"][0]["spec_source"]
     assert all(v["agrees"] for v in manifest["replaced"].values()) and len(manifest["replaced"]) == len(canonical)
@@ -195,6 +179,7 @@ def test_inspect_lists_candidates_and_the_flags_that_settle_them(tmp_path, capsy
     assert code == 0 and "to choose, pass" in out
 
 
+@pytest.mark.slow
 def test_cli_convert_json_and_force(tmp_path, tf1_ckpt, capsys):
     out_dir = tmp_path / "out"
     code, out, err = run_cli(capsys, "convert", tf1_ckpt, out_dir, "--json")
@@ -259,6 +244,7 @@ def test_ambiguous_buffer_lists_candidates_and_flags(tmp_path, capsys):
     assert_clean_error(code, err, "fits", "specs", "--num-units", "to choose")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_nonfinite_buffer_is_refused_unless_allowed(tmp_path, capsys, bad):
     spec = make_spec("gru", 1, False)
@@ -325,6 +311,7 @@ def test_unknown_format_is_a_usage_error(tmp_path, tf1_ckpt, capsys):
     assert_clean_error(code, err, "unknown format 'onnx2'")
 
 
+@pytest.mark.slow
 def test_real_process_exit_codes_and_no_traceback(tmp_path):
     """One end-to-end run of the installed entry point, as users call it."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -336,6 +323,7 @@ def test_real_process_exit_codes_and_no_traceback(tmp_path):
     assert proc.returncode == 0 and "convert" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_custom_variable_name_converts_and_verifies(tmp_path, capsys):
     """A buffer not named *opaque_kernel, chosen with --variable, with a slot of its own."""
     spec = make_spec("gru", 2, True)
@@ -344,7 +332,7 @@ def test_a_custom_variable_name_converts_and_verifies(tmp_path, capsys):
     code, _, err = run_cli(capsys, "convert", src, tmp_path / "refused")
     assert_clean_error(code, err, "no cuDNN buffer", "--variable")
     code, out, err = run_cli(capsys, "convert", src, tmp_path / "out", "--variable", "encoder/rnn_params", "--json",
-                             *spec.flags().split())
+                             "--formats", "checkpoint,onnx", *spec.flags().split())
     manifest = json.loads(out)
     assert code == 0, err
     assert manifest["stacks"][0]["variable"] == "encoder/rnn_params"
@@ -358,6 +346,7 @@ def test_a_custom_variable_name_converts_and_verifies(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path / "out"), "--quiet"]) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("float64", 1e-5)])
 def test_fp16_and_fp64_buffers_export(tmp_path, dtype, tol):
     """The artifacts compute in fp32 from the buffer's own values: fp64 weights rounded to fp32 (error ~1e-7),

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT, unpack_fixture
+from helpers import ROOT, run_cli, unpack_fixture
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("tf2onnx")
@@ -28,11 +28,10 @@ def split(expected, case):
     return pick("in"), pick("out")
 
 
+@pytest.mark.slow
 def test_ocr_model_with_ctc_decoding_converts_verifies_and_decodes_blank_images(tmp_path, tmp_path_factory, capsys):
     """``convert`` then ``verify`` exit 0 on a tf_keras OCR model that decodes in its signature, and its ONNX gives
     the original's decoded ids exactly on blank and text images, batch 1 and ragged batch 3."""
-    from test_convert import run_cli
-
     from cudnn_port.exports.runners import onnx_session
 
     folder, expected = unpack_fixture(tmp_path_factory, ARCHIVE, "tf_keras_ctc_ocr")

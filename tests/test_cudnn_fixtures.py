@@ -25,7 +25,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT, torch_grads
 from cudnn_port import reference
 from cudnn_port.layout import RNNSpec, unpack
 
@@ -64,8 +64,6 @@ def max_err(got, want):
 def torch_cpu(case):
     """PyTorch's CPU fp32 kernels on the case: (outputs, h_n, c_n) and the gradients (buffer, x, h0, c0) of the
     fixture's loss; the independent fp32 implementation that sets each case's floor."""
-    from conftest import torch_grads
-
     spec = case_spec(case, "float32")
     buffer, *rest = arrays(case, "buffer", "x", "lengths", "h0", "c0", "gy", "ghn", "gcn")
     return torch_grads(spec, buffer.astype(np.float32), *rest)
@@ -113,8 +111,9 @@ def test_reference_reproduces_cudnn(case, floors):
     assert err <= tol, f"{case}: reference vs cuDNN {err:.2e} > {tol:.2e}"
 
 
-def convert_case(tmp_path, case, style):
-    """A TF1 checkpoint holding the case's buffer as cudnn_lstm/opaque_kernel, converted in ``style``."""
+def convert_case(tmp_path, case, style, formats=None):
+    """A TF1 checkpoint holding the case's buffer as cudnn_lstm/opaque_kernel, converted in ``style`` (``formats``:
+    only those, else the defaults)."""
     from make_tf1_checkpoint import save_tf1
 
     from cudnn_port import convert
@@ -125,7 +124,7 @@ def convert_case(tmp_path, case, style):
     src = save_tf1(str(tmp_path / "src" / "model.ckpt"), {f"cudnn_{spec.mode}/opaque_kernel": buffer})
     flags = dict(mode=spec.mode, num_layers=spec.num_layers, num_units=spec.num_units, input_size=spec.input_size,
                  bidirectional=spec.bidirectional, num_proj=spec.num_proj or None)
-    return spec, tmp_path / "out", convert(src, tmp_path / "out", style=style, **flags)
+    return spec, tmp_path / "out", convert(src, tmp_path / "out", style=style, formats=formats, **flags)
 
 
 def run_artifacts(spec, out, manifest, feeds):
@@ -136,6 +135,7 @@ def run_artifacts(spec, out, manifest, feeds):
             for kind in ("saved_model", "graphdef", "onnx_stateful") if kind in arts}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", STRICT)
 def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
     from cudnn_port.exports import io_names
@@ -149,13 +149,15 @@ def test_every_artifact_of_convert_reproduces_cudnn(tmp_path, case, floors):
                                                c0)}
     got.update(run_artifacts(spec, out, manifest, dict(zip(io_names(spec)[0], (x, lengths, h0, c0)))))
     assert ("onnx_stateful" in got) == (not spec.num_proj)  # ONNX's LSTM has no projection: no ONNX for that case
-    _, out, manifest = convert_case(tmp_path / "pytorch", case, "pytorch")
+    # The other styles change only the checkpoint's names and the file of their own format: the exports are the
+    # same as the tf1 conversion's, so these two write only what is read below.
+    _, out, manifest = convert_case(tmp_path / "pytorch", case, "pytorch", ["checkpoint", "pytorch"])
     from safetensors.numpy import load_file
 
     state = load_file(str(out / manifest["stacks"][0]["artifacts"]["pytorch"]))
     got["pytorch safetensors"] = torch_modules(spec, state, x, lengths, h0, c0)
     if not spec.num_proj:  # Keras' LSTM has no projection
-        _, out, manifest = convert_case(tmp_path / "keras", case, "keras")
+        _, out, manifest = convert_case(tmp_path / "keras", case, "keras", ["checkpoint"])
         stored = tf.train.load_checkpoint(str(out / "checkpoint"))
 
         def scope(layer, direction):
@@ -231,6 +233,7 @@ def test_tf32_drift_is_bounded_and_beyond_strict_tolerances(case, floors):
 REALISTIC = [("lstm", 3, 96, 64), ("gru", 2, 128, 48)]  # mode, layers, hidden, input; bidirectional, 60 steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,layers,hidden,inputs", REALISTIC)
 def test_realistic_size_within_the_fp32_floor(tmp_path, mode, layers, hidden, inputs):
     """No GPU data exists at this size here, so the judge is the float64 reference and the floor is PyTorch's CPU
@@ -264,6 +267,7 @@ def test_realistic_size_within_the_fp32_floor(tmp_path, mode, layers, hidden, in
 
 
 # ------------------------------------------------------------------------------------------- projection (LSTMP)
+@pytest.mark.slow
 def test_a_model_with_a_projected_fused_layer_exports_and_verifies(tmp_path):
     """The fixture's projected stack inside a Keras model: SavedModel and GraphDef reproduce cuDNN, no ONNX (with a
     warning), TF1 names by default (Keras' LSTM has no projection), and verify passes."""
@@ -295,6 +299,7 @@ def test_a_model_with_a_projected_fused_layer_exports_and_verifies(tmp_path):
     assert verify(tmp_path / "out")["passed"]
 
 
+@pytest.mark.slow
 def test_a_saved_model_node_with_num_proj_converts(tmp_path):
     """A CudnnRNNV3 node with num_proj in a SavedModel: replaced by CPU ops that reproduce cuDNN on the fixture's
     projected case; no ONNX (a warning says why)."""

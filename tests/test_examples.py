@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # the examples train and export
 
 
 def test_tf1_flow(tmp_path):

@@ -10,16 +10,17 @@ import os
 import numpy as np
 import pytest
 
-from conftest import CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
+from helpers import CONFIGS, CONFIG_IDS, SAMPLE_SPEC, assert_all_close, assert_close, make_spec, ragged_batch, \
+    random_blob, spec_flags, write_source
 from cudnn_port import cli, deps, reference
 from cudnn_port import convert
 from cudnn_port.exports.tensorflow import op_types
 from cudnn_port.layout import unpack
-from test_targets import assert_close, spec_flags, write_source
 
 tf = pytest.importorskip("tensorflow")
 ort = pytest.importorskip("onnxruntime")
 EXPORTS = ["saved_model", "graphdef", "onnx_stateful"]  # the artifacts that take states
+STATES = ("outputs", "final_h", "final_c")  # the artifacts' output names
 
 
 def feeds(spec, x, lengths, h_0, c_0):
@@ -70,6 +71,7 @@ def exported(tmp_path_factory):
     return made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("artifact", EXPORTS)
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
 def test_export_matches_reference(exported, mode, layers, bi, artifact):
@@ -78,11 +80,10 @@ def test_export_matches_reference(exported, mode, layers, bi, artifact):
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
     path = out / manifest["stacks"][0]["artifacts"][artifact]
     got = RUNNERS[artifact](path, spec, feeds(spec, x, lengths, h_0, c_0))
-    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-        if w is not None:
-            assert_close(g, w, f"{artifact} {what}")
+    assert_all_close(got, want, artifact, STATES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,layers,bi", [c for c in CONFIGS if c[1] == 2], ids=lambda v: str(v))
 def test_optional_states_default_to_zero(exported, mode, layers, bi):
     spec, blob, out, manifest = exported[(mode, layers, bi)]
@@ -95,11 +96,10 @@ def test_optional_states_default_to_zero(exported, mode, layers, bi):
     got = run_graphdef(out / arts["graphdef"], spec, {"inputs": x, "sequence_lengths": lengths})
     assert_close(got[1], want[1], "graphdef final_h with initial states left out")
     got = run_onnx(out / arts["onnx"], spec, {"inputs": x, "sequence_lengths": lengths})  # takes no states at all
-    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-        if w is not None:
-            assert_close(g, w, f"model.onnx {what}")
+    assert_all_close(got, want, "model.onnx", STATES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("artifact", EXPORTS)
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_single_step_use_for_decoding(exported, mode, artifact):
@@ -119,6 +119,7 @@ def test_single_step_use_for_decoding(exported, mode, artifact):
     assert_close(h, want[1], f"{artifact} stepped final_h")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
 def test_no_cudnn_op_and_fused_onnx_nodes(exported, mode, layers, bi):
     import onnx
@@ -149,6 +150,7 @@ def test_no_cudnn_op_and_fused_onnx_nodes(exported, mode, layers, bi):
     assert graph_nodes["outputs"][:2] == ["outputs:0", "final_h:0"] and graph_nodes["inputs"][0] == "inputs:0"
 
 
+@pytest.mark.slow
 def test_dynamic_batch_and_time_in_onnx(exported):
     spec, blob, out, manifest = exported[("gru", 1, True)]
     for batch, steps in ((1, 1), (3, 11)):
@@ -179,6 +181,7 @@ def test_padded_steps_buckets():
         assert int(padded_steps(tf, tf.constant(steps))) == want, steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_xla_saved_model_stops_at_the_longest_sequence(tmp_path, mode, capsys):
     """convert --xla (opt-in): every length < T (and T off a bucket): the loops stop early and the steps they skip
@@ -200,11 +203,10 @@ def test_xla_saved_model_stops_at_the_longest_sequence(tmp_path, mode, capsys):
         got = run_saved_model(out / manifest["stacks"][0]["artifacts"]["saved_model"], spec,
                               feeds(spec, x, lengths, h_0, c_0))
         assert got[0].shape == want[0].shape
-        for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-            if w is not None:
-                assert_close(g, w, f"T={steps} {what}")
+        assert_all_close(got, want, f"T={steps}", STATES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_default_saved_model_has_no_xla_function(tmp_path, mode, capsys):
     """The default SavedModel is plain ops (TF Serving with default flags, TF Java and the C API run it): no function
@@ -225,12 +227,11 @@ def test_default_saved_model_has_no_xla_function(tmp_path, mode, capsys):
     x, lengths, h_0, c_0 = ragged_batch(spec)
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
     got = run_saved_model(path, spec, feeds(spec, x, lengths, h_0, c_0))
-    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
-        if w is not None:
-            assert_close(g, w, f"plain saved_model {what}")
+    assert_all_close(got, want, "plain saved_model", STATES)
 
 # ---------------------------------------------------------------------------------------------------- verify
 
+@pytest.mark.slow
 def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1_ckpt, capsys):
     out = tmp_path / "out"
     convert(tf1_ckpt, out)
@@ -249,7 +250,6 @@ def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1
                and r["passed"] is not None)
     # Replace the ONNX file with one holding other weights: verify must fail, exit 1, and name the artifact.
     from cudnn_port.exports.onnx import write_onnx
-    from test_convert import SAMPLE_SPEC
 
     write_onnx(unpack(SAMPLE_SPEC, random_blob(SAMPLE_SPEC, seed=99)), out / "model.onnx")
     code = cli.main(["verify", str(out), "--quiet"])
@@ -267,6 +267,7 @@ def test_verify_on_a_foreign_folder_is_a_clean_error(tmp_path, capsys):
         assert code == 2 and "not a cudnn-port output" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_verify_falls_back_to_the_converted_checkpoint(tmp_path, tf1_ckpt):
     from cudnn_port.verify import verify
 
@@ -279,6 +280,7 @@ def test_verify_falls_back_to_the_converted_checkpoint(tmp_path, tf1_ckpt):
     assert report["passed"] and stack_rows and all(r["judge"].startswith("converted checkpoint") for r in stack_rows)
 
 
+@pytest.mark.slow
 def test_parity_marker_in_a_users_suite(tmp_path, tf1_ckpt, pytester):
     out = tmp_path / "out"
     convert(tf1_ckpt, out, formats=["checkpoint", "onnx"])
@@ -294,6 +296,7 @@ def test_parity_marker_in_a_users_suite(tmp_path, tf1_ckpt, pytester):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_bench_reports_each_artifact_at_batch_1_and_32(tmp_path, tf1_ckpt, capsys):
     out = tmp_path / "out"
     convert(tf1_ckpt, out)

@@ -15,14 +15,13 @@ import zlib
 import numpy as np
 import pytest
 
-from conftest import ROOT, make_spec, random_blob, tree_hash
+from helpers import SAMPLE, make_spec, one_short_line, random_blob, save_raw_op_model, tree_hash
 from crafted import copy_checkpoint, edit_entry, edit_header, flip_bytes, truncate
 from cudnn_port import cli
-from test_hardening import one_short_line
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # seeded mutations, each run through inspect and convert
 SCALE = int(os.environ.get("CUDNN_PORT_FUZZ", "1"))
-SAMPLE = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
 BUFFER = "cudnn_lstm/opaque_kernel"
 
 
@@ -107,8 +106,6 @@ def test_mutated_keras_file(tmp_path, capsys, keras_file, kind, index):
 
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
-    from test_sources import save_raw_op_model
-
     spec = make_spec("gru", 1, False)
     return save_raw_op_model(tmp_path_factory.mktemp("sm") / "sm", spec, random_blob(spec), op="CudnnRNNV2",
                              as_variable=True)

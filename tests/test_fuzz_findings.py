@@ -11,16 +11,14 @@ import sys
 
 import pytest
 
-from conftest import ROOT, tree_hash
+from helpers import ROOT, SAMPLE, leftovers, one_short_line, refused, tree_hash
 from crafted import copy_checkpoint
 from cudnn_port import cli, convert
-from test_hardening import leftovers, one_short_line, refused
 
 tf = pytest.importorskip("tensorflow")
-SAMPLE = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
 
 
-def run_cli(*argv, limit=None, timeout=180):
+def cli_process(*argv, limit=None, timeout=180):
     """The CLI in a subprocess (clean logging environment), optionally under a file size limit (ulimit -f) with
     SIGXFSZ ignored, so that a write past it fails with EFBIG as on a full disk: (exit code, stdout, stderr)."""
     def limited():
@@ -51,25 +49,28 @@ def out(tmp_path, converted):
     return copy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["verify"], ["bench", "--steps", "2", "--repeat", "1"]])
 def test_a_pipe_in_out_is_refused_not_read(out, command):
     """verify and bench hashed / loaded model.onnx, a FIFO here, and waited for a writer for ever."""
     os.remove(out / "model.onnx")
     os.mkfifo(out / "model.onnx")
-    code, _, err = run_cli(command[0], out, *command[1:], "--quiet", timeout=120)
+    code, _, err = cli_process(command[0], out, *command[1:], "--quiet", timeout=120)
     assert code == 2, err
     assert "model.onnx is not a regular file" in one_short_line(err, out / "model.onnx")
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_is_one_line_naming_the_disk(tmp_path):
     """TensorFlow's writer failing with EFBIG (as it fails with ENOSPC on a full disk) said "internal error", exit 1."""
-    code, _, err = run_cli("convert", SAMPLE, tmp_path / "out", "--quiet", limit=100_000)
+    code, _, err = cli_process("convert", SAMPLE, tmp_path / "out", "--quiet", limit=100_000)
     assert code == 2, err
     line = one_short_line(err, tmp_path / "out", "/")
     assert "the disk mounted at" in line and "File too large" in line, line
     assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
 def test_a_full_disk_while_writing_out_is_one_line(tmp_path, capsys, monkeypatch, code):
     """The last write of a convert (the manifest) fails as on a full, over-quota or read-only disk."""
@@ -85,6 +86,7 @@ def test_a_full_disk_while_writing_out_is_one_line(tmp_path, capsys, monkeypatch
     assert str(tmp_path / "out") in line and not (tmp_path / "out").exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_verify_writes_its_report(out, capsys, monkeypatch):
     verify = sys.modules["cudnn_port.verify"]  # the package's verify is the function
 
@@ -95,6 +97,7 @@ def test_a_full_disk_while_verify_writes_its_report(out, capsys, monkeypatch):
     refused(capsys, ["verify", out, "--quiet"], "the disk mounted at", "No space left", paths=["/"])
 
 
+@pytest.mark.slow
 def test_bench_checks_out_against_the_manifest(out, capsys):
     """Another valid ONNX model in model.onnx's place ended in "internal error: ValueError: Required inputs ...
     missing"; bench now checks every file's sha256 as verify does."""
@@ -140,6 +143,7 @@ def test_out_inside_the_checkpoint_folder_is_refused_however_source_is_named(tmp
     assert (tree_hash(tmp_path / "ck"), sorted(os.listdir(tmp_path / "ck"))) == before
 
 
+@pytest.mark.slow
 def test_verify_fails_a_symbolic_link_out_of_out(out, tmp_path, capsys):
     """model.onnx replaced by a link to an identical file outside OUT passed every row."""
     outside = tmp_path / "elsewhere.onnx"

@@ -14,46 +14,13 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, make_spec, random_blob, tree_hash
+from helpers import CHAR_LM, ROOT, SAMPLE, leftovers, make_spec, one_short_line, random_blob, refused, run_cli, \
+    save_raw_op_model, tree_hash, write_source
 from crafted import copy_checkpoint, edit_entry, edit_header
 from cudnn_port import cli
 
 tf = pytest.importorskip("tensorflow")
-SAMPLE = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
-CHAR_LM = os.path.join(ROOT, "models", "char_lm", "model.keras")
 BUFFER = "cudnn_lstm/opaque_kernel"
-MAX_MESSAGE = 200  # characters, not counting the paths the message quotes
-
-
-def cli_run(capsys, *argv):
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_short_line(err, *paths):
-    """The one error line, its length without the quoted paths at most MAX_MESSAGE."""
-    lines = [line for line in err.strip().splitlines() if line.startswith("cudnn-port:")]
-    assert len(lines) == 1 and err.strip().endswith(lines[0]) and "Traceback" not in err, err
-    text = lines[0]
-    for path in sorted({os.path.abspath(str(p)) for p in paths} | {str(p) for p in paths}, key=len, reverse=True):
-        text = text.replace(path, "PATH")
-    assert len(text) <= MAX_MESSAGE, f"{len(text)} characters: {lines[0]}"
-    return lines[0]
-
-
-def refused(capsys, argv, *needles, paths=()):
-    """Run the CLI; it must exit 2 with one short line holding ``needles``."""
-    code, _, err = cli_run(capsys, *argv)
-    assert code == 2, err
-    line = one_short_line(err, *[a for a in argv if os.sep in str(a)], *paths)
-    for needle in needles:
-        assert needle in line, line
-    return line
-
-
-def leftovers(folder):
-    return [n for n in os.listdir(folder) if n.startswith(".")]
 
 
 @pytest.fixture
@@ -119,13 +86,12 @@ def test_verify_and_bench_flags(tmp_path, capsys, argv, needle):
 
 
 def test_usage_errors_with_json_print_json(capsys):
-    code, out, err = cli_run(capsys, "convert", "--json")
+    code, out, err = run_cli(capsys, "convert", "--json")
     assert code == 2 and json.loads(out)["exit_code"] == 2 and len(err.strip().splitlines()) == 1, (out, err)
 
 
 def test_spec_flags_on_sources_that_state_their_spec(tmp_path, capsys):
     refused(capsys, ["convert", CHAR_LM, tmp_path / "out", "--num-units", "5"], "--num-units", "leave the spec flags")
-    from test_sources import save_raw_op_model
 
     spec = make_spec("gru", 1, False)
     path = save_raw_op_model(tmp_path / "sm", spec, random_blob(spec))
@@ -140,19 +106,18 @@ def test_flags_contradicting_a_stated_spec(tmp_path, capsys):
 
 
 def test_inf_in_an_optimizer_slot(tmp_path, capsys):
-    from test_targets import write_source
-
     spec = make_spec("lstm", 1, False)
     slot = random_blob(spec, seed=4)
     slot[2] = np.inf
     src, _ = write_source(tmp_path, spec, extra={f"{BUFFER}/Adam": slot})
     refused(capsys, ["convert", src, tmp_path / "out", *spec.flags().split()], "Adam", "NaN/Inf", "--allow-nonfinite")
     assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
-    code, _, err = cli_run(capsys, "convert", src, tmp_path / "out", *spec.flags().split(), "--allow-nonfinite")
+    code, _, err = run_cli(capsys, "convert", src, tmp_path / "out", *spec.flags().split(), "--allow-nonfinite")
     assert code == 0, err
 
 
 # ----------------------------------------------------------------------------------------- OUT and data loss
+@pytest.mark.slow
 def test_force_never_deletes_a_source_inside_out(tmp_path, capsys):
     """convert SAMPLE o; cp -r the sample to o/train; convert o/train/model.ckpt o --force deleted o/train."""
     out = tmp_path / "o"
@@ -164,8 +129,6 @@ def test_force_never_deletes_a_source_inside_out(tmp_path, capsys):
 
 
 def test_out_inside_a_saved_model_source(tmp_path, capsys):
-    from test_sources import save_raw_op_model
-
     spec = make_spec("lstm", 1, False)
     path = save_raw_op_model(tmp_path / "sm", spec, random_blob(spec))
     before = tree_hash(path)
@@ -249,8 +212,6 @@ def test_layer_names_never_become_paths(tmp_path):
 
 # -------------------------------------------------------------------------------------- inputs of every kind
 def test_saved_model_with_missing_or_corrupt_variables(tmp_path, capsys):
-    from test_sources import save_raw_op_model
-
     spec = make_spec("lstm", 1, False)
     path = save_raw_op_model(tmp_path / "sm", spec, random_blob(spec), op="CudnnRNNV2", as_variable=True)
     data = [f for f in os.listdir(os.path.join(path, "variables")) if ".data-" in f][0]
@@ -285,7 +246,7 @@ def test_h5_with_a_huge_dataset_and_a_flipped_byte(tmp_path, capsys):
     for at in range(len(data) - 400, len(data) - 200, 7):
         data[at] ^= 0xFF
     flipped.write_bytes(bytes(data))
-    code, _, err = cli_run(capsys, "convert", flipped, tmp_path / "out")
+    code, _, err = run_cli(capsys, "convert", flipped, tmp_path / "out")
     assert code in (0, 2) and "Traceback" not in err and "internal error" not in err, err
 
 
@@ -305,15 +266,13 @@ def test_inspect_of_a_layers_checkpoint_says_where_its_spec_is(tmp_path, capsys)
     inputs = keras.Input((None, 3))
     model = keras.Model(inputs, CudnnLSTM(4)(inputs))
     path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt" / "model"))
-    code, out, _ = cli_run(capsys, "inspect", path)
+    code, out, _ = run_cli(capsys, "inspect", path)
     assert code == 0 and "canonical tensors" not in out and "cudnn_port.layers" in out, out
 
 
-def test_keras_export_manifest_does_not_list_itself(tmp_path):
-    import cudnn_port
-    from test_layers import tagger
-
-    manifest = cudnn_port.export(tagger(), tmp_path / "out")
+@pytest.mark.slow
+def test_keras_export_manifest_does_not_list_itself(tagger_out):
+    manifest = tagger_out[1]
     assert "manifest.json" not in manifest["files"] and "model_parity.json" in manifest["files"]
 
 
@@ -337,6 +296,7 @@ def run_and_signal(argv, signum, delay, cwd):
     return proc.returncode, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum,delay", [(signal.SIGTERM, 2.0), (signal.SIGTERM, 4.5), (signal.SIGTERM, 7.0),
                                           (signal.SIGINT, 3.5), (signal.SIGINT, 6.0)])
 def test_a_signal_at_any_moment_leaves_no_out_or_a_whole_one(tmp_path, signum, delay):
@@ -351,6 +311,7 @@ def test_a_signal_at_any_moment_leaves_no_out_or_a_whole_one(tmp_path, signum, d
         assert code == 128 + signum and "nothing was written" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(monkeypatch, capsys, signum):
     """TensorFlow's import, cut by a signal, raises "ImportError: initialization failed" in place of ours: that was
@@ -369,6 +330,7 @@ def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(monke
     assert "interrupted" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_inside_a_destructor_is_still_an_interrupt(monkeypatch, capsys, signum):
     """SIGTERM 4.5 s into convert landed in a TensorFlow ``__del__``: Python printed "Exception ignored ...
@@ -392,6 +354,7 @@ def test_a_signal_inside_a_destructor_is_still_an_interrupt(monkeypatch, capsys,
     assert "interrupted" in err and "Traceback" not in err and "ignored" not in err
 
 
+@pytest.mark.slow
 def test_a_destructor_the_interrupt_cut_short_prints_nothing(monkeypatch, capsys):
     """SIGINT 3.5 s into convert at TF 2.16 cut an object's __init__ short; its __del__ then failed with an
     AttributeError that Python printed with a traceback after our one line."""
@@ -416,6 +379,7 @@ def test_a_destructor_the_interrupt_cut_short_prints_nothing(monkeypatch, capsys
     assert "interrupted" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_sigint_while_exporting_a_keras_model_is_handled(tmp_path):
     """One SIGINT 5 s into converting the char LM ended the process by the signal itself (exit -2)."""
     code, err = run_and_signal(["convert", CHAR_LM, "out"], signal.SIGINT, 5.0, tmp_path)
@@ -431,6 +395,7 @@ def without(modules, code):
                           env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_import_and_help_need_no_tensorflow():
     proc = without(["tensorflow", "keras", "onnx", "onnxruntime", "tf2onnx", "torch"],
                    "import cudnn_port, cudnn_port.cli\nfrom cudnn_port import RNNSpec, unpack, reference\n"
@@ -438,6 +403,7 @@ def test_import_and_help_need_no_tensorflow():
     assert proc.returncode == 0 and "convert" in proc.stdout, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modules,needle", [(["tensorflow"], "needs tensorflow"), (["onnx"], "needs onnx"),
                                             (["tf2onnx"], "needs tf2onnx")])
 def test_a_missing_optional_piece_names_the_extra(tmp_path, modules, needle):

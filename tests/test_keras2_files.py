@@ -8,9 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from conftest import tree_hash
+from helpers import assert_clean_error, run_cli, tree_hash
 from cudnn_port import convert
-from test_convert import assert_clean_error, run_cli
 
 tf = pytest.importorskip("tensorflow")
 h5py = pytest.importorskip("h5py")
@@ -31,6 +30,7 @@ def max_err(got, want):
 
 # ------------------------------------------------------- tf.keras 2.7 full model: Bidirectional(CuDNNLSTM/GRU)
 
+@pytest.mark.slow
 def test_keras27_bidirectional_full_model_rebuilds_in_keras3(tmp_path):
     """tf.keras <= 2.12 configs have no "module" keys: Keras 3's Bidirectional could not find LSTM inside it and
     convert wrote no keras/model.keras. The rebuilt model is judged by tf_keras's own outputs."""
@@ -51,6 +51,7 @@ def test_keras27_bidirectional_full_model_rebuilds_in_keras3(tmp_path):
     assert tree_hash(FIXTURES) == before
 
 
+@pytest.mark.slow
 def test_a_model_keras3_cannot_rebuild_says_only_per_layer_artifacts_were_written(tmp_path, capsys):
     """A layer Keras 3 does not know (a custom class of the original code): convert still writes every per-layer
     artifact, and its summary and --json say plainly that keras/model.keras was not written."""
@@ -181,6 +182,7 @@ def textgenrnn_batch(n_in, H, seed):
     return x, lengths, h0, c0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TEXTGENRNN_FILES)
 def test_textgenrnn_converts_and_its_artifacts_compute_the_original_math(tmp_path, name):
     """Both published files (the second with h5 groups named rnn_1_2 under layers rnn_1): the ONNX models and the
@@ -210,6 +212,7 @@ def test_textgenrnn_converts_and_its_artifacts_compute_the_original_math(tmp_pat
     assert tree_hash(TEXTGENRNN) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TEXTGENRNN_FILES)
 def test_textgenrnn_convert_then_verify_exit_0(tmp_path, capsys, name):
     code, _, err = run_cli(capsys, "convert", os.path.join(TEXTGENRNN, name), tmp_path / "out", "--quiet")

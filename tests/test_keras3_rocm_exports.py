@@ -16,10 +16,11 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from test_convert import assert_clean_error, run_cli
+from helpers import assert_clean_error, run_cli
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
+pytestmark = pytest.mark.slow  # Keras 3 exports traced and converted to every artifact
 if not keras.__version__.startswith("3."):
     pytest.skip("these exports are Keras 3's", allow_module_level=True)
 

@@ -6,7 +6,8 @@ without a GPU visible to TensorFlow.
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
+from helpers import ATOL_FP32, CONFIGS, CONFIG_IDS, assert_clean_error, make_spec, ragged_batch, random_blob, \
+    run_cli, tagger
 from cudnn_port import reference
 from cudnn_port.layout import unpack
 
@@ -103,6 +104,7 @@ def tiny_data():
     return x, y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer_cls", [CudnnLSTM, CudnnGRU])
 def test_fit_reduces_the_loss(layer_cls):
     keras.utils.set_random_seed(0)
@@ -151,6 +153,7 @@ def test_dropout_only_while_training():
     assert np.max(np.abs(np.asarray(layer(x, training=True)) - want)) > 1e-3
 
 
+@pytest.mark.slow
 def test_checkpoint_of_the_layer_converts_without_flags(tmp_path):
     from cudnn_port import convert
     from cudnn_port.verify import verify
@@ -189,16 +192,6 @@ def test_gpu_fused_op_matches_cpu_path(mode, layers, bi, proj):
     assert np.max(np.abs(got - want)) <= 1e-5
 
 
-def tagger():
-    """Token ids -> Embedding(mask_zero) -> 2-layer BiLSTM -> GRU -> Dense: fused layers amid ordinary ones."""
-    keras.utils.set_random_seed(3)
-    ids = keras.Input((None,), dtype="int32", name="tokens")
-    x = keras.layers.Embedding(20, 6, mask_zero=True, name="embed")(ids)
-    x = CudnnLSTM(5, num_layers=2, bidirectional=True, return_sequences=True, name="encoder")(x)
-    x = CudnnGRU(4, return_sequences=True, name="decoder")(x)
-    return keras.Model(ids, keras.layers.Dense(3, name="head")(x))
-
-
 def token_batch():
     ids = np.random.default_rng(90).integers(1, 20, size=(4, 8)).astype("int32")
     for row, length in enumerate([8, 1, 5, 3]):
@@ -206,15 +199,18 @@ def token_batch():
     return ids
 
 
-def test_export_whole_model_to_cpu_artifacts(tmp_path):
+@pytest.mark.slow
+def test_export_whole_model_to_cpu_artifacts(tmp_path, tagger_out):
+    """cudnn_port.export(tagger()) (the session's tagger_out), its artifacts run as users run them."""
+    import shutil
+
     import onnx
     import onnxruntime as ort
 
-    import cudnn_port
     from cudnn_port.verify import verify
 
-    model = tagger()
-    manifest = cudnn_port.export(model, tmp_path / "out")
+    model, manifest = tagger(), tagger_out[1]
+    shutil.copytree(tagger_out[0], tmp_path / "out")  # verify below writes parity.json into it
     assert manifest["parity"]["passed"], manifest["parity"]
     assert sorted(manifest["model_artifacts"]) == ["graphdef", "keras", "onnx", "saved_model", "tflite"]
     assert sorted(s["variable"] for s in manifest["stacks"]) == ["decoder/opaque_kernel", "encoder/opaque_kernel"]
@@ -236,20 +232,20 @@ def test_export_whole_model_to_cpu_artifacts(tmp_path):
     assert verify(tmp_path / "out")["passed"]
 
 
-def test_cli_converts_a_saved_keras_file(tmp_path, capsys):
-    from test_convert import assert_clean_error, run_cli
-
-    model = tagger()
-    model.save(tmp_path / "tagger.keras")
-    code, out, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out", "--json")
-    assert code == 0, err
+@pytest.mark.slow
+def test_cli_converts_a_saved_keras_file(tmp_path, capsys, tagger_out):
+    """One CLI conversion of the saved tagger, with --style tf1 (the default style, keras, is the session's export
+    of the same model: tagger_out)."""
     import json
 
-    manifest = json.loads(out)
-    assert manifest["kind"] == "keras_model" and manifest["parity"]["passed"] and manifest["style"] == "keras"
+    assert tagger_out[1]["style"] == "keras"
+    tagger().save(tmp_path / "tagger.keras")
     code, out, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out_tf1", "--style", "tf1",
                              "--json")
-    assert code == 0 and json.loads(out)["style"] == "tf1", err  # --style reaches the checkpoint's names
+    assert code == 0, err
+    manifest = json.loads(out)
+    assert manifest["kind"] == "keras_model" and manifest["parity"]["passed"]
+    assert manifest["style"] == "tf1"  # --style reaches the checkpoint's names
     code, _, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out3", "--formats", "onnx")
     assert_clean_error(code, err, "--formats does not apply")
     (tmp_path / "broken.keras").write_bytes(b"PK\x03\x04 not really a zip")
@@ -278,6 +274,7 @@ def result_of(process):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_over_two_cpu_devices():
     result = result_of(run_distributed("mirrored"))
     assert result["replicas"] == 2 and result["buffers"] == 2
@@ -285,6 +282,7 @@ def test_mirrored_strategy_over_two_cpu_devices():
     assert result["loss"][-1] < 0.5 * result["loss"][0]
 
 
+@pytest.mark.slow
 def test_multi_worker_mirrored_strategy_with_two_local_workers():
     import json
     import socket
@@ -358,8 +356,6 @@ def test_initial_buffer_follows_keras_defaults(mode):
 
 
 def test_model_without_fused_layers_says_so(tmp_path, capsys):
-    from test_convert import assert_clean_error, run_cli
-
     inputs = keras.Input((3,))
     keras.Model(inputs, keras.layers.Dense(2)(inputs)).save(tmp_path / "plain.keras")
     code, _, err = run_cli(capsys, "convert", tmp_path / "plain.keras", tmp_path / "out")

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import CONFIG_IDS, CONFIGS, make_spec, random_blob
+from helpers import CONFIG_IDS, CONFIGS, make_spec, random_blob
 from cudnn_port.errors import CudnnPortError, UnsupportedError
 from cudnn_port.gates import reorder
 from cudnn_port.infer import Clues, candidates, choose

@@ -8,7 +8,7 @@ Tolerance: ATOL_FP32 (1e-5), the fp32 bound every artifact meets (measured ~2e-7
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, make_spec, random_canon
+from helpers import ATOL_FP32, make_spec, random_canon
 from cudnn_port import reference
 from cudnn_port.exports.onnx import build_model, write_onnx
 

@@ -8,10 +8,12 @@ import pytest
 
 from cudnn_port import cli
 from cudnn_port.errors import ParityError
+from helpers import tagger
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 from cudnn_port.layers import CudnnGRU, CudnnLSTM  # noqa: E402
+pytestmark = pytest.mark.slow  # whole models exported
 
 
 @pytest.fixture
@@ -33,7 +35,6 @@ def broken(monkeypatch):
 
 def test_a_broken_export_raises_and_leaves_nothing(tmp_path, broken):
     import cudnn_port
-    from test_layers import tagger
 
     with pytest.raises(ParityError, match="FAILED for saved_model, graphdef") as failure:
         cudnn_port.export(tagger(), tmp_path / "out")
@@ -47,8 +48,6 @@ def test_a_broken_export_raises_and_leaves_nothing(tmp_path, broken):
 
 
 def test_cli_exits_1_on_a_broken_export(tmp_path, capsys, monkeypatch):
-    from test_layers import tagger
-
     tagger().save(tmp_path / "tagger.keras")
     import cudnn_port.exports.tensorflow  # noqa: F401  as in ``broken``
     import cudnn_port.tf_train  # noqa: F401

@@ -8,8 +8,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from conftest import make_spec, random_blob
-from test_convert import assert_clean_error, run_cli
+from helpers import assert_clean_error, make_spec, random_blob, run_cli
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -33,6 +32,7 @@ def trained_model(rocm, path):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rocm", [False, True], ids=["cuda", "rocm"])
 def test_the_platform_is_recorded_and_a_miopen_buffer_is_refused(tmp_path, capsys, rocm):
     path = str(tmp_path / "model.keras")

@@ -5,7 +5,7 @@ import json
 import onnx
 import pytest
 
-from conftest import ROOT, make_spec, random_canon
+from helpers import ROOT, assert_clean_error, make_spec, random_canon, run_cli, write_source
 from cudnn_port import cli, reference
 from cudnn_port.errors import CudnnPortError
 from cudnn_port.exports import io_names
@@ -74,6 +74,7 @@ def test_gru_is_refused(tmp_path):
     assert not (tmp_path / "gru_int8.onnx").exists()
 
 
+@pytest.mark.slow
 def test_convert_quantize_int8_then_verify(tmp_path, capsys):
     import os
 
@@ -91,9 +92,6 @@ def test_convert_quantize_int8_then_verify(tmp_path, capsys):
 
 
 def test_quantize_int8_of_a_gru_only_source_is_refused(tmp_path, capsys):
-    from test_convert import assert_clean_error, run_cli
-    from test_targets import write_source
-
     spec = make_spec("gru", 1, False)
     src, _ = write_source(tmp_path, spec, name="cudnn_gru/opaque_kernel")
     code, _, err = run_cli(capsys, "convert", src, tmp_path / "out", "--quantize", "int8", *spec.flags().split())

@@ -12,12 +12,11 @@ import tarfile
 
 import pytest
 
-from conftest import ROOT
+from helpers import CHAR_LM, ROOT, SAMPLE
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("onnxruntime")
-SAMPLE = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
-CHAR_LM = os.path.join(ROOT, "models", "char_lm", "model.keras")
+pytestmark = pytest.mark.slow  # each case runs the CLI in a fresh process that imports TensorFlow
 H5 = os.path.join(ROOT, "tests", "fixtures", "keras2_cudnn_model.h5")
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_saved_models.tar.xz")
 # what TensorFlow, absl, oneDNN, XLA, grappler, onnxruntime, tf2onnx and Python's warnings print (TF 2.16-2.21)

@@ -22,6 +22,7 @@ def _in_repository_layout(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.mark.slow  # the examples convert the bundled models with every export
 def test_every_python_example_runs(tmp_path, monkeypatch):
     """Each ```python block, in order."""
     _in_repository_layout(tmp_path, monkeypatch)
@@ -51,6 +52,7 @@ def test_ci_runs_readme_commands():
     assert os.path.exists(os.path.join(ROOT, "models", "char_lm", "model.keras"))
 
 
+@pytest.mark.slow  # each command a process that imports TensorFlow
 def test_quick_start_commands_run(tmp_path, monkeypatch):
     """Every line of README's other bash blocks: a `pip install` names extras pyproject.toml declares; a command
     .ci/run runs verbatim is left to CI; every other command runs here, from the repository's layout, and exits 0."""

@@ -10,9 +10,10 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT, run_cli
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # published SavedModels converted and verified
 REALWORLD = os.path.join(ROOT, "tests", "fixtures", "realworld")
 MODELS = ["iteam1_rnn/lstm_model", "iteam1_rnn/gru_model"]
 ATOL = 1e-5  # fp32 graphs of 64 units over 5 steps; measured <= 4.8e-7 (ONNX) and 0 (SavedModel)
@@ -20,8 +21,6 @@ ATOL = 1e-5  # fp32 graphs of 64 units over 5 steps; measured <= 4.8e-7 (ONNX) a
 
 def converted_and_verified(capsys, source, out):
     """``cudnn-port convert SOURCE OUT`` and ``verify OUT``, both exiting 0; returns OUT."""
-    from test_convert import run_cli
-
     code, _, err = run_cli(capsys, "convert", source, out)
     assert code == 0, err
     code, report, err = run_cli(capsys, "verify", out)

@@ -3,17 +3,12 @@ PyTorch's CPU nn.LSTM / nn.GRU (cuDNN-compatible math, reset-after GRU) on packe
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_canon
+from helpers import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_canon
 from cudnn_port import reference
 from cudnn_port.formats.pytorch import torch_modules
 from cudnn_port.targets import pytorch as torch_target
 
 torch = pytest.importorskip("torch")
-
-
-# torch.nn.LSTM / GRU holding a state dict (strictly loaded) on a packed ragged batch: stock PyTorch, the
-# verdicts' own independent judge (shared with test_targets).
-run_torch = torch_modules
 
 
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
@@ -22,7 +17,7 @@ def test_reference_matches_pytorch_on_ragged_batches(mode, layers, bi):
     canon = random_canon(spec, seed=layers + 10 * bi)
     x, lengths, h_0, c_0 = ragged_batch(spec)
     state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_target.write(canon, "").items()}
-    want = run_torch(spec, state, x, lengths, h_0, c_0)
+    want = torch_modules(spec, state, x, lengths, h_0, c_0)
     got = reference.forward(canon, x, lengths, h_0, c_0)
     for name, a, b in zip(("outputs", "h_n", "c_n"), got, want):
         if b is not None:

@@ -6,14 +6,14 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import make_spec
+from helpers import make_spec, spec_flags, write_source
 from cudnn_port import formats
 from cudnn_port.errors import CudnnPortError
-from test_targets import spec_flags, write_source
 
 tf = pytest.importorskip("tensorflow")
 
 
+@pytest.mark.slow
 def test_every_format_module_registers_one_format_and_help_lists_them():
     registered = formats.formats()
     assert {"checkpoint", "keras", "pytorch", "saved_model", "graphdef", "onnx"} <= set(registered)
@@ -37,6 +37,7 @@ def test_an_unknown_format_is_refused_never_written_as_something_else(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_an_explicit_format_that_cannot_hold_the_stack_is_refused_a_default_one_is_skipped(tmp_path):
     """A projected LSTM: ONNX's LSTM has no projection. Asked for by name, onnx is an error before anything is
     written; left to the defaults, it is skipped with a warning in the manifest, and inspect's plan says why."""
@@ -56,6 +57,7 @@ def test_an_explicit_format_that_cannot_hold_the_stack_is_refused_a_default_one_
     assert "model.onnx" not in plan["artifacts"] and "model.onnx" in plan["not_written"]
 
 
+@pytest.mark.slow
 def test_verify_and_bench_rows_come_from_each_formats_runtimes(tmp_path):
     """Every artifact of every format in every runtime, called each way its states allow, is a verify row that
     passes against the reference; bench times each benched runtime."""
@@ -78,6 +80,7 @@ def test_verify_and_bench_rows_come_from_each_formats_runtimes(tmp_path):
     assert {"saved_model", "graphdef"} <= benched and any(r.startswith("onnx") for r in benched), benched
 
 
+@pytest.mark.slow
 def test_a_top_level_buffer_converts_and_verifies_in_tf1_cells(tmp_path):
     """A buffer saved at the top level (no scope): the writer's and the TF1 judge's scope names must agree (they
     once differed, 'rnn/...' against '/rnn/...', which failed a correct output)."""

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from cudnn_port import cli, signals
 
 tf = pytest.importorskip("tensorflow")
@@ -58,6 +58,7 @@ def counted(argv, at=None, signum=signal.SIGINT):
     return code, calls[0]
 
 
+@pytest.mark.slow
 def test_a_signal_at_any_of_50_moments_of_a_conversion(tmp_path, monkeypatch, capsys):
     """The fuzz run saw 4 of 34 signals ignored: raised inside a callback TensorFlow's C++ checkpoint reader makes,
     swallowed there, and never checked again (a nested context even reset the record). Here the watchdog is held
@@ -143,6 +144,7 @@ HANG = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_command_blocked_in_a_tensorflow_kernel_ends_within_seconds(tmp_path, signum):
     """A dequeue from an empty queue hung verify and convert; SIGINT and SIGTERM did nothing."""
@@ -159,6 +161,7 @@ def test_a_command_blocked_in_a_tensorflow_kernel_ends_within_seconds(tmp_path, 
     assert_clean_end(proc.returncode, err, signum, str(tmp_path / "out"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_a_real_signal_at_a_random_delay(tmp_path, seed):
     """Sent a random time after the command's first progress line (before it, Python is still starting up)."""

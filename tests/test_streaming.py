@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, ROOT, make_spec, random_canon
+from helpers import ATOL_FP32, ROOT, make_spec, random_canon
 from cudnn_port import reference
 from cudnn_port.exports.onnx import write_onnx
 
@@ -119,17 +119,16 @@ def test_metadata_names_the_states_and_a_bidirectional_stack_does_not_stream(tmp
     assert np.abs(y - whole).max() > 1e-2  # the backward half of each chunk saw only that chunk
 
 
-def test_streaming_example_on_the_char_lm(tmp_path):
+@pytest.mark.slow
+def test_streaming_example_on_the_char_lm(char_lm_out):
     pytest.importorskip("tensorflow")
     import streaming
 
-    from cudnn_port import convert
-
-    convert(os.path.join(ROOT, "models", "char_lm", "model.keras"), tmp_path / "lm")
-    with open(tmp_path / "lm" / "manifest.json") as f:
+    lm = char_lm_out[0]
+    with open(lm / "manifest.json") as f:
         assert json.load(f)["stacks"][0]["artifacts"]["onnx_stateful"] == "layers/lstm/model_stateful.onnx"
     vocab = os.path.join(ROOT, "models", "char_lm", "vocab.json")
     lines = []
-    diff = streaming.char_lm(str(tmp_path / "lm"), vocab, "Shall I compare thee", 3, log=lines.append)
+    diff = streaming.char_lm(str(lm), vocab, "Shall I compare thee", 3, log=lines.append)
     assert diff <= ATOL_FP32 and len(lines) == 8, lines
-    assert streaming.check_stacks(str(tmp_path / "lm"), 3, log=lines.append) <= ATOL_FP32
+    assert streaming.check_stacks(str(lm), 3, log=lines.append) <= ATOL_FP32

@@ -1,64 +1,69 @@
 """Each converted target, loaded by its own consumer on CPU, against the NumPy reference (fp32, ATOL_FP32).
 
-- tf1: the converted checkpoint restored by name into a TF1 graph running the cells' math (LSTMBlockCell's
-  BlockLSTM kernel with forget_bias=0, gates i, c, f, o; CudnnCompatibleGRUCell's matmuls), written here from the
-  TF1 cell definitions, not from cudnn_port.
+- tf1: the converted checkpoint read back by name and run through TF1's cells as tests/tf1_cells.py writes them
+  from their TensorFlow 1.15 definitions (LSTMBlockCell with forget_bias=0, gates i, c, f, o;
+  CudnnCompatibleGRUCell), not from cudnn_port.
 - keras: the .keras file loaded with plain Keras.
-- pytorch: the safetensors file loaded into torch.nn.LSTM / GRU.
+- pytorch: the safetensors file loaded strictly into stock torch.nn.LSTM / GRU
+  (cudnn_port.formats.pytorch.torch_modules, which only builds the module and packs the batch).
+
+Each config is converted once: one checkpoint holds a buffer per target, each with its own name and seed, and the
+one conversion writes the three artifacts these tests read (checkpoint, keras, pytorch).
 """
+import functools
+
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob
-from cudnn_port import reference
-from cudnn_port import convert
+from cudnn_port import convert, reference
 from cudnn_port.layout import unpack
-from cudnn_port.judging.stock import tf1_cells as tf1_graph_forward  # noqa: F401  (restores TF1 names into TF1 cell math)
+from helpers import CONFIG_IDS, CONFIGS, assert_all_close, assert_close, make_spec, ragged_batch, random_blob, \
+    spec_flags, write_source
+from tf1_cells import tf1_cells
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # a conversion per configuration
+BUFFERS = {"tf1": ("cudnn_{mode}", 0), "keras": ("rnn", 1), "pytorch": ("enc", 2)}  # scope, seed offset
 
 
-def write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=0, extra=None):
-    from make_tf1_checkpoint import save_tf1
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """(mode, layers, bi) -> (spec, out, {target: (scope, its stack in the manifest, its buffer)}), made once."""
 
-    blob = random_blob(spec, seed)
-    variables = {name: blob, "dense/kernel": np.ones((3, 2), "float32"), "global_step": np.int64(7)}
-    variables.update(extra or {})
-    return save_tf1(str(tmp_path / "src" / "model.ckpt"), variables), blob
+    @functools.lru_cache(maxsize=None)
+    def one(mode, layers, bi):
+        spec = make_spec(mode, layers, bi)
+        scopes = {target: (scope.format(mode=mode), layers + offset) for target, (scope, offset) in BUFFERS.items()}
+        blobs = {target: random_blob(spec, seed) for target, (_, seed) in scopes.items()}
+        first, *others = scopes
+        tmp = tmp_path_factory.mktemp(f"{mode}{layers}{bi}")
+        src, _ = write_source(tmp, spec, name=f"{scopes[first][0]}/opaque_kernel", seed=scopes[first][1],
+                              extra={f"{scopes[t][0]}/opaque_kernel": blobs[t] for t in others})
+        manifest = convert(src, tmp / "out", formats=["checkpoint", "keras", "pytorch"], **spec_flags(spec))
+        stacks = {s["variable"]: s for s in manifest["stacks"]}
+        return spec, tmp / "out", {t: (scope, stacks[f"{scope}/opaque_kernel"], blobs[t])
+                                   for t, (scope, _) in scopes.items()}
 
-
-def spec_flags(spec):
-    return dict(mode=spec.mode, num_layers=spec.num_layers, num_units=spec.num_units, input_size=spec.input_size,
-                bidirectional=spec.bidirectional)
-
-
-def assert_close(got, want, what):
-    err = float(np.max(np.abs(np.asarray(got, np.float64) - want)))
-    assert err <= ATOL_FP32, f"{what}: max abs error {err:.3g} > {ATOL_FP32}"
+    return one
 
 
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
-def test_tf1_checkpoint_restores_into_cpu_cells(tmp_path, mode, layers, bi):
-    spec = make_spec(mode, layers, bi)
-    name = f"cudnn_{mode}/opaque_kernel"
-    src, blob = write_source(tmp_path, spec, name=name, seed=layers)
-    convert(src, tmp_path / "out", **spec_flags(spec))
+def test_tf1_checkpoint_restores_into_cpu_cells(converted, mode, layers, bi):
+    spec, out, stacks = converted(mode, layers, bi)
+    scope, _, blob = stacks["tf1"]
     x, lengths, h_0, c_0 = ragged_batch(spec)
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
-    got = tf1_graph_forward(spec, f"cudnn_{mode}", str(tmp_path / "out" / "checkpoint"), x, lengths, h_0, c_0)
-    for what, g, w in zip(("outputs", "h_n", "c_n"), got, want):
-        if w is not None:
-            assert_close(g, w, f"tf1 {what}")
+    got = tf1_cells(spec, scope, str(out / "checkpoint"), x, lengths, h_0, c_0 if mode == "lstm" else None)
+    assert_all_close(got, want, "tf1")
 
 
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
-def test_keras_model_loads_and_matches(tmp_path, mode, layers, bi):
+def test_keras_model_loads_and_matches(converted, mode, layers, bi):
     import keras
 
-    spec = make_spec(mode, layers, bi)
-    src, blob = write_source(tmp_path, spec, name="rnn/opaque_kernel", seed=layers + 1)
-    manifest = convert(src, tmp_path / "out", style="keras", **spec_flags(spec))
-    model = keras.saving.load_model(tmp_path / "out" / manifest["stacks"][0]["artifacts"]["keras"])
+    spec, out, stacks = converted(mode, layers, bi)
+    _, stack, blob = stacks["keras"]
+    model = keras.saving.load_model(out / stack["artifacts"]["keras"])
     x, lengths, _, _ = ragged_batch(spec)
     canon = unpack(spec, blob)
     want, _, _ = reference.forward(canon, x)  # the Keras model takes full-length batches
@@ -73,20 +78,15 @@ def test_keras_model_loads_and_matches(tmp_path, mode, layers, bi):
 
 
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
-def test_pytorch_state_dict_loads_and_matches(tmp_path, mode, layers, bi):
+def test_pytorch_state_dict_loads_and_matches(converted, mode, layers, bi):
     pytest.importorskip("torch")
     from safetensors.torch import load_file
 
-    from test_reference import run_torch
+    from cudnn_port.formats.pytorch import torch_modules
 
-    spec = make_spec(mode, layers, bi)
-    src, blob = write_source(tmp_path, spec, name="enc/opaque_kernel", seed=layers + 2)
-    manifest = convert(src, tmp_path / "out", style="pytorch", **spec_flags(spec))
-    state = load_file(str(tmp_path / "out" / manifest["stacks"][0]["artifacts"]["pytorch"]))
+    spec, out, stacks = converted(mode, layers, bi)
+    _, stack, blob = stacks["pytorch"]
+    state = load_file(str(out / stack["artifacts"]["pytorch"]))
     x, lengths, h_0, c_0 = ragged_batch(spec)
-    got = run_torch(spec, state, x, lengths, h_0, c_0)  # load_state_dict is strict: every key, no extras
-    want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
-    assert_close(got[0], want[0], "pytorch outputs")
-    assert_close(got[1], want[1], "pytorch h_n")
-    if mode == "lstm":
-        assert_close(got[2], want[2], "pytorch c_n")
+    got = torch_modules(spec, state, x, lengths, h_0, c_0)  # load_state_dict is strict: every key, no extras
+    assert_all_close(got, reference.forward(unpack(spec, blob), x, lengths, h_0, c_0), "pytorch")

@@ -5,13 +5,13 @@ judged by stock TF1 kernels (``BlockLSTM``, the GRU cell's ops) restoring the OR
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, make_spec, ragged_batch, tree_hash
+from helpers import ATOL_FP32, make_spec, ragged_batch, run_cli, tree_hash
 from cudnn_port import convert
 from cudnn_port.judging.stock import tf1_cells
 from cudnn_port.verify import verify
-from test_convert import run_cli
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # checkpoints converted to every artifact
 
 
 def original_tensors(spec, prefix, legacy=False, cell=None, seed=0):
@@ -118,7 +118,7 @@ def test_inspect_says_what_canonical_cells_are(tmp_path, capsys):
 
 def test_keras_style_keeps_the_original_tensors_beside_the_converted_ones(tmp_path):
     src, tensors, _ = save_original(tmp_path, "gru-bi-2")
-    manifest = convert(src, tmp_path / "out", style="keras")
+    manifest = convert(src, tmp_path / "out", style="keras", formats=["checkpoint"])
     reader = tf.train.load_checkpoint(str(tmp_path / "out" / "checkpoint"))
     for name, value in tensors.items():
         np.testing.assert_array_equal(reader.get_tensor(name), value, err_msg=name)

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT, unpack_fixture
+from helpers import ROOT, run_cli, unpack_fixture
 
 tf = pytest.importorskip("tensorflow")
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_build_saved_models.tar.xz")
@@ -32,10 +32,9 @@ def split(expected, name):
     return pick("in"), pick("out")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_tf_keras_saved_model_of_any_build_matches_the_original(tmp_path, capsys, fixtures, name):
-    from test_convert import run_cli
-
     from cudnn_port.exports.runners import onnx_session
 
     folder, expected = fixtures
@@ -114,6 +113,7 @@ def test_a_row_that_cannot_run_says_why_in_one_line():
     assert "-1 is not in [0, 4)" in row["note"] and "in node" in row["note"], row
 
 
+@pytest.mark.slow
 def test_convert_names_the_node_of_an_onnx_model_that_does_not_run(tmp_path, capsys, fixtures, monkeypatch):
     """convert runs the ONNX it wrote once on the serving signature's inputs: an ONNX that onnxruntime cannot run
     (here one whose Expand gets a negative shape) fails convert with exit 1, one line naming the node, and nothing
@@ -122,7 +122,6 @@ def test_convert_names_the_node_of_an_onnx_model_that_does_not_run(tmp_path, cap
     from onnx import TensorProto, helper
 
     from cudnn_port.exports import onnx_tf
-    from test_convert import run_cli
 
     def broken_onnx(saved_model, path, signature="serving_default"):
         nodes = [helper.make_node("Shape", ["signal"], ["shape"]),

@@ -11,9 +11,10 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT, unpack_fixture
+from helpers import ROOT, run_cli, unpack_fixture
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # SavedModels converted to every artifact
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_mixed_precision.tar.xz")
 # float16: tf_keras rounds every op of every step to float16 (eps 9.8e-4), the ONNX only each layer's outputs; the
 # outputs are below 1: about 2 float16 ulps. Measured 6.6e-5 here (3.1e-4 on a larger draw). float64: the ONNX
@@ -28,8 +29,6 @@ def fixtures(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(ATOL))
 def test_cudnn_nodes_of_any_float_dtype_convert_and_match_the_original(tmp_path, capsys, fixtures, name):
-    from test_convert import run_cli
-
     from cudnn_port.exports.runners import onnx_session
 
     folder, expected = fixtures

@@ -11,11 +11,12 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ROOT, unpack_fixture, make_spec, random_blob, torch_grads
+from helpers import ROOT, assert_clean_error, make_spec, random_blob, run_cli, torch_grads, unpack_fixture
 from cudnn_port import convert
 from cudnn_port.verify import verify
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # SavedModels converted to every artifact
 ARCHIVE = os.path.join(ROOT, "tests", "fixtures", "tf_keras_saved_models.tar.xz")
 MODELS = ["lstm", "gru", "bilstm", "stacked", "masked", "tagger", "ocr", "module"]
 MASKED = {"masked": "features", "tagger": "tokens"}  # right-padded inputs: compare valid steps in ONNX
@@ -125,7 +126,6 @@ def save_gradient_graph(path, spec, blob):
 def test_reachable_backward_nodes_become_cpu_gradients(tmp_path, capsys):
     """The gradient of the replaced backward node equals PyTorch's autograd on the same ragged batch."""
     pytest.importorskip("torch")
-    from test_convert import assert_clean_error, run_cli
 
     spec = make_spec("lstm", 2, True)
     blob = random_blob(spec, seed=21)

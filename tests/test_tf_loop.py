@@ -11,10 +11,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, make_spec, random_blob
+from helpers import ATOL_FP32, assert_close, make_spec, random_blob
 from cudnn_port import reference
 from cudnn_port.layout import unpack
-from test_targets import assert_close
 
 tf = pytest.importorskip("tensorflow")
 
@@ -81,6 +80,7 @@ print(json.dumps(errors))
 """
 
 
+@pytest.mark.slow
 def test_loop_forms_match_reference_under_onednn():
     """The same check with TensorFlow's oneDNN rewrite on (``TF_ENABLE_ONEDNN_OPTS=1``, its default on x86 CPUs
     with AVX512_VNNI, AVX512_BF16 or AMX; the rest of the suite runs with it off), in a subprocess since TensorFlow

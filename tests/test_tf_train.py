@@ -7,7 +7,7 @@ orders differ by ~1e-7 to 1e-6 (measured); a wrong gate, sign, step or mask diff
 import numpy as np
 import pytest
 
-from conftest import CONFIG_IDS, CONFIGS, make_spec, ragged_batch, random_blob, torch_grads
+from helpers import CONFIGS, CONFIG_IDS, assert_all_close, make_spec, ragged_batch, random_blob, torch_grads
 
 tf = pytest.importorskip("tensorflow")
 
@@ -15,6 +15,7 @@ from cudnn_port.tf_graph import stack_forward, unpack_tensor  # noqa: E402
 from cudnn_port.tf_train import stack_train  # noqa: E402
 
 TOL = 1e-5
+NAMES = ("outputs", "h_n", "c_n", "d buffer", "dx", "dh0", "dc0")
 
 
 def run(step, spec, blob, x, lengths, h0, c0, upstream, between=None):
@@ -38,14 +39,6 @@ def upstream_for(spec, x, seed):
     return gy, rng.normal(size=states).astype("float32"), rng.normal(size=states).astype("float32")
 
 
-def assert_close(ours, judge, what):
-    for name, a, b in zip(("outputs", "h_n", "c_n", "d buffer", "dx", "dh0", "dc0"), ours, judge):
-        if b is None:
-            continue
-        err = float(np.max(np.abs(a - b)))
-        assert err <= TOL, f"{what}: {name} differs by {err:.2e}"
-
-
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
 def test_stack_train_matches_pytorch(mode, layers, bi):
     spec = make_spec(mode, layers, bi)
@@ -59,7 +52,7 @@ def test_stack_train_matches_pytorch(mode, layers, bi):
     mask = (np.arange(x.shape[1])[None, :] < lengths[:, None])[..., None]
     forward[0] = forward[0] * mask
     grads[1] = grads[1] * mask  # padded steps: no input reaches an output in either
-    assert_close(forward + grads, judge_forward + judge_grads, "stack_train vs PyTorch")
+    assert_all_close(forward + grads, judge_forward + judge_grads, "stack_train vs PyTorch", NAMES, TOL)
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
@@ -74,4 +67,5 @@ def test_stack_train_matches_autodiff_of_the_export_path_with_a_function_between
 
     ours = run(stack_train, spec, blob, x, lengths, h0, c0, upstream, between)
     judge = run(stack_forward, spec, blob, x, lengths, h0, c0, upstream, between)
-    assert_close(ours[0] + ours[1], judge[0] + judge[1], "stack_train vs autodiff of stack_forward")
+    assert_all_close(ours[0] + ours[1], judge[0] + judge[1], "stack_train vs autodiff of stack_forward", NAMES,
+                     TOL)

@@ -9,13 +9,14 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, random_canon
+from helpers import ATOL_FP32, random_canon
 from cudnn_port import cli, convert, reference
 from cudnn_port import formats as registry
 from cudnn_port.layout import RNNSpec
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not installed "
                              "(pip install 'cudnn-port[tflite]')")
+pytestmark = pytest.mark.slow  # TFLite models written and converted, the char LM trained
 
 # held-out stacks: input 6 != hidden 5, projection 3; 1-3 layers, both directions, LSTM and GRU
 SPECS = [RNNSpec("lstm", 1, 5, 6), RNNSpec("lstm", 2, 5, 6, bidirectional=True), RNNSpec("lstm", 3, 5, 6, num_proj=3),

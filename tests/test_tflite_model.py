@@ -9,13 +9,11 @@ reach |17|, where float32's spacing is 2e-6. Measured on the char LM (batch 3, 1
 1.9e-4 rel; the SavedModel 6.9e-6, the ONNX model 6.0e-6 on the same inputs; the held-out model 1.5e-7.
 """
 import json
-import os
 
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, ROOT, random_blob
-from test_convert import run_cli
+from helpers import CHAR_LM, assert_all_close, random_blob, run_cli
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not installed "
                              "(pip install 'cudnn-port[tflite]')")
@@ -24,8 +22,8 @@ keras = pytest.importorskip("keras")
 import cudnn_port  # noqa: E402
 from cudnn_port.judging.stock import model_judge  # noqa: E402
 from cudnn_port.layers import CudnnGRU, CudnnLSTM, fused_layers  # noqa: E402
+pytestmark = pytest.mark.slow  # whole models exported to TFLite
 
-CHAR_LM = os.path.join(ROOT, "models", "char_lm", "model.keras")
 RTOL = 1e-4
 
 
@@ -52,19 +50,10 @@ def op_codes(path):
             {c.CustomCode().decode() for c in codes if c.CustomCode()})
 
 
-def assert_close(got, want, what):
-    assert len(got) == len(want), f"{what}: {len(got)} outputs, the judge has {len(want)}"
-    for k, (g, w) in enumerate(zip(got, want)):
-        assert g.shape == w.shape, f"{what} output_{k}: shape {g.shape} vs {w.shape}"
-        err = np.abs(g - w)
-        assert np.all(err <= ATOL_FP32 + RTOL * np.abs(w)), f"{what} output_{k}: max |error| {err.max():.3g}"
-
-
-def test_char_lm_is_one_builtin_model_with_fused_lstm_ops(tmp_path):
+def test_char_lm_is_one_builtin_model_with_fused_lstm_ops(char_lm_out):
     from cudnn_port.readers.keras_model import load_keras_file
 
-    out = tmp_path / "out"
-    manifest = cudnn_port.model_export.export_keras_file(CHAR_LM, out)
+    out, manifest = char_lm_out
     assert manifest["model_artifacts"]["tflite"] == "model.tflite" and "model.tflite" in manifest["files"]
     rows = {row[0]: row for row in manifest["parity"]["rows"]}
     assert rows["tflite (litert)"][2], rows
@@ -76,7 +65,7 @@ def test_char_lm_is_one_builtin_model_with_fused_lstm_ops(tmp_path):
     run = tflite_runner(out / "model.tflite")
     for batch, steps in ((3, 12), (1, 9), (3, 5)):
         ids = rng.integers(0, 57, size=(batch, steps)).astype(np.int32)
-        assert_close(run({"tokens": ids}), judge([ids]), f"batch {batch}")
+        assert_all_close(run({"tokens": ids}), judge([ids]), f"batch {batch}", (), rtol=RTOL, same_shape=True)
 
 
 def held_out_model():
@@ -115,7 +104,7 @@ def test_held_out_model_on_ragged_batches_with_initial_states(tmp_path):
                  "lstm_h": (rng.normal(size=(B, 1, 3)) * 0.5).astype(np.float32),
                  "lstm_c": (rng.normal(size=(B, 1, 6)) * 0.5).astype(np.float32)}
         want = judge([feeds[n] for n in ("tokens", "gru_h", "lstm_h", "lstm_c")])
-        assert_close(run(feeds), want, f"lengths {lengths}")
+        assert_all_close(run(feeds), want, f"lengths {lengths}", (), rtol=RTOL, same_shape=True)
 
 
 @keras.saving.register_keras_serializable(package="test_tflite_model")
@@ -161,7 +150,7 @@ def test_an_lstm_after_run_time_shapes_is_refused_or_runs(tmp_path, capsys):
     run = tflite_runner(tmp_path / "out" / "model.tflite")
     for batch, steps in ((4, 9), (1, 2), (3, 6)):
         ids = np.random.default_rng(batch).integers(0, 20, size=(batch, steps)).astype(np.int32)
-        assert_close(run({"tokens": ids}), judge([ids]), f"batch {batch}")
+        assert_all_close(run({"tokens": ids}), judge([ids]), f"batch {batch}", (), rtol=RTOL, same_shape=True)
 
 
 def test_without_litert_the_row_says_why_and_is_not_a_pass(tmp_path, monkeypatch):

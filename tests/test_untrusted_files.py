@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import ROOT, tree_hash
+from helpers import ROOT, tree_hash
 from crafted import copy_checkpoint, edit_entry, refused
 
 h5py = pytest.importorskip("h5py")

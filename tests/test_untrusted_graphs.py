@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 import untrusted_models as crafted
 
 tf = pytest.importorskip("tensorflow")
@@ -193,6 +193,7 @@ def test_the_allow_list_refuses_no_saved_model_fixture(tmp_path_factory):
         allowlist.check_saved_model(folder, proto)
 
 
+@pytest.mark.slow
 def test_the_allow_list_refuses_nothing_in_the_project_outputs(tmp_path):
     import cudnn_port
 

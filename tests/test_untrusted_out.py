@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import ROOT, tree_hash
+from helpers import ROOT, tree_hash
 from crafted import refused
 from cudnn_port import cli
 
@@ -104,6 +104,7 @@ MUTATE = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key,runtime", [("tflite", "tf.lite"), ("onnx", "onnxruntime")])
 def test_100_truncated_or_bit_flipped_artifacts_never_crash_a_runtime(tmp_path, converted, key, runtime):
     """A truncated model.tflite crashed verify --json with SIGSEGV (in tf.lite's interpreter, every time here)."""

@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import ROOT, random_blob
+from helpers import ROOT, random_blob, tagger
 from cudnn_port import cli
 from cudnn_port.layout import unpack
 from cudnn_port.outdir import MANIFEST
@@ -20,6 +20,7 @@ from cudnn_port.paths import sha256
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.slow  # every artifact of the sample written once, then verified per tampering
 
 
 def rehash(out):
@@ -194,31 +195,26 @@ def test_stale_hashes_extra_and_missing_files(out, capsys):
 
 # --------------------------------------------------------------------------------------------- a whole model
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def other(tmp_path_factory):
+    """The tagger with every weight moved by N(0, 1e-3), exported whole once: its out folder."""
     import cudnn_port
-    from test_layers import tagger
 
-    root = tmp_path_factory.mktemp("exported")
     model = tagger()
-    model.save(root / "tagger.keras")
-    manifest = cudnn_port.convert(str(root / "tagger.keras"), root / "out")
-    return root / "out", manifest
+    model.set_weights([w + np.random.default_rng(1).normal(size=w.shape).astype(w.dtype) * 1e-3
+                       if w.dtype.kind == "f" else w for w in model.get_weights()])
+    out = tmp_path_factory.mktemp("other") / "out"
+    cudnn_port.export(model, out)
+    return out
 
 
 @pytest.mark.parametrize("path", ["saved_model", "frozen_graph.pb", "model.onnx"])
-def test_whole_model_artifact_from_another_model(tmp_path, exported, capsys, path):
-    """Replaced by the same artifact of the same architecture with other weights (and the hashes redone)."""
-    import cudnn_port
-    from test_layers import tagger
-
+def test_whole_model_artifact_from_another_model(tmp_path, tagger_out, other, capsys, path):
+    """The tagger's export (tagger_out) with one artifact replaced by the same artifact of the same architecture
+    with other weights (and the hashes redone)."""
     out = tmp_path / "out"
-    shutil.copytree(exported[0], out)
-    other = tagger()
-    other.set_weights([w + np.random.default_rng(1).normal(size=w.shape).astype(w.dtype) * 1e-3
-                       if w.dtype.kind == "f" else w for w in other.get_weights()])
-    cudnn_port.export(other, tmp_path / "other")
+    shutil.copytree(tagger_out[0], out)
     target = out / path
     shutil.rmtree(target) if target.is_dir() else os.remove(target)
-    (shutil.copytree if (tmp_path / "other" / path).is_dir() else shutil.copy)(tmp_path / "other" / path, target)
+    (shutil.copytree if (other / path).is_dir() else shutil.copy)(other / path, target)
     rehash(out)
     verify_fails(out, capsys, {"frozen_graph.pb": "graphdef", "model.onnx": "onnx"}.get(path, path))

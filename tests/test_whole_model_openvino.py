@@ -8,41 +8,18 @@ Keras outputs (and onnxruntime's) within ``ATOL_FP32``: the same float32 arithme
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32
+from helpers import ATOL_FP32, TAGGER_VOCAB, make_spec, ragged_batch, random_blob, tagger
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 ort = pytest.importorskip("onnxruntime")
-from cudnn_port.layers import CudnnGRU, CudnnLSTM  # noqa: E402
 
 LENGTHS = [8, 1, 5, 3]  # right-padded, ragged, one of length 1
-VOCAB, EMBED = 20, 6
-SIZES = {"lstm": 5, "gru": 4}  # units != the embedding's width, != each other
-
-
-def tagger(kinds, seed, with_states):
-    """tokens (0 = padding, masked) -> Embedding(mask_zero) -> for each kind a 2-layer bidirectional fused layer
-    (``with_states``: its initial states are model inputs, else zeros) -> Dense. Weights seeded N(0,1) * 0.3."""
-    tokens = keras.Input((None,), dtype="int32", name="tokens")
-    inputs, x = [tokens], keras.layers.Embedding(VOCAB, EMBED, mask_zero=True, name="embed")(tokens)
-    for kind in kinds:
-        names = [f"{kind}_{s}" for s in ("h", "c")[:1 + (kind == "lstm")]] if with_states else []
-        states = [keras.Input((4, SIZES[kind]), name=name) for name in names] or None
-        layer = {"lstm": CudnnLSTM, "gru": CudnnGRU}[kind]
-        x = layer(SIZES[kind], num_layers=2, bidirectional=True, return_sequences=True, name=kind)(
-            x, initial_state=states)
-        inputs += states or []
-    model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x))
-    rng = np.random.default_rng(seed)
-    for weight in model.weights:
-        if weight.dtype == "float32":
-            weight.assign((rng.normal(size=weight.shape) * 0.3).astype("float32"))
-    return model
 
 
 def feeds(model, seed):
     rng = np.random.default_rng(seed)
-    tokens = rng.integers(1, VOCAB, size=(len(LENGTHS), max(LENGTHS))).astype("int32")
+    tokens = rng.integers(1, TAGGER_VOCAB, size=(len(LENGTHS), max(LENGTHS))).astype("int32")
     for row, length in enumerate(LENGTHS):
         tokens[row, length:] = 0
     result = {"tokens": tokens}
@@ -53,6 +30,7 @@ def feeds(model, seed):
 
 # Measured with the plain form: OpenVINO 0.36 (LSTM) and 0.61 (GRU) off the Keras outputs; the stacked model's
 # second cuDNN node could not even tell its sizes (its input width was lost with the first node's output shape).
+@pytest.mark.slow
 @pytest.mark.parametrize("kinds, with_states, seed", [(("lstm",), False, 1), (("gru",), False, 2),
                                                       (("lstm", "gru"), True, 3)],
                          ids=["lstm-zero-states", "gru-zero-states", "lstm-gru-states"])
@@ -62,7 +40,7 @@ def test_openvino_runs_the_whole_model_onnx_right_on_ragged_batches(tmp_path, ki
 
     import cudnn_port
 
-    model = tagger(kinds, seed, with_states)
+    model = tagger([(kind, kind, 2, True) for kind in kinds], seed, with_states)  # 2-layer bidirectional
     feed = feeds(model, seed=5)
     want = np.asarray(model([feed[value.name] for value in model.inputs]))
     cudnn_port.export(model, tmp_path / "out")
@@ -104,6 +82,7 @@ def params_input_saved_model(path, spec):
     tf.saved_model.save(module, str(path), signatures=module.run.get_concrete_function())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_openvino_runs_a_saved_model_with_params_computed_in_the_graph(tmp_path, mode):
     """The SavedModel source path (``write_saved_model_onnx``) with graph-computed weights, against the float64
@@ -111,7 +90,6 @@ def test_openvino_runs_a_saved_model_with_params_computed_in_the_graph(tmp_path,
     2026.4 ran the plain form of such a graph right too (measured: it does not fuse a sequence op whose weights are
     not constant), so this guards the portable form's ``weights`` path rather than a bug of the plain form."""
     ov = pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
-    from conftest import make_spec, ragged_batch, random_blob
     from cudnn_port import reference
     from cudnn_port.exports.onnx_tf import write_saved_model_onnx
     from cudnn_port.layout import unpack
