@@ -243,3 +243,16 @@ def tagger(stacks=(("encoder", "lstm", 2, True), ("decoder", "gru", 1, False)), 
         if weight.dtype == "float32":
             weight.assign((rng.normal(size=weight.shape) * 0.3).astype("float32"))
     return model
+
+
+def op_codes(path):
+    """(builtin op names, custom op names) of a .tflite file, read from its flatbuffer with the schema bindings
+    LiteRT ships (no cudnn_port code)."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    with open(path, "rb") as f:
+        model = fb.Model.GetRootAs(f.read(), 0)
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
+    return ({names[max(c.BuiltinCode(), c.DeprecatedBuiltinCode())] for c in codes if not c.CustomCode()},
+            {c.CustomCode().decode() for c in codes if c.CustomCode()})

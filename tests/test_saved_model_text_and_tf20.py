@@ -22,7 +22,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import ROOT, unpack_fixture
+from helpers import ROOT, unpack_fixture
 from cudnn_port import convert
 from cudnn_port.verify import verify
 

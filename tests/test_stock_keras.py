@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ATOL_FP32, ROOT
+from helpers import ATOL_FP32, ROOT, op_codes
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -160,8 +160,6 @@ def test_masked_stacked_bidirectional_tagger_matches_keras(tagger_out):
 
 
 def test_masked_bilstm_tflite_is_builtin_with_fused_lstm(tagger_out):
-    from test_tflite_model import op_codes
-
     ops, custom = op_codes(tagger_out[1] / "out" / "model.tflite")
     assert any(op.endswith("_SEQUENCE_LSTM") for op in ops) and "CUSTOM" not in ops and not custom, (ops, custom)
 

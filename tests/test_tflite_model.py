@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import CHAR_LM, assert_all_close, random_blob, run_cli
+from helpers import CHAR_LM, assert_all_close, op_codes, random_blob, run_cli
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not installed "
                              "(pip install 'cudnn-port[tflite]')")
@@ -37,17 +37,6 @@ def tflite_runner(path):
         return [result[f"output_{i}"] for i in range(len(result))]
 
     return run
-
-
-def op_codes(path):
-    """(builtin op names, custom op names) of a .tflite file, read with the schema bindings LiteRT ships."""
-    from ai_edge_litert import schema_py_generated as fb
-
-    model = fb.Model.GetRootAs(path.read_bytes(), 0)
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-    codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
-    return ({names[max(c.BuiltinCode(), c.DeprecatedBuiltinCode())] for c in codes if not c.CustomCode()},
-            {c.CustomCode().decode() for c in codes if c.CustomCode()})
 
 
 def test_char_lm_is_one_builtin_model_with_fused_lstm_ops(char_lm_out):
