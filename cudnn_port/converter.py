@@ -14,7 +14,6 @@ from .deps import require
 from .errors import CudnnPortError, short
 from .outdir import OutputFolder, finish
 from . import formats as registry
-from .quiet import quiet
 from .stacks import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
 from .targets import STYLES
 
@@ -34,7 +33,6 @@ def source_kind(path) -> str:
     return "weights"
 
 
-@quiet
 def convert(source, out, *, style: Optional[str] = None, formats: Optional[Iterable[str]] = None,
             variable: Optional[str] = None, mode: Optional[str] = None, num_layers: Optional[int] = None,
             num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,

@@ -41,7 +41,6 @@ from .deps import import_tf
 from .errors import CudnnPortError, ParityError
 from .outdir import OutputFolder, finish, warn
 from .paths import sha256
-from .quiet import quiet
 from .judging.parity import write_report
 from .stacks import default_formats, prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
@@ -75,7 +74,6 @@ def _traced(model, specs, path):
         return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
 
 
-@quiet
 def export(model, out, *, style=None, force=False, progress=None, seed=0, path=None, xla=False, quantize=None,
            keep_failed=False) -> dict:
     """Write the CPU artifacts of ``model`` (a built Keras model holding cudnn_port fused layers) to ``out``;

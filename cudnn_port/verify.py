@@ -30,7 +30,6 @@ from .layout import RNNSpec, unpack
 from .outdir import MANIFEST, TOOL
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
 from .paths import require_file, sha256
-from .quiet import quiet
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
 
@@ -113,7 +112,6 @@ def converted_canon(manifest, out, stack, spec) -> "CanonicalRNN":
     return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
 
 
-@quiet
 def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -> dict:
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict."""
     out = os.fspath(out)
