@@ -13,7 +13,8 @@ from .errors import CudnnPortError
 from .exports import io_names
 from .formats import stack_runtimes
 from .layout import RNNSpec
-from .verify import file_rows, load_manifest
+from .manifest import load_manifest
+from .verify import file_rows
 
 
 def time_call(fn, feeds, repeat, warmup=2) -> float:

@@ -193,7 +193,7 @@ def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
                        force=args.force, drop_optimizer_slots=args.drop_optimizer_slots,
                        allow_nonfinite=args.allow_nonfinite, prefer_buffer=args.prefer_buffer, xla=args.xla,
                        quantize=args.quantize, keep_failed=args.keep_failed, progress=progress, **_flags(args))
-    return 0, manifest, cli_text.convert_text(manifest, args.out)
+    return 0, manifest.to_dict(), cli_text.convert_text(manifest, args.out)
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@ Stack by stack (:mod:`cudnn_port.stacks`): every cuDNN buffer's spec is chosen a
 anything is written; OUT is built by :class:`cudnn_port.outdir.OutputFolder`, whole or not at all.
 """
 import os
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .deps import require
 from .errors import CudnnPortError, short
@@ -16,6 +16,9 @@ from .outdir import OutputFolder, finish
 from . import formats as registry
 from .stacks import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
 from .targets import STYLES
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
 QUANTIZE = ("int8",)
 
@@ -39,7 +42,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
             num_proj: Optional[int] = None, force: bool = False, drop_optimizer_slots: bool = False,
             allow_nonfinite: bool = False, prefer_buffer: bool = False, xla: bool = False,
             quantize: Optional[str] = None, keep_failed: bool = False,
-            progress: Optional[Callable[[str], None]] = None) -> dict:
+            progress: Optional[Callable[[str], None]] = None) -> "Manifest":
     """Convert every cuDNN stack of ``source`` and write the artifacts under ``out``; returns the manifest.
 
     ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1), a Keras 2 ``.h5`` file

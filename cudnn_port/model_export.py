@@ -39,7 +39,8 @@ import os
 
 from .deps import import_tf
 from .errors import CudnnPortError, ParityError
-from .outdir import OutputFolder, finish, warn
+from .manifest import Manifest, warn
+from .outdir import OutputFolder, finish
 from .paths import sha256
 from .judging.parity import write_report
 from .stacks import default_formats, prepare_stacks, write_stacks
@@ -75,7 +76,7 @@ def _traced(model, specs, path):
 
 
 def export(model, out, *, style=None, force=False, progress=None, seed=0, path=None, xla=False, quantize=None,
-           keep_failed=False) -> dict:
+           keep_failed=False) -> Manifest:
     """Write the CPU artifacts of ``model`` (a built Keras model holding cudnn_port fused layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
     came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled
@@ -94,14 +95,14 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
     def write(tmp):
         manifest = write_stacks(source, stacks, tmp, style=style, formats=LAYER_FORMATS, layer_dir="layers",
                                 xla=xla, say=say)
-        manifest["kind"] = "keras_model"
+        manifest.kind = "keras_model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         if path:
-            manifest["source"]["files"] = {os.path.basename(path): sha256(path)}
-        manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
+            manifest.source.files = {os.path.basename(path): sha256(path)}
+        manifest.model_artifacts = _write_model(model, specs, tmp, say, manifest)
         os.makedirs(os.path.join(tmp, "keras"))
         model.save(os.path.join(tmp, "keras", "model.keras"))
-        manifest["model_artifacts"]["keras"] = "keras/model.keras"
+        manifest.model_artifacts["keras"] = "keras/model.keras"
         task = load_task(path) if path else None
         if task:
             write_report(os.path.join(tmp, TASK), task)
@@ -208,7 +209,7 @@ def _parity(model, specs, tmp, manifest, seed, say):
 
 
 def export_keras_file(path, out, style=None, force=False, progress=None, xla=False, quantize=None,
-                      keep_failed=False) -> dict:
+                      keep_failed=False) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_keras_file
 

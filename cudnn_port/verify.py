@@ -27,7 +27,7 @@ import numpy as np
 from . import reference
 from .errors import CudnnPortError
 from .layout import RNNSpec, unpack
-from .outdir import MANIFEST, TOOL
+from .manifest import MANIFEST, load_manifest
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
 from .paths import require_file, sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
@@ -37,30 +37,6 @@ if TYPE_CHECKING:
     from .canonical import CanonicalRNN
 
 REPORT = "parity.json"
-
-
-def load_manifest(out) -> Dict[str, Any]:
-    """OUT's manifest.json, checked to be ours and whole. A file of OUT that is a pipe or a device (a reader would
-    wait on it for ever) is refused here, before anything opens it."""
-    path = os.path.join(os.fspath(out), MANIFEST)
-    try:
-        with open(require_file(path, MANIFEST)) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError, CudnnPortError):
-        manifest = None
-    if not isinstance(manifest, dict) or manifest.get("tool") != TOOL:
-        raise CudnnPortError(f"{out} is not a cudnn-port output (no readable manifest.json of ours); "
-                             "run cudnn-port convert SOURCE OUT first and verify OUT")
-    for key, kind in (("files", dict), ("stacks", list), ("source", dict), ("model_artifacts", dict)):
-        if not isinstance(manifest.get(key, kind()), kind):
-            raise CudnnPortError(f"{path} is damaged ({key} is not a {kind.__name__}); convert again")
-    for root, dirs, files in os.walk(out):
-        for name in files:
-            full = os.path.join(root, name)
-            if os.path.exists(full) and not os.path.isfile(full):
-                raise CudnnPortError(f"{full} is not a regular file (a pipe or device), so OUT is not one cudnn-port "
-                                     "wrote; convert again")
-    return manifest
 
 
 def file_rows(out, manifest) -> List[Dict[str, Any]]:

@@ -3,11 +3,12 @@ CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them,
 OUT/manifest.json."""
 import contextlib
 import os
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
-from ..outdir import OutputFolder, finish, manifest_head, warn
+from ..manifest import Manifest, new_manifest, warn
+from ..outdir import OutputFolder, finish
 from ..paths import require_file, sha256
 from .nodes import find_nodes, load_proto
 from .layouts import put_params_in_cudnn_order
@@ -17,7 +18,8 @@ from .rewrite import write_cpu_saved_model
 GRAPH_FORMATS = ("saved_model", "onnx")
 
 
-def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dict[str, Any]:
+def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] = None, force: bool = False,
+                        say: Optional[Callable[[str], None]] = None) -> Manifest:
     """Convert SavedModel folder ``source`` into ``out``; returns the manifest."""
     say = say or (lambda message: None)
     formats = tuple(formats or GRAPH_FORMATS)
@@ -51,16 +53,15 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
         say(f"{node.name} ({node.op}): {node.spec.describe()}")
 
     def write(tmp):
-        manifest = manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
-                                 "signatures, inputs and outputs keep their names", formats)
-        manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[],
-                        uncalled_functions_dropped=dropped_summary(dropped), params_reordered=reordered)
+        manifest = new_manifest(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
+                                 "signatures, inputs and outputs keep their names", formats, kind="saved_model")
+        manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped), params_reordered=reordered)
         if "saved_model" in formats:
             say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
             with user_graph(source, "rewrite"):
                 write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
                 _load(os.path.join(tmp, "saved_model"))  # proves it loads: a damaged graph or variables fail here
-            manifest["model_artifacts"]["saved_model"] = "saved_model"
+            manifest.model_artifacts["saved_model"] = "saved_model"
         if "onnx" in formats and projected:
             warn(manifest, say, f"model.onnx not written: node {projected[0].name} is an LSTM with projection, "
                                 "which ONNX's LSTM cannot hold")
@@ -79,12 +80,12 @@ def convert_saved_model(source, out, formats=None, force=False, say=None) -> Dic
             if reordered:
                 say(f"{len(reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a build "
                     "without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
-            manifest["model_artifacts"]["onnx"] = "model.onnx"
+            manifest.model_artifacts["onnx"] = "model.onnx"
             if "saved_model" in formats:
                 say("running model.onnx once on the inputs verify draws")
                 run_onnx_once(os.path.join(tmp, "saved_model"), os.path.join(tmp, "model.onnx"), signature)
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
-        manifest["source"]["files"] = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
+        manifest.source.files = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
         return finish(manifest, tmp)
 
     return folder.build(write, say)
