@@ -7,11 +7,10 @@ from .canonical import LayerParams
 from .errors import CudnnPortError
 from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
+from .roads import road_plan
 from .stacks import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
 
-WHOLE_MODEL_ARTIFACTS = ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "model.tflite",
-                         "model_parity.json"]
 
 
 def inspect_source(path, variable=None, **flags) -> dict:
@@ -64,8 +63,13 @@ def _inspect_saved_model(path):
                   "e.g. tf_keras's gpu_lstm_with_fallback) and are dropped")
     return {"checkpoint": os.path.abspath(path), "format": words, "signatures": signatures,
             "nodes": [dict(n.to_dict(), converts_as=n.converts_as()) for n in nodes],
-            "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]}, "variables": [],
+            "stacks": [], "plan": _graph_plan(nodes), "variables": [],
             "uncalled_functions_dropped": dropped}
+
+
+def _graph_plan(nodes):
+    paths, not_written = road_plan("graph", [n.spec for n in nodes])
+    return dict(artifacts=paths, not_written=not_written) if not_written else {"artifacts": paths}
 
 
 def _found(source, stack, clues):
@@ -96,8 +100,11 @@ def _plan(source, stack, spec, several=False):
         names = list(target.write_layer(spec, stack.prefix, 0, 0, zeros))
     except CudnnPortError as e:  # a style that cannot hold this stack
         return {"style": style, "scheme": None, "layer_0_names": [], "problem": str(e), "artifacts": []}
-    if source.whole_model:  # a Keras model: its artifacts cover the whole model
-        return {"style": style, "scheme": None, "layer_0_names": names, "artifacts": WHOLE_MODEL_ARTIFACTS}
+    if source.whole_model:  # a Keras model: its artifacts cover the whole model, as the registry declares them
+        paths, not_written = road_plan("model", list(source.specs.values()) or [spec])
+        plan = {"style": style, "scheme": None, "layer_0_names": names,
+                "artifacts": ["checkpoint"] + paths + ["keras/model.keras", "model_parity.json"]}
+        return dict(plan, not_written=not_written) if not_written else plan
     kinds = default_formats(style)
     paths, not_written = [], {}
     for name in kinds:

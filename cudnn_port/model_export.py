@@ -43,11 +43,10 @@ from .manifest import Manifest, warn
 from .outdir import OutputFolder, finish
 from .paths import sha256
 from .judging.parity import write_report
-from .stacks import default_formats, prepare_stacks, write_stacks
+from .roads import ModelJob, layer_formats, write_road
+from .stacks import prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
 
-# each fused layer alone (checkpoint, the default exports and its TFLite models): step functions
-LAYER_FORMATS = default_formats(None) + ("tflite",)
 PARITY = "model_parity.json"
 
 
@@ -93,13 +92,15 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
     style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
     def write(tmp):
-        manifest = write_stacks(source, stacks, tmp, style=style, formats=LAYER_FORMATS, layer_dir="layers",
+        manifest = write_stacks(source, stacks, tmp, style=style, formats=layer_formats(), layer_dir="layers",
                                 xla=xla, say=say)
         manifest.kind = "keras_model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
-        manifest.model_artifacts = _write_model(model, specs, tmp, say, manifest)
+        job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
+        job.manifest = manifest
+        manifest.model_artifacts = write_road("model", job, tmp, manifest, say)
         os.makedirs(os.path.join(tmp, "keras"))
         model.save(os.path.join(tmp, "keras", "model.keras"))
         manifest.model_artifacts["keras"] = "keras/model.keras"
@@ -111,7 +112,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
             from .exports.quantize import quantize_outputs
 
             quantize_outputs(manifest, tmp, say)
-        manifest["parity"] = _parity(model, specs, tmp, manifest, seed, say)
+        manifest["parity"] = _parity(job, seed, say)
         if not manifest["parity"]["passed"] and not keep_failed:
             raise ParityError(_failure(manifest["parity"], "nothing was written; pass keep_failed=True "
                                        "(--keep-failed) to keep the output for inspection"), manifest["parity"])
@@ -130,80 +131,21 @@ def _failure(parity, what):
     return f"whole-model parity FAILED for {', '.join(failed)}; {what}"
 
 
-def _write_model(model, specs, tmp, say, manifest):
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+def _parity(job, seed, say):
+    """Each whole-model artifact's outputs against the stock-Keras judge on the inputs verify draws
+    (:func:`cudnn_port.judging.model_rows.whole_model_run`); writes model_parity.json (``cudnn-port verify OUT``
+    writes its own parity.json)."""
+    from .judging.model_rows import whole_model_run
+    from .judging.parity import ATOL, RTOL
 
-    from .exports import tflite_model
-    from .exports.onnx_tf import name_dynamic_dims, write_graph_onnx
-    from .exports.tensorflow import op_types, strip_unused_placeholders
-    from .layers import fused_layers
-    from .layout import unpack
-
-    tf = import_tf()
-    say("writing saved_model/ (fused layers on their CPU path)")
-    cpu = _traced(model, specs, "cpu")
-    module = tf.Module()
-    module.variables_ = list(model.variables)
-    module.serve = cpu
-    tf.saved_model.save(module, os.path.join(tmp, "saved_model"), signatures={"serving_default": cpu})
-    if any(op.startswith("Cudnn") for op in op_types(cpu.graph.as_graph_def())):
-        raise CudnnPortError("the CPU trace still holds a Cudnn op; a layer other than cudnn_port's calls cuDNN")
-
-    say("writing frozen_graph.pb")
-    frozen = convert_variables_to_constants_v2(cpu)
-    outputs = [f"output_{i}" for i in range(len(frozen.outputs))]
-    graph_def = strip_unused_placeholders(frozen.graph.as_graph_def(), keep=[t.name for t in frozen.inputs],
-                                          outputs=dict(zip(outputs, [t.name for t in frozen.outputs])))
-    with open(os.path.join(tmp, "frozen_graph.pb"), "wb") as f:
-        f.write(graph_def.SerializeToString())
-    manifest["graphdef_nodes"] = {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in outputs]}
-
-    arts = {"saved_model": "saved_model", "graphdef": "frozen_graph.pb"}
-    traced = _traced(model, specs, "cudnn")
-    fused = convert_variables_to_constants_v2(traced)
-    names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
-    projected = [layer.name for layer in fused_layers(model) if layer.num_proj]
-    if projected:
-        warn(manifest, say, f"model.onnx not written: fused layer {projected[0]} has a projection, which ONNX's "
-                            "LSTM cannot hold")
-    else:
-        say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
-        renames = dict(zip(names_in, [s.name for s in specs]))
-        renames.update(zip(names_out, outputs))
-        onnx_model = write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames)
-        name_dynamic_dims(onnx_model, os.path.join(tmp, "model.onnx"))
-        arts["onnx"] = "model.onnx"
-    say("writing model.tflite (TFLite's converter, each fused layer spliced in as builtin ops)")
-    try:
-        data = tflite_model.convert(fused, [s.name for s in specs], sorted(traced.structured_outputs),
-                                    {layer.opaque_kernel.numpy().astype("float32").tobytes():
-                                     unpack(layer.spec, layer.opaque_kernel.numpy()) for layer in fused_layers(model)})
-    except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
-        warn(manifest, say, f"model.tflite not written ({tflite_model.why(e)}); only the per-layer .tflite files "
-                            "(layers/<layer>/) were written")
-        return arts
-    with open(os.path.join(tmp, "model.tflite"), "wb") as f:
-        f.write(data)
-    arts["tflite"] = "model.tflite"
-    return arts
-
-
-def _parity(model, specs, tmp, manifest, seed, say):
-    """Each artifact's outputs against the stock-Keras judge (and the Keras model itself, one more row), on seeded
-    inputs; writes model_parity.json (``cudnn-port verify OUT`` writes its own parity.json)."""
-    from .judging.stock import model_judge, run_model_artifacts
-    from .judging.parity import ATOL, RTOL, sample_inputs
-
-    feeds = sample_inputs([(s.name, s) for s in specs], seed, pad_last=True)
-    judge, judge_name = model_judge(model)
-    want = judge([feeds[s.name] for s in specs])
-    rows = run_model_artifacts(tmp, manifest, [s.name for s in specs], feeds, want, ATOL, RTOL, say, model=model)
+    run = whole_model_run(job.tmp, job.manifest, job.model, seed, ATOL, RTOL, say)
+    rows, judge_name = run.rows, run.judge
     for row in rows:
         if row["passed"] is None:  # a runtime that is not installed: said in the summary, not a failure
-            warn(manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
+            warn(job.manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
     report = {"judge": judge_name, "atol": ATOL, "rtol": RTOL, "seed": seed, "rows": rows,
               "passed": all(r["passed"] is not False for r in rows)}
-    write_report(os.path.join(tmp, PARITY), report)
+    write_report(os.path.join(job.tmp, PARITY), report)
     return {"passed": report["passed"], "judge": judge_name,
             "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
 

@@ -18,7 +18,6 @@ hash the same; otherwise from OUT/checkpoint (the report says which). An element
     report = verify("out/")            # also writes out/parity.json
     assert report["passed"]
 """
-import json
 import os
 from typing import TYPE_CHECKING, Any, Dict, List
 
@@ -29,7 +28,7 @@ from .errors import CudnnPortError
 from .layout import RNNSpec, unpack
 from .manifest import MANIFEST, load_manifest
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
-from .paths import require_file, sha256
+from .paths import sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
 
