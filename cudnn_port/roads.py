@@ -83,6 +83,7 @@ def write_road(road: str, job: Any, tmp: str, manifest: Manifest, say: Callable[
     """Each format on ``road`` (of ``formats``, if given) writes its artifacts into ``tmp``; returns {key: path in
     OUT} of what was written; a format that cannot hold the model is a warning in ``manifest``."""
     written = {}
+    job.written = {}  # {key: absolute path} of what the formats before this one wrote (a writer may read them)
     for fmt in registry.on_road(road):
         if formats is not None and fmt.name not in formats:
             continue
@@ -98,6 +99,7 @@ def write_road(road: str, job: Any, tmp: str, manifest: Manifest, say: Callable[
             continue
         manifest.update(**(details or {}))
         written.update(rels)
+        job.written.update((k, os.path.join(tmp, rel)) for k, rel in rels.items())
     return written
 
 
