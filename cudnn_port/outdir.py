@@ -12,8 +12,8 @@ What it guarantees (README, "Safety"):
 - Problems with OUT itself (a parent that is a file, no permission, a read-only disk) are bad input: one
   :class:`~cudnn_port.errors.CudnnPortError` line, nothing written.
 
-Every output carries ``manifest.json`` (:mod:`cudnn_port.manifest`, written by :func:`finish`): the tool and its version, the
-source and its files' sha256, and the sha256 of every other file of OUT.
+Every output carries ``manifest.json`` (:mod:`cudnn_port.manifest`, written by :func:`finish`): the tool and its
+version, the source and its files' sha256, and the sha256 of every other file of OUT.
 """
 import contextlib
 import errno

@@ -191,7 +191,7 @@ def format_table(report) -> str:
     lines = [f"{'stack':<28} {'artifact':<40} {'max abs err':>12} {'max rel err':>12}  result", "-" * 104]
     for r in report["rows"]:
         result = "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
-        fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"  # noqa: E731
+        fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"
         lines.append(f"{str(r['stack'])[:28]:<28} {r['artifact'][:40]:<40} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  "
                      f"{result}" + (f"  ({r['note']})" if r.get("note") else ""))
     judges = sorted({r["judge"] for r in report["rows"] if r.get("judge")})

@@ -13,7 +13,7 @@ from conftest import ATOL_FP32, CONFIG_IDS, CONFIGS, make_spec, ragged_batch, ra
 from cudnn_port import reference
 from cudnn_port import convert
 from cudnn_port.layout import unpack
-from cudnn_port.judging.stock import tf1_cells as tf1_graph_forward  # noqa: F401  (restores TF1 names into TF1 cell math)
+from cudnn_port.judging.stock import tf1_cells as tf1_graph_forward
 
 tf = pytest.importorskip("tensorflow")
 

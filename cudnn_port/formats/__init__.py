@@ -62,8 +62,9 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Road:
-    """A format's part on a road that writes one model for the whole source: ``model`` (a Keras model exported whole,
-    :mod:`cudnn_port.model_export`) or ``graph`` (a SavedModel whose cuDNN nodes are rewritten, :mod:`cudnn_port.graphs`).
+    """A format's part on a road that writes one model for the whole source: ``model`` (a Keras model exported
+    whole, :mod:`cudnn_port.model_export`) or ``graph`` (a SavedModel whose cuDNN nodes are rewritten,
+    :mod:`cudnn_port.graphs`).
     ``artifacts``: what it writes (paths in OUT, no ``{label}``); ``write(job, paths)`` writes them (``job``: the
     road's :class:`cudnn_port.roads.ModelJob` or :class:`cudnn_port.roads.GraphJob`) and returns details for the
     manifest or None, or raises :class:`NotWritten` (a warning; the other artifacts stand); ``open(path, job)`` ->

@@ -177,10 +177,10 @@ class ModelRun(NamedTuple):
 
 def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol: float, rtol: float,
                     say: Callable[[str], None]) -> ModelRun:
-    """Every whole-model artifact of ``out`` (through its format's runtime, :func:`cudnn_port.roads.model_artifact_rows`)
-    against ``model`` with each fused layer rebuilt from stock Keras layers, on seeded inputs with right padding, and
-    ids in each Embedding's range for the inputs an Embedding reads. The one whole-model check: export's parity and
-    verify's rows both run it."""
+    """Every whole-model artifact of ``out`` (each through its format's runtime,
+    :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer rebuilt from stock Keras
+    layers, on seeded inputs with right padding, and ids in each Embedding's range for the inputs an Embedding reads.
+    The one whole-model check: export's parity and verify's rows both run it."""
     from ..roads import ModelJob, model_artifact_rows
     from .stock import model_judge
 
