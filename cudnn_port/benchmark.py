@@ -15,6 +15,7 @@ from .formats import stack_runtimes
 from .layout import RNNSpec
 from .manifest import load_manifest
 from .verify import file_rows
+from .progress import say_to
 
 
 def time_call(fn, feeds, repeat, warmup=2) -> float:
@@ -37,7 +38,7 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None) -> Dict[str,
     if not files["passed"]:  # another model in OUT's place would be timed, or fail on its own inputs
         raise CudnnPortError(f"{out} is not as convert wrote it ({files['note']}); convert again, or run cudnn-port "
                              "verify OUT to see what changed")
-    say = progress or (lambda message: None)
+    say = say_to(progress)
     rows = []
     for stack in manifest["stacks"]:
         spec = RNNSpec(**stack["spec"])

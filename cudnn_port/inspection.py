@@ -18,8 +18,7 @@ def inspect_source(path, variable=None, **flags) -> dict:
 
     flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given).
     """
-    from .converter import source_kind
-    from .readers import open_source
+    from .readers import open_source, source_kind
 
     path = os.fspath(path)
     if source_kind(path) == "saved_model":

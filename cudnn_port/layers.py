@@ -39,7 +39,7 @@ import keras
 import numpy as np
 
 from .deps import import_tf
-from .infer import MIOPEN, MODE_IDS, PLATFORM_VARIABLE, SPEC_VARIABLE
+from .stored_spec import MIOPEN, PLATFORM_VARIABLE, SPEC_VARIABLE, spec_to_vector
 from .layout import RNNSpec
 
 if TYPE_CHECKING:
@@ -148,8 +148,7 @@ class CudnnRNN(keras.layers.Layer):
                             num_proj=self.num_proj)
         self.opaque_kernel = self.add_weight(name="opaque_kernel", shape=(self.spec.param_count,),
                                              initializer=CudnnInitializer(self.spec, self.seed), trainable=True)
-        vector = [MODE_IDS[self.mode], self.num_layers, self.units, int(input_size), self.num_dirs]
-        vector += [self.num_proj] if self.num_proj else []  # five entries without projection, as always
+        vector = spec_to_vector(self.spec)
         self.cudnn_spec = self.add_weight(name=SPEC_VARIABLE, shape=(len(vector),), dtype="int32", trainable=False,
                                           initializer=keras.initializers.Constant(vector))
         self.cudnn_platform = self.add_weight(name=PLATFORM_VARIABLE, shape=(), dtype="int32", trainable=False,

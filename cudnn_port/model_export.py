@@ -46,6 +46,7 @@ from .judging.parity import write_report
 from .roads import ModelJob, layer_formats, write_road
 from .stacks import prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
+from .progress import say_to
 
 PARITY = "model_parity.json"
 
@@ -84,7 +85,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
     with the judge."""
     from .readers.keras_model import KerasModelSource
 
-    say = progress or (lambda message: None)
+    say = say_to(progress)
     specs = _input_specs(model)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None)

@@ -29,6 +29,7 @@ from typing import Callable, Iterator, Optional
 from .errors import CudnnPortError
 from .manifest import MANIFEST, TOOL, Manifest, save_manifest
 from .paths import is_within, sha256
+from .progress import say_to
 
 USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.ELOOP,
                errno.ENAMETOOLONG, errno.EEXIST, errno.EISDIR}
@@ -198,7 +199,7 @@ class OutputFolder:
 
     def build(self, write: Callable[[str], Manifest], say: Optional[Callable[[str], None]] = None) -> Manifest:
         """Run ``write(tmp)`` (returns the manifest) in a hidden sibling of OUT, then publish it as OUT."""
-        out, say = self.out, say or (lambda message: None)
+        out, say = self.out, say_to(say)
         parent = os.path.dirname(out)
         tmp = os.path.join(parent, f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
         with signals_interrupt():

@@ -17,11 +17,13 @@ import numpy as np
 from .checkpoint import contiguous, write_checkpoint
 from .errors import CudnnPortError
 from . import formats as registry
-from .infer import SPEC_VARIABLE, Clues, choose, clues_from, spec_from_vector
+from .infer import Clues, choose, clues_from
+from .stored_spec import SPEC_VARIABLE, spec_from_vector
 from .layout import FLOAT_DTYPES, RNNSpec, unpack
 from .manifest import Manifest, StackRecord, new_manifest
 from .paths import sha256, unique_components
 from .targets import STYLES, target_for, tf1
+from .progress import say_to
 
 BUFFER_SUFFIX = "opaque_kernel"
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
@@ -121,7 +123,7 @@ def prepare_stacks(source, variable=None, flags=None, allow_nonfinite=False, pre
                                  "so the spec or the layout is wrong, or a file was edited; pass --prefer-buffer to "
                                  "convert from the buffer anyway")
     for stack in stacks:
-        (say or (lambda message: None))(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
+        say_to(say)(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
     return stacks
 
 
@@ -179,7 +181,7 @@ def write_stacks(source, stacks, tmp, *, style, formats, drop_slots=False, layer
     """Write OUT's checkpoint and each stack's artifacts into ``tmp``; return the manifest (not yet written:
     :func:`cudnn_port.outdir.finish` hashes and writes it). ``layer_dir``: put each stack's artifacts under
     ``{layer_dir}/{label}/`` (a whole-model export keeps the top level for the whole model)."""
-    say = say or (lambda message: None)
+    say = say_to(say)
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = new_manifest(source.prefix, source.format, source.names_note, formats, style)
     manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=[], replaced={})

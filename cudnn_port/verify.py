@@ -31,6 +31,7 @@ from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, wr
 from .paths import sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
+from .progress import say_to
 
 if TYPE_CHECKING:
     from .canonical import CanonicalRNN
@@ -91,7 +92,7 @@ def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict."""
     out = os.fspath(out)
     manifest = load_manifest(out)
-    say = progress or (lambda message: None)
+    say = say_to(progress)
     report = {"out": os.path.abspath(out), "atol": atol, "rtol": rtol, "seed": seed, "batch": batch, "steps": steps,
               "rows": file_rows(out, manifest)}
     unchanged = source_unchanged(manifest)

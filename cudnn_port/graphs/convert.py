@@ -15,13 +15,14 @@ from .nodes import find_nodes, load_proto
 from .layouts import put_params_in_cudnn_order
 from .prune import drop_slot_references, gpu_selected, prune
 from ..roads import GraphJob, write_road
+from ..progress import say_to
 
 
 
 def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] = None, force: bool = False,
                         say: Optional[Callable[[str], None]] = None) -> Manifest:
     """Convert SavedModel folder ``source`` into ``out``; returns the manifest."""
-    say = say or (lambda message: None)
+    say = say_to(say)
     graph_formats = tuple(f.name for f in registry.on_road("graph"))
     formats = tuple(formats or graph_formats)
     other = [f for f in formats if f not in graph_formats]
@@ -59,7 +60,7 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
                                  "signatures, inputs and outputs keep their names", formats, kind="saved_model")
         manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped),
                         params_reordered=reordered)
-        job = GraphJob(source, proto, nodes, reordered, say)
+        job = GraphJob(source, proto, nodes, reordered, say, lambda what: user_graph(source, what))
         manifest.model_artifacts = write_road("graph", job, tmp, manifest, say, formats)
         arts = manifest.model_artifacts
         if "saved_model" in arts and "onnx" in arts:
