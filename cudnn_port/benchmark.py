@@ -5,7 +5,7 @@ runs is reported, with throughput in sequences per second and time steps per sec
 """
 import os
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from .formats import stack_runtimes
 from .layout import RNNSpec
 from .manifest import load_manifest
 from .verify import file_rows
-from .progress import say_to
+from .progress import Progress, say_to
 
 
 def time_call(fn, feeds, repeat, warmup=2) -> float:
@@ -30,7 +30,8 @@ def time_call(fn, feeds, repeat, warmup=2) -> float:
     return float(np.median(times))
 
 
-def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None) -> Dict[str, Any]:
+def bench(out: "os.PathLike[str] | str", batches: Sequence[int] = (1, 32), steps: int = 100, repeat: int = 5,
+          progress: Optional[Progress] = None) -> Dict[str, Any]:
     """Time every artifact of ``out`` at each batch size; return a JSON-ready dict."""
     out = os.fspath(out)
     manifest = load_manifest(out)

@@ -1,5 +1,6 @@
 """``cudnn-port inspect``: what a source holds, which specs fit each cuDNN buffer, and how it would convert."""
 import os
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
@@ -13,7 +14,8 @@ from .targets import target_for, tf1
 
 
 
-def inspect_source(path, variable=None, **flags) -> dict:
+def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = None,
+                   **flags: Optional[Union[int, bool, str]]) -> Dict[str, Any]:
     """What ``path`` holds and how each buffer would convert; a JSON-ready dict.
 
     flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given).

@@ -35,7 +35,7 @@ A parity failure raises :class:`~cudnn_port.errors.ParityError` and leaves no OU
 and the error names its report).
 """
 import os
-
+from typing import TYPE_CHECKING, Optional
 
 from .deps import import_tf
 from .errors import CudnnPortError, ParityError
@@ -46,7 +46,10 @@ from .judging.parity import write_report
 from .roads import ModelJob, layer_formats, write_road
 from .stacks import prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
-from .progress import say_to
+from .progress import Progress, say_to
+
+if TYPE_CHECKING:
+    import keras
 
 PARITY = "model_parity.json"
 
@@ -75,8 +78,9 @@ def _traced(model, specs, path):
         return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
 
 
-def export(model, out, *, style=None, force=False, progress=None, seed=0, path=None, xla=False, quantize=None,
-           keep_failed=False) -> Manifest:
+def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Optional[str] = None, force: bool = False,
+           progress: Optional[Progress] = None, seed: int = 0, path: Optional[str] = None, xla: bool = False,
+           quantize: Optional[str] = None, keep_failed: bool = False) -> Manifest:
     """Write the CPU artifacts of ``model`` (a built Keras model holding cudnn_port fused layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
     came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled

@@ -19,7 +19,7 @@ hash the same; otherwise from OUT/checkpoint (the report says which). An element
     assert report["passed"]
 """
 import os
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, wr
 from .paths import sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
-from .progress import say_to
+from .progress import Progress, say_to
 
 if TYPE_CHECKING:
     from .canonical import CanonicalRNN
@@ -88,7 +88,8 @@ def converted_canon(manifest, out, stack, spec) -> "CanonicalRNN":
     return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
 
 
-def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None) -> dict:
+def verify(out: "os.PathLike[str] | str", atol: float = ATOL, rtol: float = RTOL, seed: int = 0, batch: int = 4,
+           steps: int = 9, progress: Optional[Progress] = None) -> Dict[str, Any]:
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict."""
     out = os.fspath(out)
     manifest = load_manifest(out)
