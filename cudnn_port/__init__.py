@@ -9,14 +9,14 @@ True
 
 Importing the package imports neither TensorFlow nor Keras: the functions below import them when called.
 """
-from ._version import __version__  # noqa: E402
-from .canonical import CanonicalRNN, LayerParams  # noqa: E402
-from .converter import convert  # noqa: E402
-from .errors import CudnnPortError, ParityError, UnsupportedError  # noqa: E402
-from .inspection import inspect_source  # noqa: E402
-from .layout import RNNSpec, pack, unpack  # noqa: E402
-from .model_export import export  # noqa: E402
-from .verify import verify  # noqa: E402
+from ._version import __version__
+from .canonical import CanonicalRNN, LayerParams
+from .converter import convert
+from .errors import CudnnPortError, ParityError, UnsupportedError
+from .inspection import inspect_source
+from .layout import RNNSpec, pack, unpack
+from .model_export import export
+from .verify import verify
 
 inspect_checkpoint = inspect_source  # the name earlier versions used
 

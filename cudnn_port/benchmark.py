@@ -5,7 +5,7 @@ runs is reported, with throughput in sequences per second and time steps per sec
 """
 import os
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -13,7 +13,9 @@ from .errors import CudnnPortError
 from .exports import io_names
 from .formats import stack_runtimes
 from .layout import RNNSpec
-from .verify import file_rows, load_manifest
+from .manifest import load_manifest
+from .verify import file_rows
+from .progress import Progress, say_to
 
 
 def time_call(fn, feeds, repeat, warmup=2) -> float:
@@ -28,7 +30,8 @@ def time_call(fn, feeds, repeat, warmup=2) -> float:
     return float(np.median(times))
 
 
-def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None, trust_source=False) -> Dict[str, Any]:
+def bench(out: "os.PathLike[str] | str", batches: Sequence[int] = (1, 32), steps: int = 100, repeat: int = 5,
+          progress: Optional[Progress] = None, trust_source: bool = False) -> Dict[str, Any]:
     """Time every artifact of ``out`` at each batch size; return a JSON-ready dict. A graph in OUT that is not pure
     computation is refused before anything runs, unless ``trust_source``."""
     from .graphs.trust import check_out
@@ -39,7 +42,7 @@ def bench(out, batches=(1, 32), steps=100, repeat=5, progress=None, trust_source
     if not files["passed"]:  # another model in OUT's place would be timed, or fail on its own inputs
         raise CudnnPortError(f"{out} is not as convert wrote it ({files['note']}); convert again, or run cudnn-port "
                              "verify OUT to see what changed")
-    say = progress or (lambda message: None)
+    say = say_to(progress)
     check_out(out, manifest, trust_source=trust_source, say=say)
     rows = []
     for stack in manifest["stacks"]:

@@ -63,7 +63,6 @@ class Checkpoint(Source):
     The index is checked entry by entry (:mod:`cudnn_port.tf_index`) before TensorFlow's reader sees it."""
 
     default_style = "tf1"
-    specs = {}  # stacks whose spec the source states outright (none: a checkpoint holds bare buffers)
 
     def __init__(self, path):
         self.prefix = resolve_prefix(path)
@@ -86,10 +85,6 @@ class Checkpoint(Source):
             self.keys[name] = key
             self.shapes[name] = tuple(int(d) for d in shapes[key])
             self.dtypes[name] = dtypes[key].name
-
-    @property
-    def names(self) -> List[str]:
-        return list(self.shapes)
 
     @property
     def names_note(self) -> str:

@@ -4,168 +4,15 @@ Exit codes: 0 ok; 1 a failed parity check (verify, or the whole-model check of `
 internal error; 2 bad input or usage (one line saying what and how to fix it); 130 interrupted by SIGINT, 143 by
 SIGTERM (nothing half-written is left). With ``--json`` every outcome, errors included, is one JSON object.
 """
-import argparse
 import json
-import math
 import os
 import signal
 import sys
 from typing import Any, Dict, NoReturn, Tuple
 
-from . import formats
-from ._version import __version__
-from .cli_text import failed_rows, one_line, run_flags, trusting
+from .cli_args import flag_values, parse
+from .cli_text import failed_rows, one_line, trusting
 from .errors import CudnnPortError, ParityError, reason
-
-EPILOG = """examples:
-  cudnn-port inspect train/model.ckpt
-  cudnn-port convert train/model.ckpt out/ --mode lstm --num-layers 2 --num-units 512 --bidirectional
-  cudnn-port convert train/model.ckpt out/ --style pytorch --json
-  cudnn-port convert keras2_model.h5 out/            (Keras 2 CuDNNLSTM/CuDNNGRU -> Keras 3 and the rest)
-  cudnn-port convert exported_on_gpu/ out/           (a SavedModel with CudnnRNNV3 nodes -> CPU SavedModel, ONNX)
-  cudnn-port convert model.keras out/ --quantize int8  (a model with cudnn_port.layers -> whole-model CPU export)
-  cudnn-port verify out/
-  cudnn-port bench out/ --json
-exit codes: 0 ok, 1 failed parity check or internal error, 2 bad input or usage, 130/143 interrupted"""
-
-SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder), a Keras 2 .h5 file with "
-               "CuDNNLSTM/CuDNNGRU layers, a .keras file of a model built with cudnn_port.layers, or a SavedModel "
-               "folder whose graph holds CudnnRNN/V2/V3 nodes")
-MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
-DASH_HINT = "a name that starts with a dash goes after --, e.g. cudnn-port convert -- -model.ckpt out/"
-
-
-class UsageError(CudnnPortError):
-    """A flag argparse refused: exit 2 with one line, like any bad input."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message) -> NoReturn:
-        raise UsageError(f"{message}; see {self.prog} --help")
-
-
-def _count(name, low=1, high=MAX_SIZE):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{name} must be between {low} and {high}, got {value}")
-        return value
-    return parse
-
-
-def _tolerance(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a tolerance must be a number, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"a tolerance must be finite and >= 0, got {text}")
-    return value
-
-
-def _spec_flags(parser):
-    group = parser.add_argument_group("spec (only for a bare buffer whose size fits several specs)")
-    group.add_argument("--variable", metavar="NAME", help="the buffer to use (default: every *opaque_kernel)")
-    group.add_argument("--mode", choices=("lstm", "gru"))
-    group.add_argument("--num-layers", type=_count("--num-layers", high=64), metavar="N")
-    group.add_argument("--num-units", type=_count("--num-units"), metavar="H")
-    group.add_argument("--input-size", type=_count("--input-size"), metavar="I")
-    group.add_argument("--num-proj", type=_count("--num-proj"), metavar="P", help="LSTM projection size (cuDNN "
-                       "LSTMP; never guessed from the size)")
-    directions = group.add_mutually_exclusive_group()
-    directions.add_argument("--bidirectional", action="store_true", default=None, help="two directions")
-    directions.add_argument("--unidirectional", dest="bidirectional", action="store_false", help="one direction")
-
-
-def _flags(args):
-    return dict(mode=args.mode, num_layers=args.num_layers, num_units=args.num_units, input_size=args.input_size,
-                bidirectional=args.bidirectional, num_proj=args.num_proj)
-
-
-def _common(parser, quiet=True):
-    parser.add_argument("--json", action="store_true", help="print one JSON object (errors too)")
-    if quiet:  # the commands that load and run models: --quiet, --trust-source
-        run_flags(parser)
-    parser.add_argument("--verbose", action="store_true", help="let TensorFlow's, onnxruntime's and the other "
-                        "libraries' own log lines through to stderr (for debugging; also CUDNN_PORT_VERBOSE=1)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="cudnn-port", description="Convert cuDNN RNN weights (opaque buffers) into canonical per-cell"
-                     " weights and CPU artifacts that TensorFlow, Keras, ONNX Runtime and PyTorch load, and check "
-                     "them against cuDNN's math. Needs no GPU.",
-                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"cudnn-port {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
-
-    p = sub.add_parser("inspect", help="list variables, cuDNN buffers and the specs that fit them",
-                       description="List a source's variables, each cuDNN stack, how it was found and how it will "
-                       "convert; for a bare buffer, every spec that fits its size, ranked by clues from the rest of "
-                       "the checkpoint.")
-    p.add_argument("checkpoint", metavar="SOURCE", help=SOURCE_HELP)
-    _spec_flags(p)
-    _common(p, quiet=False)
-
-    p = sub.add_parser("convert", help="write canonical weights, CPU artifacts and a manifest to OUT/",
-                       description="Convert every cuDNN stack of SOURCE into canonical per-cell tensors. Writes "
-                       "OUT/checkpoint/ (name-based, other variables copied unchanged), the chosen --formats and "
-                       "OUT/manifest.json. A SavedModel with cuDNN nodes becomes OUT/saved_model/ and "
-                       "OUT/model.onnx; a .keras model with cudnn_port layers is exported whole and checked against "
-                       "the model rebuilt from stock Keras layers (exit 1 if that check fails). OUT appears whole or "
-                       "not at all; SOURCE is never modified.")
-    p.add_argument("checkpoint", metavar="SOURCE", help=SOURCE_HELP)
-    p.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty, unless --force)")
-    _spec_flags(p)
-    out = p.add_argument_group("output")
-    out.add_argument("--style", choices=("tf1", "keras", "pytorch"),
-                     help="names and layout of the converted tensors in OUT/checkpoint (default for a checkpoint: "
-                     "tf1, CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope; for a Keras .h5 file: "
-                     "keras, which also rebuilds a full model in Keras 3 as OUT/keras/model.keras; for a .keras "
-                     "model: keras, or tf1 for a layer with projection)")
-    out.add_argument("--formats", metavar="LIST", help="comma-separated artifacts: " + formats.help_text() +
-                     "; default: checkpoint, the style's own (keras or pytorch), " +
-                     ", ".join(f for f in formats.default_formats() if f != "checkpoint"))
-    out.add_argument("--xla", action="store_true", help="compile the SavedModel's forward pass with XLA: about 2.5x "
-                     "faster at batch 1 in Python TensorFlow, but TensorFlow Serving (unless started with "
-                     "--xla_cpu_compilation_enabled), TF Java and the C API cannot run it. Default: plain ops, which "
-                     "every runtime serves")
-    out.add_argument("--no-xla", dest="xla", action="store_false", help=argparse.SUPPRESS)  # the old default's opt-out
-    out.add_argument("--quantize", choices=("int8",), help="also write int8 ONNX models (onnxruntime dynamic "
-                     "quantization) next to the fp32 ones; verify judges them with their own tolerance")
-    out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output")
-    out.add_argument("--drop-optimizer-slots", action="store_true",
-                     help="leave out the buffer's optimizer slots (…/Adam, …/Adam_1) instead of converting them")
-    out.add_argument("--allow-nonfinite", action="store_true", help="convert buffers and slots holding NaN/Inf")
-    out.add_argument("--prefer-buffer", action="store_true", help="convert from the buffer even where canonical "
-                     "tensors stored beside it disagree with it (normally an error)")
-    out.add_argument("--keep-failed", action="store_true", help="keep OUT when the whole-model parity check of a "
-                     ".keras export fails (the exit code is still 1)")
-    _common(out)
-
-    p = sub.add_parser("verify", help="check every artifact, signature and file of OUT",
-                       description="Check every file of a convert output against its recorded sha256, and run "
-                       "every artifact (checkpoint restored into stock TF1 cells / Keras layers / PyTorch modules, "
-                       "both SavedModel signatures, GraphDef, ONNX with and without states, Keras and PyTorch "
-                       "files, int8 models) on seeded ragged batches against the NumPy reference of cuDNN's math. "
-                       "Prints a table, writes OUT/parity.json, exits 1 on any failure.")
-    p.add_argument("out", metavar="OUT", help="a cudnn-port convert output folder")
-    p.add_argument("--atol", type=_tolerance, default=1e-5, help="absolute tolerance (default 1e-5)")
-    p.add_argument("--rtol", type=_tolerance, default=1e-4, help="relative tolerance (default 1e-4)")
-    p.add_argument("--seed", type=_count("--seed", low=0, high=2 ** 63 - 1), default=0)
-    _common(p)
-
-    p = sub.add_parser("bench", help="CPU latency and throughput of each artifact of OUT",
-                       description="Time each artifact of a convert output on CPU at batch 1 and 32.")
-    p.add_argument("out", metavar="OUT", help="a cudnn-port convert output folder")
-    p.add_argument("--steps", type=_count("--steps", high=100000), default=100, help="sequence length (default 100)")
-    p.add_argument("--repeat", type=_count("--repeat", high=10000), default=5,
-                   help="timed runs per case; the median is shown (default 5)")
-    _common(p)
-    return parser
-
 
 def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
     """Run the parsed command; returns (exit code, JSON-ready result, text for a person)."""
@@ -174,7 +21,7 @@ def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
     if args.command == "inspect":
         from .inspection import inspect_source
 
-        report = inspect_source(args.checkpoint, variable=args.variable, **_flags(args))
+        report = inspect_source(args.checkpoint, variable=args.variable, **flag_values(args))
         return 0, report, cli_text.inspect_text(report)
     if args.command == "verify":
         from .verify import format_table, verify
@@ -192,8 +39,8 @@ def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
     manifest = convert(args.checkpoint, args.out, style=args.style, formats=formats, variable=args.variable,
                        force=args.force, drop_optimizer_slots=args.drop_optimizer_slots, **trusting(args),
                        allow_nonfinite=args.allow_nonfinite, prefer_buffer=args.prefer_buffer, xla=args.xla,
-                       quantize=args.quantize, keep_failed=args.keep_failed, progress=progress, **_flags(args))
-    return 0, manifest, cli_text.convert_text(manifest, args.out)
+                       quantize=args.quantize, keep_failed=args.keep_failed, progress=progress, **flag_values(args))
+    return 0, manifest.to_dict(), cli_text.convert_text(manifest, args.out)
 
 
 def main(argv=None) -> int:
@@ -214,7 +61,7 @@ def _main(argv):
     want_json, args = "--json" in argv, None
     with signals_interrupt(lambda signum, published: _interrupted(signum, published, want_json)):
         try:
-            args = _parse(argv)
+            args = parse(argv)
             progress = None if getattr(args, "quiet", False) else (
                 lambda message: print(message, file=sys.stderr, flush=True))
             code, result, text = run(args, progress)
@@ -229,20 +76,6 @@ def _main(argv):
             if raised_signal() is not None:  # a library turned our Interrupted into its own error
                 return _interrupted(raised_signal(), False, want_json)
             return _error(e, want_json, getattr(args, "out", None))
-
-
-def _parse(argv):
-    parser = build_parser()
-    try:
-        return parser.parse_args(argv)
-    except UsageError as e:  # a name that starts with a dash reads as an unknown flag: say how to pass it
-        known = {o for p in [parser, *parser._subparsers._group_actions[0].choices.values()]
-                 for o in p._option_string_actions}
-        if ("required" in str(e) or "unrecognized" in str(e)) and any(
-                a.startswith("-") and a.split("=")[0] not in known and not a.lstrip("-").replace(".", "").isdigit()
-                for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
-            raise UsageError(f"{e}; {DASH_HINT}") from None
-        raise
 
 
 def _interrupted(signum, published, want_json):

@@ -8,40 +8,31 @@ Stack by stack (:mod:`cudnn_port.stacks`): every cuDNN buffer's spec is chosen a
 anything is written; OUT is built by :class:`cudnn_port.outdir.OutputFolder`, whole or not at all.
 """
 import os
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .deps import require
 from .errors import CudnnPortError, short
+from .graphs.convert import convert_saved_model
 from .outdir import OutputFolder, finish
 from . import formats as registry
-from .quiet import quiet
 from .stacks import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
+from .readers import WEIGHTS, source_kind
 from .targets import STYLES
+from .progress import say_to
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
 QUANTIZE = ("int8",)
 
 
-def source_kind(path) -> str:
-    """"saved_model" (a folder with saved_model.pb), "keras_model" (a .keras file) or "weights" (a checkpoint or
-    a Keras 2 .h5 file)."""
-    from .graphs import is_saved_model
-
-    path = os.fspath(path)
-    if is_saved_model(path):
-        return "saved_model"
-    if path.endswith(".keras") and os.path.lexists(path) and not os.path.isdir(path):
-        return "keras_model"
-    return "weights"
-
-
-@quiet
 def convert(source, out, *, style: Optional[str] = None, formats: Optional[Iterable[str]] = None,
             variable: Optional[str] = None, mode: Optional[str] = None, num_layers: Optional[int] = None,
             num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,
             num_proj: Optional[int] = None, force: bool = False, drop_optimizer_slots: bool = False,
             allow_nonfinite: bool = False, prefer_buffer: bool = False, xla: bool = False,
             quantize: Optional[str] = None, keep_failed: bool = False, trust_source: bool = False,
-            progress: Optional[Callable[[str], None]] = None) -> dict:
+            progress: Optional[Callable[[str], None]] = None) -> "Manifest":
     """Convert every cuDNN stack of ``source`` and write the artifacts under ``out``; returns the manifest.
 
     ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1), a Keras 2 ``.h5`` file
@@ -61,7 +52,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     :class:`~cudnn_port.errors.CudnnPortError` (nothing written); a whole-model export whose parity check fails raises
     :class:`~cudnn_port.errors.ParityError`.
     """
-    say = progress or (lambda message: None)
+    say = say_to(progress)
     if style is not None and style not in STYLES:
         raise CudnnPortError(f"unknown style {short(style, 40)!r}; choose one of {', '.join(STYLES)}")
     formats = None if formats is None else registry.check_names(formats)
@@ -70,7 +61,7 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
     kind = source_kind(source)
-    if kind == "weights" and not os.path.lexists(source):  # a prefix, or nothing: said before the heavy imports
+    if kind in WEIGHTS and not os.path.lexists(source):  # a prefix, or nothing: said before the heavy imports
         from .checkpoint import resolve_prefix
 
         resolve_prefix(source)
@@ -78,14 +69,14 @@ def convert(source, out, *, style: Optional[str] = None, formats: Optional[Itera
     require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
             *(["onnxruntime"] if quantize else []), *registry.needs(formats or ()), purpose="convert")
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
-    if kind != "weights" and (given or variable):
+    if kind not in WEIGHTS and (given or variable):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "
                              f"{'SavedModel' if kind == 'saved_model' else '.keras model'} states every spec, so "
                              "leave the spec flags out")
     if kind == "saved_model":
         if quantize:
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
-        return _graphs().convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
+        return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if kind == "keras_model":
         if formats:
             raise CudnnPortError("a .keras model is exported whole (checkpoint, saved_model, graphdef, onnx, tflite "
@@ -129,9 +120,3 @@ def _folder(src):
     from .checkpoint import Checkpoint
 
     return [os.path.dirname(os.path.abspath(src.prefix))] if isinstance(src, Checkpoint) else []
-
-
-def _graphs():
-    from . import graphs
-
-    return graphs

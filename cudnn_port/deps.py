@@ -11,7 +11,6 @@ from types import ModuleType
 from typing import Optional
 
 from .errors import CudnnPortError, reason
-from .quiet import quiet_env
 
 TF_RANGE = ((2, 16), (2, 22))  # the versions pyproject.toml declares: >= 2.16, < 2.22
 INSTALL = ("pip install 'cudnn-port[cpu]' (CPU-only TensorFlow where it exists), or 'cudnn-port[tensorflow]' in an "
@@ -34,9 +33,7 @@ def import_tf() -> ModuleType:
 
 def optional(module: str, purpose: str) -> ModuleType:
     """Import ``module`` (e.g. "onnxruntime") for ``purpose``; a one-line CudnnPortError naming the fix if absent.
-    TensorFlow's environment is set first (:func:`cudnn_port.quiet.quiet_env`): any of these modules may import
-    TensorFlow, which reads it once."""
-    quiet_env()
+    The environment is the caller's: the CLI sets TensorFlow's (:func:`cudnn_port.quiet.quiet_env`) before this."""
     try:
         return importlib.import_module(module)
     except ImportError as e:

@@ -1,5 +1,6 @@
 """``cudnn-port inspect``: what a source holds, which specs fit each cuDNN buffer, and how it would convert."""
 import os
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
@@ -7,20 +8,19 @@ from .canonical import LayerParams
 from .errors import CudnnPortError
 from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
+from .roads import road_plan
 from .stacks import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
 
-WHOLE_MODEL_ARTIFACTS = ["checkpoint", "saved_model", "frozen_graph.pb", "model.onnx", "model.tflite",
-                         "model_parity.json"]
 
 
-def inspect_source(path, variable=None, **flags) -> dict:
+def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = None,
+                   **flags: Optional[Union[int, bool, str]]) -> Dict[str, Any]:
     """What ``path`` holds and how each buffer would convert; a JSON-ready dict.
 
     flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given).
     """
-    from .converter import source_kind
-    from .readers import open_source
+    from .readers import open_source, source_kind
 
     path = os.fspath(path)
     if source_kind(path) == "saved_model":
@@ -71,8 +71,15 @@ def _inspect_saved_model(path):
                   "alternatives, e.g. tf_keras's gpu_lstm_with_fallback, and their gradients) and are dropped")
     return {"checkpoint": os.path.abspath(path), "format": words, "signatures": signatures,
             "nodes": describe(nodes), "gpu_alternatives": describe(reached["gpu_alternatives"], True),
-            "stacks": [], "plan": {"artifacts": ["saved_model", "model.onnx"]}, "variables": [],
+            "stacks": [], "plan": _graph_plan(nodes, proto), "variables": [],
             "uncalled_functions_dropped": dropped, **safety}
+
+
+def _graph_plan(nodes, proto):
+    from types import SimpleNamespace
+
+    paths, not_written = road_plan("graph", [n.spec for n in nodes], SimpleNamespace(proto=proto))
+    return dict(artifacts=paths, not_written=not_written) if not_written else {"artifacts": paths}
 
 
 def _found(source, stack, clues):
@@ -103,8 +110,11 @@ def _plan(source, stack, spec, several=False):
         names = list(target.write_layer(spec, stack.prefix, 0, 0, zeros))
     except CudnnPortError as e:  # a style that cannot hold this stack
         return {"style": style, "scheme": None, "layer_0_names": [], "problem": str(e), "artifacts": []}
-    if source.whole_model:  # a Keras model: its artifacts cover the whole model
-        return {"style": style, "scheme": None, "layer_0_names": names, "artifacts": WHOLE_MODEL_ARTIFACTS}
+    if source.whole_model:  # a Keras model: its artifacts cover the whole model, as the registry declares them
+        paths, not_written = road_plan("model", list(source.specs.values()) or [spec])
+        plan = {"style": style, "scheme": None, "layer_0_names": names,
+                "artifacts": ["checkpoint"] + paths + ["keras/model.keras", "model_parity.json"]}
+        return dict(plan, not_written=not_written) if not_written else plan
     kinds = default_formats(style)
     paths, not_written = [], {}
     for name in kinds:

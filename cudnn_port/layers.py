@@ -36,10 +36,10 @@ import contextvars
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Tuple, Union
 
 import keras
-import numpy as np
 
 from .deps import import_tf
-from .infer import MIOPEN, MODE_IDS, PLATFORM_VARIABLE, SPEC_VARIABLE
+from .initializer import CudnnInitializer
+from .stored_spec import MIOPEN, PLATFORM_VARIABLE, SPEC_VARIABLE, spec_to_vector
 from .layout import RNNSpec
 
 if TYPE_CHECKING:
@@ -73,40 +73,6 @@ def judged_by(judges) -> Iterator[None]:
         yield
     finally:
         _JUDGES.reset(token)
-
-
-class CudnnInitializer(keras.initializers.Initializer):
-    """Keras' LSTM / GRU default initialisation, written straight into cuDNN's buffer layout."""
-
-    def __init__(self, spec, seed=None):
-        self.spec, self.seed = spec, seed
-
-    def __call__(self, shape, dtype=None):
-        tf = import_tf()
-        spec = self.spec
-        G, H, S = spec.num_gates, spec.num_units, spec.state_size
-        seed = keras.random.SeedGenerator(self.seed) if self.seed is not None else None
-        pieces = []
-        for block in spec.blocks():  # in buffer order
-            width = block.shape[-1]
-            if block.kind == "W":  # Keras' kernel [I_l, G*H]: gate g's block kernel[:, g*H:(g+1)*H] is W_g.T
-                kernel = keras.initializers.GlorotUniform(seed=seed)((width, G * H))
-                piece = tf.transpose(tf.reshape(kernel, [width, G, H]), [1, 2, 0])
-            elif block.kind == "R":  # Keras' recurrent kernel [S, G*H], orthogonal
-                recurrent = keras.initializers.Orthogonal(seed=seed)((S, G * H))
-                piece = tf.transpose(tf.reshape(recurrent, [S, G, H]), [1, 2, 0])
-            elif block.kind == "P":
-                piece = tf.transpose(keras.initializers.GlorotUniform(seed=seed)((H, S)))
-            else:
-                bias = np.zeros((G, H), "float32")
-                if spec.mode == "lstm" and block.kind == "b_W":
-                    bias[1] = 1.0  # unit forget bias, on b_W only: b_W + b_R is what Keras' single bias holds
-                piece = tf.constant(bias)
-            pieces.append(tf.reshape(tf.cast(piece, "float32"), [-1]))
-        return tf.cast(tf.concat(pieces, axis=0), dtype or "float32")
-
-    def get_config(self) -> Dict[str, Any]:
-        return {"seed": self.seed}
 
 
 class CudnnRNN(keras.layers.Layer):
@@ -148,8 +114,7 @@ class CudnnRNN(keras.layers.Layer):
                             num_proj=self.num_proj)
         self.opaque_kernel = self.add_weight(name="opaque_kernel", shape=(self.spec.param_count,),
                                              initializer=CudnnInitializer(self.spec, self.seed), trainable=True)
-        vector = [MODE_IDS[self.mode], self.num_layers, self.units, int(input_size), self.num_dirs]
-        vector += [self.num_proj] if self.num_proj else []  # five entries without projection, as always
+        vector = spec_to_vector(self.spec)
         self.cudnn_spec = self.add_weight(name=SPEC_VARIABLE, shape=(len(vector),), dtype="int32", trainable=False,
                                           initializer=keras.initializers.Constant(vector))
         self.cudnn_platform = self.add_weight(name=PLATFORM_VARIABLE, shape=(), dtype="int32", trainable=False,

@@ -36,19 +36,22 @@ A parity failure raises :class:`~cudnn_port.errors.ParityError` and leaves no OU
 and the error names its report).
 """
 import os
-
+from typing import TYPE_CHECKING, Optional
 
 from .deps import import_tf
 from .errors import CudnnPortError, ParityError
-from .outdir import OutputFolder, finish, warn
+from .manifest import Manifest, warn
+from .outdir import OutputFolder, finish
 from .paths import sha256
-from .quiet import quiet
 from .judging.parity import write_report
-from .stacks import default_formats, prepare_stacks, write_stacks
+from .roads import ModelJob, layer_formats, write_road
+from .stacks import prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
+from .progress import Progress, say_to
 
-# each fused layer alone (checkpoint, the default exports and its TFLite models): step functions
-LAYER_FORMATS = default_formats(None) + ("tflite",)
+if TYPE_CHECKING:
+    import keras
+
 PARITY = "model_parity.json"
 
 
@@ -76,9 +79,9 @@ def _traced(model, specs, path):
         return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
 
 
-@quiet
-def export(model, out, *, style=None, force=False, progress=None, seed=0, path=None, xla=False, quantize=None,
-           keep_failed=False) -> dict:
+def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Optional[str] = None, force: bool = False,
+           progress: Optional[Progress] = None, seed: int = 0, path: Optional[str] = None, xla: bool = False,
+           quantize: Optional[str] = None, keep_failed: bool = False) -> Manifest:
     """Write the CPU artifacts of ``model`` (a built Keras model holding fused or stock LSTM / GRU layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
     came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled
@@ -88,7 +91,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
     from .readers.keras_model import KerasModelSource
     from .stock_keras import rewrite
 
-    say = progress or (lambda message: None)
+    say = say_to(progress)
     judged, model = model, rewrite(model, say)  # stock LSTM / GRU fused; the original is saved, and judges
     specs = _input_specs(model)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
@@ -97,16 +100,18 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
     style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
     def write(tmp):
-        manifest = write_stacks(source, stacks, tmp, style=style, formats=LAYER_FORMATS, layer_dir="layers",
+        manifest = write_stacks(source, stacks, tmp, style=style, formats=layer_formats(), layer_dir="layers",
                                 xla=xla, say=say)
-        manifest["kind"] = "keras_model"
+        manifest.kind = "keras_model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         if path:
-            manifest["source"]["files"] = {os.path.basename(path): sha256(path)}
-        manifest["model_artifacts"] = _write_model(model, specs, tmp, say, manifest)
+            manifest.source.files = {os.path.basename(path): sha256(path)}
+        job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
+        job.manifest = manifest
+        manifest.model_artifacts = write_road("model", job, tmp, manifest, say)
         os.makedirs(os.path.join(tmp, "keras"))
         judged.save(os.path.join(tmp, "keras", "model.keras"))
-        manifest["model_artifacts"]["keras"] = "keras/model.keras"
+        manifest.model_artifacts["keras"] = "keras/model.keras"
         task = load_task(path) if path else None
         if task:
             write_report(os.path.join(tmp, TASK), task)
@@ -115,7 +120,7 @@ def export(model, out, *, style=None, force=False, progress=None, seed=0, path=N
             from .exports.quantize import quantize_outputs
 
             quantize_outputs(manifest, tmp, say)
-        manifest["parity"] = _parity(judged, specs, tmp, manifest, seed, say)
+        manifest["parity"] = _parity(job, judged, seed, say)
         if not manifest["parity"]["passed"] and not keep_failed:
             raise ParityError(_failure(manifest["parity"], "nothing was written; pass keep_failed=True "
                                        "(--keep-failed) to keep the output for inspection"), manifest["parity"])
@@ -134,86 +139,27 @@ def _failure(parity, what):
     return f"whole-model parity FAILED for {', '.join(failed)}; {what}"
 
 
-def _write_model(model, specs, tmp, say, manifest):
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+def _parity(job, judged, seed, say):
+    """Each whole-model artifact's outputs against the stock-Keras judge of ``judged`` (the model as given) on the
+    inputs verify draws (:func:`cudnn_port.judging.model_rows.whole_model_run`); writes model_parity.json
+    (``cudnn-port verify OUT`` writes its own parity.json)."""
+    from .judging.model_rows import whole_model_run
+    from .judging.parity import ATOL, RTOL
 
-    from .exports import tflite_model
-    from .exports.onnx_tf import name_dynamic_dims, write_graph_onnx
-    from .exports.tensorflow import op_types, strip_unused_placeholders
-    from .layers import fused_layers
-    from .layout import unpack
-
-    tf = import_tf()
-    say("writing saved_model/ (fused layers on their CPU path)")
-    cpu = _traced(model, specs, "cpu")
-    module = tf.Module()
-    module.variables_ = list(model.variables)
-    module.serve = cpu
-    tf.saved_model.save(module, os.path.join(tmp, "saved_model"), signatures={"serving_default": cpu})
-    if any(op.startswith("Cudnn") for op in op_types(cpu.graph.as_graph_def())):
-        raise CudnnPortError("the CPU trace still holds a Cudnn op; a layer other than cudnn_port's calls cuDNN")
-
-    say("writing frozen_graph.pb")
-    frozen = convert_variables_to_constants_v2(cpu)
-    outputs = [f"output_{i}" for i in range(len(frozen.outputs))]
-    graph_def = strip_unused_placeholders(frozen.graph.as_graph_def(), keep=[t.name for t in frozen.inputs],
-                                          outputs=dict(zip(outputs, [t.name for t in frozen.outputs])))
-    with open(os.path.join(tmp, "frozen_graph.pb"), "wb") as f:
-        f.write(graph_def.SerializeToString())
-    manifest["graphdef_nodes"] = {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in outputs]}
-
-    arts = {"saved_model": "saved_model", "graphdef": "frozen_graph.pb"}
-    traced = _traced(model, specs, "cudnn")
-    fused = convert_variables_to_constants_v2(traced)
-    names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
-    projected = [layer.name for layer in fused_layers(model) if layer.num_proj]
-    if projected:
-        warn(manifest, say, f"model.onnx not written: fused layer {projected[0]} has a projection, which ONNX's "
-                            "LSTM cannot hold")
-    else:
-        say("writing model.onnx (fused ONNX LSTM/GRU nodes for the fused layers)")
-        renames = dict(zip(names_in, [s.name for s in specs]))
-        renames.update(zip(names_out, outputs))
-        onnx_model = write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames)
-        name_dynamic_dims(onnx_model, os.path.join(tmp, "model.onnx"))
-        arts["onnx"] = "model.onnx"
-    say("writing model.tflite (TFLite's converter, each fused layer spliced in as builtin ops)")
-    try:
-        data = tflite_model.convert(fused, [s.name for s in specs], sorted(traced.structured_outputs),
-                                    {layer.opaque_kernel.numpy().astype("float32").tobytes():
-                                     unpack(layer.spec, layer.opaque_kernel.numpy()) for layer in fused_layers(model)})
-    except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
-        warn(manifest, say, f"model.tflite not written ({tflite_model.why(e)}); only the per-layer .tflite files "
-                            "(layers/<layer>/) were written")
-        return arts
-    with open(os.path.join(tmp, "model.tflite"), "wb") as f:
-        f.write(data)
-    arts["tflite"] = "model.tflite"
-    return arts
-
-
-def _parity(model, specs, tmp, manifest, seed, say):
-    """Each artifact's outputs against the stock-Keras judge (and the Keras model itself, one more row), on seeded
-    inputs; writes model_parity.json (``cudnn-port verify OUT`` writes its own parity.json)."""
-    from .judging.stock import model_judge, run_model_artifacts
-    from .judging.parity import ATOL, RTOL, sample_inputs
-
-    feeds = sample_inputs([(s.name, s) for s in specs], seed, pad_last=True)
-    judge, judge_name = model_judge(model)
-    want = judge([feeds[s.name] for s in specs])
-    rows = run_model_artifacts(tmp, manifest, [s.name for s in specs], feeds, want, ATOL, RTOL, say, model=model)
+    run = whole_model_run(job.tmp, job.manifest, judged, seed, ATOL, RTOL, say)
+    rows, judge_name = run.rows, run.judge
     for row in rows:
         if row["passed"] is None:  # a runtime that is not installed: said in the summary, not a failure
-            warn(manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
+            warn(job.manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
     report = {"judge": judge_name, "atol": ATOL, "rtol": RTOL, "seed": seed, "rows": rows,
               "passed": all(r["passed"] is not False for r in rows)}
-    write_report(os.path.join(tmp, PARITY), report)
+    write_report(os.path.join(job.tmp, PARITY), report)
     return {"passed": report["passed"], "judge": judge_name,
             "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
 
 
 def export_keras_file(path, out, style=None, force=False, progress=None, xla=False, quantize=None,
-                      keep_failed=False) -> dict:
+                      keep_failed=False) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_keras_file
 

@@ -10,9 +10,10 @@ import os
 from typing import List
 
 from .errors import CudnnPortError
+from .manifest import MANIFEST, TOOL
 from .paths import sha256
 
-MANIFEST, REPORT, TOOL = "manifest.json", "parity.json", "cudnn-port"
+REPORT = "parity.json"
 MAX_MANIFEST_BYTES = 64 << 20
 SHOWN = 3
 

@@ -13,21 +13,20 @@ What it guarantees (README, "Safety"):
 - Problems with OUT itself (a parent that is a file, no permission, a read-only disk) are bad input: one
   :class:`~cudnn_port.errors.CudnnPortError` line, nothing written.
 
-Every output carries ``manifest.json`` (:func:`manifest_head`, :func:`finish`): the tool and its version, the
-source and its files' sha256, and the sha256 of every other file of OUT.
+Every output carries ``manifest.json`` (:mod:`cudnn_port.manifest`, written by :func:`finish`): the tool and its
+version, the source and its files' sha256, and the sha256 of every other file of OUT.
 """
-import datetime
 import errno
-import json
 import os
 import shutil
 import uuid
-from typing import Any, Dict, Optional
+from typing import Callable, Optional
 
-from ._version import __version__
 from .errors import CudnnPortError
-from .out_guard import MANIFEST, TOOL, check_replaceable
+from .manifest import MANIFEST, Manifest, save_manifest
+from .out_guard import check_replaceable
 from .paths import is_within, sha256
+from .progress import say_to
 from .signals import check, forget, mark_published, remove_on_exit, signals_held
 
 USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.ELOOP,
@@ -107,10 +106,10 @@ class OutputFolder:
             raise CudnnPortError(f"cannot write in {ancestor} (permission denied); choose an output folder where "
                                  "you have write permission")
 
-    def build(self, write, say=None) -> Dict[str, Any]:
+    def build(self, write: Callable[[str], Manifest], say: Optional[Callable[[str], None]] = None) -> Manifest:
         """Run ``write(tmp)`` (returns the manifest) in a hidden sibling of OUT, then publish it as OUT. A signal
         received at any point before publishing (even one whose exception a library swallowed) leaves nothing."""
-        out, say = self.out, say or (lambda message: None)
+        out, say = self.out, say_to(say)
         parent = os.path.dirname(out)
         tmp = os.path.join(parent, f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
         made = False
@@ -159,30 +158,13 @@ class OutputFolder:
             forget(old)
 
 
-def manifest_head(source, source_format, names_note, formats, style=None) -> Dict[str, Any]:
-    """The manifest's common part; ``source`` is the path the run read."""
-    return {"tool": TOOL, "version": __version__,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "source": {"checkpoint": os.path.abspath(source) if os.path.exists(source) else source,
-                       "format": source_format, "files": {}, "names": names_note},
-            "style": style, "formats": list(formats), "stacks": [], "model_artifacts": {}}
-
-
-def warn(manifest, say, message) -> None:
-    """Record ``message`` among the manifest's warnings (the summary and ``--json`` show them) and say it now."""
-    manifest.setdefault("warnings", []).append(message)
-    say(f"warning: {message}")
-
-
-def finish(manifest, tmp) -> Dict[str, Any]:
+def finish(manifest: "Manifest", tmp: str) -> "Manifest":
     """Hash every file of the output (all but the manifest itself) into ``manifest`` and write it."""
-    manifest["files"] = {}
+    hashes = {}
     for root, dirs, files in os.walk(tmp):
         dirs.sort()
         for f in sorted(files):
             rel = os.path.relpath(os.path.join(root, f), tmp)
             if rel != MANIFEST:
-                manifest["files"][rel] = sha256(os.path.join(root, f))
-    with open(os.path.join(tmp, MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=2)
-    return manifest
+                hashes[rel] = sha256(os.path.join(root, f))
+    return save_manifest(manifest, tmp, hashes)

@@ -13,16 +13,24 @@ that exception becomes cudnn-port's one line. So while :func:`quiet_stderr` is a
 - Python warnings are ignored and the libraries' Python loggers (:data:`LOGGERS`) let nothing through.
 
 ``cudnn-port --verbose`` or ``CUDNN_PORT_VERBOSE=1`` turns all of it off: every foreign line comes through.
+
+These are process-wide settings, so they are the CLI's (:func:`cudnn_port.cli.main` runs inside
+:func:`quiet_stderr`); the library's calls (``convert``, ``export``, ``verify``, ``inspect_source``) leave the
+environment, fd 2, the warnings filters and the loggers as they found them. A library user who wants the CLI's quiet
+opts in::
+
+    from cudnn_port.quiet import quiet_stderr
+    with quiet_stderr():   # first, before TensorFlow is imported: it also sets TensorFlow's environment (kept)
+        cudnn_port.convert("model.ckpt", "out")
 """
 import contextlib
-import functools
 import logging
 import os
 import re
 import sys
 import threading
 import warnings
-from typing import Callable, Iterator
+from typing import Iterator
 
 LOGGERS = ("tensorflow", "absl", "tf2onnx", "keras", "onnx", "onnxruntime", "h5py", "jax")
 _ANSI = re.compile(rb"\x1b\[[0-9;]*m")
@@ -153,12 +161,3 @@ def quiet_stderr(verbose: bool = False) -> Iterator[None]:
             logger.setLevel(level)
         if stream is not None:
             stream.close()
-
-
-def quiet(function) -> Callable:
-    """``function`` run inside :func:`quiet_stderr` (the library's convert, export, verify)."""
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        with quiet_stderr():
-            return function(*args, **kwargs)
-    return wrapper

@@ -21,10 +21,20 @@ class Source:
     model_config: Optional[dict] = None  # a Keras 2 full-model file's config (rebuilt whole in Keras 3)
     shapes: Dict[str, tuple]
     dtypes: Dict[str, str]
-    specs: Dict[str, object] = {}
+
+    @property
+    def specs(self) -> Dict[str, object]:
+        """{buffer name: the spec the source states outright}; this source's own (never a dict shared by all
+        sources), empty until a reader sets it (a checkpoint holds bare buffers)."""
+        return self.__dict__.setdefault("_specs", {})
+
+    @specs.setter
+    def specs(self, value: Dict[str, object]) -> None:
+        self.__dict__["_specs"] = value
 
     @property
     def names(self) -> List[str]:
+        """Every variable's name, in the reader's order."""
         return list(self.shapes)
 
     def get(self, name: str) -> np.ndarray:

@@ -17,11 +17,13 @@ import numpy as np
 from .checkpoint import contiguous, write_checkpoint
 from .errors import CudnnPortError
 from . import formats as registry
-from .infer import SPEC_VARIABLE, Clues, choose, clues_from, spec_from_vector
+from .infer import Clues, choose, clues_from
+from .stored_spec import SPEC_VARIABLE, spec_from_vector
 from .layout import FLOAT_DTYPES, RNNSpec, unpack
-from .outdir import manifest_head
+from .manifest import Manifest, StackRecord, new_manifest
 from .paths import sha256, unique_components
 from .targets import STYLES, target_for, tf1
+from .progress import say_to
 
 BUFFER_SUFFIX = "opaque_kernel"
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
@@ -121,7 +123,7 @@ def prepare_stacks(source, variable=None, flags=None, allow_nonfinite=False, pre
                                  "so the spec or the layout is wrong, or a file was edited; pass --prefer-buffer to "
                                  "convert from the buffer anyway")
     for stack in stacks:
-        (say or (lambda message: None))(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
+        say_to(say)(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
     return stacks
 
 
@@ -176,18 +178,18 @@ def refusals(stacks, formats) -> List[str]:
 
 
 def write_stacks(source, stacks, tmp, *, style, formats, drop_slots=False, layer_dir=None, xla=False,
-                 allow_nonfinite=False, say=None) -> Dict[str, Any]:
+                 allow_nonfinite=False, say=None) -> Manifest:
     """Write OUT's checkpoint and each stack's artifacts into ``tmp``; return the manifest (not yet written:
     :func:`cudnn_port.outdir.finish` hashes and writes it). ``layer_dir``: put each stack's artifacts under
     ``{layer_dir}/{label}/`` (a whole-model export keeps the top level for the whole model)."""
-    say = say or (lambda message: None)
+    say = say_to(say)
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
-    manifest = manifest_head(source.prefix, source.format, source.names_note, formats, style)
-    manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=[], replaced={}, warnings=[])
+    manifest = new_manifest(source.prefix, source.format, source.names_note, formats, style)
+    manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=[], replaced={})
     if "saved_model" in formats:
         manifest["saved_model_xla"] = xla
     for stack in stacks:
-        manifest["stacks"].append(_write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla,
+        manifest.stacks.append(_write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla,
                                                          several=len(stacks) > 1, manifest=manifest, say=say))
         if drop_slots:
             manifest["dropped"] += stack.slots
@@ -196,8 +198,8 @@ def write_stacks(source, stacks, tmp, *, style, formats, drop_slots=False, layer
 
         say("writing keras/model.keras (the whole model in Keras 3)")
         problem = save_keras3_model(source, os.path.join(tmp, "keras", "model.keras"))
-        manifest["model_artifacts"] = {} if problem else {"keras": "keras/model.keras"}
-        manifest["warnings"] += [problem] if problem else []
+        manifest.model_artifacts = {} if problem else {"keras": "keras/model.keras"}
+        manifest.warnings += [problem] if problem else []
     items = _checkpoint_items(source, stacks, manifest, style, owned, drop_slots, allow_nonfinite)
     total = sum(int(np.prod(shape)) for name, shape in source.shapes.items() if name not in manifest["dropped"]) * 4
 
@@ -209,15 +211,15 @@ def write_stacks(source, stacks, tmp, *, style, formats, drop_slots=False, layer
     with ThreadPoolExecutor(1) as pool:  # hash the source while converting (hashlib releases the GIL)
         source_hashes = pool.map(lambda f: (os.path.basename(f), sha256(f)), source.files())
         write_checkpoint(os.path.join(tmp, "checkpoint"), items, progress=shard_done)
-        manifest["source"]["files"] = dict(source_hashes)
-    for warning in manifest["warnings"]:
+        manifest.source.files = dict(source_hashes)
+    for warning in manifest.warnings:
         say(f"warning: {warning}")
     return manifest
 
 
 def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla, several, manifest, say):
-    entry = {"variable": stack.variable, "prefix": stack.prefix, "label": stack.label, "spec": stack.spec.to_dict(),
-             "param_count": stack.size, "spec_source": stack.how, "targets": [], "slots": {}, "artifacts": {}}
+    entry = StackRecord(variable=stack.variable, prefix=stack.prefix, label=stack.label, spec=stack.spec.to_dict(),
+                        param_count=stack.size, spec_source=stack.how)
     scheme = getattr(target_for(style, source.shapes, stack.prefix), "scheme", None)
     if scheme:
         entry["scheme"] = scheme
@@ -233,15 +235,15 @@ def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla, s
         rels = artifact_paths(fmt, stack.label, several, layer_dir)
         why = fmt.cannot_hold(stack.spec)
         if why:  # a default format that cannot hold this stack (an explicit one is refused before writing)
-            manifest["warnings"].append(f"{', '.join(rels.values())} not written: {why}")
+            manifest.warnings.append(f"{', '.join(rels.values())} not written: {why}")
             continue
         for rel in rels.values():
             say(f"writing {rel}")
             os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
         details = fmt.write(canon, {k: os.path.join(tmp, rel) for k, rel in rels.items()}, name=stack.label,
                             options={"xla": xla})
-        entry["artifacts"].update(rels)
-        entry.update(details or {})
+        entry.artifacts.update(rels)
+        entry.update(**(details or {}))
     return entry
 
 
@@ -249,7 +251,7 @@ def _checkpoint_items(source, stacks, manifest, style, owned, drop_slots, allow_
     """(name, array, dtype) for OUT/checkpoint: the style's tensors, one pseudo-layer at a time, for each buffer and
     each kept slot, then every other variable unchanged."""
     converted = set()
-    for stack, entry in zip(stacks, manifest["stacks"]):
+    for stack, entry in zip(stacks, manifest.stacks):
         target = target_for(style, source.shapes, stack.prefix)
         sources = [(stack.variable, "")] + [(s, s[len(stack.variable) + 1:]) for s in stack.slots if not drop_slots]
         for name_in, suffix in sources:
@@ -267,9 +269,9 @@ def _checkpoint_items(source, stacks, manifest, style, owned, drop_slots, allow_
                     yield name, contiguous(value), source.dtypes[name_in]
             if suffix:
                 gap = max(float(np.max(np.abs(p.b_W - p.b_R), initial=0.0)) for p in canon.layers)
-                entry["slots"][name_in] = {"targets": names, "max_abs_b_W_minus_b_R": gap}
+                entry.slots[name_in] = {"targets": names, "max_abs_b_W_minus_b_R": gap}
             else:
-                entry["targets"] = names
+                entry.targets = names
         stack.blob = None  # let the buffer go once its tensors are written
     for name in source.names:
         if name not in owned and name not in converted:

@@ -18,50 +18,25 @@ hash the same; otherwise from OUT/checkpoint (the report says which). An element
     report = verify("out/")            # also writes out/parity.json
     assert report["passed"]
 """
-import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import numpy as np
 
 from . import reference
 from .errors import CudnnPortError
 from .layout import RNNSpec, unpack
-from .outdir import MANIFEST, TOOL
+from .manifest import MANIFEST, load_manifest
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
-from .paths import require_file, sha256
-from .quiet import quiet
+from .paths import sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
+from .progress import Progress, say_to
 
 if TYPE_CHECKING:
     from .canonical import CanonicalRNN
 
 REPORT = "parity.json"
-
-
-def load_manifest(out) -> Dict[str, Any]:
-    """OUT's manifest.json, checked to be ours and whole. A file of OUT that is a pipe or a device (a reader would
-    wait on it for ever) is refused here, before anything opens it."""
-    path = os.path.join(os.fspath(out), MANIFEST)
-    try:
-        with open(require_file(path, MANIFEST)) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError, CudnnPortError):
-        manifest = None
-    if not isinstance(manifest, dict) or manifest.get("tool") != TOOL:
-        raise CudnnPortError(f"{out} is not a cudnn-port output (no readable manifest.json of ours); "
-                             "run cudnn-port convert SOURCE OUT first and verify OUT")
-    for key, kind in (("files", dict), ("stacks", list), ("source", dict), ("model_artifacts", dict)):
-        if not isinstance(manifest.get(key, kind()), kind):
-            raise CudnnPortError(f"{path} is damaged ({key} is not a {kind.__name__}); convert again")
-    for root, dirs, files in os.walk(out):
-        for name in files:
-            full = os.path.join(root, name)
-            if os.path.exists(full) and not os.path.isfile(full):
-                raise CudnnPortError(f"{full} is not a regular file (a pipe or device), so OUT is not one cudnn-port "
-                                     "wrote; convert again")
-    return manifest
 
 
 def file_rows(out, manifest) -> List[Dict[str, Any]]:
@@ -113,15 +88,15 @@ def converted_canon(manifest, out, stack, spec) -> "CanonicalRNN":
     return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
 
 
-@quiet
-def verify(out, atol=ATOL, rtol=RTOL, seed=0, batch=4, steps=9, progress=None, trust_source=False) -> dict:
+def verify(out: "os.PathLike[str] | str", atol: float = ATOL, rtol: float = RTOL, seed: int = 0, batch: int = 4,
+           steps: int = 9, progress: Optional[Progress] = None, trust_source: bool = False) -> Dict[str, Any]:
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict. A graph in
     OUT that is not pure computation is refused before anything runs, unless ``trust_source``."""
     from .graphs.trust import check_out
 
     out = os.fspath(out)
     manifest = load_manifest(out)
-    say = progress or (lambda message: None)
+    say = say_to(progress)
     check_out(out, manifest, trust_source=trust_source, say=say)
     report = {"out": os.path.abspath(out), "atol": atol, "rtol": rtol, "seed": seed, "batch": batch, "steps": steps,
               "rows": file_rows(out, manifest)}
@@ -222,7 +197,7 @@ def format_table(report) -> str:
     lines = [f"{'stack':<28} {'artifact':<40} {'max abs err':>12} {'max rel err':>12}  result", "-" * 104]
     for r in report["rows"]:
         result = "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
-        fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"  # noqa: E731
+        fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"
         lines.append(f"{str(r['stack'])[:28]:<28} {r['artifact'][:40]:<40} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  "
                      f"{result}" + (f"  ({r['note']})" if r.get("note") else ""))
     judges = sorted({r["judge"] for r in report["rows"] if r.get("judge")})

@@ -5,9 +5,9 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-import pytest  # noqa: E402
+import pytest
 
-from helpers import CHAR_LM, ROOT, tagger  # noqa: E402
+from helpers import CHAR_LM, ROOT, tagger
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 

@@ -23,7 +23,7 @@ ATOL = 1e-5  # fp32 probabilities and log probabilities: measured <= 1e-6; decod
 
 def split(expected, case):
     """(inputs, outputs) of ``case``: {key: array} each."""
-    pick = lambda kind: {k.split("/", 2)[2]: v for k, v in expected.items()  # noqa: E731
+    pick = lambda kind: {k.split("/", 2)[2]: v for k, v in expected.items()
                          if k.startswith(f"{case}/{kind}/")}
     return pick("in"), pick("out")
 

@@ -119,7 +119,7 @@ def keras2_cudnn_lstm(weights, x, lengths=None, h0=None, c0=None, reading="cudnn
     h = np.zeros((B, H)) if h0 is None else np.array(h0, np.float64)
     c = np.zeros((B, H)) if c0 is None else np.array(c0, np.float64)
     y = np.zeros((B, T, H))
-    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))
     for t in range(T):
         pre = [x[:, t] @ W[g].T + h @ R[g].T + b[g] for g in range(4)]
         c_new = sigmoid(pre[1]) * c + sigmoid(pre[0]) * np.tanh(pre[2])

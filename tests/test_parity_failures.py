@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # whole models exported
 def broken(monkeypatch):
     """Every fused layer's inference path (what the whole model's SavedModel and GraphDef are traced from) off by
     1e-3: a broken export the stock-Keras judge must catch."""
-    import cudnn_port.exports.tensorflow  # noqa: F401  binds the real stack_forward first: per-layer exports stay right
+    import cudnn_port.exports.tensorflow
     import cudnn_port.tf_train  # noqa: F401  and so does the training path (its projection fallback), for later tests
     from cudnn_port import tf_graph
 
@@ -49,7 +49,7 @@ def test_a_broken_export_raises_and_leaves_nothing(tmp_path, broken):
 
 def test_cli_exits_1_on_a_broken_export(tmp_path, capsys, monkeypatch):
     tagger().save(tmp_path / "tagger.keras")
-    import cudnn_port.exports.tensorflow  # noqa: F401  as in ``broken``
+    import cudnn_port.exports.tensorflow
     import cudnn_port.tf_train  # noqa: F401
     from cudnn_port import tf_graph
 

@@ -510,7 +510,7 @@ def test_saved_model_without_cudnn_nodes_and_corrupt_saved_model(tmp_path, capsy
     code, _, err = run_cli(capsys, "convert", tmp_path / "plain", tmp_path / "out")
     assert_clean_error(code, err, "cannot read", "saved_model.pb")
     code, _, err = run_cli(capsys, "convert", tmp_path / "plain", tmp_path / "out", "--formats", "keras")
-    assert_clean_error(code, err, "converts to saved_model and onnx")
+    assert_clean_error(code, err, "converts to saved_model, graphdef, onnx")
 
 
 @pytest.mark.slow

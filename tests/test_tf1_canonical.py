@@ -20,7 +20,7 @@ def original_tensors(spec, prefix, legacy=False, cell=None, seed=0):
     GRU ``gates/…``, ``candidate/…``. Written from the names TF1 uses, not from this project's writers."""
     rng = np.random.default_rng(seed)
     H, out = spec.num_units, {}
-    rand = lambda *shape: (rng.normal(size=shape) * 0.3).astype("float32")  # noqa: E731
+    rand = lambda *shape: (rng.normal(size=shape) * 0.3).astype("float32")
     cell = cell or ("cudnn_compatible_lstm_cell" if spec.mode == "lstm" else "cudnn_compatible_gru_cell")
     for layer in range(spec.num_layers):
         width = spec.layer_input_size(layer)

@@ -27,7 +27,7 @@ def fixtures(tmp_path_factory):
 
 def split(expected, name):
     """(inputs, outputs) of fixture ``name``: {key: array} each."""
-    pick = lambda kind: {k.split("/", 2)[2]: v for k, v in expected.items()  # noqa: E731
+    pick = lambda kind: {k.split("/", 2)[2]: v for k, v in expected.items()
                          if k.startswith(f"{name}/{kind}/")}
     return pick("in"), pick("out")
 

@@ -4,7 +4,9 @@ those of :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` where the
 CudnnRNNV3 with its lengths input), so that runtimes which ignore ``sequence_lens`` (OpenVINO) compute ragged batches
 right too; those of :func:`cudnn_port.exports.onnx.stack_graph` where it has none (full length, where the plain form
 is right everywhere)."""
-from typing import TYPE_CHECKING
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -133,15 +135,20 @@ CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV
 HANDLERS = dict(CUDNN_HANDLERS, CTCGreedyDecoder=(ctc_greedy_decoder_handler, []))  # tf2onnx's fails on blank rows
 
 
-def quiet_converters() -> None:
-    """tf2onnx warns about the reserve outputs of cuDNN nodes no one reads, TensorFlow about its v1 freezing
-    helpers: neither is news to the user."""
-    import logging
-
-    from ..deps import import_tf
-
-    logging.getLogger("tf2onnx").setLevel(logging.ERROR)
-    import_tf().get_logger().setLevel(logging.ERROR)
+@contextlib.contextmanager
+def quiet_converters() -> Iterator[None]:
+    """While inside, tf2onnx's and TensorFlow's loggers say only errors: tf2onnx warns about the reserve outputs of
+    cuDNN nodes no one reads, TensorFlow about its v1 freezing helpers; neither is news to the user. Their levels
+    are restored after (a library call leaves the caller's loggers as it found them)."""
+    loggers = [logging.getLogger("tf2onnx"), logging.getLogger("tensorflow")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def write_graph_onnx(graph_def, inputs, outputs, path, renames=None) -> "onnx.ModelProto":
@@ -152,13 +159,13 @@ def write_graph_onnx(graph_def, inputs, outputs, path, renames=None) -> "onnx.Mo
     import onnx
     from tf2onnx import convert
 
-    quiet_converters()
     for node in graph_def.node:  # TF's own shape hints for a GRU node's output_c can contradict its shape function
         if node.op in CUDNN_HANDLERS:
             node.attr.pop("_output_shapes", None)
     _unique_returns(graph_def.library)
-    model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
-                                      custom_op_handlers=dict(HANDLERS), tensors_to_rename=renames)
+    with quiet_converters():
+        model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
+                                          custom_op_handlers=dict(HANDLERS), tensors_to_rename=renames)
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     if path is not None:
@@ -198,7 +205,7 @@ def write_saved_model_onnx(saved_model, path, signature="serving_default") -> "o
     """:func:`write_graph_onnx` of a SavedModel signature; inputs and outputs keep the signature's names."""
     from tf2onnx import tf_loader
 
-    quiet_converters()
-    frozen, inputs, outputs, renames = tf_loader.from_saved_model(
-        saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
+    with quiet_converters():
+        frozen, inputs, outputs, renames = tf_loader.from_saved_model(
+            saved_model, None, None, signatures=[signature], return_tensors_to_rename=True)
     return write_graph_onnx(frozen, inputs, outputs, path, renames)

@@ -36,16 +36,17 @@ int8 models: :mod:`cudnn_port.judging.int8`.
 import os
 import tempfile
 from collections import Counter
-from typing import Any, Dict
-
+from typing import TYPE_CHECKING, Any, Callable, Dict
 
 from ..deps import optional
 from ..errors import CudnnPortError
 
+if TYPE_CHECKING:
+    from ..manifest import Manifest
+
 LSTM_SETTINGS = dict(per_channel=True, reduce_range=True)
 MATMUL_SETTINGS = dict(per_channel=False, reduce_range=True)
 QUANTIZED_OPS = {"LSTM": "DynamicQuantizeLSTM", "MatMul": "MatMulInteger"}
-SUFFIX = "_int8"  # model.onnx -> model_int8.onnx
 
 
 def _value_infos(values):
@@ -64,6 +65,14 @@ def _quantize_pass(src, dst, op_type, settings):
     quantize_dynamic(src, dst, op_types_to_quantize=[op_type], weight_type=QuantType.QInt8,
                      per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
                      extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True}, **extra)
+
+
+class NothingToQuantize(CudnnPortError):
+    """An ONNX model with no LSTM node: its "int8" file would be the float32 model. ``why`` says what it holds."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"{path}: nothing to quantize to int8 ({why}); use the float32 model")
+        self.why = why
 
 
 def quantize_onnx(src_path, dst_path, lstm=None, matmul=False) -> Dict[str, Any]:
@@ -90,7 +99,7 @@ def quantize_onnx(src_path, dst_path, lstm=None, matmul=False) -> Dict[str, Any]
     if not before["LSTM"]:
         why = (f"{before['GRU']} GRU node(s): onnxruntime has no int8 GRU kernel (no DynamicQuantizeGRU), so "
                "quantize_dynamic would leave them float32" if before["GRU"] else "no LSTM node")
-        raise CudnnPortError(f"{src_path}: nothing to quantize to int8 ({why}); use the float32 model")
+        raise NothingToQuantize(src_path, why)
     passes = [("LSTM", lstm)] + ([("MatMul", matmul)] if matmul and before["MatMul"] else [])
     quiet = logging.getLogger()
     level, quiet.level = quiet.level, logging.ERROR  # quantize_dynamic warns to run its pre-processing
@@ -164,32 +173,36 @@ def refuse_nothing_to_quantize(specs) -> None:
 
 def int8_path(rel: str) -> str:
     """Where the int8 model of the float32 ONNX artifact ``rel`` goes: beside it (``model_int8.onnx``)."""
-    stem, ext = os.path.splitext(rel)
-    return stem + SUFFIX + ext
+    from ..formats import derived
+
+    return derived("int8")[0][1].path(rel)
 
 
-def quantize_outputs(manifest, tmp, say) -> None:
-    """Write the int8 model of each ONNX artifact of an output being built in ``tmp`` (each LSTM stack's
-    ``model.onnx`` and ``model_stateful.onnx``, and the whole model's) and record them in ``manifest`` under the
-    artifact's key + ``_int8``. GRU and projected stacks have no int8 form (a warning says so); nothing quantizable
-    at all is an error."""
+def quantize_outputs(manifest: "Manifest", tmp: str, say: Callable[[str], None]) -> None:
+    """Write the derived int8 artifact (:class:`cudnn_port.formats.Derived`, declared by the ONNX format) of each
+    artifact it derives from in an output being built in ``tmp`` (each LSTM stack's ``model.onnx`` and
+    ``model_stateful.onnx``, and the whole model's) and record it in ``manifest`` under its derived key. GRU and
+    projected stacks have no int8 form (a warning says so); nothing quantizable at all is an error."""
+    from ..formats import NotWritten, derived
+
     written, skipped = [], []
-    targets = [(stack["artifacts"], f"stack {stack['variable']}") for stack in manifest["stacks"]]
-    targets.append((manifest["model_artifacts"], "the whole model"))
-    for artifacts, what, key in ((a, w, k) for a, w in targets for k in ("onnx", "onnx_stateful") if k in a):
-        rel = artifacts[key]
-        try:
-            report = quantize_onnx(os.path.join(tmp, rel), os.path.join(tmp, int8_path(rel)))
-            say(f"wrote {int8_path(rel)} (int8)")  # said once written: a GRU stack's file never is
-        except CudnnPortError as e:
-            if key == "onnx":  # one line per stack, not one per file
-                skipped.append(f"{what}: no int8 model ({str(e).split('(', 1)[-1].rstrip(')')})")
-            continue
-        artifacts[key + SUFFIX] = int8_path(rel)
-        written.append({"artifact": int8_path(rel), **{k: report[k] for k in ("settings", "bytes", "quantized",
-                                                                               "float32_left", "warnings")}})
+    targets = [(stack.artifacts, f"stack {stack.variable}") for stack in manifest.stacks]
+    targets.append((manifest.model_artifacts, "the whole model"))
+    for _, form in derived("int8"):
+        for artifacts, what, key in ((a, w, k) for a, w in targets for k in form.of if k in a):
+            rel = artifacts[key]
+            try:
+                report = form.write(os.path.join(tmp, rel), os.path.join(tmp, form.path(rel)))
+                say(f"wrote {form.path(rel)} (int8)")  # said once written: a GRU stack's file never is
+            except NotWritten as e:
+                if key == form.of[0]:  # one line per stack, not one per file
+                    skipped.append(f"{what}: no int8 model ({e})")
+                continue
+            artifacts[form.key(key)] = form.path(rel)
+            written.append({"artifact": form.path(rel), **{k: report[k] for k in (
+                "settings", "bytes", "quantized", "float32_left", "warnings")}})
     if not written:
         raise CudnnPortError("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it "
                              "has no int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
     manifest["int8"] = written
-    manifest.setdefault("warnings", []).extend(skipped)
+    manifest.warnings.extend(skipped)

@@ -1,7 +1,8 @@
-"""Loaders shared by the format runtimes (:mod:`cudnn_port.formats`) and the whole-model judges: a frozen GraphDef
-into a ``tf.Graph``, an ONNX model into a quiet onnxruntime CPU session."""
+"""Loaders shared by the format runtimes (:mod:`cudnn_port.formats`), the judges and bench, each written once: a
+frozen GraphDef into a ``tf.Graph``, an ONNX model into a quiet onnxruntime CPU session, a SavedModel, a TFLite
+interpreter."""
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -36,3 +37,30 @@ def onnx_session(path) -> "ort.InferenceSession":
     options.log_severity_level = 4
     return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
+
+def load_saved_model(path) -> "Any":
+    """``tf.saved_model.load`` of the SavedModel folder at ``path``."""
+    from ..deps import import_tf
+
+    return import_tf().saved_model.load(os.fspath(path))
+
+
+def litert_interpreter(path, tf_lite: bool = False) -> "Any":
+    """A TFLite interpreter of the model at ``path``: LiteRT's (``ai_edge_litert``), or with ``tf_lite`` TensorFlow's
+    own ``tf.lite.Interpreter`` (TF >= 2.20 warns that it moves to ai_edge_litert; that warning is not the user's).
+    The file's flatbuffer is checked first (:mod:`cudnn_port.artifact_check`): damaged is an error, not a crash."""
+    from ..artifact_check import check_artifact
+
+    check_artifact(path)
+    if not tf_lite:
+        from ai_edge_litert.interpreter import Interpreter
+
+        return Interpreter(model_path=os.fspath(path))
+    import warnings
+
+    from ..deps import import_tf
+
+    tf = import_tf()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tf.lite.Interpreter(model_path=os.fspath(path))

@@ -48,7 +48,7 @@ class _Graph:
         self.lengths = g.tensor("sequence_lengths", "int32", [-1])
         g.inputs = [self.x, self.lengths]
         shape = g.op("SHAPE", [self.x], "input_shape", dtype="int32", options="ShapeOptions", outType=2)
-        i32 = lambda name, v: g.const(name, np.asarray(v, np.int32))  # noqa: E731
+        i32 = lambda name, v: g.const(name, np.asarray(v, np.int32))
         self.i32 = i32
         self.T = g.op("STRIDED_SLICE", [shape, i32("one_1", [1]), i32("two_1", [2]), i32("one_1b", [1])], "time",
                       dtype="int32", options="StridedSliceOptions", shrinkAxisMask=1)

@@ -139,15 +139,3 @@ class FlatModel:
         builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
         return bytes(builder.Output())
 
-
-def op_names(data: bytes) -> List[str]:
-    """The builtin (or custom) op names a serialized model uses, read back from its flatbuffer."""
-    fb = schema()
-    model = fb.Model.GetRootAs(data, 0)
-    codes = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-    found = []
-    for i in range(model.OperatorCodesLength()):
-        c = model.OperatorCodes(i)
-        found.append(c.CustomCode().decode() if c.CustomCode() else codes[max(c.BuiltinCode(),
-                                                                               c.DeprecatedBuiltinCode())])
-    return found

@@ -35,7 +35,7 @@ def _cond(graph):
 def _body(graph, params, H, name):
     b = graph.model.subgraph(f"{name}/body")
     t, T, h, y, xw, valid = _loop_inputs(b, f"{name}/")
-    i32 = lambda n, v: b.const(f"{name}/{n}", np.asarray(v, np.int32))  # noqa: E731
+    i32 = lambda n, v: b.const(f"{name}/{n}", np.asarray(v, np.int32))
     R = np.concatenate([np.asarray(params.R[k], np.float32) for k in range(3)])
     bias_h = np.concatenate([np.zeros(2 * H, np.float32), np.asarray(params.b_R[2], np.float32)])
     hw = b.op("FULLY_CONNECTED", [h, b.const(f"{name}/R", R), b.const(f"{name}/b_R_h", bias_h)], f"{name}/hw",
@@ -45,8 +45,8 @@ def _body(graph, params, H, name):
     x_r, x_z, x_h = b.op("SPLIT", [axis, xw_t], [f"{name}/x_{k}" for k in "rzh"], options="SplitOptions",
                          numSplits=3)
     h_r, h_z, h_h = b.op("SPLIT", [axis, hw], [f"{name}/h_{k}" for k in "rzh"], options="SplitOptions", numSplits=3)
-    add = lambda u, v, n: b.op("ADD", [u, v], f"{name}/{n}", options="AddOptions")  # noqa: E731
-    mul = lambda u, v, n: b.op("MUL", [u, v], f"{name}/{n}", options="MulOptions")  # noqa: E731
+    add = lambda u, v, n: b.op("ADD", [u, v], f"{name}/{n}", options="AddOptions")
+    mul = lambda u, v, n: b.op("MUL", [u, v], f"{name}/{n}", options="MulOptions")
     r = b.op("LOGISTIC", [add(x_r, h_r, "r_pre")], f"{name}/r")
     z = b.op("LOGISTIC", [add(x_z, h_z, "z_pre")], f"{name}/z")
     n = b.op("TANH", [add(x_h, mul(r, h_h, "r_h"), "n_pre")], f"{name}/n")

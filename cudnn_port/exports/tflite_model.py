@@ -234,8 +234,8 @@ def _static_fill(model, x, target, name, count=None, width=None) -> List[object]
     are sized only while the model runs; a fused LSTM's variable state tensors set from them, or any op after them,
     would be resized mid-run, which corrupts LiteRT's memory (measured: LiteRT 2.3 aborts on a smaller batch)."""
     fb = schema()
-    i32 = lambda label, v: edit.tensor(model, f"{name}/{label}", np.asarray(v, np.int32))  # noqa: E731
-    code = lambda op: edit.code(model, edit.builtin(fb, op))  # noqa: E731
+    i32 = lambda label, v: edit.tensor(model, f"{name}/{label}", np.asarray(v, np.int32))
+    code = lambda op: edit.code(model, edit.builtin(fb, op))
     shape, batch = edit.tensor(model, f"{name}/shape"), edit.tensor(model, f"{name}/batch")
     ops = [edit.op(fb, code("SHAPE"), [x], [shape], "ShapeOptions", outType=fb.TensorType.INT32),
            edit.op(fb, code("STRIDED_SLICE"), [shape, i32("begin", [0]), i32("end", [1]), i32("stride", [1])], [batch],

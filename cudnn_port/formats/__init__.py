@@ -61,6 +61,56 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class Road:
+    """A format's part on a road that writes one model for the whole source: ``model`` (a Keras model exported
+    whole, :mod:`cudnn_port.model_export`) or ``graph`` (a SavedModel whose cuDNN nodes are rewritten,
+    :mod:`cudnn_port.graphs`).
+    ``artifacts``: what it writes (paths in OUT, no ``{label}``); ``write(job, paths)`` writes them (``job``: the
+    road's :class:`cudnn_port.roads.ModelJob` or :class:`cudnn_port.roads.GraphJob`) and returns details for the
+    manifest or None, or raises :class:`NotWritten` (a warning; the other artifacts stand); ``open(path, job)`` ->
+    ``run(feeds)`` -> the outputs in order, for verify's row named ``row``; ``needs``: modules that runtime imports;
+    ``applies(job)``: whether the format writes anything for this job (None: always); one that does not is passed
+    over without a word (graphdef on the graph road: only for a signature that holds lookup tables); ``more``: further
+    runtimes of the same artifact, each ``(row, open, needs)`` (ONNX in OpenVINO beside onnxruntime)."""
+
+    artifacts: Tuple[Artifact, ...]
+    write: Callable
+    open: Optional[Callable] = None
+    row: str = ""
+    needs: Tuple[str, ...] = ()
+    applies: Optional[Callable] = None
+    more: Tuple[Tuple[str, Callable, Tuple[str, ...]], ...] = ()
+
+    def runners(self) -> List[Tuple[str, Callable, Tuple[str, ...]]]:
+        """(row, open, needs) of each way verify runs the artifact: the first runtime, then ``more``."""
+        return ([(self.row, self.open, self.needs)] if self.open is not None else []) + list(self.more)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """An artifact made from another one of the same format (ONNX's int8 model from its float32 one): ``name`` (the
+    ``--quantize`` value), ``key_suffix`` (the manifest key and file stem get it: ``onnx`` -> ``onnx_int8``,
+    ``model.onnx`` -> ``model_int8.onnx``), ``of``: the keys it derives from, ``write(src, dst)`` -> details,
+    raising :class:`NotWritten` where there is nothing to derive."""
+
+    name: str
+    key_suffix: str
+    of: Tuple[str, ...]
+    write: Callable
+
+    def key(self, key: str) -> str:
+        return key + self.key_suffix
+
+    def path(self, rel: str) -> str:
+        stem, dot, ext = rel.rpartition(".")
+        return f"{stem}{self.key_suffix}.{ext}" if dot else rel + self.key_suffix
+
+
+class NotWritten(CudnnPortError):
+    """A format cannot hold this model (its reason is the message); the road writes the rest and warns."""
+
+
+@dataclass(frozen=True)
 class Format:
     """One output format of a stack (see the module docstring). ``write(canon, paths, *, name, options)`` writes
     every artifact of ``paths`` ({artifact key: absolute path}) and returns details for the manifest or None;
@@ -76,6 +126,9 @@ class Format:
     needs: Tuple[str, ...] = ()
     default: bool = False
     order: int = 100
+    model: Optional[Road] = None  # its whole-model artifacts (a .keras model)
+    graph: Optional[Road] = None  # its artifacts of a rewritten SavedModel graph
+    derived: Tuple[Derived, ...] = ()
 
 
 _REGISTRY: Dict[str, Format] = {}
@@ -166,6 +219,21 @@ def needs(requested) -> List[str]:
 def refusal(name: str, spec) -> Optional[str]:
     """Why format ``name`` cannot hold a stack of ``spec`` (None if it can)."""
     return get(name).cannot_hold(spec)
+
+
+def on_road(road: str) -> List[Format]:
+    """The formats that write on ``road`` ("model" or "graph"), in order."""
+    return [f for f in formats().values() if getattr(f, road) is not None]
+
+
+def derived(name: str) -> List[Tuple[Format, Derived]]:
+    """Every format's derived artifact called ``name`` (e.g. "int8")."""
+    return [(f, d) for f in formats().values() for d in f.derived if d.name == name]
+
+
+def derived_keys(name: str) -> Dict[str, str]:
+    """{derived key: the key it derives from} for ``name`` (e.g. {"onnx_int8": "onnx", ...})."""
+    return {d.key(key): key for _, d in derived(name) for key in d.of}
 
 
 def help_text() -> str:

@@ -1,7 +1,7 @@
 """``graphdef``: OUT/frozen_graph.pb, the SavedModel's computation as a frozen GraphDef for TF1-style sessions:
 placeholders ``inputs:0``, ``sequence_lengths:0``, ``initial_h:0`` (and ``initial_c:0``; zeros by default), outputs
 ``outputs:0``, ``final_h:0`` (``final_c:0``) (:mod:`cudnn_port.exports.tensorflow`)."""
-from . import Artifact, Format, Runtime
+from . import Artifact, Format, Road, Runtime
 
 
 def _write(canon, paths, *, name, options):
@@ -26,7 +26,56 @@ def _open(path, spec):
     return run
 
 
+def _write_model(job, paths):
+    """The whole model's CPU trace frozen: inputs as the model names them, outputs ``output_0`` ..."""
+    from ..exports.tensorflow import strip_unused_placeholders
+
+    frozen = job.frozen("cpu")
+    outputs = [f"output_{i}" for i in range(len(frozen.outputs))]
+    graph_def = strip_unused_placeholders(frozen.graph.as_graph_def(), keep=[t.name for t in frozen.inputs],
+                                          outputs=dict(zip(outputs, [t.name for t in frozen.outputs])))
+    with open(paths["graphdef"], "wb") as f:
+        f.write(graph_def.SerializeToString())
+    return {"graphdef_nodes": {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in outputs]}}
+
+
+def _open_model(path, job):
+    from ..deps import import_tf
+    from ..exports.runners import load_graph
+
+    session = import_tf().compat.v1.Session(graph=load_graph(path))
+    names = job.manifest["graphdef_nodes"]
+
+    def run(feeds):
+        return session.run(names["outputs"], {n: feeds[name] for n, name in zip(names["inputs"], job.input_names)})
+
+    return run
+
+
+def _write_graph(job, paths):
+    """A raw-text SavedModel's whole signature, strings in, its lookup tables' contents written in and an
+    ``init_all_tables`` op (:mod:`cudnn_port.graphs.frozen`), frozen from the rewritten OUT/saved_model."""
+    from .. import formats as registry
+    from ..graphs.convert import onnx_signature
+    from ..graphs.frozen import write_frozen
+
+    if "saved_model" not in job.written:
+        raise registry.NotWritten("it is frozen from saved_model/; add saved_model to --formats")
+    with job.user_graph("freeze"):
+        return {"graphdef_nodes": write_frozen(job.written["saved_model"], paths["graphdef"],
+                                               onnx_signature(job.proto) or "serving_default")}
+
+
+def _has_tables(job):
+    from ..graphs.frozen import has_tables
+
+    return has_tables(job.proto)
+
+
 FORMAT = Format(name="graphdef", help="OUT/frozen_graph.pb, a frozen GraphDef for TF1 sessions",
                 artifacts=(Artifact("graphdef", "frozen_graph{suffix}.pb", states="optional"),),
                 write=_write, runtimes=(Runtime("session", _open, needs=("tensorflow",)),),
-                needs=("tensorflow",), default=True, order=40)
+                needs=("tensorflow",), default=True, order=40,
+                model=Road((Artifact("graphdef", "frozen_graph.pb"),), _write_model, _open_model, "graphdef",
+                           ("tensorflow",)),
+                graph=Road((Artifact("graphdef", "frozen_graph.pb"),), _write_graph, applies=_has_tables))

@@ -3,9 +3,8 @@
 ``xla``), weights frozen in (:mod:`cudnn_port.exports.tensorflow`). Run two ways, as users run it: through its
 signatures (TF Serving, ``loaded.signatures[...]``) and through the functions ``loaded.serve`` /
 ``loaded.serve_state`` that ``tf.saved_model.load(path)`` exposes, which hold their own copy of the graph."""
-import os
 
-from . import Artifact, Format, Runtime
+from . import Artifact, Format, Road, Runtime
 
 
 def _write(canon, paths, *, name, options):
@@ -24,8 +23,10 @@ def _outputs(spec, result):
 def _open_signatures(path, spec):
     from ..deps import import_tf
 
+    from ..exports.runners import load_saved_model
+
     tf = import_tf()
-    loaded = tf.saved_model.load(os.fspath(path))
+    loaded = load_saved_model(path)
 
     def run(feeds):
         name = "with_initial_state" if "initial_h" in feeds else "serving_default"
@@ -37,8 +38,10 @@ def _open_signatures(path, spec):
 def _open_functions(path, spec):
     from ..deps import import_tf
 
+    from ..exports.runners import load_saved_model
+
     tf = import_tf()
-    loaded = tf.saved_model.load(os.fspath(path))
+    loaded = load_saved_model(path)
 
     def run(feeds):
         function = loaded.serve_state if "initial_h" in feeds else loaded.serve
@@ -47,8 +50,51 @@ def _open_functions(path, spec):
     return run
 
 
+def _write_model(job, paths):
+    """The whole model's serving function on the fused layers' CPU path, saved with the model's variables."""
+    from ..deps import import_tf
+    from ..errors import CudnnPortError
+    from ..exports.tensorflow import op_types
+
+    tf = import_tf()
+    cpu = job.traced("cpu")
+    module = tf.Module()
+    module.variables_ = list(job.model.variables)
+    module.serve = cpu
+    tf.saved_model.save(module, paths["saved_model"], signatures={"serving_default": cpu})
+    if any(op.startswith("Cudnn") for op in op_types(cpu.graph.as_graph_def())):
+        raise CudnnPortError("the CPU trace still holds a Cudnn op; a layer other than cudnn_port's calls cuDNN")
+
+
+def _open_model(path, job):
+    from ..deps import import_tf
+    from ..exports.runners import load_saved_model
+
+    tf = import_tf()
+    serving = load_saved_model(path).signatures["serving_default"]
+
+    def run(feeds):
+        result = serving(**{name: tf.constant(feeds[name]) for name in job.input_names})
+        return [result[f"output_{i}"].numpy() for i in range(job.count)]
+
+    return run
+
+
+def _write_graph(job, paths):
+    """The SavedModel with each cuDNN node replaced by CPU ops, loaded once to prove it loads."""
+    from ..exports.runners import load_saved_model
+    from ..graphs.rewrite import write_cpu_saved_model
+
+    with job.user_graph("rewrite"):
+        write_cpu_saved_model(job.source, paths["saved_model"], job.nodes, job.proto)
+        load_saved_model(paths["saved_model"])  # a damaged graph or variables fail here
+
+
 FORMAT = Format(name="saved_model", help="OUT/saved_model/, signatures serving_default and with_initial_state",
                 artifacts=(Artifact("saved_model", "saved_model{suffix}", states="optional"),),
                 write=_write, runtimes=(Runtime("signatures", _open_signatures, needs=("tensorflow",)),
                                         Runtime("functions", _open_functions, needs=("tensorflow",), bench=False)),
-                needs=("tensorflow",), default=True, order=30)
+                needs=("tensorflow",), default=True, order=30,
+                model=Road((Artifact("saved_model", "saved_model"),), _write_model, _open_model, "saved_model",
+                           ("tensorflow",)),
+                graph=Road((Artifact("saved_model", "saved_model"),), _write_graph))

@@ -3,12 +3,11 @@ initial_c], for streaming), builtin ops only: LSTM stacks as fused ``UNIDIRECTIO
 included), GRU stacks as a ``WHILE`` loop of builtin ops (:mod:`cudnn_port.exports.tflite`). Both return outputs,
 final_h (and final_c) with cuDNN's semantics on ragged batches. Run by LiteRT's interpreter (``ai_edge_litert``) and,
 as a second judge, TensorFlow's own ``tf.lite.Interpreter``."""
-import warnings
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import Artifact, Format, Runtime
+from . import Artifact, Format, NotWritten, Road, Runtime
 
 
 def _write(canon, paths, *, name, options):
@@ -47,24 +46,45 @@ def interpreter_runner(interpreter) -> Callable[[Dict[str, np.ndarray]], List[Op
 
 
 def _open_litert(path, spec):
-    from ai_edge_litert.interpreter import Interpreter
+    from ..exports.runners import litert_interpreter
 
-    from ..artifact_check import check_artifact
-
-    check_artifact(path)
-    return interpreter_runner(Interpreter(model_path=path))
+    return interpreter_runner(litert_interpreter(path))
 
 
 def _open_tf(path, spec):
-    from ..deps import import_tf
+    from ..exports.runners import litert_interpreter
 
-    from ..artifact_check import check_artifact
+    return interpreter_runner(litert_interpreter(path, tf_lite=True))
 
-    check_artifact(path)
-    tf = import_tf()
-    with warnings.catch_warnings():  # TF >= 2.20 warns that tf.lite.Interpreter moves to ai_edge_litert
-        warnings.simplefilter("ignore")
-        return interpreter_runner(tf.lite.Interpreter(model_path=path))
+
+def _write_model(job, paths):
+    """TFLite's converter over the whole model, each fused layer spliced in as builtin ops."""
+    from ..exports import tflite_model
+    from ..layers import fused_layers
+    from ..layout import unpack
+
+    kernels = {layer.opaque_kernel.numpy().astype("float32").tobytes(): unpack(layer.spec, layer.opaque_kernel.numpy())
+               for layer in fused_layers(job.model)}
+    try:
+        data = tflite_model.convert(job.frozen("cudnn"), job.input_names,
+                                    sorted(job.traced("cudnn").structured_outputs), kernels)
+    except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
+        raise NotWritten(f"{tflite_model.why(e)}; only the per-layer .tflite files (layers/<layer>/) were written")
+    with open(paths["tflite"], "wb") as f:
+        f.write(data)
+
+
+def _open_model(path, job):
+    """LiteRT's interpreter through the model's SignatureDef, which resizes the inputs itself."""
+    from ..exports.runners import litert_interpreter
+
+    runner = litert_interpreter(path).get_signature_runner("serving_default")
+
+    def run(feeds):
+        result = runner(**{name: feeds[name] for name in job.input_names})
+        return [result[f"output_{i}"] for i in range(job.count)]
+
+    return run
 
 
 FORMAT = Format(name="tflite", help="OUT/model.tflite and OUT/model_stateful.tflite, builtin TFLite ops only (fused "
@@ -73,4 +93,6 @@ FORMAT = Format(name="tflite", help="OUT/model.tflite and OUT/model_stateful.tfl
                            Artifact("tflite_stateful", "model_stateful{suffix}.tflite", states="required")),
                 write=_write, runtimes=(Runtime("litert", _open_litert, needs=("ai_edge_litert",)),
                                         Runtime("tf.lite", _open_tf, needs=("tensorflow",), bench=False)),
-                needs=("flatbuffers",), order=70)
+                needs=("flatbuffers",), order=70,
+                model=Road((Artifact("tflite", "model.tflite"),), _write_model, _open_model, "tflite (litert)",
+                           ("ai_edge_litert",)))

@@ -3,33 +3,36 @@ CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them,
 OUT/manifest.json."""
 import contextlib
 import os
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
-from ..outdir import OutputFolder, finish, manifest_head, warn
+from .. import formats as registry
+from ..manifest import Manifest, new_manifest, warn
+from ..outdir import OutputFolder, finish
 from ..paths import refuse_links_out, require_file, sha256
+from ..progress import say_to
+from ..roads import GraphJob, write_road
 from .allowlist import check_saved_model
-from .frozen import has_tables, write_frozen
-from .nodes import load_proto
 from .layouts import put_params_in_cudnn_order
+from .nodes import load_proto
 from .onnx_parts import foreign_part
 from .prune import drop_slot_references, gpu_selected
 from .reach import describe, reach
-from .rewrite import write_cpu_saved_model
-
-GRAPH_FORMATS = ("saved_model", "onnx")
 
 
-def convert_saved_model(source, out, formats=None, force=False, say=None, trust_source=False) -> Dict[str, Any]:
+def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] = None, force: bool = False,
+                        say: Optional[Callable[[str], None]] = None, trust_source: bool = False) -> Manifest:
     """Convert SavedModel folder ``source`` into ``out``; returns the manifest. Its graph must pass the op
     allow-list (:mod:`.allowlist`) before any of it is loaded or run, unless ``trust_source``."""
-    say = say or (lambda message: None)
-    formats = tuple(formats or GRAPH_FORMATS)
-    other = [f for f in formats if f not in GRAPH_FORMATS]
+    say = say_to(say)
+    graph_formats = tuple(f.name for f in registry.on_road("graph"))
+    formats = tuple(formats or graph_formats)
+    other = [f for f in formats if f not in graph_formats]
     if other:
-        raise CudnnPortError(f"a SavedModel converts to {' and '.join(GRAPH_FORMATS)}, not {other[0]}; its weights "
-                             "live in the graph's variables, so pass --formats saved_model,onnx (the default)")
+        raise CudnnPortError(f"a SavedModel converts to {', '.join(graph_formats)}, not {other[0]}; its weights "
+                             f"live in the graph's variables, so pass --formats {','.join(graph_formats)} (the "
+                             "default)")
     folder = OutputFolder(out, force=force, sources=[source])
     proto = load_proto(source)
     check_saved_model(source, proto, trust_source=trust_source, say=say)  # before TensorFlow loads any of it
@@ -47,7 +50,7 @@ def convert_saved_model(source, out, formats=None, force=False, say=None, trust_
         raise CudnnPortError(f"node {backward[0].name} ({backward[0].op}) is cuDNN's backward op, called by a "
                              "signature that computes gradients; ONNX has no such op, so pass --formats saved_model")
     projected = [n for n in nodes if n.spec.num_proj]
-    if "onnx" in formats and projected and formats != GRAPH_FORMATS:
+    if "onnx" in formats and projected and formats != graph_formats:
         raise CudnnPortError(f"node {projected[0].name} is an LSTM with projection, which ONNX's LSTM cannot hold; "
                              "leave onnx out of --formats")
     if uncalled:
@@ -57,56 +60,48 @@ def convert_saved_model(source, out, formats=None, force=False, say=None, trust_
         say(f"{node.name} ({node.op}): {node.spec.describe()}")
 
     def write(tmp):
-        manifest = manifest_head(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
-                                 "signatures, inputs and outputs keep their names", formats)
-        manifest.update(kind="saved_model", nodes=[n.to_dict() for n in nodes], warnings=[],
-                        gpu_alternatives=describe(reached["gpu_alternatives"], True),
-                        uncalled_functions_dropped=dropped_summary(dropped), params_reordered=reordered)
-        if "saved_model" in formats:
-            say("writing saved_model/ (cuDNN nodes replaced by CPU ops)")
-            with user_graph(source, "rewrite"):
-                write_cpu_saved_model(source, os.path.join(tmp, "saved_model"), nodes, proto)
-                _load(os.path.join(tmp, "saved_model"))  # proves it loads: a damaged graph or variables fail here
-            manifest["model_artifacts"]["saved_model"] = "saved_model"
-            if has_tables(proto):  # raw text: the whole signature for TF1 sessions too, tables filled in
-                say("writing frozen_graph.pb (the whole signature, its lookup tables' contents written in)")
-                with user_graph(source, "freeze"):
-                    manifest["graphdef_nodes"] = write_frozen(os.path.join(tmp, "saved_model"),
-                                                              os.path.join(tmp, "frozen_graph.pb"),
-                                                              onnx_signature(proto) or "serving_default")
-                manifest["model_artifacts"]["graphdef"] = "frozen_graph.pb"
-        if "onnx" in formats and projected:
-            warn(manifest, say, f"model.onnx not written: node {projected[0].name} is an LSTM with projection, "
-                                "which ONNX's LSTM cannot hold")
-        elif "onnx" in formats and onnx_signature(proto) is None:
-            names = signature_names(proto)
-            warn(manifest, say, f"model.onnx not written: the SavedModel has no serving_default signature and "
-                                f"{len(names)} others ({', '.join(names) or 'none'}), so which one ONNX should hold "
-                                "is not known")
-        elif "onnx" in formats:
-            from .onnx_parts import write_signature_onnx
-
-            signature = manifest["onnx_signature"] = onnx_signature(proto)
-            say(f"writing model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-            with foreign_part(manifest, say, "saved_model" in formats), user_graph(source, "write ONNX for"), \
-                    gpu_selected(source, reordered) as selected:  # tf_keras: its cuDNN path
-                part = write_signature_onnx(selected, os.path.join(tmp, "model.onnx"), signature)
-                manifest.update(part)
-                if part:
-                    warn(manifest, say, part["onnx_part"])
-            if reordered:
-                say(f"{len(reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a build "
-                    "without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
-            if os.path.exists(os.path.join(tmp, "model.onnx")):
-                manifest["model_artifacts"]["onnx"] = "model.onnx"
-            if "saved_model" in formats and "onnx" in manifest["model_artifacts"] and "onnx_input" not in manifest:
-                say("running model.onnx once on the inputs verify draws")
-                run_onnx_once(os.path.join(tmp, "saved_model"), os.path.join(tmp, "model.onnx"), signature)
+        manifest = new_manifest(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
+                                "signatures, inputs and outputs keep their names", formats, kind="saved_model")
+        manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped),
+                        gpu_alternatives=describe(reached["gpu_alternatives"], True), params_reordered=reordered)
+        job = GraphJob(source, proto, nodes, reordered, say, lambda what: user_graph(source, what))
+        job.manifest = manifest
+        manifest.model_artifacts = write_road("graph", job, tmp, manifest, say, formats)
+        arts = manifest.model_artifacts
+        if "saved_model" in arts and "onnx" in arts and "onnx_input" not in manifest:
+            say("running model.onnx once on the inputs verify draws")
+            run_onnx_once(os.path.join(tmp, arts["saved_model"]), os.path.join(tmp, arts["onnx"]),
+                          manifest["onnx_signature"])
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
-        manifest["source"]["files"] = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
+        manifest.source.files = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
         return finish(manifest, tmp)
 
     return folder.build(write, say)
+
+
+def write_graph_onnx_artifact(job: GraphJob, path: str) -> Dict[str, Any]:
+    """The ONNX format's writer on the graph road: the serving signature (or the only one) through tf2onnx with fused
+    ONNX LSTM / GRU nodes in place of the cuDNN nodes; NotWritten where ONNX cannot hold it."""
+    from .onnx_parts import write_signature_onnx
+
+    if job.projected:
+        raise registry.NotWritten(f"node {job.projected[0].name} is an LSTM with projection, which ONNX's LSTM "
+                                  "cannot hold")
+    signature = onnx_signature(job.proto)
+    if signature is None:
+        names = signature_names(job.proto)
+        raise registry.NotWritten(f"the SavedModel has no serving_default signature and {len(names)} others "
+                                  f"({', '.join(names) or 'none'}), so which one ONNX should hold is not known")
+    job.say(f"model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
+    with foreign_part("saved_model" in job.written), job.user_graph("write ONNX for"), \
+            gpu_selected(job.source, job.reordered) as selected:  # tf_keras: its cuDNN path
+        part = write_signature_onnx(selected, path, signature)
+    if part:  # raw text: the numeric part
+        warn(job.manifest, job.say, part["onnx_part"])
+    if job.reordered:
+        job.say(f"{len(job.reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a "
+                "build without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
+    return dict(onnx_signature=signature, **part)
 
 
 def dropped_summary(dropped) -> Dict[str, Any]:
@@ -162,11 +157,11 @@ def onnx_signature(proto) -> Optional[str]:
 def run_onnx_once(saved_model, onnx_path, signature="serving_default", seed=0) -> None:
     """Run the ONNX model on the inputs verify feeds ``signature`` (token ids for table lookups, fixed dimensions
     kept); raise ParityError (exit 1, nothing published) naming the failing node if onnxruntime fails."""
-    from ..exports.runners import onnx_session
+    from ..exports.runners import load_saved_model, onnx_session
     from ..judging.graph_inputs import run_error
     from ..judging.model_rows import signature_feeds
 
-    signatures = _load(saved_model).signatures
+    signatures = load_saved_model(saved_model).signatures
     if signature not in signatures:
         return
     feeds, _ = signature_feeds(signatures[signature], seed)
@@ -176,9 +171,3 @@ def run_onnx_once(saved_model, onnx_path, signature="serving_default", seed=0) -
     except Exception as e:  # noqa: BLE001 (onnxruntime's errors: the artifact's defect, reported in one line)
         raise ParityError(f"the written model.onnx fails in onnxruntime on the serving signature's inputs: "
                           f"{run_error(e)}; nothing was written") from None
-
-
-def _load(path):
-    from ..deps import import_tf
-
-    return import_tf().saved_model.load(path)

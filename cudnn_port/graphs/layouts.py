@@ -30,8 +30,8 @@ def _run_markers(session, params, placeholders, markers):
     """Where the markers land in params: the construction run once per digit (0 stays 0)."""
     base = DIGITS.get(params.dtype.name, 4096)
     passes = []
-    high_digit = lambda m: np.where(m > 0, (m - 1) // base + 1, 0)  # noqa: E731
-    low_digit = lambda m: np.where(m > 0, (m - 1) % base + 1, 0)  # noqa: E731
+    high_digit = lambda m: np.where(m > 0, (m - 1) // base + 1, 0)
+    low_digit = lambda m: np.where(m > 0, (m - 1) % base + 1, 0)
     for digit in (high_digit, low_digit):
         feeds = {p: digit(m).astype(p.dtype.as_numpy_dtype) for p, m in zip(placeholders, markers)}
         passes.append(np.asarray(session.run(params, feeds), np.float64).reshape(-1))

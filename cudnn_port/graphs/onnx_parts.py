@@ -139,11 +139,11 @@ def cut_values(saved_model, signature, feeds: Dict[str, Any], cut_name: str) -> 
 
 
 @contextlib.contextmanager
-def foreign_part(manifest, say, kept: bool) -> Iterator[None]:
+def foreign_part(kept: bool) -> Iterator[None]:
     """Where writing model.onnx fails in a part of the graph that is not a cuDNN node (an op tf2onnx or ONNX has
-    no counterpart for): one warning naming it, when ``kept`` (the SavedModel is written: exit 0), else one line
-    (exit 2). The ONNX file is not left behind."""
-    from ..outdir import warn
+    no counterpart for): :class:`~cudnn_port.formats.NotWritten` naming it (one warning) when ``kept`` (the SavedModel
+    is written: exit 0), else one line (exit 2). The ONNX file is not left behind."""
+    from ..formats import NotWritten
 
     try:
         yield
@@ -153,4 +153,4 @@ def foreign_part(manifest, say, kept: bool) -> Iterator[None]:
         line = str(e) if isinstance(e, CudnnPortError) else reason(e, 160)
         if not kept:
             raise CudnnPortError(f"model.onnx not written ({line}); nothing else was asked for") from None
-        warn(manifest, say, f"model.onnx not written ({line}); saved_model/ holds the whole signature")
+        raise NotWritten(f"{line}; saved_model/ holds the whole signature") from None

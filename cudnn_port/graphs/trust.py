@@ -19,7 +19,7 @@ def _named(manifest) -> Iterator[Tuple[str, str]]:
     for key, rel in (manifest.get("model_artifacts") or {}).items():
         yield key, rel
     for stack in manifest.get("stacks") or []:
-        for key, rel in ((stack.get("artifacts") if isinstance(stack, dict) else None) or {}).items():
+        for key, rel in ((stack.get("artifacts") if hasattr(stack, "get") else None) or {}).items():
             yield key, rel
 
 
@@ -39,7 +39,8 @@ def graph_paths(out, manifest) -> List[Tuple[str, str]]:
     for root, _, files in os.walk(out):
         if "saved_model.pb" in files:
             found.setdefault(root, "saved_model")
-    source = (manifest.get("source") or {}).get("checkpoint") if isinstance(manifest.get("source"), dict) else None
+    record = manifest.get("source")
+    source = record.get("checkpoint") if hasattr(record, "get") else None
     if isinstance(source, str) and os.path.isfile(os.path.join(source, "saved_model.pb")):
         found.setdefault(source, "saved_model")  # verify's judge runs the original SavedModel (judging.original)
     return sorted((kind, path) for path, kind in found.items())

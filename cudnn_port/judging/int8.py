@@ -154,11 +154,13 @@ def int8_rows(out, arts, spec, canon, fed, want, plain, want_zero) -> List[Dict[
     ``want``)."""
     import os
 
+    from ..formats import artifacts, derived_keys
+
     rows = []
-    for key, feeds, judge in (("onnx_int8", plain, want_zero), ("onnx_stateful_int8", fed, want)):
+    for key, of in derived_keys("int8").items():  # {"onnx_int8": "onnx", ...}, as the ONNX format declares them
         if key in arts:
-            rows.append(int8_row(f"{key[:-5]} int8 (onnxruntime)", os.path.join(out, arts[key]), spec, canon, feeds,
-                                 judge))
+            feeds, judge = (plain, want_zero) if artifacts()[of][1].states == "none" else (fed, want)
+            rows.append(int8_row(f"{of} int8 (onnxruntime)", os.path.join(out, arts[key]), spec, canon, feeds, judge))
     return rows
 
 

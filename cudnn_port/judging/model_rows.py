@@ -1,6 +1,6 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
-from typing import Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 
@@ -8,6 +8,9 @@ from ..deps import import_tf
 from .graph_inputs import could_not_run, token_vocabularies
 from .original import text_inputs
 from .parity import compare, failed_row, sample_inputs
+
+if TYPE_CHECKING:
+    from ..manifest import Manifest
 
 
 F16_ATOL, F16_RTOL = 2e-3, 1e-2  # the least tolerance for float16 outputs: about two float16 steps
@@ -18,12 +21,13 @@ def saved_model_rows(manifest, out, atol, rtol, seed, say) -> List[Dict[str, Any
     serving signature. (The NumPy reference judges the replacement of each kind of cuDNN node in the test suite; a
     whole foreign graph has no reference here.) Inputs take what the model accepts (:func:`signature_feeds`); a
     signature or ONNX model that raises is a failed row saying why in one line (:func:`could_not_run`)."""
-    tf = import_tf()
+    from ..exports.runners import load_saved_model
+
     arts, rows = manifest["model_artifacts"], []
     if "saved_model" not in arts:
         return rows
     try:
-        loaded = tf.saved_model.load(os.path.join(out, arts["saved_model"]))
+        loaded = load_saved_model(os.path.join(out, arts["saved_model"]))
     except Exception as e:  # noqa: BLE001 (a SavedModel that does not load is a failed check)
         return [dict(could_not_run("saved_model", "loading it", e), stack="(whole graph)", judge=None)]
     serving = None
@@ -138,7 +142,7 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say) -> List[Di
     int8 model by its task cost, when OUT holds a task."""
     import json
 
-    from .stock import model_judge, run_model_artifacts
+    from ..formats import derived_keys
     from ..readers.keras_model import load_keras_file
 
     source = manifest["source"].get("checkpoint", "")
@@ -148,6 +152,46 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say) -> List[Di
         model = load_keras_file(path)
     except Exception as e:  # noqa: BLE001 (a model that does not load is a failed check)
         return [dict(failed_row(f"whole model ({where})", e), stack="(whole model)", judge=None)]
+    run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
+    rows, names, feeds, want = run.rows, run.names, run.feeds, run.want
+    judge_name = f"{run.judge} ({where})"
+    int8 = next((k for k, of in derived_keys("int8").items() if of == "onnx" and k in manifest.model_artifacts), None)
+    if int8:
+        rows.append(_int8_model_row(out, manifest, names, feeds, want, int8))
+    if manifest.get("task") and int8 and len(names) == 1:
+        from ..exports.runners import onnx_session
+        from .tasks import task_row
+
+        with open(os.path.join(out, manifest["task"])) as f:
+            task = json.load(f)
+        say("task: fp32 and int8 ONNX")
+        runs = [onnx_session(os.path.join(out, manifest.model_artifacts[k])) for k in ("onnx", int8)]
+        try:
+            rows.append(task_row(task, *(lambda ids, s=s: s.run(["output_0"], {names[0]: ids})[0] for s in runs)))
+        except Exception as e:  # noqa: BLE001
+            rows.append(failed_row("task: next-token loss", e))
+    return [dict(r, stack="(whole model)", judge=judge_name) for r in rows]
+
+
+class ModelRun(NamedTuple):
+    """A whole model's artifacts run on one draw of inputs: the rows, the judge's name, its input names, the feeds
+    and the judge's outputs."""
+    rows: List[Dict[str, Any]]
+    judge: str
+    names: List[str]
+    feeds: Dict[str, np.ndarray]
+    want: List[np.ndarray]
+
+
+def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol: float, rtol: float,
+                    say: Callable[[str], None]) -> ModelRun:
+    """Every whole-model artifact of ``out`` (each through its format's runtime,
+    :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer rebuilt from stock Keras
+    layers, on seeded inputs with right padding, and ids in each Embedding's range for the inputs an Embedding reads.
+    The one whole-model check: export's parity and verify's rows both run it."""
+    from ..roads import ModelJob, model_artifact_rows
+    from .stock import model_judge
+
     tf = import_tf()
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
     specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
@@ -160,23 +204,9 @@ def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say) -> List[Di
         feeds[name] = ids
     judge, judge_name = model_judge(model)
     want = judge([feeds[n] for n in names])
-    rows = run_model_artifacts(out, manifest, names, feeds, want, atol, rtol, say)
-    judge_name = f"{judge_name} ({where})"
-    if "onnx_int8" in manifest["model_artifacts"]:
-        rows.append(_int8_model_row(out, manifest, names, feeds, want))
-    if manifest.get("task") and "onnx_int8" in manifest["model_artifacts"] and len(names) == 1:
-        from ..exports.runners import onnx_session
-        from .tasks import task_row
-
-        with open(os.path.join(out, manifest["task"])) as f:
-            task = json.load(f)
-        say("task: fp32 and int8 ONNX")
-        runs = [onnx_session(os.path.join(out, manifest["model_artifacts"][k])) for k in ("onnx", "onnx_int8")]
-        try:
-            rows.append(task_row(task, *(lambda ids, s=s: s.run(["output_0"], {names[0]: ids})[0] for s in runs)))
-        except Exception as e:  # noqa: BLE001
-            rows.append(failed_row("task: next-token loss", e))
-    return [dict(r, stack="(whole model)", judge=judge_name) for r in rows]
+    job = ModelJob(model, [tf.TensorSpec(s.shape, s.dtype, name=n) for n, s in zip(names, specs)], out, None)
+    job.manifest = manifest
+    return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want)
 
 
 def embedding_vocabularies(model, names) -> dict:
@@ -194,14 +224,14 @@ def embedding_vocabularies(model, names) -> dict:
     return found
 
 
-def _int8_model_row(out, manifest, names, feeds, want):
+def _int8_model_row(out, manifest, names, feeds, want, key):
     """The whole model's int8 ONNX: it runs with the same interface; its error against the judge is reported. Its
     LSTM weights are judged in each layer's int8 row, its cost on the task's row (a skip where there is no task)."""
     from ..exports.runners import onnx_session
 
     name = "onnx int8 (onnxruntime)"
     try:
-        session = onnx_session(os.path.join(out, manifest["model_artifacts"]["onnx_int8"]))
+        session = onnx_session(os.path.join(out, manifest.model_artifacts[key]))
         got = session.run([f"output_{i}" for i in range(len(want))], {n: feeds[n] for n in names})
     except Exception as e:  # noqa: BLE001
         return failed_row(name, e)

@@ -47,7 +47,7 @@ def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, r
     """Every artifact of the stack (:mod:`cudnn_port.formats`), in every runtime its format names, called every way
     its users call it: with states fed (judged against ``want``) and with none (zero states: ``want_zero``), as the
     artifact takes them; then the int8 model, if any."""
-    from ..formats import stack_runtimes
+    from ..formats import derived_keys, stack_runtimes
 
     x, lengths, h, c = batch
     names_in, _ = io_names(spec)
@@ -74,7 +74,7 @@ def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, r
                 rows.append(compare(label, run(feeds), judge[:1] if runtime.outputs_only else judge, atol, rtol))
             except Exception as e:  # an artifact that fails to run is a failed check, not a crash
                 rows.append(failed_row(label, e))
-    if "onnx_int8" in arts or "onnx_stateful_int8" in arts:
+    if any(key in arts for key in derived_keys("int8")):
         from .int8 import int8_rows
 
         say(f"{stack['variable']}: onnx int8")

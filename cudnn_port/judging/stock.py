@@ -4,13 +4,11 @@ The artifacts run :mod:`cudnn_port.tf_graph` (TensorFlow ops) or ONNX nodes writ
 Their judges are the NumPy reference (:mod:`cudnn_port.reference`) and stock components loading the converted
 weights by name, as users load them.
 """
-import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
 from ..deps import import_tf
-from .parity import compare, failed_row, skipped_row
 
 
 class StockStack:
@@ -96,72 +94,6 @@ def model_judge(model) -> Tuple[Callable, str]:
     if not judges:  # a model of stock Keras layers: the judge is Keras' own computation of it
         return run, "the original model's own Keras outputs"
     return run, "the model with each fused layer rebuilt from stock Keras LSTM/GRU layers holding its converted weights"
-
-
-def run_model_artifacts(out, manifest, input_names, feeds, want, atol, rtol, say, model=None) -> List[Dict[str, Any]]:
-    """Report rows: the whole-model SavedModel, GraphDef, ONNX and TFLite of ``out`` on ``feeds`` against ``want``
-    (a runtime that is not installed: a skipped row saying so)."""
-    from ..exports.runners import load_graph, onnx_session
-
-    tf = import_tf()
-    arts, rows = manifest["model_artifacts"], []
-    count = len(want)
-
-    def check(name, run):
-        say(f"parity: {name}")
-        try:
-            rows.append(compare(name, run(), want, atol, rtol))
-        except Exception as e:  # an artifact that fails to run is a failed check
-            rows.append(failed_row(name, e))
-
-    def saved_model():
-        fn = tf.saved_model.load(os.path.join(out, arts["saved_model"])).signatures["serving_default"]
-        result = fn(**{name: tf.constant(feeds[name]) for name in input_names})
-        return [result[f"output_{i}"].numpy() for i in range(count)]
-
-    def graphdef():
-        names = manifest["graphdef_nodes"]
-        with tf.compat.v1.Session(graph=load_graph(os.path.join(out, arts["graphdef"]))) as session:
-            return session.run(names["outputs"], {n: feeds[name] for n, name in zip(names["inputs"], input_names)})
-
-    def onnx_model(path):
-        session = onnx_session(path)
-        return session.run([f"output_{i}" for i in range(count)], {name: feeds[name] for name in input_names})
-
-    if "saved_model" in arts:
-        check("saved_model", saved_model)
-    if "graphdef" in arts:
-        check("graphdef", graphdef)
-    if "onnx" in arts:
-        check("onnx (onnxruntime)", lambda: onnx_model(os.path.join(out, arts["onnx"])))
-    from ..deps import EXTRAS, available
-
-    if "onnx" in arts and available("openvino"):
-        def openvino():  # the ONNX model in OpenVINO's CPU plugin, computing in float32
-            from ..exports.openvino import compile_onnx
-
-            compiled = compile_onnx(os.path.join(out, arts["onnx"]))
-            result = compiled({name: feeds[name] for name in input_names})
-            return [result[compiled.output(f"output_{i}")] for i in range(count)]
-
-        check("onnx (openvino f32)", openvino)
-    if "tflite" in arts:
-        def tflite():  # LiteRT's interpreter through the model's SignatureDef, which resizes the inputs itself
-            from ai_edge_litert.interpreter import Interpreter
-
-            from ..artifact_check import check_artifact
-
-            check_artifact(os.path.join(out, arts["tflite"]))
-            run = Interpreter(model_path=os.path.join(out, arts["tflite"])).get_signature_runner("serving_default")
-            result = run(**{name: feeds[name] for name in input_names})
-            return [result[f"output_{i}"] for i in range(count)]
-
-        if available("ai_edge_litert"):
-            check("tflite (litert)", tflite)
-        else:
-            why = f"ai_edge_litert is not installed ({EXTRAS['ai_edge_litert']})"
-            rows.append(skipped_row("tflite (litert)", why))
-    return rows
 
 
 # ------------------------------------------------------------------------------------------------ one stack

@@ -18,12 +18,33 @@ from .platform import check_source
 from .tf1_canonical import with_canonical_stacks
 
 
-def open_source(path) -> Source:
-    """The source at ``path``: a Keras ``.h5`` file, or a TensorFlow checkpoint (prefix, index, or folder)."""
+WEIGHTS = ("keras_h5", "checkpoint")  # the kinds converted stack by stack
+
+
+def source_kind(path: "os.PathLike[str] | str") -> str:
+    """What ``path`` is, decided here once for convert, inspect and the readers: "saved_model" (a folder with
+    saved_model.pb: :mod:`cudnn_port.graphs`), "keras_model" (a .keras file: :mod:`cudnn_port.model_export`),
+    "keras_h5" (an HDF5 file) or "checkpoint" (a prefix, index or folder; also what does not exist yet)."""
+    from ..graphs import is_saved_model
+
     path = os.fspath(path)
+    if is_saved_model(path):
+        return "saved_model"
+    if path.endswith(".keras") and os.path.lexists(path) and not os.path.isdir(path):
+        return "keras_model"
     if os.path.isfile(path) and is_hdf5(path):
+        return "keras_h5"
+    return "checkpoint"
+
+
+def open_source(path: "os.PathLike[str] | str") -> Source:
+    """The source at ``path`` as :func:`source_kind` classifies it: a Keras ``.h5`` file, a ``.keras`` model, or a
+    TensorFlow checkpoint (prefix, index, or folder)."""
+    path = os.fspath(path)
+    kind = source_kind(path)
+    if kind == "keras_h5":
         return KerasH5(path)
-    if os.path.isfile(path) and path.endswith(".keras"):
+    if kind == "keras_model":
         from .keras_model import KerasModelSource
 
         return KerasModelSource.from_file(path)

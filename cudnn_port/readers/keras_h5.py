@@ -165,10 +165,6 @@ class KerasH5(Source):
         return name
 
     @property
-    def names(self) -> List[str]:
-        return list(self.shapes)
-
-    @property
     def specs(self) -> Dict[str, RNNSpec]:
         return {name: canon.spec for name, canon in self.canonical.items()}
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, List
 import numpy as np
 
 from ..errors import CudnnPortError, reason
-from ..infer import PLATFORM_VARIABLE, SPEC_VARIABLE
+from ..stored_spec import PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..paths import require_file
 from ..source import Source
 from .platform import refuse_miopen
@@ -81,10 +81,6 @@ class KerasModelSource(Source):
             self._values[variable.path] = variable
             self.shapes[variable.path] = tuple(int(d) for d in variable.shape)
             self.dtypes[variable.path] = np.dtype(variable.dtype).name
-
-    @property
-    def names(self) -> List[str]:
-        return list(self.shapes)
 
     def get(self, name) -> np.ndarray:
         return np.asarray(self._values[name].numpy())

@@ -5,7 +5,7 @@ MIOpen's layout, not cuDNN's: it is refused, never converted as if it were cuDNN
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..infer import MIOPEN, PLATFORM_VARIABLE
+from ..stored_spec import MIOPEN, PLATFORM_VARIABLE
 
 
 def refuse_miopen(where: str, records) -> None:

@@ -93,10 +93,6 @@ class CanonicalCheckpoint(Source):
             self.shapes[name], self.dtypes[name] = (spec.param_count,), dtype
 
     @property
-    def names(self) -> List[str]:
-        return list(self.shapes)
-
-    @property
     def format(self) -> str:
         return f"{self.checkpoint.format}, canonical TF1 cells without a cuDNN buffer"
 

@@ -1,0 +1,207 @@
+"""OUT/manifest.json: one typed record, read and written here and nowhere else.
+
+    manifest = new_manifest(source, "name-based (TF1)", "names kept as they are", ["checkpoint", "onnx"], "tf1")
+    manifest.stacks.append(StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn", spec=spec.to_dict()))
+    save_manifest(manifest, tmp)                          # hashes every file of tmp into manifest.files, writes it
+    manifest = load_manifest(out)                         # checked to be ours, whole, of a version we read
+
+Every road (stacks, whole model, rewritten graph) writes the same :class:`Manifest`; what only one road records (a
+whole model's ``parity``, a graph's ``nodes``, a checkpoint's ``name_map``) sits in ``extra``, written at the top
+level of the JSON. The records also answer ``manifest["key"]`` / ``.get`` / ``.setdefault`` for the JSON key of a
+field or an extra, so that code and users reading the JSON form see one set of names.
+
+``manifest_version`` is this layout's number. A manifest without one (written before it existed: version 1, the same
+keys) loads; a newer one is refused with one line (convert again with this version, or upgrade cudnn-port).
+"""
+import dataclasses
+import datetime
+import json
+import os
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from ._version import __version__
+from .errors import CudnnPortError
+
+TOOL = "cudnn-port"
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 2  # 1: the untyped dict of cudnn-port <= 0.2.0 (same keys, no version field)
+
+
+class _Record:
+    """Dict-style access by JSON key: a declared field, else an entry of ``extra``."""
+
+    def _fields(self) -> List[str]:
+        return [f.name for f in dataclasses.fields(self) if f.name != "extra"]
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._fields():
+            return getattr(self, key)
+        return self.extra[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in self._fields():
+            setattr(self, key, value)
+        else:
+            self.extra[key] = value
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._fields() or key in self.extra
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def setdefault(self, key: str, default: Any) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, **items: Any) -> None:
+        for key, value in items.items():
+            self[key] = value
+
+    def keys(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The JSON form: the fields (records nested as dicts), then the extras."""
+        out = {name: _plain(getattr(self, name)) for name in self._fields()}
+        out.update({key: _plain(value) for key, value in self.extra.items()})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "_Record":
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in data.items() if k in names},
+                   extra={k: v for k, v in data.items() if k not in names})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Record):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass
+class SourceRecord(_Record):
+    """What the run read: its path, format, sha256 of each file, and how names were handled."""
+    checkpoint: str
+    format: str
+    files: Dict[str, str] = dataclasses.field(default_factory=dict)
+    names: str = ""
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class StackRecord(_Record):
+    """One converted cuDNN stack: its buffer variable, spec, target tensors, and its artifacts (manifest key of the
+    format's artifact -> path in OUT)."""
+    variable: str
+    prefix: str
+    label: str
+    spec: Dict[str, Any]
+    param_count: int = 0
+    spec_source: str = ""
+    targets: List[str] = dataclasses.field(default_factory=list)
+    slots: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    artifacts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Manifest(_Record):
+    """OUT's record. ``kind``: the road ("weights": stack by stack; "keras_model"; "saved_model").
+    ``model_artifacts``: the whole model's artifacts (key -> path in OUT); ``files``: sha256 of every file of OUT."""
+    tool: str = TOOL
+    manifest_version: int = MANIFEST_VERSION
+    version: str = __version__
+    created: str = ""
+    source: SourceRecord = dataclasses.field(default_factory=lambda: SourceRecord(checkpoint="", format=""))
+    kind: str = "weights"
+    style: Optional[str] = None
+    formats: List[str] = dataclasses.field(default_factory=list)
+    stacks: List[StackRecord] = dataclasses.field(default_factory=list)
+    model_artifacts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    warnings: List[str] = dataclasses.field(default_factory=list)
+    files: Dict[str, str] = dataclasses.field(default_factory=dict)
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Manifest":
+        """The record of a manifest's JSON form (version 1 or 2); a damaged one raises ValueError/TypeError."""
+        data = dict(data)
+        data["source"] = SourceRecord.from_dict(data["source"])
+        data["stacks"] = [StackRecord.from_dict(s) for s in data.get("stacks", [])]
+        data.setdefault("manifest_version", 1)
+        return super().from_dict(data)
+
+
+def new_manifest(source: str, source_format: str, names_note: str, formats: List[str],
+                 style: Optional[str] = None, kind: str = "weights") -> Manifest:
+    """A manifest for a run that reads ``source`` (a path)."""
+    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    where = os.path.abspath(source) if os.path.exists(source) else source
+    return Manifest(source=SourceRecord(checkpoint=where, format=source_format, names=names_note), created=created,
+                    kind=kind, style=style, formats=list(formats))
+
+
+def save_manifest(manifest: Manifest, folder: str, hashes: Dict[str, str]) -> Manifest:
+    """Record ``hashes`` (path in OUT -> sha256 of every file but the manifest) and write ``folder``/manifest.json."""
+    manifest.files = dict(hashes)
+    with open(os.path.join(folder, MANIFEST), "w") as f:
+        json.dump(manifest.to_dict(), f, indent=2)
+    return manifest
+
+
+def read_manifest(path: str) -> Optional[Manifest]:
+    """The manifest at ``path`` if it is one of ours, else None; a newer layout than this version reads, or a
+    damaged one, raises a one-line CudnnPortError."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("tool") != TOOL:
+        return None
+    version = data.get("manifest_version", 1)
+    if not isinstance(version, int) or not 1 <= version <= MANIFEST_VERSION:
+        raise CudnnPortError(f"{path} has manifest_version {version!r}, which this cudnn-port ({__version__}) "
+                             f"does not read (it reads 1 to {MANIFEST_VERSION}); upgrade cudnn-port or convert again")
+    for key, kind in (("files", dict), ("stacks", list), ("source", dict), ("model_artifacts", dict)):
+        if not isinstance(data.get(key, kind()), kind):
+            raise CudnnPortError(f"{path} is damaged ({key} is not a {kind.__name__}); convert again")
+    try:
+        return Manifest.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise CudnnPortError(f"{path} is damaged (not the fields of a manifest); convert again") from None
+
+
+def load_manifest(out: "os.PathLike[str] | str") -> Manifest:
+    """OUT's manifest, checked to be ours and whole. A file of OUT that is a pipe or a device (a reader would wait
+    on it for ever) is refused here, before anything opens it."""
+    from .paths import require_file
+
+    path = os.path.join(os.fspath(out), MANIFEST)
+    try:
+        require_file(path, MANIFEST)
+    except CudnnPortError:
+        manifest = None
+    else:
+        manifest = read_manifest(path)
+    if manifest is None:
+        raise CudnnPortError(f"{out} is not a cudnn-port output (no readable manifest.json of ours); "
+                             "run cudnn-port convert SOURCE OUT first and verify OUT")
+    for root, dirs, files in os.walk(out):
+        for name in files:
+            full = os.path.join(root, name)
+            if os.path.exists(full) and not os.path.isfile(full):
+                raise CudnnPortError(f"{full} is not a regular file (a pipe or device), so OUT is not one cudnn-port "
+                                     "wrote; convert again")
+    return manifest
+
+
+def warn(manifest: Manifest, say: Callable[[str], None], message: str) -> None:
+    """Record ``message`` among the manifest's warnings (the summary and ``--json`` show them) and say it now."""
+    manifest.warnings.append(message)
+    say(f"warning: {message}")

@@ -1,0 +1,42 @@
+"""The variables a fused layer (:mod:`cudnn_port.layers`) stores beside its buffer, and their codec: ``cudnn_spec``,
+the spec as ``[mode 0|1, layers, units, input size, directions 1|2]`` (and, for an LSTM with projection, a sixth
+entry, the projection size), and ``cudnn_platform``, the layout its fused op used for the buffer."""
+from typing import List
+
+import numpy as np
+
+from .errors import CudnnPortError
+from .layout import RNNSpec
+
+SPEC_VARIABLE = "cudnn_spec"  # written beside the buffer by cudnn_port.layers: [mode, layers, units, input, dirs]
+MODE_IDS = {"lstm": 0, "gru": 1}
+# written beside the buffer by cudnn_port.layers when its fused op runs: the layout that op used for the buffer
+# (docs/conventions.md, section 6). 0: the fused op never ran (the layer's own cuDNN layout), 1: CUDA / cuDNN,
+# 2: ROCm / MIOpen, whose LSTM gate order and buffer layout are not cuDNN's.
+PLATFORM_VARIABLE = "cudnn_platform"
+MIOPEN = 2
+
+
+def spec_from_vector(vector, dtype="float32", name=SPEC_VARIABLE) -> RNNSpec:
+    """The RNNSpec stored in a ``cudnn_spec`` variable: ``[mode 0|1, layers, units, input size, directions 1|2]``
+    and, for an LSTM with projection, a sixth entry, the projection size."""
+    values = np.asarray(vector).reshape(-1)
+    problem = f"{name} holds {values.tolist()[:8]}, which is not a spec ([mode 0|1, layers, units, input size, " \
+              "directions 1|2, projection]); pass the spec flags"
+    if values.dtype.kind not in "iu" or values.size not in (5, 6):
+        raise CudnnPortError(problem)
+    mode, layers, units, input_size, dirs, proj = (int(v) for v in list(values) + [0] * (6 - values.size))
+    modes = {i: m for m, i in MODE_IDS.items()}
+    if mode not in modes or dirs not in (1, 2):
+        raise CudnnPortError(problem)
+    try:
+        return RNNSpec(modes[mode], layers, units, input_size, dirs == 2, dtype, num_proj=proj)
+    except CudnnPortError:
+        raise CudnnPortError(problem) from None
+
+
+def spec_to_vector(spec: RNNSpec) -> List[int]:
+    """What a fused layer stores in its ``cudnn_spec`` variable for ``spec`` (five entries without projection, as
+    always; six with)."""
+    vector = [MODE_IDS[spec.mode], spec.num_layers, spec.num_units, spec.input_size, spec.num_dirs]
+    return vector + [spec.num_proj] if spec.num_proj else vector

@@ -1,0 +1,66 @@
+"""OUT/manifest.json is one typed record (cudnn_port.manifest): written and read back field for field, a manifest
+of the untyped layout (no manifest_version, as cudnn-port 0.2.0 wrote it) still loads, and a newer or damaged one is
+refused with one line."""
+import json
+
+import pytest
+
+from cudnn_port.errors import CudnnPortError
+from cudnn_port.manifest import (MANIFEST, MANIFEST_VERSION, Manifest, StackRecord, load_manifest, new_manifest,
+                                 save_manifest)
+
+# the head of a manifest as cudnn-port 0.2.0 wrote it (convert models/tf1_bilstm/model.ckpt), trimmed
+VERSION_1 = {"tool": "cudnn-port", "version": "0.2.0", "created": "2026-11-26T03:05:45+00:00",
+             "source": {"checkpoint": "models/tf1_bilstm/model.ckpt", "format": "name-based (TF1)",
+                        "files": {"model.ckpt.index": "4e43"}, "names": "names kept as they are"},
+             "style": "tf1", "formats": ["checkpoint", "onnx"],
+             "stacks": [{"variable": "cudnn_lstm/opaque_kernel", "prefix": "cudnn_lstm", "label": "cudnn_lstm",
+                         "spec": {"mode": "lstm", "num_layers": 2, "num_units": 48, "input_size": 32,
+                                  "bidirectional": True, "dtype": "float32", "num_proj": 0},
+                         "param_count": 87552, "spec_source": "chosen by clues", "targets": ["k", "b"], "slots": {},
+                         "artifacts": {"onnx": "model.onnx"}, "scheme": "cudnn_compatible"}],
+             "model_artifacts": {}, "name_map": {"x": ["x"]}, "copied": ["x"], "warnings": [], "files": {"a": "0"}}
+
+
+def test_a_written_manifest_reads_back_field_for_field(tmp_path):
+    manifest = new_manifest(str(tmp_path / "absent.ckpt"), "name-based (TF1)", "names kept", ["onnx"], "tf1")
+    manifest.stacks.append(StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn",
+                                       spec={"mode": "gru"}, artifacts={"onnx": "model.onnx"}))
+    manifest.stacks[0]["scheme"] = "keras"  # a road's own key: kept in extra, written at the top level
+    manifest["name_map"] = {"rnn/opaque_kernel": ["rnn/kernel"]}
+    save_manifest(manifest, str(tmp_path), {"model.onnx": "ab" * 32})
+    raw = json.loads((tmp_path / MANIFEST).read_text())
+    assert raw["manifest_version"] == MANIFEST_VERSION and raw["tool"] == "cudnn-port"
+    assert raw["stacks"][0]["scheme"] == "keras" and raw["name_map"] == {"rnn/opaque_kernel": ["rnn/kernel"]}
+    back = load_manifest(tmp_path)
+    assert isinstance(back, Manifest) and back.to_dict() == raw
+    assert back.stacks[0].artifacts == {"onnx": "model.onnx"} and back.files == {"model.onnx": "ab" * 32}
+    assert back.kind == "weights" and back.source.format == "name-based (TF1)"
+
+
+def test_a_version_1_manifest_still_loads(tmp_path):
+    (tmp_path / MANIFEST).write_text(json.dumps(VERSION_1))
+    manifest = load_manifest(tmp_path)
+    assert manifest.manifest_version == 1
+    assert manifest.stacks[0].spec["num_units"] == 48 and manifest.stacks[0]["scheme"] == "cudnn_compatible"
+    assert manifest.source.files == {"model.ckpt.index": "4e43"} and manifest["copied"] == ["x"]
+    assert manifest.to_dict() == dict(VERSION_1, manifest_version=1, kind="weights")
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"manifest_version": MANIFEST_VERSION + 1}, "manifest_version"),
+    ({"manifest_version": "2"}, "manifest_version"),
+    ({"stacks": {"a": 1}}, "damaged (stacks is not a list)"),
+    ({"stacks": [{"prefix": "no variable"}]}, "damaged (not the fields of a manifest)"),
+], ids=["newer", "not-a-number", "stacks-not-a-list", "stack-without-fields"])
+def test_a_newer_or_damaged_manifest_is_refused_in_one_line(tmp_path, change, words):
+    (tmp_path / MANIFEST).write_text(json.dumps(dict(VERSION_1, **change)))
+    with pytest.raises(CudnnPortError) as e:
+        load_manifest(tmp_path)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_not_ours_is_refused(tmp_path):
+    (tmp_path / MANIFEST).write_text(json.dumps({"tool": "something else"}))
+    with pytest.raises(CudnnPortError, match="not a cudnn-port output"):
+        load_manifest(tmp_path)
