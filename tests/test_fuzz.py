@@ -60,7 +60,8 @@ def check_run(capsys, argv, out, inputs):
         one_short_line(err, *[a for a in argv if os.sep in str(a)])
     if out is not None:
         if code == 0:
-            from cudnn_port.verify import file_rows, load_manifest
+            from cudnn_port.manifest import load_manifest
+            from cudnn_port.verify import file_rows
 
             assert file_rows(str(out), load_manifest(out))[0]["passed"]
         else:

@@ -300,7 +300,8 @@ def run_and_signal(argv, signum, delay, cwd):
 @pytest.mark.parametrize("signum,delay", [(signal.SIGTERM, 2.0), (signal.SIGTERM, 4.5), (signal.SIGTERM, 7.0),
                                           (signal.SIGINT, 3.5), (signal.SIGINT, 6.0)])
 def test_a_signal_at_any_moment_leaves_no_out_or_a_whole_one(tmp_path, signum, delay):
-    from cudnn_port.verify import file_rows, load_manifest
+    from cudnn_port.manifest import load_manifest
+    from cudnn_port.verify import file_rows
 
     code, err = run_and_signal(["convert", SAMPLE, "out"], signum, delay, tmp_path)
     assert code in (0, 128 + signum), (code, err)

@@ -11,7 +11,6 @@ README = open(os.path.join(ROOT, "README.md")).read()
 CI = open(os.path.join(ROOT, ".ci", "run")).read()
 BASH_BLOCKS = re.findall(r"```bash\n(.*?)\n```", README, flags=re.S)
 # pages other branches write; README links them already
-PENDING_PAGES = {"docs/stock_keras.md", "docs/safety.md"}
 
 
 def _in_repository_layout(tmp_path, monkeypatch):
@@ -91,8 +90,6 @@ def test_bench_commands_and_links_resolve(page):
     prose = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
     for target, anchor in re.findall(r"\]\(([^)#:\s]*)(?:#([^)\s]+))?\)", prose):
         path = os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
-        if path in PENDING_PAGES:
-            continue
         assert os.path.exists(os.path.join(ROOT, path)), (page, target)
         if anchor:
             headings = re.findall(r"^#+ (.*)$", open(os.path.join(ROOT, path)).read(), flags=re.M)

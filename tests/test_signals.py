@@ -27,7 +27,8 @@ def leftovers(folder):
 
 def assert_clean_end(code, err, signum, out):
     """130 / 143 and one line; OUT absent (nothing was written) or whole (the signal landed in the rename)."""
-    from cudnn_port.verify import file_rows, load_manifest
+    from cudnn_port.manifest import load_manifest
+    from cudnn_port.verify import file_rows
 
     assert code == 128 + signum, (code, err)
     assert "Traceback" not in err and f"interrupted ({signal.Signals(signum).name})" in err, err

@@ -107,15 +107,17 @@ def test_inspect_lists_what_the_graph_runs_beyond_compute_and_runs_none_of_it(mo
     assert not targets["write"].exists()
 
 
-def _foreign_out(out, saved_model=None, graph_def=None):
+def _foreign_out(out, saved_model=None, graph_def=None, source=None):
     """An OUT as someone else might hand it over: a manifest of ours listing every file with its sha256, around a
-    SavedModel (whole-graph kind) or a frozen graph (one stack's graphdef)."""
+    SavedModel (whole-graph kind) or a frozen graph (one stack's graphdef); ``source``: the SavedModel folder the
+    manifest names as its source (verify's judge runs the original's signature)."""
     import shutil
 
-    from cudnn_port.outdir import TOOL
+    from cudnn_port.manifest import TOOL
 
     out.mkdir()
-    manifest = {"tool": TOOL, "source": {}, "stacks": [], "model_artifacts": {}}
+    manifest = {"tool": TOOL, "source": {"checkpoint": str(source)} if source else {}, "stacks": [],
+                "model_artifacts": {}}
     if saved_model is not None:
         shutil.copytree(saved_model, out / "saved_model")
         manifest.update(kind="saved_model", model_artifacts={"saved_model": "saved_model"})
@@ -148,6 +150,18 @@ def test_verify_and_bench_refuse_a_foreign_out_whose_graphs_write_files(models, 
         refusal(code, err, op, "nothing ran", "--trust-source")
     assert not targets["write"].exists() and not target.exists()
     assert not (whole / "parity.json").exists() and not (stack / "parity.json").exists()
+
+
+def test_verify_refuses_a_source_saved_model_that_its_manifest_names(models, tmp_path):
+    """verify's judge of a converted SavedModel runs the original's signature: a manifest naming a crafted SavedModel
+    as its source gets it checked like OUT's own graphs, before anything runs."""
+    built, targets = models
+    out = _foreign_out(tmp_path / "out", source=built["write"])
+    assert [kind for kind, _ in graph_paths(str(out), json.loads((out / "manifest.json").read_text()))] == \
+        ["saved_model"]
+    code, _, err, _ = run_cli(tmp_path, "verify", out)
+    refusal(code, err, "(WriteFile)", "nothing ran", "--trust-source")
+    assert not targets["write"].exists() and not (out / "parity.json").exists()
 
 
 def test_trust_source_runs_the_graph_and_says_so_once(tmp_path):
