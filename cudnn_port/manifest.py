@@ -154,15 +154,24 @@ def save_manifest(manifest: Manifest, folder: str, hashes: Dict[str, str]) -> Ma
     return manifest
 
 
-def read_manifest(path: str) -> Optional[Manifest]:
-    """The manifest at ``path`` if it is one of ours, else None; a newer layout than this version reads, or a
-    damaged one, raises a one-line CudnnPortError."""
+def read_ours(path: str, max_bytes: Optional[int] = None) -> Optional[Dict[str, Any]]:
+    """The JSON at ``path`` if it parses as a manifest of ours (a dict whose ``tool`` is cudnn-port, at most
+    ``max_bytes`` long), else None."""
     try:
+        if max_bytes is not None and os.path.getsize(path) > max_bytes:
+            return None
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("tool") != TOOL:
+    return data if isinstance(data, dict) and data.get("tool") == TOOL else None
+
+
+def read_manifest(path: str) -> Optional[Manifest]:
+    """The manifest at ``path`` if it is one of ours, else None; a newer layout than this version reads, or a
+    damaged one, raises a one-line CudnnPortError."""
+    data = read_ours(path)
+    if data is None:
         return None
     version = data.get("manifest_version", 1)
     if not isinstance(version, int) or not 1 <= version <= MANIFEST_VERSION:

@@ -5,12 +5,11 @@ holds (besides the manifest and verify's ``parity.json``), each unchanged. A fil
 ``data/``), a file edited since, a symbolic link, or a manifest that lists nothing (``{"tool": "cudnn-port"}`` beside
 ``paper.tex``) would be lost: the folder is refused, naming the first such files, before anything is written.
 """
-import json
 import os
 from typing import List
 
 from .errors import CudnnPortError
-from .manifest import MANIFEST, TOOL
+from .manifest import MANIFEST, read_ours
 from .paths import sha256
 
 REPORT = "parity.json"
@@ -60,14 +59,8 @@ def _links(out) -> List[str]:
 def _listed(out):
     """{relative path: sha256} the manifest lists, or None if it is not a manifest of ours that lists files."""
     path = os.path.join(out, MANIFEST)
-    try:
-        if not os.path.isfile(path) or os.path.getsize(path) > MAX_MANIFEST_BYTES:
-            return None
-        with open(path) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or manifest.get("tool") != TOOL:
+    manifest = read_ours(path, MAX_MANIFEST_BYTES) if os.path.isfile(path) else None
+    if manifest is None:
         return None
     files = manifest.get("files")
     if not isinstance(files, dict) or not files or not all(isinstance(v, str) for v in files.values()):
