@@ -5,7 +5,7 @@ runs is reported, with throughput in sequences per second and time steps per sec
 """
 import os
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from .formats import stack_runtimes
 from .layout import RNNSpec
 from .manifest import load_manifest
 from .verify import file_rows
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 from .progress import Progress, say_to
 
 
@@ -62,6 +65,7 @@ def bench(out: "os.PathLike[str] | str", batches: Sequence[int] = (1, 32), steps
                 rows.append({"stack": stack["variable"], "artifact": name, "batch": batch, "steps": steps,
                              "latency_ms": seconds * 1e3, "sequences_per_s": batch / seconds,
                              "steps_per_s": batch * steps / seconds})
+    rows += whole_model_rows(out, manifest, batches, steps, repeat, say)
     return {"out": os.path.abspath(out), "threads": os.cpu_count(), "rows": rows}
 
 
@@ -73,6 +77,44 @@ def _runners(out, stack, spec):
     for key, rel, artifact, runtime in usable:
         name = key if sum(k == key for k, *_ in usable) == 1 else f"{key} ({runtime.name})"
         yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
+
+
+def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], steps: int, repeat: int,
+                     say: Progress) -> List[Dict[str, Any]]:
+    """A whole model's artifacts (each format on the model road that can run one, :mod:`cudnn_port.roads`), timed
+    on the inputs verify draws for its serving signature (token ids where an input indexes a table), resized to
+    each batch and ``steps`` where the signature leaves those dimensions open."""
+    from . import deps
+    from . import formats as registry
+    from .exports.runners import load_saved_model
+    from .judging.model_rows import signature_feeds
+    from .roads import ModelJob
+
+    arts = manifest.model_artifacts
+    if manifest.kind != "keras_model" or "saved_model" not in arts:
+        return []
+    serving = load_saved_model(os.path.join(out, arts["saved_model"])).signatures["serving_default"]
+    base, _ = signature_feeds(serving, 0)
+    open_dims = {name: spec.shape.as_list() for name, spec in serving.structured_input_signature[1].items()}
+    job = ModelJob(None, [], out, None)
+    job.manifest, job.input_names, job.count = manifest, list(manifest["model_inputs"]), len(serving.structured_outputs)
+    rows = []
+    for fmt in registry.on_road("model"):
+        part = fmt.model
+        for artifact in part.artifacts:
+            if artifact.key not in arts or part.open is None or not all(deps.available(m) for m in part.needs):
+                continue
+            run = part.open(os.path.join(out, arts[artifact.key]), job)
+            for batch in batches:
+                feeds = {name: np.resize(value, [want if dim is None else dim for want, dim in
+                                                 zip((batch, steps), open_dims[name])] + list(value.shape[2:]))
+                         for name, value in base.items()}
+                say(f"(whole model): {part.row} batch {batch}")
+                seconds = time_call(run, feeds, repeat)
+                rows.append({"stack": "(whole model)", "artifact": part.row, "batch": batch, "steps": steps,
+                             "latency_ms": seconds * 1e3, "sequences_per_s": batch / seconds,
+                             "steps_per_s": batch * steps / seconds})
+    return rows
 
 
 def format_table(report) -> str:
