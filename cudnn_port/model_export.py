@@ -97,6 +97,10 @@ def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Option
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     stacks = prepare_stacks(source, say=say)
+    if quantize:  # before any export runs: only an LSTM stack without projection has an int8 form
+        from .exports.quantize import refuse_nothing_to_quantize
+
+        refuse_nothing_to_quantize(s.spec for s in stacks)
     style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
     def write(tmp):

@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import ROOT, tree_hash
+from helpers import ROOT, tagger, tree_hash
 from crafted import refused
 from cudnn_port import cli
 
@@ -176,6 +176,18 @@ def test_quantize_with_nothing_to_quantize_is_refused_before_converting(tmp_path
     monkeypatch.setattr(converter, "write_stacks", lambda *a, **k: pytest.fail("converted before refusing"))
     prefix = _cells(tmp_path, {0: ("gru", False)})
     refused(capsys, "convert", prefix, tmp_path / "out", "--quantize", "int8", needles=["nothing to quantize"])
+
+
+def test_quantize_of_a_keras_model_with_nothing_to_quantize_is_refused_before_exporting(tmp_path, monkeypatch):
+    """The whole-model road too: a model whose only recurrent layer is a GRU has no int8 form, said before any
+    artifact is traced or written."""
+    from cudnn_port import model_export
+    from cudnn_port.errors import CudnnPortError
+
+    monkeypatch.setattr(model_export, "write_stacks", lambda *a, **k: pytest.fail("exported before refusing"))
+    with pytest.raises(CudnnPortError, match="nothing to quantize"):
+        model_export.export(tagger(stacks=(("decoder", "gru", 1, False),)), tmp_path / "out", quantize="int8")
+    assert not (tmp_path / "out").exists()
 
 
 def test_quantize_says_only_the_int8_files_it_wrote(tmp_path, capsys):
