@@ -21,7 +21,7 @@ ITEMSIZE = {"FLOAT32": 4, "FLOAT16": 2, "INT32": 4, "UINT8": 1, "INT64": 8, "BOO
             "FLOAT64": 8, "UINT64": 8, "UINT32": 4, "UINT16": 2}
 
 
-def check_artifact(path) -> None:
+def check_artifact(path: str) -> None:
     """Refuse the artifact at ``path`` if a runtime could not parse it safely (by its extension; others pass)."""
     path = os.fspath(path)
     if path.endswith(".tflite"):
@@ -38,7 +38,7 @@ def _damaged(path, why):
     return CudnnPortError(f"{path} is damaged ({why}); it was not run: convert again, or copy OUT again whole")
 
 
-def check_onnx(path) -> None:
+def check_onnx(path: str) -> None:
     """``path`` parses as an ONNX model and passes ``onnx.checker``."""
     import onnx
 
@@ -48,7 +48,7 @@ def check_onnx(path) -> None:
         raise _damaged(path, reason(e)) from None
 
 
-def check_tflite(path) -> None:
+def check_tflite(path: str) -> None:
     """``path`` is a TFLite flatbuffer every offset and index of which stays inside what it points into."""
     from .exports.tflite_fb import schema
 

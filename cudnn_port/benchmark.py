@@ -5,7 +5,7 @@ runs is reported, with throughput in sequences per second and time steps per sec
 """
 import os
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 from .progress import Progress, say_to
 
 
-def time_call(fn, feeds, repeat, warmup=2) -> float:
+def time_call(fn: Callable[[Dict[str, np.ndarray]], Any], feeds: Dict[str, np.ndarray], repeat: int,
+              warmup: int = 2) -> float:
     """Median seconds of ``fn(feeds)`` over ``repeat`` runs after ``warmup`` runs."""
     for _ in range(warmup):
         fn(feeds)
@@ -117,7 +118,7 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
     return rows
 
 
-def format_table(report) -> str:
+def format_table(report: Dict[str, Any]) -> str:
     lines = [f"{'stack':<28} {'artifact':<24} {'batch':>5} {'steps':>5} {'latency ms':>11} {'seq/s':>9} "
              f"{'steps/s':>10}"]
     for r in report["rows"]:

@@ -40,7 +40,7 @@ class CanonicalRNN:
             yield p // self.spec.num_dirs, p % self.spec.num_dirs, params
 
 
-def input_bias(mode, b_W, b_R, concat) -> Any:
+def input_bias(mode: str, b_W: Any, b_R: Any, concat: bool) -> Any:
     """The one bias the fast paths add to the input projection, gates in cuDNN order, ``[G*H]``.
 
     LSTM: ``b_W + b_R`` for every gate. GRU: ``b_W + b_R`` for r and z, but ``b_W`` alone for h, whose ``b_R``

@@ -9,7 +9,7 @@ so memory stays near one shard above what the caller holds. TensorFlow is import
 """
 import glob
 import os
-from typing import List
+from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -25,7 +25,7 @@ SHARD_BYTES = 32 << 20
 MAX_STATE_BYTES = 1 << 20  # the `checkpoint` state file: a few lines of text
 
 
-def resolve_prefix(path) -> str:
+def resolve_prefix(path: str) -> str:
     """The checkpoint prefix for ``path``: a prefix, its ``.index`` or data file, or a folder holding one."""
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -95,7 +95,7 @@ class Checkpoint(Source):
     def format(self) -> str:
         return "object-based (TF2)" if self.object_based else "name-based (TF1)"
 
-    def get(self, name) -> np.ndarray:
+    def get(self, name: str) -> np.ndarray:
         """The value of variable ``name`` as a NumPy array."""
         if name not in self.keys:
             raise CudnnPortError(f"unknown variable {short(name)} in {self.prefix}; run cudnn-port inspect to list "
@@ -113,7 +113,8 @@ class Checkpoint(Source):
         return sorted(glob.glob(glob.escape(self.prefix) + ".index") + glob.glob(glob.escape(self.prefix) + ".data-*"))
 
 
-def write_checkpoint(directory, items, name="model.ckpt", progress=None) -> str:
+def write_checkpoint(directory: str, items: Iterable[Tuple[str, np.ndarray, str]], name: str = "model.ckpt",
+                     progress: Optional[Callable[[str], None]] = None) -> str:
     """Write ``items`` (iterable of (name, array, dtype name)) as a name-based checkpoint ``directory/name``.
 
     Writes the ``checkpoint`` state file too, so ``tf.train.latest_checkpoint(directory)`` finds it. Arrays are
@@ -156,7 +157,7 @@ def write_checkpoint(directory, items, name="model.ckpt", progress=None) -> str:
     return prefix
 
 
-def contiguous(value, block=256) -> np.ndarray:
+def contiguous(value: np.ndarray, block: int = 256) -> np.ndarray:
     """``value`` as a C-contiguous array. Transposed 2-D views (canonical kernels are ``W.T``) are copied in
     cache-sized blocks, about 6x faster than NumPy's strided copy for large kernels."""
     value = np.asarray(value)

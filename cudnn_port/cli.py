@@ -8,13 +8,17 @@ import json
 import os
 import signal
 import sys
-from typing import Any, Dict, NoReturn, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
 from .cli_args import flag_values, parse
 from .cli_text import failed_rows, one_line, trusting
 from .errors import CudnnPortError, ParityError, reason
 
-def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
+if TYPE_CHECKING:
+    import argparse
+
+
+def run(args: "argparse.Namespace", progress: Callable[[str], None]) -> Tuple[int, Dict[str, Any], str]:
     """Run the parsed command; returns (exit code, JSON-ready result, text for a person)."""
     from . import cli_text
 
@@ -43,7 +47,7 @@ def run(args, progress) -> Tuple[int, Dict[str, Any], str]:
     return 0, manifest.to_dict(), cli_text.convert_text(manifest, args.out)
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line ``argv``; returns the exit code. Only cudnn-port's own lines reach stderr (progress,
     and one line per failure): other libraries' logging is filtered out (:mod:`cudnn_port.quiet`) unless
     ``--verbose`` or ``CUDNN_PORT_VERBOSE=1``."""

@@ -1,5 +1,11 @@
 """The CLI's reports for a person (``--json`` prints the same dicts as JSON)."""
 import os
+from typing import TYPE_CHECKING, Any, Dict
+
+if TYPE_CHECKING:
+    import argparse
+
+    from .manifest import Manifest
 
 MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
 SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
@@ -9,25 +15,25 @@ TRUST_HELP = ("run a SavedModel or frozen graph even where it holds ops beyond p
               "queues, Python callbacks), which are otherwise refused; only for a model you trust (docs/safety.md)")
 
 
-def run_flags(parser) -> None:
+def run_flags(parser: "argparse.ArgumentParser") -> None:
     """The flags of the commands that load and run models (convert, verify, bench)."""
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--trust-source", action="store_true", help=TRUST_HELP)
 
 
-def trusting(args) -> dict:
+def trusting(args: "argparse.Namespace") -> dict:
     """``trust_source=True`` for the library call where ``--trust-source`` was given."""
     return {"trust_source": True} if getattr(args, "trust_source", False) else {}
 
 
-def describe(spec) -> str:
+def describe(spec: Dict[str, Any]) -> str:
     """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
     from .layout import RNNSpec
 
     return RNNSpec(**{k: spec[k] for k in SPEC_FIELDS if k in spec}).describe()
 
 
-def inspect_text(report) -> str:
+def inspect_text(report: Dict[str, Any]) -> str:
     """inspect's report."""
     lines = [f"{report['checkpoint']}  [{report['format']}]"]
     if "nodes" in report:
@@ -62,7 +68,7 @@ def inspect_text(report) -> str:
     return "\n".join(lines)
 
 
-def convert_text(manifest, out) -> str:
+def convert_text(manifest: "Manifest", out: str) -> str:
     """convert's manifest."""
     lines, stacks = [], manifest["stacks"]
     if manifest.get("kind") == "saved_model":
@@ -134,7 +140,7 @@ def _is_path(word):
     return os.sep in word and (os.path.isabs(word) or os.path.lexists(word))
 
 
-def failed_rows(report) -> str:
+def failed_rows(report: Dict[str, Any]) -> str:
     """verify's failed rows, for its one stderr line."""
     failed = [f"{r['artifact']} ({r['stack']})" if r.get("stack") not in (None, "(all)") else r["artifact"]
               for r in report["rows"] if r["passed"] is False]

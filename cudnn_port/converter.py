@@ -26,12 +26,12 @@ if TYPE_CHECKING:
 QUANTIZE = ("int8",)
 
 
-def convert(source, out, *, style: Optional[str] = None, formats: Optional[Iterable[str]] = None,
-            variable: Optional[str] = None, mode: Optional[str] = None, num_layers: Optional[int] = None,
-            num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,
-            num_proj: Optional[int] = None, force: bool = False, drop_optimizer_slots: bool = False,
-            allow_nonfinite: bool = False, prefer_buffer: bool = False, xla: bool = False,
-            quantize: Optional[str] = None, keep_failed: bool = False, trust_source: bool = False,
+def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, style: Optional[str] = None,
+            formats: Optional[Iterable[str]] = None, variable: Optional[str] = None, mode: Optional[str] = None,
+            num_layers: Optional[int] = None, num_units: Optional[int] = None, input_size: Optional[int] = None,
+            bidirectional: Optional[bool] = None, num_proj: Optional[int] = None, force: bool = False,
+            drop_optimizer_slots: bool = False, allow_nonfinite: bool = False, prefer_buffer: bool = False,
+            xla: bool = False, quantize: Optional[str] = None, keep_failed: bool = False, trust_source: bool = False,
             progress: Optional[Callable[[str], None]] = None) -> "Manifest":
     """Convert every cuDNN stack of ``source`` and write the artifacts under ``out``; returns the manifest.
 

@@ -3,6 +3,8 @@
 A gate order is a string of one letter per gate block. LSTM letters: i (input), f (forget),
 c (cell candidate, also called g), o (output). GRU letters: r (reset), z (update), h (candidate).
 """
+from typing import Sequence
+
 import numpy as np
 
 CUDNN_LSTM = "ifco"  # cuDNN linLayerID 0..3 (and 4..7 for R)
@@ -18,7 +20,7 @@ TORCH_GRU = "rzh"
 CUDNN_ORDER = {"lstm": CUDNN_LSTM, "gru": CUDNN_GRU}
 
 
-def reorder(blocks, src, dst, axis=0) -> np.ndarray:
+def reorder(blocks: np.ndarray, src: Sequence[str], dst: Sequence[str], axis: int = 0) -> np.ndarray:
     """Reorder the gate blocks of ``blocks`` along ``axis`` from order ``src`` to order ``dst``.
 
     ``blocks.shape[axis]`` must be a multiple of ``len(src)``; each of the ``len(src)`` equal slices is

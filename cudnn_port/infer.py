@@ -10,7 +10,7 @@ rank them: a mode named in the variable's scope (``cudnn_lstm``), a 2-D neighbou
 (an embedding feeding the stack), and one whose first dimension equals D*H (a dense layer reading it).
 """
 from dataclasses import dataclass, field, replace
-from typing import List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,7 +52,7 @@ class Clues:
         return out
 
 
-def clues_from(name, shapes) -> Clues:
+def clues_from(name: str, shapes: Dict[str, Sequence[int]]) -> Clues:
     """Clues for the buffer ``name`` from ``shapes`` (variable name -> shape) of the same checkpoint."""
     lowered = name.lower()
     mode = "lstm" if "lstm" in lowered else "gru" if "gru" in lowered else None
@@ -65,8 +65,9 @@ def clues_from(name, shapes) -> Clues:
     return clues
 
 
-def candidates(size, *, mode=None, num_layers=None, num_units=None, input_size=None, bidirectional=None,
-               num_proj=None, dtype="float32") -> List[RNNSpec]:
+def candidates(size: int, *, mode: Optional[str] = None, num_layers: Optional[int] = None,
+               num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,
+               num_proj: Optional[int] = None, dtype: str = "float32") -> List[RNNSpec]:
     """Every RNNSpec whose buffer has exactly ``size`` elements and that agrees with the given fields. A projection
     is never guessed: only ``num_proj`` given (LSTM) adds one."""
     found = []
@@ -92,7 +93,7 @@ def candidates(size, *, mode=None, num_layers=None, num_units=None, input_size=N
     return found
 
 
-def choose(name, size, dtype, clues, **flags) -> Tuple[RNNSpec, str]:
+def choose(name: str, size: int, dtype: str, clues: Clues, **flags) -> Tuple[RNNSpec, str]:
     """The one spec for buffer ``name``: fixed by flags, by canonical tensors beside it, or by unanimous clues.
 
     Returns ``(spec, how)``; raises CudnnPortError listing the candidates and the flags that settle it.

@@ -33,7 +33,7 @@ a projection ``[P, H]`` is glorot-uniform too.
 """
 import contextlib
 import contextvars
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import keras
 
@@ -51,7 +51,7 @@ _JUDGES = contextvars.ContextVar("cudnn_port_layer_judges", default={})
 
 
 @contextlib.contextmanager
-def forced_path(path) -> Iterator[None]:
+def forced_path(path: str) -> Iterator[None]:
     """Trace the fused layers with ``path`` ("cpu": standard ops; "cudnn": the CudnnRNNV3 op, for a graph that is
     converted rather than run, e.g. to ONNX) instead of choosing by the devices TensorFlow sees."""
     if path not in ("cpu", "cudnn"):
@@ -64,7 +64,7 @@ def forced_path(path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def judged_by(judges) -> Iterator[None]:
+def judged_by(judges: Dict[int, Callable[..., Any]]) -> Iterator[None]:
     """While inside, each fused layer ``layer`` with ``id(layer)`` in ``judges`` computes its stack with
     ``judges[id(layer)](x, lengths, h0, c0) -> (outputs, h_n, c_n)`` (time-major states) instead of its own paths:
     how :func:`cudnn_port.judging.stock.model_judge` runs a whole model with stock layers in place of the fused ones."""
@@ -106,7 +106,7 @@ class CudnnRNN(keras.layers.Layer):
         """States per pseudo-layer: h and c for LSTM, h for GRU."""
         return 2 if self.mode == "lstm" else 1
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
         input_size = input_shape[-1]
         if input_size is None:
             raise ValueError(f"Received input shape {input_shape}, expected a known last dimension (features)")
@@ -120,7 +120,7 @@ class CudnnRNN(keras.layers.Layer):
         self.cudnn_platform = self.add_weight(name=PLATFORM_VARIABLE, shape=(), dtype="int32", trainable=False,
                                               initializer="zeros")
 
-    def load_own_variables(self, store) -> None:
+    def load_own_variables(self, store: Dict[str, Any]) -> None:
         """As Keras' own, but a file saved before ``cudnn_platform`` existed (two variables) loads, with 0."""
         if len(store.keys()) == 2:
             self.opaque_kernel.assign(store["0"])
@@ -128,7 +128,9 @@ class CudnnRNN(keras.layers.Layer):
             return
         super().load_own_variables(store)
 
-    def call(self, inputs, initial_state=None, mask=None, training=None) -> Union["tf.Tensor", List["tf.Tensor"]]:
+    def call(self, inputs: "tf.Tensor", initial_state: "Optional[Sequence[tf.Tensor]]" = None,
+             mask: "Optional[tf.Tensor]" = None,
+             training: Optional[bool] = None) -> Union["tf.Tensor", List["tf.Tensor"]]:
         tf = import_tf()
         spec, D = self.spec, self.num_dirs
         x = tf.convert_to_tensor(inputs)
@@ -193,11 +195,12 @@ class CudnnRNN(keras.layers.Layer):
         return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1],
                              dropout=dropout, seed=self.seed or 0, training=training)
 
-    def compute_mask(self, inputs, mask=None) -> Any:
+    def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
         mask = mask if self.return_sequences else None  # a last-step output has no time axis to mask
         return [mask] + [None] * self.num_states if self.return_state else mask
 
-    def compute_output_shape(self, input_shape) -> Union[Tuple[Any, ...], List[Tuple[Any, ...]]]:
+    def compute_output_shape(self,
+                             input_shape: Tuple[Optional[int], ...]) -> Union[Tuple[Any, ...], List[Tuple[Any, ...]]]:
         batch, steps = input_shape[0], input_shape[1]
         width = (self.num_proj or self.units) * self.num_dirs
         main = (batch, steps, width) if self.return_sequences else (batch, width)
@@ -246,7 +249,7 @@ class CudnnGRU(CudnnRNN):
     mode = "gru"
 
 
-def fused_layers(model) -> List[CudnnRNN]:
+def fused_layers(model: keras.Model) -> List[CudnnRNN]:
     """Every :class:`CudnnRNN` inside ``model``, nested models included, in layer order, each once."""
     found, seen = [], set()
 

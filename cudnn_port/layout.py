@@ -190,7 +190,7 @@ def _check_blob(spec: RNNSpec, blob) -> np.ndarray:
     return blob
 
 
-def unpack(spec: RNNSpec, blob) -> CanonicalRNN:
+def unpack(spec: RNNSpec, blob: np.ndarray) -> CanonicalRNN:
     """Opaque buffer ``[param_count]`` -> :class:`CanonicalRNN` in cuDNN gate order.
 
     The canonical arrays are views into ``blob`` (no copy): W ``[G, H, I_l]``, R ``[G, H, S]``, b_W and b_R

@@ -36,7 +36,7 @@ A parity failure raises :class:`~cudnn_port.errors.ParityError` and leaves no OU
 and the error names its report).
 """
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .deps import import_tf
 from .errors import CudnnPortError, ParityError
@@ -162,8 +162,9 @@ def _parity(job, judged, seed, say):
             "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
 
 
-def export_keras_file(path, out, style=None, force=False, progress=None, xla=False, quantize=None,
-                      keep_failed=False) -> Manifest:
+def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | str", style: Optional[str] = None,
+                      force: bool = False, progress: Optional[Callable[[str], None]] = None, xla: bool = False,
+                      quantize: Optional[str] = None, keep_failed: bool = False) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_keras_file
 

@@ -17,7 +17,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 SHOWN = 3
 
 
-def check_replaceable(out) -> None:
+def check_replaceable(out: str) -> None:
     """Refuse to replace the non-empty folder ``out`` unless it is an unchanged earlier cudnn-port output."""
     links = _links(out)
     if links:

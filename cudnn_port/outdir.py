@@ -35,7 +35,7 @@ DISK_ERRNOS = {errno.ENOSPC: "is full", errno.EDQUOT: "has no quota left for you
                errno.EFBIG: "refused a file over the file size limit (ulimit -f)"}
 
 
-def mount_point(path) -> str:
+def mount_point(path: str) -> str:
     """The mount point of the disk ``path`` is (or would be) on."""
     path = os.path.abspath(path)
     while not os.path.lexists(path) or (not os.path.ismount(path) and os.path.dirname(path) != path):
@@ -43,7 +43,7 @@ def mount_point(path) -> str:
     return path
 
 
-def disk_error(error, path) -> Optional[CudnnPortError]:
+def disk_error(error: BaseException, path: str) -> Optional[CudnnPortError]:
     """A full, read-only or over-quota disk (an OSError, or a library's error that quotes the system's words, such as
     TensorFlow's "No space left on device") met while writing under ``path``, as one CudnnPortError line naming the
     disk; None for any other error."""

@@ -5,7 +5,7 @@ import hashlib
 import os
 import re
 import stat
-from typing import Dict
+from typing import Dict, Iterable, Optional, Union
 
 from .errors import CudnnPortError
 
@@ -15,7 +15,7 @@ class NotRegularFile(CudnnPortError, OSError):
     treats an unreadable file as absent."""
 
 
-def require_file(path, what="file") -> str:
+def require_file(path: str, what: str = "file") -> str:
     """``path`` if it is a regular file; a pipe or device would block a reader for ever, a folder would mislead it."""
     try:
         mode = os.stat(path).st_mode
@@ -39,7 +39,7 @@ def safe_component(name: str) -> str:
     return cleaned if cleaned.strip("._") else "_"
 
 
-def unique_components(names) -> Dict[str, str]:
+def unique_components(names: Iterable[str]) -> Dict[str, str]:
     """{name: safe_component(name)} with a numeric suffix wherever two names would land on the same component."""
     out, taken = {}, set()
     for name in names:
@@ -53,13 +53,13 @@ def unique_components(names) -> Dict[str, str]:
     return out
 
 
-def is_within(path, folder) -> bool:
+def is_within(path: str, folder: str) -> bool:
     """Whether ``path`` is ``folder`` or lies below it (symbolic links resolved)."""
     path, folder = os.path.realpath(path), os.path.realpath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def sha256(path, chunk=1 << 22) -> str:
+def sha256(path: str, chunk: int = 1 << 22) -> str:
     """The file's sha256 (hex). A pipe or device is refused, not read: opened without blocking, checked, then read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with open(fd, "rb") as f:
@@ -71,7 +71,7 @@ def sha256(path, chunk=1 << 22) -> str:
     return h.hexdigest()
 
 
-def refuse_links_out(folder, what, files=None) -> None:
+def refuse_links_out(folder: str, what: str, files: Optional[Iterable[str]] = None) -> None:
     """Refuse a symbolic link in ``folder`` (every entry below it, or only ``files``) that leads outside it, or to a
     folder anywhere: a model's files are read, hashed and copied from SOURCE only, and a linked tree is never
     copied. The message says how to pass the real files instead."""
@@ -94,7 +94,7 @@ def _entries(folder):
             yield os.path.join(root, name)
 
 
-def write_new(path, data) -> None:
+def write_new(path: str, data: Union[str, bytes]) -> None:
     """Write ``data`` (str or bytes) as ``path`` without following any link: into a new file of a random name
     beside it (exclusive create, no link followed), then renamed over ``path`` (a link there is replaced, never
     written through)."""

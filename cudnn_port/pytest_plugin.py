@@ -12,13 +12,13 @@ the ``parity_report`` fixture is :func:`cudnn_port.verify.verify`'s report for i
 import pytest
 
 
-def pytest_configure(config) -> None:
+def pytest_configure(config: "pytest.Config") -> None:
     config.addinivalue_line("markers", "parity(out, atol=1e-5, rtol=1e-4): cudnn-port parity checks of a convert "
                                        "output folder, reported by the parity_report fixture")
 
 
 @pytest.fixture
-def parity_report(request) -> dict:
+def parity_report(request: "pytest.FixtureRequest") -> dict:
     marker = request.node.get_closest_marker("parity")
     if marker is None or not marker.args:
         pytest.fail("parity_report needs @pytest.mark.parity(OUT) naming a cudnn-port convert output folder")

@@ -13,16 +13,19 @@ Batches are right-padded: outputs at t >= length are zero; the forward final sta
 length - 1; the backward direction runs from length - 1 down to 0 and its final state is the one after step 0.
 A bidirectional layer's output is concat(forward, backward) on the feature axis.
 """
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .canonical import CanonicalRNN, LayerParams
 
 
 def _sigmoid(v):
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def lstm_step(params, x, h, c) -> Tuple[np.ndarray, np.ndarray]:
+def lstm_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """One LSTM step for one sequence. x ``[I]``, h ``[S]`` (P with projection, else H), c ``[H]`` -> (h', c')."""
     pre = [params.W[g] @ x + params.b_W[g] + params.R[g] @ h + params.b_R[g] for g in range(4)]
     i, f, o = _sigmoid(pre[0]), _sigmoid(pre[1]), _sigmoid(pre[3])
@@ -31,7 +34,8 @@ def lstm_step(params, x, h, c) -> Tuple[np.ndarray, np.ndarray]:
     return (h_new if params.P is None else params.P @ h_new), c_new
 
 
-def gru_step(params, x, h, c=None) -> Tuple[np.ndarray, None]:
+def gru_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
+             c: Optional[np.ndarray] = None) -> Tuple[np.ndarray, None]:
     """One GRU step for one sequence (cuDNN's reset-after form). x ``[I]``, h ``[H]`` -> (h', None)."""
     r = _sigmoid(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
     z = _sigmoid(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
@@ -44,8 +48,9 @@ def _cast(params, dtype):
                           for a in (params.W, params.R, params.b_W, params.b_R, params.P)))
 
 
-def forward(canon, x, lengths=None, h_0=None, c_0=None,
-            dtype=np.float64) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] = None,
+            h_0: Optional[np.ndarray] = None, c_0: Optional[np.ndarray] = None,
+            dtype: type = np.float64) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """Run the stack ``canon`` (a CanonicalRNN) on a right-padded batch.
 
     x: ``[B, T, I]``; lengths: ``[B]`` ints in 1..T (default T); h_0 ``[L*D, B, S]`` and c_0 ``[L*D, B, H]``

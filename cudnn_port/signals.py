@@ -69,12 +69,12 @@ def check(published: bool = False) -> None:
         raise Interrupted(_State.raised, published)
 
 
-def remove_on_exit(path) -> None:
+def remove_on_exit(path: str) -> None:
     """Have the watchdog remove ``path`` (a temporary folder or file) if it has to end the process."""
     _State.cleanup.add(os.fspath(path))
 
 
-def forget(path) -> None:
+def forget(path: str) -> None:
     """``path`` was removed or published: the watchdog leaves it alone."""
     _State.cleanup.discard(os.fspath(path))
 

@@ -10,7 +10,7 @@ A buffer is a variable whose name ends in ``opaque_kernel`` (or the one named by
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -24,6 +24,10 @@ from .manifest import Manifest, StackRecord, new_manifest
 from .paths import sha256, unique_components
 from .targets import STYLES, target_for, tf1
 from .progress import say_to
+
+if TYPE_CHECKING:
+    from .formats import Format
+    from .source import Source
 
 BUFFER_SUFFIX = "opaque_kernel"
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
@@ -51,7 +55,7 @@ class Stack:
         return self.variable.rsplit("/", 1)[0] if "/" in self.variable else ""
 
 
-def find_stacks(source, variable: Optional[str] = None) -> List[Stack]:
+def find_stacks(source: "Source", variable: Optional[str] = None) -> List[Stack]:
     """The Stacks of ``source``: every buffer, or just ``variable``. Specs are not chosen yet."""
     if variable is not None:
         if variable not in source.shapes:
@@ -81,7 +85,7 @@ def find_stacks(source, variable: Optional[str] = None) -> List[Stack]:
     return stacks
 
 
-def clues_for(source, stack: Stack) -> Clues:
+def clues_for(source: "Source", stack: Stack) -> Clues:
     """What the rest of the source says about ``stack``'s spec (an exact spec where the source states one)."""
     clues = clues_from(stack.variable, {n: s for n, s in source.shapes.items() if n not in stack.slots})
     if stack.variable in source.specs:  # the source states the spec outright
@@ -97,8 +101,9 @@ def clues_for(source, stack: Stack) -> Clues:
     return clues
 
 
-def prepare_stacks(source, variable=None, flags=None, allow_nonfinite=False, prefer_buffer=False,
-                   say=None) -> List[Stack]:
+def prepare_stacks(source: "Source", variable: Optional[str] = None, flags: Optional[Dict[str, Any]] = None,
+                   allow_nonfinite: bool = False, prefer_buffer: bool = False,
+                   say: Optional[Callable[[str], None]] = None) -> List[Stack]:
     """The stacks of ``source`` with specs chosen, buffers read and checked: everything that can be refused is
     refused here, before anything is written. ``prefer_buffer``: convert even where canonical tensors stored beside
     a buffer disagree with it (otherwise that is an error: a wrong spec or layout, or an edited file)."""
@@ -127,7 +132,7 @@ def prepare_stacks(source, variable=None, flags=None, allow_nonfinite=False, pre
     return stacks
 
 
-def read_finite(source, name, allow_nonfinite=False) -> np.ndarray:
+def read_finite(source: "Source", name: str, allow_nonfinite: bool = False) -> np.ndarray:
     """The value of ``name``, refused if it holds NaN/Inf (unless allowed)."""
     value = source.get(name)
     if not allow_nonfinite and not np.isfinite(value).all():
@@ -149,7 +154,7 @@ def _stored_agreement(source, stack):
     return found
 
 
-def agreement(stored, converted) -> Dict[str, Any]:
+def agreement(stored: np.ndarray, converted: np.ndarray) -> Dict[str, Any]:
     """How far a canonical tensor already in the source is from the one converted from the buffer."""
     stored, converted = np.asarray(stored, dtype=np.float64), np.asarray(converted, dtype=np.float64)
     if stored.shape != converted.shape:
@@ -164,21 +169,22 @@ def default_formats(style: str) -> tuple:
     return registry.default_formats(style if style in registry.formats() else None)
 
 
-def artifact_paths(fmt, label: str, several: bool = False, layer_dir: Optional[str] = None) -> Dict[str, str]:
+def artifact_paths(fmt: "Format", label: str, several: bool = False, layer_dir: Optional[str] = None) -> Dict[str, str]:
     """{artifact key: path inside OUT} of format ``fmt`` for the stack named ``label``."""
     if layer_dir:
         return {a.key: f"{layer_dir}/{label}/{a.where(label)}" for a in fmt.artifacts}
     return {a.key: a.where(label, several) for a in fmt.artifacts}
 
 
-def refusals(stacks, formats) -> List[str]:
+def refusals(stacks: Sequence[Stack], formats: Sequence[str]) -> List[str]:
     """Why some of ``formats`` cannot hold some of ``stacks``: one phrase per (format, stack)."""
     return [f"{name} cannot hold {stack.variable} ({why})" for name in formats for stack in stacks
             for why in [registry.refusal(name, stack.spec)] if why]
 
 
-def write_stacks(source, stacks, tmp, *, style, formats, drop_slots=False, layer_dir=None, xla=False,
-                 allow_nonfinite=False, say=None) -> Manifest:
+def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: str, formats: Sequence[str],
+                 drop_slots: bool = False, layer_dir: Optional[str] = None, xla: bool = False,
+                 allow_nonfinite: bool = False, say: Optional[Callable[[str], None]] = None) -> Manifest:
     """Write OUT's checkpoint and each stack's artifacts into ``tmp``; return the manifest (not yet written:
     :func:`cudnn_port.outdir.finish` hashes and writes it). ``layer_dir``: put each stack's artifacts under
     ``{layer_dir}/{label}/`` (a whole-model export keeps the top level for the whole model)."""

@@ -18,12 +18,15 @@ layer's. What differs, with the right-padded lengths ``n`` the mask gives (``n =
 Every op here is a plain TensorFlow op (``ReverseV2``, ``ReverseSequence``, ``GatherV2``, ``Select``), which ONNX,
 OpenVINO and TFLite hold as builtins.
 """
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import keras
 
 from .deps import import_tf
 from .layers import CudnnGRU, CudnnLSTM
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 class StockAdapter(keras.layers.Layer):
@@ -46,7 +49,7 @@ class StockAdapter(keras.layers.Layer):
         """The fused layer inside, so that :func:`cudnn_port.layers.fused_layers` finds it."""
         return [self.fused]
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
         self.fused.build(input_shape)
 
     def _lengths(self, x, mask):
@@ -67,7 +70,8 @@ class StockAdapter(keras.layers.Layer):
             raise ValueError(f"Received {len(states)} initial states for {self.name}, expected {D * count}")
         return [tf.stack([states[d * count + k] for d in range(D)], axis=1) for k in range(count)]
 
-    def call(self, sequences, initial_state=None, mask=None, training=None) -> Any:
+    def call(self, sequences: "tf.Tensor", initial_state: "Optional[Sequence[tf.Tensor]]" = None,
+             mask: "Optional[tf.Tensor]" = None, training: Optional[bool] = None) -> Any:
         tf = import_tf()
         x = tf.convert_to_tensor(sequences)
         lengths = self._lengths(x, mask)
@@ -101,7 +105,7 @@ class StockAdapter(keras.layers.Layer):
             return pair[0] * pair[1]
         return pair  # merge_mode None: two outputs
 
-    def compute_mask(self, inputs, mask=None) -> Any:
+    def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
         out = mask if self.return_sequences else None
         outs = [out, out] if self.bidirectional and self.merge_mode is None else [out]
         if self.return_state:

@@ -21,7 +21,7 @@ tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would
 >>> [(row["layer"], row["verdict"]) for row in plan(model)]
 [('bidirectional', 'fused')]
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .errors import UnsupportedError
 
@@ -50,7 +50,7 @@ def _why_not(layer) -> Optional[str]:
     return None
 
 
-def classify(layer) -> Optional[Dict[str, Any]]:
+def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
     kind = type(layer).__name__
     if kind not in RECURRENT or not type(layer).__module__.startswith("keras."):
@@ -91,13 +91,13 @@ def _walk(model, prefix=""):
             yield dict(row, layer=prefix + row["layer"]), layer
 
 
-def plan(model) -> List[Dict[str, Any]]:
+def plan(model: "keras.Model") -> List[Dict[str, Any]]:
     """One row per stock recurrent layer of ``model`` (nested models included, ``outer/inner`` names): what
     :func:`rewrite` does with it and why."""
     return [row for row, _ in _walk(model)]
 
 
-def rewrite(model, say=None, strict=True) -> "keras.Model":
+def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, strict: bool = True) -> "keras.Model":
     """``model`` itself when it holds no stock layer to fuse; else an equivalent Functional / Sequential model whose
     eligible stock layers are fused (the other layers shared with ``model``, which is left unchanged). Raises
     :class:`~cudnn_port.errors.UnsupportedError` naming a refused layer and why (``strict=False``: such a layer is

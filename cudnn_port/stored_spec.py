@@ -17,7 +17,7 @@ PLATFORM_VARIABLE = "cudnn_platform"
 MIOPEN = 2
 
 
-def spec_from_vector(vector, dtype="float32", name=SPEC_VARIABLE) -> RNNSpec:
+def spec_from_vector(vector: np.ndarray, dtype: str = "float32", name: str = SPEC_VARIABLE) -> RNNSpec:
     """The RNNSpec stored in a ``cudnn_spec`` variable: ``[mode 0|1, layers, units, input size, directions 1|2]``
     and, for an LSTM with projection, a sixth entry, the projection size."""
     values = np.asarray(vector).reshape(-1)

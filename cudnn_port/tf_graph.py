@@ -26,7 +26,7 @@ Weights enter as constants (``numpy`` arrays closed over), so a traced function 
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
 that is how a cuDNN node of a saved graph is replaced by CPU ops reading the same params.
 """
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -36,9 +36,10 @@ from .tf_loop import finish, time_loop
 
 if TYPE_CHECKING:
     import tensorflow as tf
+    from .layout import RNNSpec
 
 
-def layer_weights(canon, layer) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
+def layer_weights(canon: CanonicalRNN, layer: int) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
     """Both directions of one layer, stacked: Wx [D, I_l, G*H], Rh [D, S, G*H], bx [D, G*H], bh [D, H] and
     Pt [D, H, P] (None without projection), float32; NumPy arrays for a CanonicalRNN of arrays (they become
     constants: frozen exports), TensorFlow tensors for one of tensors (differentiable).
@@ -77,7 +78,7 @@ def layer_weights(canon, layer) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
     return stack(Wx), stack(Rh), stack(bx), stack(bh), (stack(Pt) if Pt else None)
 
 
-def unpack_tensor(spec, params) -> CanonicalRNN:
+def unpack_tensor(spec: "RNNSpec", params: "tf.Tensor") -> CanonicalRNN:
     """:func:`cudnn_port.layout.unpack` for a TensorFlow tensor ``params`` [param_count]: a CanonicalRNN of slices
     at the offsets of :meth:`~cudnn_port.layout.RNNSpec.blocks`. The blocks tile the buffer in order, so one
     ``tf.split`` cuts them: its gradient is one concat, where per-block slices would each scatter into a zero
@@ -90,8 +91,10 @@ def unpack_tensor(spec, params) -> CanonicalRNN:
     return CanonicalRNN(spec, [LayerParams(**kinds) for kinds in layers])
 
 
-def stack_forward(canon, inputs, sequence_lengths, initial_h=None, initial_c=None, between=None,
-                  until=None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
+def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "tf.Tensor",
+                  initial_h: "Optional[tf.Tensor]" = None, initial_c: "Optional[tf.Tensor]" = None,
+                  between: "Optional[Callable[[tf.Tensor, int], tf.Tensor]]" = None,
+                  until: "Optional[tf.Tensor]" = None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
     """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h [L*D, B, S] and
     initial_c [L*D, B, H] (zeros when None; S = P with a projection, else H). Returns (outputs [B, T, D*S],
     final_h [L*D, B, S], final_c [L*D, B, H] or None).
@@ -164,8 +167,10 @@ def _time_reversal(tf, lengths, steps, batch):
     return reverse
 
 
-def stack_inputs(spec, inputs, sequence_lengths, initial_h=None,
-                 initial_c=None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"], Optional["tf.Tensor"]]:
+def stack_inputs(spec: "RNNSpec", inputs: "tf.Tensor", sequence_lengths: "tf.Tensor",
+                 initial_h: "Optional[tf.Tensor]" = None,
+                 initial_c: "Optional[tf.Tensor]" = None
+                 ) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"], Optional["tf.Tensor"]]:
     """A stack's arguments as its loops read them: (x time-major [T, B, I] float32, lengths [B] int32,
     initial_h [L*D, B, S], initial_c [L*D, B, H]), the states zeros when None."""
     tf = import_tf()
@@ -178,13 +183,15 @@ def stack_inputs(spec, inputs, sequence_lengths, initial_h=None,
     return tf.transpose(inputs, [1, 0, 2]), tf.cast(sequence_lengths, tf.int32), initial_h, initial_c
 
 
-def valid_steps(lengths, steps) -> "tf.Tensor":
+def valid_steps(lengths: "tf.Tensor", steps: "tf.Tensor") -> "tf.Tensor":
     """[T, B, 1] bool: step t of sequence b is before its length."""
     tf = import_tf()
     return tf.transpose(tf.sequence_mask(lengths, steps))[:, :, None]
 
 
-def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, sequence_lengths=None) -> List["tf.Tensor"]:
+def cudnn_op_cpu(spec: "RNNSpec", time_major: bool, count: int, input: "tf.Tensor", input_h: "tf.Tensor",
+                 input_c: "Optional[tf.Tensor]", params: "tf.Tensor",
+                 sequence_lengths: "Optional[tf.Tensor]" = None) -> List["tf.Tensor"]:
     """What a CudnnRNN / V2 / V3 op of ``spec`` returns, in standard ops: [output, output_h, output_c,
     reserve_space, host_reserved][:count]. Time-major: input [T, B, I], states [L*D, B, S or H]; batch-major (V3
     with time_major=False): input [B, T, I], states [B, L*D, S or H] (S = num_proj or H: h is S wide, c H wide).
@@ -212,8 +219,9 @@ def cudnn_op_cpu(spec, time_major, count, input, input_h, input_c, params, seque
     return results[:count]
 
 
-def cudnn_forward(spec, params, inputs, sequence_lengths, initial_h, initial_c=None, dropout=0.0, seed=0,
-                  training=False) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
+def cudnn_forward(spec: "RNNSpec", params: "tf.Tensor", inputs: "tf.Tensor", sequence_lengths: "tf.Tensor",
+                  initial_h: "tf.Tensor", initial_c: "Optional[tf.Tensor]" = None, dropout: float = 0.0,
+                  seed: int = 0, training: bool = False) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
     """The whole stack as ONE fused ``CudnnRNNV3`` call (needs a GPU to run; any graph can hold it). Same
     interface as :func:`stack_forward`: inputs [B, T, I] (batch-major), sequence_lengths [B], initial_h
     [L*D, B, S] / initial_c [L*D, B, H] -> (outputs [B, T, D*S], final_h [L*D, B, S], final_c or None)."""

@@ -112,7 +112,7 @@ def _handle(value):
     return offset, size
 
 
-def read_index(path) -> Tuple[Optional[Dict[int, Any]], Dict[str, Dict[str, Any]]]:
+def read_index(path: str) -> Tuple[Optional[Dict[int, Any]], Dict[str, Dict[str, Any]]]:
     """{name: {"dtype", "shape", "shard", "offset", "size", "sliced"}} and the header of ``path`` (an .index file)."""
     with open(require_file(path, "checkpoint index"), "rb") as f:
         data = f.read()
@@ -151,7 +151,7 @@ def read_index(path) -> Tuple[Optional[Dict[int, Any]], Dict[str, Dict[str, Any]
     return header, entries
 
 
-def check(prefix) -> Dict[str, Dict[str, Any]]:
+def check(prefix: str) -> Dict[str, Dict[str, Any]]:
     """Refuse a checkpoint whose index TensorFlow would crash or mislead on; returns the entries."""
     index = prefix + ".index"
     try:

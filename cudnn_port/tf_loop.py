@@ -33,6 +33,7 @@ Measured on the benchmark stacks (2 layers, both directions, hidden 512, 100 ste
 bench/bench_exports.py --only saved_model`` (the SavedModel against the ONNX export, current results in
 docs/performance.md) and ``python bench/bench_step_product.py`` (the product alone).
 """
+from types import ModuleType
 from typing import TYPE_CHECKING, Optional, Tuple
 
 if TYPE_CHECKING:
@@ -42,7 +43,9 @@ UNROLL = 4  # steps per loop iteration for batches below UNROLL_BELOW
 UNROLL_BELOW = 8
 
 
-def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
+def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf.Tensor]", Rh: "tf.Tensor",
+              bh: "tf.Tensor", is_lstm: bool, until: "Optional[tf.Tensor]" = None,
+              Pt: "Optional[tf.Tensor]" = None) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
     """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
     only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
     h (and c). ``until`` (the XLA export's longest length) stops the loop there, one step per iteration."""
@@ -103,7 +106,8 @@ def time_loop(tf, xw, h0, c0, Rh, bh, is_lstm, until=None, Pt=None) -> Tuple["tf
     return state[2].stack(), (state[4].stack() if is_lstm else None)
 
 
-def finish(tf, ys, cs, valid, h0, c0, lengths) -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
+def finish(tf: ModuleType, ys: "tf.Tensor", cs: "Optional[tf.Tensor]", valid: "tf.Tensor", h0: "tf.Tensor",
+           c0: "Optional[tf.Tensor]", lengths: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
     """A loop's every-step states (ys [T, B, S], cs [T, B, H] or None) -> (y [T, B, S] with zeros past each length,
     h [B, S] and c [B, H] at each sequence's last step: h0 / c0 for length 0; c0 itself when cs is None)."""
     steps = tf.shape(ys)[0]

@@ -16,17 +16,20 @@ layers, and at about 2x that of autodiff of the export path's one-step-per-itera
 gradients w.r.t. the buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's
 do (``tests/test_cudnn_fixtures.py``); an LSTM with projection falls back to autodiff of the export path.
 """
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from .deps import import_tf
 from .tf_graph import layer_weights, stack_forward, stack_inputs, valid_steps
 
 if TYPE_CHECKING:
     import tensorflow as tf
+    from .canonical import CanonicalRNN
 
 
-def stack_train(canon, inputs, sequence_lengths, initial_h=None, initial_c=None,
-                between=None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
+def stack_train(canon: "CanonicalRNN", inputs: "tf.Tensor", sequence_lengths: "tf.Tensor",
+                initial_h: "Optional[tf.Tensor]" = None, initial_c: "Optional[tf.Tensor]" = None,
+                between: "Optional[Callable[[tf.Tensor, int], tf.Tensor]]" = None
+                ) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
     """:func:`cudnn_port.tf_graph.stack_forward` with a hand-written backward pass (see the module docstring).
     Same interface and forward math: outputs, states and the gradients w.r.t. inputs and initial states equal
     autodiff of ``stack_forward`` within float32 rounding (its recurrent product is a SparseMatMul below

@@ -19,7 +19,7 @@ hash the same; otherwise from OUT/checkpoint (the report says which). An element
     assert report["passed"]
 """
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,11 +35,12 @@ from .progress import Progress, say_to
 
 if TYPE_CHECKING:
     from .canonical import CanonicalRNN
+    from .manifest import Manifest, StackRecord
 
 REPORT = "parity.json"
 
 
-def file_rows(out, manifest) -> List[Dict[str, Any]]:
+def file_rows(out: str, manifest: "Manifest") -> List[Dict[str, Any]]:
     """One row: every listed file present with its sha256, no unlisted file; a symbolic link or a name outside OUT
     fails it (OUT is never written through links)."""
     listed = manifest.get("files", {})
@@ -68,7 +69,7 @@ def _linked(out, rel):
     return any(os.path.islink(os.path.join(out, *parts[:i])) for i in range(1, len(parts) + 1))
 
 
-def source_unchanged(manifest) -> bool:
+def source_unchanged(manifest: "Manifest") -> bool:
     """Whether the source the manifest names is still there with the hashes it recorded."""
     source = manifest["source"]
     prefix, files = source.get("checkpoint", ""), source.get("files", {})
@@ -79,7 +80,7 @@ def source_unchanged(manifest) -> bool:
         return False
 
 
-def converted_canon(manifest, out, stack, spec) -> "CanonicalRNN":
+def converted_canon(manifest: "Manifest", out: str, stack: "StackRecord", spec: RNNSpec) -> "CanonicalRNN":
     """The stack read back from OUT/checkpoint by the style's reader (the judge's weights when the source is gone)."""
     from .checkpoint import Checkpoint
 
@@ -166,7 +167,8 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
     return rows
 
 
-def case_floor(canon, batch, want) -> float:
+def case_floor(canon: "CanonicalRNN", batch: Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+               want: List[Optional[np.ndarray]]) -> float:
     """4x the fp32 floor of this case (:func:`cudnn_port.judging.parity.fp32_floor`): how far the reference's own
     math run in fp32 lands from its float64 outputs. Trained weights (large pre-activations, saturated gates) can put
     a correct fp32 artifact above a fixed 1e-5 (measured: 1.06e-5 on a published textgenrnn model whose every
@@ -193,7 +195,7 @@ def _copied_row(manifest, out, source):
             "note": f"{len(copied)} equal to the source" if not differ else f"differ from the source: {differ[:3]}"}
 
 
-def format_table(report) -> str:
+def format_table(report: Dict[str, Any]) -> str:
     lines = [f"{'stack':<28} {'artifact':<40} {'max abs err':>12} {'max rel err':>12}  result", "-" * 104]
     for r in report["rows"]:
         result = "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"

@@ -145,6 +145,25 @@ def write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=0, extra=
     return save_tf1(str(tmp_path / "src" / "model.ckpt"), variables), blob
 
 
+def save_params_module(path, blob, input_signature, compute, as_variable=True) -> str:
+    """A SavedModel at ``path`` whose one signature (serving_default, inputs named by ``input_signature``'s specs)
+    returns ``compute(params, *inputs)``: ``params`` holds ``blob`` as a tf.Variable, or a constant."""
+    import tensorflow as tf
+
+    class Stack(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.params = tf.Variable(blob) if as_variable else tf.constant(blob)
+
+        @tf.function(input_signature=input_signature)
+        def run(self, *inputs):
+            return compute(self.params, *inputs)
+
+    module = Stack()
+    tf.saved_model.save(module, str(path), signatures=module.run.get_concrete_function())
+    return str(path)
+
+
 def save_raw_op_model(path, spec, blob, op="CudnnRNN", as_variable=False, **attrs) -> str:
     """A SavedModel calling a cuDNN op directly (time-major), params a constant or a variable: what TF1-era and
     hand-written graphs hold. Signature: inputs [B, T, I] -> outputs [B, T, D*H], final_h [L*D, B, H]."""
@@ -152,23 +171,15 @@ def save_raw_op_model(path, spec, blob, op="CudnnRNN", as_variable=False, **attr
 
     D, H = spec.num_dirs, spec.num_units
 
-    class Stack(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.params = tf.Variable(blob) if as_variable else tf.constant(blob)
+    def run(params, inputs):
+        state = tf.zeros([spec.num_layers * D, tf.shape(inputs)[0], H])
+        result = getattr(tf.raw_ops, op)(
+            input=tf.transpose(inputs, [1, 0, 2]), input_h=state, input_c=state, params=params,
+            rnn_mode=spec.mode, direction="bidirectional" if D == 2 else "unidirectional", is_training=False, **attrs)
+        return {"outputs": tf.transpose(result[0], [1, 0, 2]), "final_h": result[1]}
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32, name="inputs")])
-        def run(self, inputs):
-            state = tf.zeros([spec.num_layers * D, tf.shape(inputs)[0], H])
-            result = getattr(tf.raw_ops, op)(
-                input=tf.transpose(inputs, [1, 0, 2]), input_h=state, input_c=state, params=self.params,
-                rnn_mode=spec.mode, direction="bidirectional" if D == 2 else "unidirectional", is_training=False,
-                **attrs)
-            return {"outputs": tf.transpose(result[0], [1, 0, 2]), "final_h": result[1]}
-
-    module = Stack()
-    tf.saved_model.save(module, str(path), signatures=module.run.get_concrete_function())
-    return str(path)
+    signature = [tf.TensorSpec([None, None, spec.input_size], tf.float32, name="inputs")]
+    return save_params_module(path, blob, signature, run, as_variable)
 
 
 def torch_grads(spec, buffer, x, lengths, h0, c0, gy, ghn, gcn=None):

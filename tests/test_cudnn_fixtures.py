@@ -25,7 +25,7 @@ import os
 import numpy as np
 import pytest
 
-from helpers import ROOT, torch_grads
+from helpers import ROOT, save_params_module, torch_grads
 from cudnn_port import reference
 from cudnn_port.layout import RNNSpec, unpack
 
@@ -309,23 +309,17 @@ def test_a_saved_model_node_with_num_proj_converts(tmp_path):
     spec = case_spec(case)
     buffer, x, lengths, h0, c0 = arrays(case, "buffer", "x", "lengths", "h0", "c0")
 
-    class Projected(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.params = tf.Variable(buffer)
+    def run(params, x, lengths, h0, c0):
+        y, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
+            input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]), params=params,
+            sequence_lengths=lengths, rnn_mode="lstm", num_proj=spec.num_proj, is_training=False, time_major=False)
+        return {"y": y, "hn": tf.transpose(h, [1, 0, 2]), "cn": tf.transpose(c, [1, 0, 2])}
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32, name="x"),
-                                      tf.TensorSpec([None], tf.int32, name="lengths"),
-                                      tf.TensorSpec([spec.num_layers, None, spec.num_proj], tf.float32, name="h0"),
-                                      tf.TensorSpec([spec.num_layers, None, spec.num_units], tf.float32, name="c0")])
-        def run(self, x, lengths, h0, c0):
-            y, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
-                input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]), params=self.params,
-                sequence_lengths=lengths, rnn_mode="lstm", num_proj=spec.num_proj, is_training=False, time_major=False)
-            return {"y": y, "hn": tf.transpose(h, [1, 0, 2]), "cn": tf.transpose(c, [1, 0, 2])}
-
-    module = Projected()
-    tf.saved_model.save(module, str(tmp_path / "src"), signatures=module.run.get_concrete_function())
+    signature = [tf.TensorSpec([None, None, spec.input_size], tf.float32, name="x"),
+                 tf.TensorSpec([None], tf.int32, name="lengths"),
+                 tf.TensorSpec([spec.num_layers, None, spec.num_proj], tf.float32, name="h0"),
+                 tf.TensorSpec([spec.num_layers, None, spec.num_units], tf.float32, name="c0")]
+    save_params_module(tmp_path / "src", buffer, signature, run)
     manifest = convert(str(tmp_path / "src"), tmp_path / "out")
     assert {n["spec"]["num_proj"] for n in manifest["nodes"]} == {spec.num_proj}
     assert "onnx" not in manifest["model_artifacts"] and manifest["warnings"]

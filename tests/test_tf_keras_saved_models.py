@@ -11,7 +11,8 @@ import os
 import numpy as np
 import pytest
 
-from helpers import ROOT, assert_clean_error, make_spec, random_blob, run_cli, torch_grads, unpack_fixture
+from helpers import (ROOT, assert_clean_error, make_spec, random_blob, run_cli, save_params_module, torch_grads,
+                     unpack_fixture)
 from cudnn_port import convert
 from cudnn_port.verify import verify
 
@@ -95,32 +96,25 @@ def save_gradient_graph(path, spec, blob):
     its CudnnRNNBackpropV3 node is called, so it is replaced rather than pruned."""
     L_D, H = spec.num_pseudo_layers, spec.num_units
 
-    class Module(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.params = tf.Variable(blob)
+    def grads(params, x, lengths, h0, c0, gy, ghn, gcn):
+        with tf.GradientTape() as tape:
+            tape.watch([x, h0, c0])
+            y, hn, cn, _, _ = tf.raw_ops.CudnnRNNV3(
+                input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]),
+                params=params, sequence_lengths=lengths, rnn_mode=spec.mode, is_training=True,
+                direction="bidirectional" if spec.bidirectional else "unidirectional", time_major=False)
+            loss = tf.reduce_sum(y * gy) + tf.reduce_sum(tf.transpose(hn, [1, 0, 2]) * ghn) + \
+                tf.reduce_sum(tf.transpose(cn, [1, 0, 2]) * gcn)
+        dx, dparams, dh0, dc0 = tape.gradient(loss, [x, params, h0, c0])
+        return {"y": y, "dx": dx, "dparams": tf.convert_to_tensor(dparams), "dh0": dh0, "dc0": dc0}
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None, spec.input_size], tf.float32, name="x"),
-                                      tf.TensorSpec([None], tf.int32, name="lengths"),
-                                      tf.TensorSpec([L_D, None, H], tf.float32, name="h0"),
-                                      tf.TensorSpec([L_D, None, H], tf.float32, name="c0"),
-                                      tf.TensorSpec([None, None, spec.output_size], tf.float32, name="gy"),
-                                      tf.TensorSpec([L_D, None, H], tf.float32, name="ghn"),
-                                      tf.TensorSpec([L_D, None, H], tf.float32, name="gcn")])
-        def grads(self, x, lengths, h0, c0, gy, ghn, gcn):
-            with tf.GradientTape() as tape:
-                tape.watch([x, h0, c0])
-                y, hn, cn, _, _ = tf.raw_ops.CudnnRNNV3(
-                    input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]),
-                    params=self.params, sequence_lengths=lengths, rnn_mode=spec.mode, is_training=True,
-                    direction="bidirectional" if spec.bidirectional else "unidirectional", time_major=False)
-                loss = tf.reduce_sum(y * gy) + tf.reduce_sum(tf.transpose(hn, [1, 0, 2]) * ghn) + \
-                    tf.reduce_sum(tf.transpose(cn, [1, 0, 2]) * gcn)
-            dx, dparams, dh0, dc0 = tape.gradient(loss, [x, self.params, h0, c0])
-            return {"y": y, "dx": dx, "dparams": tf.convert_to_tensor(dparams), "dh0": dh0, "dc0": dc0}
-
-    module = Module()
-    tf.saved_model.save(module, str(path), signatures=module.grads.get_concrete_function())
+    save_params_module(path, blob, [tf.TensorSpec([None, None, spec.input_size], tf.float32, name="x"),
+                                    tf.TensorSpec([None], tf.int32, name="lengths"),
+                                    tf.TensorSpec([L_D, None, H], tf.float32, name="h0"),
+                                    tf.TensorSpec([L_D, None, H], tf.float32, name="c0"),
+                                    tf.TensorSpec([None, None, spec.output_size], tf.float32, name="gy"),
+                                    tf.TensorSpec([L_D, None, H], tf.float32, name="ghn"),
+                                    tf.TensorSpec([L_D, None, H], tf.float32, name="gcn")], grads)
 
 
 def test_reachable_backward_nodes_become_cpu_gradients(tmp_path, capsys):

@@ -12,13 +12,16 @@ S = H, or P for an LSTM with projection (which ONNX cannot hold: no ONNX artifac
 
 With T = 1 and states passed in and out, every artifact is a step function for decoding.
 """
-from typing import Tuple
+from typing import TYPE_CHECKING, Tuple
+
+if TYPE_CHECKING:
+    from ..layout import RNNSpec
 
 INPUT_NAMES = ("inputs", "sequence_lengths", "initial_h", "initial_c")
 OUTPUT_NAMES = ("outputs", "final_h", "final_c")
 
 
-def io_names(spec) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+def io_names(spec: "RNNSpec") -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     """(input names, output names) of ``spec``'s artifacts: LSTM has a cell state, GRU does not."""
     keep = 4 if spec.mode == "lstm" else 3
     return INPUT_NAMES[:keep], OUTPUT_NAMES[:keep - 1]

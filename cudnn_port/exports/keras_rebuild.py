@@ -8,10 +8,13 @@ import json
 import os
 import shutil
 import warnings
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..errors import reason
 from ..readers.keras_h5 import CUDNN_CLASSES, h5_text
+
+if TYPE_CHECKING:
+    from ..readers.keras_h5 import KerasH5
 
 
 def _standard_config(layer):
@@ -36,7 +39,7 @@ def _standard_config(layer):
             _standard_config(child)
 
 
-def save_keras3_model(source, path) -> Optional[str]:
+def save_keras3_model(source: "KerasH5", path: str) -> Optional[str]:
     """Rebuild full-model file ``source`` (a :class:`~cudnn_port.readers.keras_h5.KerasH5` with a model config) in
     Keras 3 at ``path`` (``.keras``): each CuDNN layer becomes LSTM / GRU(reset_after=True) with converted weights,
     every other layer keeps its config and weights. Keras 3 builds the model from an edited copy of the file.

@@ -26,7 +26,7 @@ Both record in ``metadata_props`` (:func:`metadata`) the state inputs and output
 
 ONNX's LSTM has no projection: a stack with one gets no ONNX artifact (:class:`~cudnn_port.errors.UnsupportedError`).
 """
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -36,12 +36,16 @@ from .onnx_portable import layer_weights, portable_stack_graph
 
 if TYPE_CHECKING:
     import onnx
+    from ..canonical import CanonicalRNN
+    from ..layout import RNNSpec
 
 OPSET = 17
 IR_VERSION = 8
 
 
-def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None) -> Tuple[str, str, Optional[str]]:
+def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, node: Callable[..., Any],
+                const: Callable[[str, np.ndarray], str], prefix: str = "",
+                weights: Optional[Callable[[int], Tuple[str, str, str]]] = None) -> Tuple[str, str, Optional[str]]:
     """The stack's ONNX nodes, made through ``node(op, inputs, outputs, **attrs)`` and ``const(name, array) ->
     tensor name``: x time-major [T, B, I], lengths [B] int32 (or "" for full length), h0 / c0 [L*D, B, H] (c0
     LSTM only; both None: the nodes start from zeros). Returns the names of y [T, B, D*H], final_h and final_c
@@ -79,7 +83,7 @@ def stack_graph(canon, x, lengths, h0, c0, node, const, prefix="", weights=None)
 
 
 
-def metadata(spec, states: bool) -> dict:
+def metadata(spec: "RNNSpec", states: bool) -> dict:
     """``metadata_props`` of a stack's ONNX model: what it is, and for ``states`` which inputs and outputs carry the
     recurrent state, their shapes, and what one call (a chunk) is. Flat string key/values, as streaming exports
     record their state (icefall / sherpa-onnx: ``model_type``, sizes, ``comment``)."""
@@ -104,7 +108,8 @@ def metadata(spec, states: bool) -> dict:
     return {k: str(v) for k, v in meta.items()}
 
 
-def build_model(canon, name="rnn", states=False, portable=True) -> "onnx.ModelProto":
+def build_model(canon: "CanonicalRNN", name: str = "rnn", states: bool = False,
+                portable: bool = True) -> "onnx.ModelProto":
     """The ONNX ModelProto of stack ``canon`` (see the module docstring): ``states`` False takes ``inputs`` and
     ``sequence_lengths`` only (zero initial states); True also ``initial_h`` (and ``initial_c``), required.
     ``portable`` False: the nodes of :func:`stack_graph` instead (right only where ``sequence_lens`` is honoured,
@@ -152,7 +157,7 @@ def build_model(canon, name="rnn", states=False, portable=True) -> "onnx.ModelPr
     return model
 
 
-def write_onnx(canon, path, name="rnn", states=False) -> None:
+def write_onnx(canon: "CanonicalRNN", path: str, name: str = "rnn", states: bool = False) -> None:
     """Save :func:`build_model` at ``path`` (weights inside the file)."""
     import onnx
 

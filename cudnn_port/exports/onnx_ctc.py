@@ -17,12 +17,14 @@ The math, as TensorFlow's kernel computes it (``inputs [T, B, C]``, ``sequence_l
     decoded_indices [N, 2] = (b, position of the label in its row);  decoded_values [N] = the labels
     decoded_shape [2] = (B, max(0, longest row));  log_probability [B, 1] = -sum_{t < length} max_c inputs[t, b, c]
 """
+from typing import Any
+
 import numpy as np
 
 _INT64, _BOOL = 7, 9  # onnx.TensorProto.INT64, BOOL
 
 
-def ctc_greedy_decoder_handler(ctx, node, name, args) -> None:
+def ctc_greedy_decoder_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
     """Replace CTCGreedyDecoder node ``node`` of tf2onnx graph ``ctx`` by the ONNX ops of the module docstring;
     its four outputs keep their consumers."""
     from tf2onnx import utils

@@ -21,17 +21,21 @@ fused nodes (LSTM: one per layer and direction; GRU: one per layer):
 :func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
 """
 import functools
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
 from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, reorder
 
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRNN
+    import onnx
+
 PAD_GATE = 1.0e4  # sigmoid(+-1e4 + any pre-activation within +-1e3) is exactly 1 / 0 in float32
 PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to a node's x
 
 
-def layer_weights(canon, layer, dtype=np.float32) -> List[np.ndarray]:
+def layer_weights(canon: "CanonicalRNN", layer: int, dtype: type = np.float32) -> List[np.ndarray]:
     """W [D, G*H, I_l], R [D, G*H, H], B [D, 2*G*H] of one layer in ONNX gate order. With ``canon`` unpacked from
     ``np.arange(param_count)`` and ``dtype`` int64: the position in params each weight comes from."""
     spec = canon.spec
@@ -82,8 +86,10 @@ def _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag):
     return names
 
 
-def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix="",
-                         weights=None) -> Tuple[str, str, Optional[str]]:
+def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, node: Callable[..., Any],
+                         const: Callable[[str, np.ndarray], str], prefix: str = "",
+                         weights: Optional[Callable[[int], Tuple[str, str, str]]] = None
+                         ) -> Tuple[str, str, Optional[str]]:
     """Like :func:`cudnn_port.exports.onnx.stack_graph` (same arguments and results, ``weights`` included;
     ``lengths`` [B] int32 is required), in the form described in the module docstring."""
     spec = canon.spec
@@ -148,7 +154,7 @@ def portable_stack_graph(canon, x, lengths, h0, c0, node, const, prefix="",
     return x, final_h, final_c
 
 
-def plain_lstm_inputs(model) -> int:
+def plain_lstm_inputs(model: "onnx.ModelProto") -> int:
     """Drop the padding channel of every LSTM node of ``model`` (ModelProto, changed in place): x back to the
     Concat's first input, W back to [D, 4H, I]. For rewrites that only onnxruntime runs (which honours
     ``sequence_lens``, so the channel changes nothing there), such as int8, whose per-row weight scales the

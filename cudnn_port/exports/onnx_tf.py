@@ -6,7 +6,7 @@ right too; those of :func:`cudnn_port.exports.onnx.stack_graph` where it has non
 is right everywhere)."""
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -16,11 +16,12 @@ from .onnx_portable import portable_stack_graph
 
 if TYPE_CHECKING:
     import onnx
+    from tensorflow.core.framework import graph_pb2
 
 _FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Shape": [1], "Range": [1]}
 
 
-def cudnn_node_handler(ctx, node, name, args) -> None:
+def cudnn_node_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
     """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
     constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
     :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without). A float16 or float64 node
@@ -151,7 +152,8 @@ def quiet_converters() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def write_graph_onnx(graph_def, inputs, outputs, path, renames=None) -> "onnx.ModelProto":
+def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], outputs: Sequence[str], path: str,
+                     renames: Optional[Dict[str, str]] = None) -> "onnx.ModelProto":
     """ONNX of a frozen GraphDef holding cuDNN nodes: tf2onnx for everything else, fused ONNX LSTM / GRU nodes for
     each cuDNN node (:func:`cudnn_node_handler`), CTCGreedyDecoder by :mod:`.onnx_ctc` instead of tf2onnx's;
     ``renames`` maps tensor names to ONNX input/output names. Saved at ``path`` unless it is None; returns the
@@ -189,7 +191,7 @@ def _unique_returns(library):
             seen.add(value)
 
 
-def name_dynamic_dims(model, path) -> None:
+def name_dynamic_dims(model: "onnx.ModelProto", path: str) -> None:
     """Name the unknown dimensions of the model's inputs and outputs ``batch`` (first) and ``time`` (second) instead
     of tf2onnx's ``unk__N``, and save it at ``path``."""
     import onnx
@@ -201,7 +203,7 @@ def name_dynamic_dims(model, path) -> None:
     onnx.save(model, str(path))
 
 
-def write_saved_model_onnx(saved_model, path, signature="serving_default") -> "onnx.ModelProto":
+def write_saved_model_onnx(saved_model: str, path: str, signature: str = "serving_default") -> "onnx.ModelProto":
     """:func:`write_graph_onnx` of a SavedModel signature; inputs and outputs keep the signature's names."""
     from tf2onnx import tf_loader
 

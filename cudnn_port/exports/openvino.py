@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     import openvino as ov
+    from ..layout import RNNSpec
 
 
-def compile_onnx(path, precision="f32") -> "ov.CompiledModel":
+def compile_onnx(path: str, precision: str = "f32") -> "ov.CompiledModel":
     """An OpenVINO CPU ``CompiledModel`` of the ONNX model at ``path``, computing in ``precision`` ("f32" or
     "bf16")."""
     from ..artifact_check import check_artifact
@@ -24,7 +25,7 @@ def compile_onnx(path, precision="f32") -> "ov.CompiledModel":
     return core.compile_model(core.read_model(os.fspath(path)), "CPU", {"INFERENCE_PRECISION_HINT": precision})
 
 
-def open_onnx(path, spec, precision="f32") -> Callable:
+def open_onnx(path: str, spec: "RNNSpec", precision: str = "f32") -> Callable:
     """``run(feeds) -> [outputs, final_h, final_c or None]`` of a stack's ONNX model at ``path`` in OpenVINO."""
     from . import io_names
 

@@ -36,13 +36,14 @@ int8 models: :mod:`cudnn_port.judging.int8`.
 import os
 import tempfile
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from ..deps import optional
 from ..errors import CudnnPortError
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
+    from ..layout import RNNSpec
 
 LSTM_SETTINGS = dict(per_channel=True, reduce_range=True)
 MATMUL_SETTINGS = dict(per_channel=False, reduce_range=True)
@@ -75,7 +76,8 @@ class NothingToQuantize(CudnnPortError):
         self.why = why
 
 
-def quantize_onnx(src_path, dst_path, lstm=None, matmul=False) -> Dict[str, Any]:
+def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] = None,
+                  matmul: bool = False) -> Dict[str, Any]:
     """Write the int8 model of the float32 ONNX model at ``src_path`` to ``dst_path``; return a report dict.
 
     ``lstm``: settings for LSTM nodes (default :data:`LSTM_SETTINGS`); ``matmul``: False (default) to keep MatMul
@@ -162,7 +164,7 @@ def _check_lstm_wiring(source, result):
                 raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
 
 
-def refuse_nothing_to_quantize(specs) -> None:
+def refuse_nothing_to_quantize(specs: "Sequence[RNNSpec]") -> None:
     """Before any work: --quantize int8 with no stack it can quantize (only LSTM stacks without projection have an
     int8 form) is refused."""
     specs = list(specs)

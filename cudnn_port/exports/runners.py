@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def load_graph(path) -> "tf.Graph":
+def load_graph(path: str) -> "tf.Graph":
     """A tf.Graph holding the frozen GraphDef at ``path`` (node names kept)."""
     from ..deps import import_tf
 
@@ -23,7 +23,7 @@ def load_graph(path) -> "tf.Graph":
     return graph
 
 
-def onnx_session(path) -> "ort.InferenceSession":
+def onnx_session(path: str) -> "ort.InferenceSession":
     """An onnxruntime CPU session of the model at ``path`` (or of a serialized model). Its log level is "fatal":
     what onnxruntime logs (warnings at load, a failing node's error) is not ours to print; a failure still raises,
     and the caller reports it in one line."""
@@ -38,14 +38,14 @@ def onnx_session(path) -> "ort.InferenceSession":
     return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
 
-def load_saved_model(path) -> "Any":
+def load_saved_model(path: str) -> "Any":
     """``tf.saved_model.load`` of the SavedModel folder at ``path``."""
     from ..deps import import_tf
 
     return import_tf().saved_model.load(os.fspath(path))
 
 
-def litert_interpreter(path, tf_lite: bool = False) -> "Any":
+def litert_interpreter(path: str, tf_lite: bool = False) -> "Any":
     """A TFLite interpreter of the model at ``path``: LiteRT's (``ai_edge_litert``), or with ``tf_lite`` TensorFlow's
     own ``tf.lite.Interpreter`` (TF >= 2.20 warns that it moves to ai_edge_litert; that warning is not the user's).
     The file's flatbuffer is checked first (:mod:`cudnn_port.artifact_check`): damaged is an error, not a crash."""

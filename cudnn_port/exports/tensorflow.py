@@ -13,7 +13,8 @@ at the longest sequence, so padding costs only the input projection) and a handf
 length; each new batch size compiles once too (about 1-2 s). The frozen GraphDef is always plain ops.
 """
 import os
-from typing import TYPE_CHECKING, Dict, List, Set
+from types import ModuleType
+from typing import TYPE_CHECKING, Dict, List, Sequence, Set
 
 from ..deps import import_tf
 from ..tf_graph import stack_forward
@@ -21,6 +22,8 @@ from . import io_names
 
 if TYPE_CHECKING:
     import tensorflow as tf
+    from ..canonical import CanonicalRNN
+    from tensorflow.core.framework import graph_pb2
 
 
 def _named(tf, spec, result):
@@ -35,7 +38,7 @@ STEP_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768
 """Lengths the XLA SavedModel pads the time axis up to; past the last, the next multiple of it."""
 
 
-def padded_steps(tf, steps) -> "tf.Tensor":
+def padded_steps(tf: ModuleType, steps: "tf.Tensor") -> "tf.Tensor":
     """The first of :data:`STEP_BUCKETS` >= ``steps`` (a scalar int32 tensor), or the next multiple of the last."""
     table = tf.constant(STEP_BUCKETS, tf.int32)
     top = STEP_BUCKETS[-1]
@@ -64,7 +67,7 @@ def _forward(canon, xla):
     return forward
 
 
-def build_module(canon, xla=False) -> "tf.Module":
+def build_module(canon: "CanonicalRNN", xla: bool = False) -> "tf.Module":
     """A tf.Module with the two signature functions (traced, weights frozen in); ``xla``: see the module doc."""
     tf = import_tf()
     forward = _forward(canon, xla)
@@ -97,7 +100,7 @@ def _named_spec(tf, spec, name):
     return tf.TensorSpec(spec.shape, spec.dtype, name=name)
 
 
-def write_saved_model(canon, path, xla=False) -> None:
+def write_saved_model(canon: "CanonicalRNN", path: str, xla: bool = False) -> None:
     tf = import_tf()
     module = build_module(canon, xla)
     tf.saved_model.save(module, os.fspath(path), signatures={
@@ -105,7 +108,7 @@ def write_saved_model(canon, path, xla=False) -> None:
         "with_initial_state": module.serve_state.get_concrete_function()})
 
 
-def write_frozen_graph(canon, path) -> Dict[str, List[str]]:
+def write_frozen_graph(canon: "CanonicalRNN", path: str) -> Dict[str, List[str]]:
     """Write a frozen GraphDef; return {"inputs": [tensor names], "outputs": [tensor names]}."""
     tf = import_tf()
     spec = canon.spec
@@ -128,7 +131,7 @@ def write_frozen_graph(canon, path) -> Dict[str, List[str]]:
     return {"inputs": [f"{n}:0" for n in names_in], "outputs": [f"{n}:0" for n in names_out]}
 
 
-def op_types(saved_model_or_graph_def) -> Set[str]:
+def op_types(saved_model_or_graph_def: "graph_pb2.GraphDef") -> Set[str]:
     """Every op type in a GraphDef, its function library included (to prove no Cudnn* op is inside)."""
     graph_def = saved_model_or_graph_def
     types = {node.op for node in graph_def.node}
@@ -137,7 +140,8 @@ def op_types(saved_model_or_graph_def) -> Set[str]:
     return types
 
 
-def strip_unused_placeholders(graph_def, keep, outputs) -> "tf.compat.v1.GraphDef":
+def strip_unused_placeholders(graph_def: "graph_pb2.GraphDef", keep: Sequence[str],
+                              outputs: Sequence[str]) -> "tf.compat.v1.GraphDef":
     """A frozen GraphDef without placeholders nothing reads (``convert_variables_to_constants_v2`` leaves one
     ``unused_control_flow_input_N`` per loop input), and with an Identity node named after each key of ``outputs``
     ({name: tensor name}), so the outputs have stable names."""

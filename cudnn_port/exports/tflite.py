@@ -27,10 +27,15 @@ Run through the SignatureDef ``serving_default``, which resizes the inputs itsel
     step = Interpreter("OUT/model_stateful.tflite").get_signature_runner("serving_default")
     result = step(inputs=x, sequence_lengths=lengths, initial_h=h, initial_c=c)   # {"outputs", "final_h", "final_c"}
 """
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..gates import CUDNN_ORDER
 from .tflite_fb import FlatModel
+
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRNN
 
 BIG = 1.0e4  # |pre-activation| past each length: sigmoid(-BIG) = 0 and sigmoid(BIG) = 1 in float32
 TANH = 4  # ActivationFunctionType.TANH
@@ -130,7 +135,7 @@ def _lstm(graph, canon, x, layer, direction):
     return y, graph.final(y, p), final_c
 
 
-def build_model(canon, stateful=False) -> bytes:
+def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
     """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs."""
     from .tflite_gru import gru_layer
 
@@ -159,6 +164,6 @@ def build_model(canon, stateful=False) -> bytes:
     return graph.model.serialize()
 
 
-def write_tflite(canon, path, stateful=False) -> None:
+def write_tflite(canon: "CanonicalRNN", path: str, stateful: bool = False) -> None:
     with open(path, "wb") as f:
         f.write(build_model(canon, stateful))

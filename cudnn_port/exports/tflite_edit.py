@@ -1,13 +1,14 @@
 """Editing a parsed TFLite model (the schema's object API, ``ModelT``): new tensors and operators in its main
 subgraph, op codes found or added, and what nothing uses dropped. For :mod:`cudnn_port.exports.tflite_model`."""
-from typing import List
+from types import ModuleType
+from typing import Any, List, Optional
 
 import numpy as np
 
 from .tflite_fb import schema
 
 
-def tensor(model, name, value=None) -> int:
+def tensor(model: Any, name: str, value: Optional[np.ndarray] = None) -> int:
     """A new tensor of the main subgraph: an int32 / float32 constant ``value``, or (None) an int32 result."""
     fb, main = schema(), model.subgraphs[0]
     t = fb.TensorT()
@@ -22,7 +23,8 @@ def tensor(model, name, value=None) -> int:
     return len(main.tensors) - 1
 
 
-def op(fb, code, inputs, outputs, options="TransposeOptions", **fields):
+def op(fb: ModuleType, code: int, inputs: List[int], outputs: List[int], options: Optional[str] = "TransposeOptions",
+       **fields) -> Any:
     o = fb.OperatorT()
     o.opcodeIndex, o.inputs, o.outputs = code, inputs, outputs
     if options:
@@ -33,14 +35,14 @@ def op(fb, code, inputs, outputs, options="TransposeOptions", **fields):
     return o
 
 
-def builtin(fb, name):
+def builtin(fb: ModuleType, name: str) -> Any:
     c = fb.OperatorCodeT()
     value = getattr(fb.BuiltinOperator, name)
     c.builtinCode, c.deprecatedBuiltinCode, c.version = value, min(value, 127), 1
     return c
 
 
-def code(model, code) -> int:
+def code(model: Any, code: Any) -> int:
     """The index of op code ``code`` in ``model``, appended if new."""
     key = (max(code.builtinCode, code.deprecatedBuiltinCode), code.customCode, code.version)
     for k, c in enumerate(model.operatorCodes):
@@ -50,17 +52,17 @@ def code(model, code) -> int:
     return len(model.operatorCodes) - 1
 
 
-def name(model, op):
+def name(model: Any, op: Any) -> str:
     fb, code = schema(), model.operatorCodes[op.opcodeIndex]
     value = max(code.builtinCode, code.deprecatedBuiltinCode)
     return next(k for k, v in vars(fb.BuiltinOperator).items() if v == value and not k.startswith("_"))
 
 
-def producer(model, index):
+def producer(model: Any, index: int) -> Any:
     return next((o for o in model.subgraphs[0].operators if index in list(o.outputs)), None)
 
 
-def live(g, operators) -> List[object]:
+def live(g: Any, operators: List[Any]) -> List[object]:
     """``operators`` without those whose outputs nothing reads (the converter's lengths and zero states that the
     spliced stacks no longer take: sized while the model runs, they would make LiteRT re-plan its memory)."""
     while True:
@@ -71,7 +73,7 @@ def live(g, operators) -> List[object]:
         operators = kept
 
 
-def drop_unused_tensors(g):
+def drop_unused_tensors(g: Any) -> None:
     """Tensors no operator, input or output of subgraph ``g`` names (the custom ops' params and reserve spaces)
     removed, every index renumbered."""
     used = set(g.inputs) | set(g.outputs) | {i for o in g.operators for i in list(o.inputs) + list(o.outputs)
@@ -88,7 +90,7 @@ def drop_unused_tensors(g):
             o.intermediates = [renumber[i] for i in o.intermediates]
 
 
-def drop_unused_codes(model):
+def drop_unused_codes(model: Any) -> None:
     """Op codes no operator uses (the custom op's) removed, the operators' indices renumbered."""
     used = sorted({o.opcodeIndex for g in model.subgraphs for o in g.operators or []})
     renumber = {old: new for new, old in enumerate(used)}
@@ -98,7 +100,7 @@ def drop_unused_codes(model):
             o.opcodeIndex = renumber[o.opcodeIndex]
 
 
-def serialize(model) -> bytes:
+def serialize(model: Any) -> bytes:
     import flatbuffers
 
     builder = flatbuffers.Builder(1024)

@@ -11,7 +11,7 @@ The schema bindings come from ``ai_edge_litert`` (LiteRT) or, without it, from T
 (``tensorflow.lite.python.schema_py_generated``); both are generated from the same ``schema.fbs``.
 """
 from types import ModuleType
-from typing import List, Union
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -38,7 +38,8 @@ class Subgraph:
         self.model, self.name = model, name
         self.tensors, self.operators, self.inputs, self.outputs = [], [], [], []
 
-    def tensor(self, name, dtype="float32", shape=(), data=None, variable=False) -> int:
+    def tensor(self, name: str, dtype: str = "float32", shape: Sequence[int] = (), data: Optional[np.ndarray] = None,
+               variable: bool = False) -> int:
         """A new tensor's index. ``shape``: -1 marks a dynamic dimension; ``data``: a constant's value."""
         fb = self.model.fb
         t = fb.TensorT()
@@ -52,11 +53,12 @@ class Subgraph:
         self.tensors.append(t)
         return len(self.tensors) - 1
 
-    def const(self, name, value, dtype=None) -> int:
+    def const(self, name: str, value: np.ndarray, dtype: Optional[str] = None) -> int:
         value = np.asarray(value, dtype=dtype)
         return self.tensor(name, str(value.dtype), value.shape, data=value)
 
-    def op(self, code, inputs, outputs, options=None, dtype="float32", **fields) -> Union[int, List[int]]:
+    def op(self, code: str, inputs: Sequence[int], outputs: Union[int, str, Sequence[Union[int, str]]],
+           options: Optional[str] = None, dtype: str = "float32", **fields) -> Union[int, List[int]]:
         """Append builtin op ``code`` (a BuiltinOperator name); ``outputs``: tensor indices, or names (one or a list)
         of new tensors of ``dtype``. ``options``: the name of its options table, set from ``fields``. Returns the
         output index (one output) or the list."""
@@ -84,12 +86,12 @@ class FlatModel:
         self.subgraphs, self.codes, self.signatures = [], [], []
         self.buffers = [self.fb.BufferT()]  # buffer 0: the empty buffer of every non-constant tensor
 
-    def subgraph(self, name) -> Subgraph:
+    def subgraph(self, name: str) -> Subgraph:
         g = Subgraph(self, name)
         self.subgraphs.append(g)
         return g
 
-    def signature(self, key, subgraph=0) -> None:
+    def signature(self, key: str, subgraph: int = 0) -> None:
         """A SignatureDef ``key`` naming subgraph ``subgraph``'s inputs and outputs by their tensor names, for
         ``interpreter.get_signature_runner(key)``."""
         fb, g = self.fb, self.subgraphs[subgraph]
@@ -113,7 +115,7 @@ class FlatModel:
         self.buffers.append(b)
         return len(self.buffers) - 1
 
-    def opcode(self, code) -> int:
+    def opcode(self, code: str) -> int:
         if code not in self.codes:
             self.codes.append(code)
         return self.codes.index(code)

@@ -7,11 +7,14 @@
         r = LOGISTIC(x_r + h_r)   z = LOGISTIC(x_z + h_z)   n = TANH(x_h + r * h_h)   h' = n + z * (h - n)
         h = SELECT_V2(valid[:, t], h', h)    y[:, t] = SELECT_V2(valid[:, t], h', 0)   (DYNAMIC_UPDATE_SLICE)
 """
-from typing import Tuple
+from typing import TYPE_CHECKING, Any, Tuple
 
 import numpy as np
 
 from ..canonical import input_bias
+
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRNN
 
 LOOP = (("t", "int32", []), ("T", "int32", []), ("h", "float32", [-1, -1]), ("y", "float32", [-1, -1, -1]),
         ("xw", "float32", [-1, -1, -1]), ("valid", "bool", [-1, -1, 1]))
@@ -64,7 +67,7 @@ def _body(graph, params, H, name):
     return len(graph.model.subgraphs) - 1
 
 
-def gru_layer(graph, canon, x, layer, direction) -> Tuple[int, int]:
+def gru_layer(graph: Any, canon: "CanonicalRNN", x: int, layer: int, direction: int) -> Tuple[int, int]:
     """One GRU direction over x [B, T, I_l] in ``graph`` (:class:`cudnn_port.exports.tflite._Graph`):
     (y [B, T, H], final_h [B, H])."""
     g, spec = graph.g, graph.spec

@@ -31,7 +31,7 @@ Interface: SignatureDef ``serving_default`` over the model's inputs (named as th
     run = Interpreter("OUT/model.tflite").get_signature_runner("serving_default")
     logits = run(tokens=ids)["output_0"]
 """
-from typing import Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 import numpy as np
 
@@ -41,11 +41,15 @@ from .tflite import SIGNATURE, build_model as build_stack
 from . import tflite_edit as edit
 from .tflite_fb import schema
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 CUSTOM = b"CudnnRNNV3"
 BATCH_MAJOR = [1, 0, 2]  # [B, L*D, S] <-> [L*D, B, S]
 
 
-def convert(frozen, input_names: Sequence[str], output_names: Sequence[str], canons: Dict[bytes, object]) -> bytes:
+def convert(frozen: "tf.types.experimental.ConcreteFunction", input_names: Sequence[str], output_names: Sequence[str],
+            canons: Dict[bytes, object]) -> bytes:
     """The serialized whole model. ``frozen``: the model's concrete function traced with its fused layers on the
     cuDNN path, variables frozen into constants; ``input_names``: the names of its inputs (as its placeholders are
     named), ``output_names``: the names of its outputs in ``frozen.outputs`` order; ``canons``: {a fused layer's
@@ -68,7 +72,7 @@ def convert(frozen, input_names: Sequence[str], output_names: Sequence[str], can
     return edit.serialize(model)
 
 
-def splice(model, canons: Dict[bytes, object]) -> None:
+def splice(model: Any, canons: Dict[bytes, object]) -> None:
     """Replace every CudnnRNNV3 custom op of ``model`` (a ModelT) by its stack's builtin ops, in place."""
     main, operators, spent = model.subgraphs[0], [], set()
     for g in model.subgraphs[1:]:

@@ -21,9 +21,12 @@ returns only ``outputs`` returns ``[outputs]``).
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..errors import CudnnPortError, short
+
+if TYPE_CHECKING:
+    from ..layout import RNNSpec
 
 STATES = ("none", "optional", "required")
 
@@ -161,7 +164,7 @@ def get(name: str) -> Format:
         raise CudnnPortError(f"unknown format {short(name, 40)!r}; choose from {', '.join(formats())}") from None
 
 
-def check_names(requested) -> Tuple[str, ...]:
+def check_names(requested: Iterable[str]) -> Tuple[str, ...]:
     """``requested`` as a tuple of known format names: an empty or unknown one is bad input."""
     requested = tuple(requested)
     if not requested:
@@ -196,7 +199,7 @@ def stack_runtimes(stack_artifacts: Dict[str, str]) -> Iterator[Tuple[str, str, 
                 yield key, rel, fmt, artifact, runtime, [m for m in runtime.needs if not deps.available(m)]
 
 
-def open_artifact(key: str, path, spec, runtime: Optional[str] = None) -> Callable:
+def open_artifact(key: str, path: str, spec: "RNNSpec", runtime: Optional[str] = None) -> Callable:
     """``run(feeds)`` of the artifact ``key`` of a stack (a key of the manifest's ``artifacts``) at ``path``, through
     ``runtime`` (a name; default the format's first runtime)."""
     import os
@@ -208,7 +211,7 @@ def open_artifact(key: str, path, spec, runtime: Optional[str] = None) -> Callab
     return chosen[0].open(os.fspath(path), spec)
 
 
-def needs(requested) -> List[str]:
+def needs(requested: Iterable[str]) -> List[str]:
     """The modules writing ``requested`` formats needs, in a stable order, once each."""
     found = []
     for name in requested:
@@ -216,7 +219,7 @@ def needs(requested) -> List[str]:
     return found
 
 
-def refusal(name: str, spec) -> Optional[str]:
+def refusal(name: str, spec: "RNNSpec") -> Optional[str]:
     """Why format ``name`` cannot hold a stack of ``spec`` (None if it can)."""
     return get(name).cannot_hold(spec)
 

@@ -1,10 +1,13 @@
 """``pytorch``: OUT/pytorch/<stack>.safetensors, a state_dict for ``torch.nn.LSTM`` / ``GRU`` (``proj_size`` for a
 projection) written with safetensors (:mod:`cudnn_port.targets.pytorch`); run by stock PyTorch modules."""
-from typing import List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
 from . import Artifact, Format, Runtime
+
+if TYPE_CHECKING:
+    from ..layout import RNNSpec
 
 
 def _write(canon, paths, *, name, options):
@@ -21,7 +24,8 @@ def _open(path, spec):
                                        feeds.get("initial_c"))
 
 
-def torch_modules(spec, state_dict, x, lengths, h_0, c_0) -> List[Optional[np.ndarray]]:
+def torch_modules(spec: "RNNSpec", state_dict: Dict[str, np.ndarray], x: np.ndarray, lengths: np.ndarray,
+                  h_0: np.ndarray, c_0: Optional[np.ndarray]) -> List[Optional[np.ndarray]]:
     """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` loading ``state_dict`` strictly, run on a
     packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError without PyTorch."""
     import torch

@@ -3,7 +3,7 @@ initial_c], for streaming), builtin ops only: LSTM stacks as fused ``UNIDIRECTIO
 included), GRU stacks as a ``WHILE`` loop of builtin ops (:mod:`cudnn_port.exports.tflite`). Both return outputs,
 final_h (and final_c) with cuDNN's semantics on ragged batches. Run by LiteRT's interpreter (``ai_edge_litert``) and,
 as a second judge, TensorFlow's own ``tf.lite.Interpreter``."""
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -17,7 +17,7 @@ def _write(canon, paths, *, name, options):
     tflite_export.write_tflite(canon, paths["tflite_stateful"], stateful=True)
 
 
-def interpreter_runner(interpreter) -> Callable[[Dict[str, np.ndarray]], List[Optional[np.ndarray]]]:
+def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], List[Optional[np.ndarray]]]:
     """``run(feeds) -> [outputs, final_h, final_c or None]`` over a TFLite ``interpreter`` of an exported stack; it
     resizes the inputs (and reallocates) only when the feeds' shapes change."""
     from ..exports import OUTPUT_NAMES

@@ -15,10 +15,14 @@ stores (a memory bomb: 510 bytes declaring 2^29 floats), before anything allocat
     check_saved_model("exported/", proto)      # raises CudnnPortError naming the first finding
 """
 import os
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 from ..errors import CudnnPortError, short
 from . import allowed_ops as ops
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 SPLAT_LIMIT = 64 << 20  # a constant may declare this many bytes beyond what it stores (tf.zeros([H, G*H]) etc.)
 TABLE_DATA = ("LookupTableImportV2", "LookupTableImport", "InitializeTableV2", "InitializeTable", "LookupTableInsertV2")
@@ -92,7 +96,8 @@ def _producer(name: str) -> str:
     return name.lstrip("^").split(":")[0]
 
 
-def graph_findings(graph_def, meta=None) -> List[Finding]:
+def graph_findings(graph_def: "graph_pb2.GraphDef",
+                   meta: "Optional[meta_graph_pb2.MetaGraphDef]" = None) -> List[Finding]:
     """What the graph (a GraphDef; ``meta``: its SavedModel MetaGraphDef, for the saver, the assets and the object
     graph) would run beyond pure computation, in graph order."""
     library = {f.signature.name for f in graph_def.library.function}
@@ -213,7 +218,7 @@ def _asset_findings(meta) -> List[Finding]:
     return found
 
 
-def check_constants(graph_def, path) -> None:
+def check_constants(graph_def: "graph_pb2.GraphDef", path: str) -> None:
     """Refuse a constant that declares far more bytes than it stores, before anything allocates it."""
     from tensorflow.python.framework import dtypes
 
@@ -238,7 +243,7 @@ def check_constants(graph_def, path) -> None:
                         "bytes; refused before anything allocates it (a damaged or crafted model file)")
 
 
-def check(path, findings: List[Finding], *, trust_source: bool = False,
+def check(path: str, findings: List[Finding], *, trust_source: bool = False,
           say: Optional[Callable[[str], None]] = None) -> None:
     """Raise one line naming the first finding; with ``trust_source``, say once what will run instead."""
     if not findings:
@@ -256,12 +261,12 @@ def check(path, findings: List[Finding], *, trust_source: bool = False,
                                     f"{shown}")
 
 
-def saved_model_findings(proto) -> List[Finding]:
+def saved_model_findings(proto: "saved_model_pb2.SavedModel") -> List[Finding]:
     """:func:`graph_findings` of every MetaGraphDef of a parsed ``saved_model.pb``."""
     return [f for meta in proto.meta_graphs for f in graph_findings(meta.graph_def, meta)]
 
 
-def check_saved_model(path, proto, *, trust_source: bool = False,
+def check_saved_model(path: str, proto: "saved_model_pb2.SavedModel", *, trust_source: bool = False,
                       say: Optional[Callable[[str], None]] = None) -> List[Finding]:
     """The checks of the module docstring on SavedModel folder ``path`` (``proto``: its parsed saved_model.pb);
     returns the findings that ``trust_source`` let through."""
@@ -272,7 +277,7 @@ def check_saved_model(path, proto, *, trust_source: bool = False,
     return findings
 
 
-def check_graph_def(path, graph_def, *, trust_source: bool = False,
+def check_graph_def(path: str, graph_def: "graph_pb2.GraphDef", *, trust_source: bool = False,
                     say: Optional[Callable[[str], None]] = None) -> List[Finding]:
     """The same for a frozen GraphDef read from ``path``."""
     check_constants(graph_def, path)

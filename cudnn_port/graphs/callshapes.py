@@ -11,9 +11,14 @@ argument given the shape its caller passes and each read of a variable argument 
 own construction then sizes ``params``). Nothing is run: graphs are only imported. A function nothing calls that
 shares ``api_implements`` with a called one (Grappler's GPU alternative of it) takes the called one's arguments.
 """
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
 from ..deps import import_tf
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework import node_def_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+    import tensorflow as tf
 
 CALLS = {"PartitionedCall": (("f",), 0), "StatefulPartitionedCall": (("f",), 0),
          "If": (("then_branch", "else_branch"), 1), "StatelessIf": (("then_branch", "else_branch"), 1),
@@ -44,7 +49,7 @@ class CallShapes:
         self._graphs: Dict[str, str] = {}
         self._base = None
 
-    def callees(self, node) -> List[Tuple[str, int]]:
+    def callees(self, node: "node_def_pb2.NodeDef") -> List[Tuple[str, int]]:
         """(function name, index of the node input that is its first argument) for each function ``node`` calls."""
         if node.op in CALLS:
             attrs, offset = CALLS[node.op]
@@ -53,7 +58,7 @@ class CallShapes:
             return [(f.name, 1) for f in node.attr["branches"].list.func]
         return [(node.op, 0)] if node.op in self.functions else []
 
-    def twin(self, name) -> Optional[str]:
+    def twin(self, name: str) -> Optional[str]:
         """A called function with the same ``api_implements`` and argument types as uncalled function ``name``."""
         function = self.functions[name]
         if "api_implements" not in function.attr:
@@ -63,7 +68,7 @@ class CallShapes:
                      "api_implements" in f.attr and f.attr["api_implements"].s == key and
                      [a.type for a in f.signature.input_arg] == types), None)
 
-    def facts(self, name, depth=0) -> List[Fact]:
+    def facts(self, name: str, depth: int = 0) -> List[Fact]:
         """What is known of each argument of function ``name``: from its first caller that knows most."""
         if name in self._facts:
             return self._facts[name]
@@ -137,7 +142,7 @@ class CallShapes:
             ref = node.input[0]
         return None
 
-    def graph(self, name, depth=0) -> str:
+    def graph(self, name: str, depth: int = 0) -> str:
         """The import prefix of function ``name`` in :attr:`base` (a tf.Graph holding the library), imported with its
         arguments shaped by :meth:`facts` and each read of a variable argument a placeholder of the variable's
         shape."""
@@ -170,7 +175,7 @@ class CallShapes:
         return prefix
 
     @property
-    def base(self):
+    def base(self) -> "tf.Graph":
         if self._base is None:
             from tensorflow.core.framework import graph_pb2
 
@@ -182,7 +187,7 @@ class CallShapes:
                 tf.compat.v1.import_graph_def(library, name="")
         return self._base
 
-    def input_shapes(self, name, ops) -> Dict[str, list]:
+    def input_shapes(self, name: str, ops: Iterable[str]) -> Dict[str, list]:
         """{node name: [input shapes]} of the nodes of function ``name`` whose op is in ``ops``."""
         prefix = self.graph(name) + "/"
         return {op.name[len(prefix):]: [t.shape for t in op.inputs] for op in self.base.get_operations()
@@ -193,7 +198,7 @@ def _known(facts) -> int:
     return sum(1 for shape, var in facts if var is not None or (shape is not None and shape.rank is not None))
 
 
-def record_input_shapes(proto) -> int:
+def record_input_shapes(proto: "saved_model_pb2.SavedModel") -> int:
     """Give (in place) each function the ``_input_shapes`` attribute TensorFlow writes today and tf.keras 2.0-2.2 did
     not, from :meth:`CallShapes.facts` (unknown where nothing is known), so that loaders and tf2onnx's freezing see
     the shapes the calls pass. Returns how many functions got one."""

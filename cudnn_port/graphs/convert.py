@@ -3,7 +3,7 @@ CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them,
 OUT/manifest.json."""
 import contextlib
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
@@ -19,6 +19,9 @@ from .nodes import load_proto
 from .onnx_parts import foreign_part
 from .prune import drop_slot_references, gpu_selected
 from .reach import describe, reach
+
+if TYPE_CHECKING:
+    from tensorflow.core.protobuf import saved_model_pb2
 
 
 def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] = None, force: bool = False,
@@ -104,12 +107,12 @@ def write_graph_onnx_artifact(job: GraphJob, path: str) -> Dict[str, Any]:
     return dict(onnx_signature=signature, **part)
 
 
-def dropped_summary(dropped) -> Dict[str, Any]:
+def dropped_summary(dropped: Dict[str, List[str]]) -> Dict[str, Any]:
     """What pruning dropped: how many functions, and those that held cuDNN ops."""
     return {"count": len(dropped), "with_cudnn_ops": {name: ops for name, ops in sorted(dropped.items()) if ops}}
 
 
-def check_files(source, proto) -> None:
+def check_files(source: str, proto: "saved_model_pb2.SavedModel") -> None:
     """Refuse a SavedModel folder TensorFlow would hang or crash on: a file that is not a regular one (a pipe), or
     variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`), a
     symbolic link that leaves the folder."""
@@ -128,7 +131,7 @@ def check_files(source, proto) -> None:
 
 
 @contextlib.contextmanager
-def user_graph(source, what) -> Iterator[None]:
+def user_graph(source: str, what: str) -> Iterator[None]:
     """Errors TensorFlow or tf2onnx raise on the user's graph are bad input: one line naming the SavedModel."""
     try:
         yield
@@ -142,19 +145,19 @@ def user_graph(source, what) -> Iterator[None]:
         raise
 
 
-def signature_names(proto) -> List[str]:
+def signature_names(proto: "saved_model_pb2.SavedModel") -> List[str]:
     """The SavedModel's signatures, sorted (not TensorFlow's own ``__saved_model_init_op``)."""
     names = proto.meta_graphs[0].signature_def if proto.meta_graphs else {}
     return sorted(name for name in names if not name.startswith("__"))
 
 
-def onnx_signature(proto) -> Optional[str]:
+def onnx_signature(proto: "saved_model_pb2.SavedModel") -> Optional[str]:
     """The signature model.onnx holds: ``serving_default``, or the only signature there is (None otherwise)."""
     names = signature_names(proto)
     return "serving_default" if "serving_default" in names else (names[0] if len(names) == 1 else None)
 
 
-def run_onnx_once(saved_model, onnx_path, signature="serving_default", seed=0) -> None:
+def run_onnx_once(saved_model: str, onnx_path: str, signature: str = "serving_default", seed: int = 0) -> None:
     """Run the ONNX model on the inputs verify feeds ``signature`` (token ids for table lookups, fixed dimensions
     kept); raise ParityError (exit 1, nothing published) naming the failing node if onnxruntime fails."""
     from ..exports.runners import load_saved_model, onnx_session

@@ -15,20 +15,24 @@ gives it): run it once, then the outputs::
 The numeric part's input (manifest ``onnx_input``, ``replaces``) is a tensor of this graph: fetch it to get the ids
 model.onnx takes.
 """
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from ..deps import import_tf
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
 
 INIT = "init_all_tables"
 
 
-def has_tables(proto) -> bool:
+def has_tables(proto: "saved_model_pb2.SavedModel") -> bool:
     """Whether a function of the SavedModel ``proto`` holds a lookup table op."""
     return any("LookupTable" in n.op or "HashTable" in n.op for m in proto.meta_graphs
                for f in m.graph_def.library.function for n in f.node_def)
 
 
-def frozen_signature(saved_model, signature):
+def frozen_signature(saved_model: str, signature: str) -> "Tuple[graph_pb2.GraphDef, Dict[str, str], Dict[str, str]]":
     """(GraphDef with :data:`INIT`, {signature input: tensor name}, {signature output: tensor name})."""
     from tf2onnx import tf_loader
 
@@ -56,7 +60,7 @@ def frozen_signature(saved_model, signature):
         {renames.get(n, n.split(":")[0]): n for n in outputs}
 
 
-def write_frozen(saved_model, path, signature) -> Dict[str, Any]:
+def write_frozen(saved_model: str, path: str, signature: str) -> Dict[str, Any]:
     """Write ``signature`` of ``saved_model`` frozen at ``path``; returns the manifest's ``graphdef_nodes``."""
     graph_def, inputs, outputs = frozen_signature(saved_model, signature)
     with open(path, "wb") as f:
@@ -64,7 +68,7 @@ def write_frozen(saved_model, path, signature) -> Dict[str, Any]:
     return {"inputs": inputs, "outputs": outputs, "init": INIT, "signature": signature}
 
 
-def run_frozen(path, nodes: Dict[str, Any], feeds: Dict[str, Any], extra: List[str] = ()) -> Dict[str, Any]:
+def run_frozen(path: str, nodes: Dict[str, Any], feeds: Dict[str, Any], extra: List[str] = ()) -> Dict[str, Any]:
     """{output name: value, and each tensor of ``extra`` by its name} of frozen_graph.pb at ``path`` on ``feeds``
     (signature input names), its tables initialised first."""
     graph_def = import_tf().compat.v1.GraphDef()
@@ -73,7 +77,8 @@ def run_frozen(path, nodes: Dict[str, Any], feeds: Dict[str, Any], extra: List[s
     return run_graph(graph_def, nodes, feeds, extra)
 
 
-def run_graph(graph_def, nodes: Dict[str, Any], feeds: Dict[str, Any], extra: List[str] = ()) -> Dict[str, Any]:
+def run_graph(graph_def: "graph_pb2.GraphDef", nodes: Dict[str, Any], feeds: Dict[str, Any],
+              extra: List[str] = ()) -> Dict[str, Any]:
     """:func:`run_frozen` of a GraphDef."""
     tf = import_tf()
     with tf.Graph().as_default() as graph:

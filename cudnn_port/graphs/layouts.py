@@ -11,7 +11,7 @@ compared with where cuDNN wants it, given the Keras gate order of those weights 
 the one Keras' CPU path computes with). Only whole gate blocks may move, each within its matrix or bias.
 """
 import itertools
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -19,6 +19,12 @@ from ..canonical import CanonicalRNN, LayerParams
 from ..errors import UnsupportedError
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import pack
+
+if TYPE_CHECKING:
+    from ..graphs.nodes import CudnnNode
+    from ..layout import RNNSpec
+    from tensorflow.core.framework import function_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
 
 WEIGHT_ARGS = ("kernel", "recurrent_kernel", "bias")  # tf_keras's gpu_lstm / gpu_gru (TF 2.0: cudnn_lstm / _gru)
 
@@ -39,7 +45,7 @@ def _run_markers(session, params, placeholders, markers):
     return np.where(high > 0, (high - 1) * base + low, 0)
 
 
-def cudnn_params(spec, kernel, recurrent, bias) -> np.ndarray:
+def cudnn_params(spec: "RNNSpec", kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """The cuDNN buffer that computes what Keras computes with these weights: W_g = kernel's gate-g columns,
     transposed; LSTM: b_W = 0, b_R = bias (what tf_keras passes); GRU: b_W = bias[0], b_R = bias[1]."""
     order = CUDNN_ORDER[spec.mode]
@@ -54,7 +60,7 @@ def cudnn_params(spec, kernel, recurrent, bias) -> np.ndarray:
     return pack(CanonicalRNN(spec, [LayerParams(W, R, b_W, b_R)]), dtype="float64")
 
 
-def keras_shapes(spec) -> Dict[str, tuple]:
+def keras_shapes(spec: "RNNSpec") -> Dict[str, tuple]:
     """The shapes of Keras' weights of one layer: kernel ``[I, G*H]``, recurrent_kernel ``[H, G*H]``, bias (LSTM
     ``[G*H]``, GRU ``[2, G*H]``)."""
     G, H = spec.num_gates, spec.num_units
@@ -62,7 +68,8 @@ def keras_shapes(spec) -> Dict[str, tuple]:
     return dict(zip(WEIGHT_ARGS, [(spec.input_size, G * H), (H, G * H), bias]))
 
 
-def params_permutation(function_def, node_name, spec) -> Optional[np.ndarray]:
+def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
+                       spec: "RNNSpec") -> Optional[np.ndarray]:
     """For a forward cuDNN node whose params a Keras function builds from the layer's weights: the index array
     ``perm`` with ``params[perm]`` in cuDNN's layout, or None when ``params`` already is (or is not built from
     Keras weights: such params are taken as cuDNN's). The weights are tf_keras's ``kernel``, ``recurrent_kernel``
@@ -211,7 +218,7 @@ def _ancestors(graph_def, name):
     return out
 
 
-def put_params_in_cudnn_order(proto, nodes) -> Dict[str, str]:
+def put_params_in_cudnn_order(proto: "saved_model_pb2.SavedModel", nodes: "Sequence[CudnnNode]") -> Dict[str, str]:
     """Insert (in place) a Gather before each forward cuDNN node of ``nodes`` whose params tf_keras built in another
     layout (:func:`params_permutation`). Returns {"function/node": "reordered"} of the nodes changed."""
     functions = {f.signature.name: f for meta in proto.meta_graphs for f in meta.graph_def.library.function}

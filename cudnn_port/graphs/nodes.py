@@ -5,7 +5,7 @@ inference over the function that holds it) give input size, hidden size and laye
 size (docs/conventions.md, section 1).
 """
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..deps import import_tf
 from ..errors import CudnnPortError
@@ -25,11 +25,11 @@ def is_cudnn(op: str) -> bool:
     return op in FORWARD_OPS or op in BACKWARD_OPS
 
 
-def is_saved_model(path) -> bool:
+def is_saved_model(path: str) -> bool:
     return os.path.isdir(path) and os.path.lexists(os.path.join(path, "saved_model.pb"))
 
 
-def load_proto(path) -> "saved_model_pb2.SavedModel":
+def load_proto(path: str) -> "saved_model_pb2.SavedModel":
     """The parsed saved_model.pb of folder ``path``; one line if it is empty, damaged or not a SavedModel."""
     import_tf()  # TensorFlow's environment set before its first import
     from tensorflow.core.framework import graph_pb2
@@ -164,7 +164,7 @@ def _called_shapes(calls, name):
         return {}
 
 
-def find_nodes(proto, needed=None) -> List[CudnnNode]:
+def find_nodes(proto: "saved_model_pb2.SavedModel", needed: Optional[Set[str]] = None) -> List[CudnnNode]:
     """Every cuDNN node (forward and backward) of the SavedModel, with its spec. Prune the proto first
     (:func:`cudnn_port.graphs.prune.prune`): this finds nodes in every function of the library, called or not.
     ``needed``: a set of function names; a node whose sizes cannot be told is then left out unless its function

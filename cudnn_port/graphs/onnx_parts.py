@@ -10,10 +10,14 @@ preprocessing produces and that alone leads from the strings to every output (th
 the name ``token_ids``; OUT/saved_model keeps the whole signature, strings in.
 """
 import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from ..deps import import_tf
 from ..errors import CudnnPortError, reason
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework import graph_pb2
+    import tensorflow as tf
 
 CUT_NAME = "token_ids"
 TEXT_OPS = ("StaticRegexReplace", "RegexReplace", "StringSplit", "StringSplitV2", "StringLower", "StringUpper",
@@ -29,7 +33,7 @@ def _is_text(op) -> bool:
         any(t.dtype in (tf.string, tf.resource) for t in list(op.inputs) + list(op.outputs))
 
 
-def numeric_cut(graph, outputs: List[str]) -> Optional[Any]:
+def numeric_cut(graph: "tf.Graph", outputs: List[str]) -> Optional[Any]:
     """The first tensor of ``graph`` (a tf.Graph, topologically ordered as a frozen graph is) that text ops produce,
     is numeric, and alone connects the text part to every tensor of ``outputs``: the part of the graph the
     outputs need, that tensor taken as an input, holds no text op. None if there is none."""
@@ -63,7 +67,8 @@ def _clean_above(ends, cut, text) -> bool:
     return True
 
 
-def with_input(graph_def, cut_name: str, dtype, shape):
+def with_input(graph_def: "graph_pb2.GraphDef", cut_name: str, dtype: "tf.DType",
+               shape: "tf.TensorShape") -> "graph_pb2.GraphDef":
     """A copy of ``graph_def`` where every use of tensor ``cut_name`` reads a new Placeholder :data:`CUT_NAME`."""
     out = type(graph_def)()
     out.CopyFrom(graph_def)
@@ -79,14 +84,14 @@ def with_input(graph_def, cut_name: str, dtype, shape):
     return out
 
 
-def text_ops(graph) -> List[str]:
+def text_ops(graph: "tf.Graph") -> List[str]:
     """The types of the text ops of ``graph`` that tf2onnx writes no standard ONNX op for (it writes StringLower
     and StringUpper as StringNormalizer), in order of first appearance."""
     return list(dict.fromkeys(op.type for op in graph.get_operations()
                               if op.type in TEXT_OPS and op.type not in ("StringLower", "StringUpper")))
 
 
-def write_signature_onnx(saved_model, path, signature) -> Dict[str, Any]:
+def write_signature_onnx(saved_model: str, path: str, signature: str) -> Dict[str, Any]:
     """ONNX of ``signature`` of ``saved_model`` at ``path``: the whole signature where ONNX can hold it (lookup
     tables as LabelEncoder), else its numeric part (:func:`numeric_cut`). Returns {} for the whole signature, or
     what the manifest says of the numeric part: ``onnx_input`` (name, dtype, shape, the tensor it replaces, the
@@ -128,7 +133,7 @@ def write_signature_onnx(saved_model, path, signature) -> Dict[str, Any]:
                          "frozen_graph.pb) take the strings"}
 
 
-def cut_values(saved_model, signature, feeds: Dict[str, Any], cut_name: str) -> Tuple[Any, Dict[str, Any]]:
+def cut_values(saved_model: str, signature: str, feeds: Dict[str, Any], cut_name: str) -> Tuple[Any, Dict[str, Any]]:
     """(the value of tensor ``cut_name``, {output name: value}) of ``signature`` of ``saved_model`` on ``feeds``
     (signature input names), run on CPU in the graph tf2onnx freezes, its tables filled from the SavedModel."""
     from .frozen import INIT, frozen_signature, run_graph

@@ -15,9 +15,13 @@ GPU only. A model compiled and trained before ``model.save()`` carries them all.
 import contextlib
 import os
 import tempfile
-from typing import Dict, Iterator, List
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
 from .nodes import find_nodes, is_cudnn, load_proto
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework import node_def_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
 
 PAIRED_FUNCTIONS = ("forward_function_name", "backward_function_name")  # FunctionDef attrs naming a partner
 
@@ -39,7 +43,7 @@ def _called(node):
     return [node.op] + [ref.name for ref in _function_refs(node)]
 
 
-def redirect(node, names) -> None:
+def redirect(node: "node_def_pb2.NodeDef", names: Dict[str, str]) -> None:
     """Make ``node`` call ``names[f]`` wherever it called ``f``."""
     node.op = names.get(node.op, node.op)
     for ref in _function_refs(node):
@@ -60,7 +64,7 @@ def _roots(meta):
     return roots + [g.gradient_func for g in meta.graph_def.library.registered_gradients]
 
 
-def prune(proto) -> Dict[str, List[str]]:
+def prune(proto: "saved_model_pb2.SavedModel") -> Dict[str, List[str]]:
     """Drop (in place) the library functions of ``proto`` that nothing can call: not reachable from
     :func:`_roots` through the nodes that call them, a kept function's gradient entry or its forward/backward
     partner. Functions reachable only by sharing an ``api_implements`` attribute with a kept one (Grappler's
@@ -94,7 +98,7 @@ def prune(proto) -> Dict[str, List[str]]:
     return dropped
 
 
-def select_gpu_implementations(proto) -> Dict[str, str]:
+def select_gpu_implementations(proto: "saved_model_pb2.SavedModel") -> Dict[str, str]:
     """Do (in place) what Grappler's implementation selector does on a GPU: every call of a function that has a
     GPU alternative (same ``api_implements``, ``api_preferred_device`` GPU, same argument types: tf_keras's
     ``gpu_lstm_with_fallback`` for its ``standard_lstm``) calls the alternative instead. Returns {replaced name:
@@ -124,7 +128,7 @@ def select_gpu_implementations(proto) -> Dict[str, str]:
     return swapped
 
 
-def drop_slot_references(proto) -> int:
+def drop_slot_references(proto: "saved_model_pb2.SavedModel") -> int:
     """Forget (in place) which variables are an optimizer's slots: clear every object's ``slot_variables``. An
     optimizer saved by tf.keras 2 (``OptimizerV2``, TF 2.0-2.10 and tf_keras's ``legacy`` ones) lists its slots
     there; TensorFlow without tf_keras restores that optimizer as a ``_UserObject`` and then calls its
@@ -140,7 +144,7 @@ def drop_slot_references(proto) -> int:
 
 
 @contextlib.contextmanager
-def gpu_selected(source, reordered=None) -> Iterator[str]:
+def gpu_selected(source: str, reordered: Optional[Dict[str, str]] = None) -> Iterator[str]:
     """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
     that calls them instead, uncalled functions pruned, the shapes calls pass recorded where the graph has none
     (tf.keras 2.0-2.2, :mod:`.callshapes`), each cuDNN node's params in cuDNN's gate layout

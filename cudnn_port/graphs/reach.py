@@ -15,13 +15,16 @@ A signature reaches a cuDNN node in one of two ways, following TF 2.0-2.21's cal
 Sizes come from the node's input shapes, or, where the graph records none (tf.keras 2.0-2.2), from its callers
 (:mod:`.callshapes`).
 """
-from typing import Any, Dict, List, Set
+from typing import TYPE_CHECKING, Any, Dict, List, Set
 
 from .nodes import CudnnNode, find_nodes
 from .prune import _called, prune, select_gpu_implementations
 
+if TYPE_CHECKING:
+    from tensorflow.core.protobuf import saved_model_pb2
 
-def select(proto) -> bool:
+
+def select(proto: "saved_model_pb2.SavedModel") -> bool:
     """Make (in place) ``proto`` call the GPU alternatives, drop what nothing calls, and record the shapes calls pass
     where the graph has none: the graph the ONNX writer converts. Returns whether a call or a shape changed."""
     from .callshapes import record_input_shapes
@@ -31,7 +34,7 @@ def select(proto) -> bool:
     return bool(record_input_shapes(proto)) or bool(swapped)
 
 
-def reach(proto) -> Dict[str, Any]:
+def reach(proto: "saved_model_pb2.SavedModel") -> Dict[str, Any]:
     """{"called": [CudnnNode], "gpu_alternatives": [CudnnNode], "dropped": {function: cuDNN ops}} of ``proto``,
     which is pruned in place (what the SavedModel rewrite then works on)."""
     selected = type(proto)()
@@ -46,7 +49,7 @@ def reach(proto) -> Dict[str, Any]:
     return {"called": called, "gpu_alternatives": alternatives, "dropped": dropped}
 
 
-def reached_by(proto) -> Dict[str, Set[str]]:
+def reached_by(proto: "saved_model_pb2.SavedModel") -> Dict[str, Set[str]]:
     """{signature: the library functions it calls, directly or not}."""
     found = {}
     for meta in proto.meta_graphs:

@@ -22,7 +22,7 @@ reserve_space is not read).
 import hashlib
 import os
 import shutil
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Sequence
 
 from ..deps import import_tf
 from .nodes import FORWARD_OPS, is_cudnn
@@ -30,6 +30,8 @@ from .prune import redirect
 
 if TYPE_CHECKING:
     from tensorflow.core.framework import function_pb2
+    from ..graphs.nodes import CudnnNode
+    from tensorflow.core.protobuf import saved_model_pb2
 
 OUTPUTS = ("output", "output_h", "output_c", "reserve_space", "host_reserved")
 BACKWARD_OUTPUTS = ("input_backprop", "input_h_backprop", "input_c_backprop", "params_backprop")
@@ -56,7 +58,7 @@ def _backward(tf, spec, time_major, dtype, forward_inputs):
     return run
 
 
-def replacement_functions(node) -> List["function_pb2.FunctionDef"]:
+def replacement_functions(node: "CudnnNode") -> List["function_pb2.FunctionDef"]:
     """FunctionDefs computing ``node`` on CPU: the replacement (first) and the loop functions it calls, all named
     uniquely for this node's configuration. The replacement's outputs are named like the op's (OUTPUTS, or
     BACKWARD_OUTPUTS for a backward node)."""
@@ -103,7 +105,7 @@ def _renamed(function_def, names):
     return f
 
 
-def rewrite(proto, nodes) -> None:
+def rewrite(proto: "saved_model_pb2.SavedModel", nodes: "Sequence[CudnnNode]") -> None:
     """Replace every node of ``nodes`` in ``proto`` (in place) by a call to its CPU function."""
     by_place = {(n.function, n.name): n for n in nodes}
     traced = {}  # config -> replacement functions: traced once however many nodes share it
@@ -128,7 +130,8 @@ def rewrite(proto, nodes) -> None:
                     del node_def.attr[attr]  # the op's attributes, and shape hints the new outputs need not match
 
 
-def write_cpu_saved_model(source, out, nodes, proto) -> None:
+def write_cpu_saved_model(source: str, out: str, nodes: "Sequence[CudnnNode]",
+                          proto: "saved_model_pb2.SavedModel") -> None:
     """Write ``source``'s SavedModel with ``nodes`` (found in ``proto``, its parsed saved_model.pb, which is
     rewritten in place) replaced to folder ``out`` (variables and assets copied)."""
     rewrite(proto, nodes)

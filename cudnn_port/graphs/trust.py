@@ -6,9 +6,13 @@ cuDNN params, tf2onnx converts it, and the written OUT/saved_model is loaded onc
 load and run OUT/saved_model and OUT/frozen_graph.pb). ``inspect`` only parses the protobuf and runs none of it.
 """
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .allowlist import check_constants, check_graph_def, check_saved_model, saved_model_findings
+
+if TYPE_CHECKING:
+    from ..manifest import Manifest
+    from tensorflow.core.protobuf import saved_model_pb2
 
 RUNS_GRAPH = ("inspect runs none of the graph; convert loads and runs it (layout probe, tf2onnx, the written "
               "saved_model), verify and bench load and run OUT/saved_model and OUT/frozen_graph.pb")
@@ -23,7 +27,7 @@ def _named(manifest) -> Iterator[Tuple[str, str]]:
             yield key, rel
 
 
-def graph_paths(out, manifest) -> List[Tuple[str, str]]:
+def graph_paths(out: str, manifest: "Manifest") -> List[Tuple[str, str]]:
     """("saved_model" or "graphdef", path) of everything in OUT a TensorFlow loader would read: the SavedModels and
     frozen graphs the manifest names, any other folder holding a saved_model.pb, and the source SavedModel that
     verify's judge runs."""
@@ -46,7 +50,7 @@ def graph_paths(out, manifest) -> List[Tuple[str, str]]:
     return sorted((kind, path) for path, kind in found.items())
 
 
-def check_out(out, manifest: Dict[str, Any], *, trust_source: bool = False,
+def check_out(out: str, manifest: Dict[str, Any], *, trust_source: bool = False,
               say: Optional[Callable[[str], None]] = None) -> None:
     """Apply the allow-list to every graph of OUT before verify or bench loads any (a file that does not parse is
     left to the runtime, which reports it in its row)."""
@@ -72,7 +76,7 @@ def check_out(out, manifest: Dict[str, Any], *, trust_source: bool = False,
             check_graph_def(path, message, trust_source=trust_source, say=say)
 
 
-def inspect_entries(path, proto) -> Dict[str, Any]:
+def inspect_entries(path: str, proto: "saved_model_pb2.SavedModel") -> Dict[str, Any]:
     """inspect's words on a SavedModel's graph: what it would run beyond pure computation, and which commands run it
     (a constant declaring far more than it stores is refused here too)."""
     for meta in proto.meta_graphs:

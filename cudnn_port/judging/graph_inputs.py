@@ -8,7 +8,10 @@
   (TensorFlow's detail and node, onnxruntime's status message and node), marked as not run.
 """
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 PASS_THROUGH = ("Cast", "Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StridedSlice", "Slice",
@@ -72,7 +75,7 @@ class _Scopes:
         return self.capture_rows.get(name) if scope is None else None
 
 
-def token_vocabularies(function) -> dict:
+def token_vocabularies(function: "tf.types.experimental.ConcreteFunction") -> dict:
     """{input name: vocab} for each input of ConcreteFunction ``function`` (a loaded signature) that reaches the
     indices of a gather; vocab is the indexed table's first dimension, or None where it cannot be told."""
     from tensorflow.python.ops import handle_data_util
@@ -127,14 +130,14 @@ def _walk(scopes, placeholder):
     return False
 
 
-def could_not_run(artifact, what, error) -> Dict[str, Any]:
+def could_not_run(artifact: str, what: str, error: BaseException) -> Dict[str, Any]:
     """A failed report row for an artifact (or its judge, ``what`` names which) that raised: the reason in one
     line, marked ``ran: False`` so a reader tells it from a mismatch."""
     return {"artifact": artifact, "max_abs": None, "max_rel": None, "passed": False, "ran": False,
             "note": f"could not run: {what} failed: {run_error(error)}"}
 
 
-def run_error(error, limit=240) -> str:
+def run_error(error: BaseException, limit: int = 240) -> str:
     """One line for an error TensorFlow or onnxruntime raised while running a graph: the detail and the node."""
     text = (getattr(error, "message", None) or str(error)).strip()
     ort = re.search(r"running (\w+) node\. Name:'([^']+)' Status Message: (.*)", text, re.S)

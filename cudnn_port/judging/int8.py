@@ -17,6 +17,8 @@ from ..exports.quantize import LSTM_SETTINGS
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
+    from ..layout import RNNSpec
+    import onnx
 
 K_MAX, K_MEAN, FLOOR_MAX, FLOOR_MEAN = 3.0, 1.5, 1e-4, 1e-5
 
@@ -30,7 +32,7 @@ def _round_like_int8(a, per_channel, reduce_range):
     return np.clip(np.round(a / scale), -qmax, qmax) * scale
 
 
-def rounded_canon(canon, per_channel=False, reduce_range=False) -> "CanonicalRNN":
+def rounded_canon(canon: "CanonicalRNN", per_channel: bool = False, reduce_range: bool = False) -> "CanonicalRNN":
     """``canon`` with W and R rounded as the int8 model rounds them (biases unchanged): the reference on it gives
     the error of weight rounding alone, the scale of :func:`judge_int8`'s tolerance."""
     from ..canonical import CanonicalRNN, LayerParams
@@ -51,8 +53,9 @@ def _round_uint8(a):
     return (np.clip(np.round(a / scale) + zero, 0, 255) - zero) * scale
 
 
-def ideal_int8_forward(canon, x, lengths, h_0, c_0, per_channel=False,
-                       reduce_range=False) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray, h_0: Optional[np.ndarray],
+                       c_0: Optional[np.ndarray], per_channel: bool = False,
+                       reduce_range: bool = False) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """An LSTM stack in float64 that rounds as an exact int8 implementation would: weights as the int8 model
     stores them (:func:`rounded_canon`), each GEMM's activation operand to uint8 on the fly (a layer's whole input
     for the input projection, the batch's h at each step for the recurrent one), nothing else. Its distance from
@@ -91,7 +94,8 @@ def ideal_int8_forward(canon, x, lengths, h_0, c_0, per_channel=False,
     return layer_in, h_n, c_n
 
 
-def check_int8_weights(model, canon, max_bits_lost=1) -> Tuple[bool, Optional[float], str]:
+def check_int8_weights(model: "onnx.ModelProto", canon: "CanonicalRNN",
+                       max_bits_lost: int = 1) -> Tuple[bool, Optional[float], str]:
     """Every DynamicQuantizeLSTM weight of ``model`` (ModelProto), taken in graph order as pseudo-layers 0..L*D-1
     (a node holds one direction or both), against ``canon``: dequantized within half a step of the source weight,
     the step at most ``2**max_bits_lost * amax / 127`` of its row. Returns (ok, worst normalised error, note)."""
@@ -134,7 +138,7 @@ def check_int8_weights(model, canon, max_bits_lost=1) -> Tuple[bool, Optional[fl
     return ok, worst, "" if ok else f"a weight is {worst:.2f} steps from the source (at most 0.5 when rounded)"
 
 
-def infer_settings(model) -> Dict[str, bool]:
+def infer_settings(model: "onnx.ModelProto") -> Dict[str, bool]:
     """The LSTM settings an int8 model was made with, read off its first DynamicQuantizeLSTM node: per channel when
     its W scale has one entry per row, reduce_range when no int8 weight exceeds 64 in magnitude."""
     from onnx import numpy_helper
@@ -148,7 +152,9 @@ def infer_settings(model) -> Dict[str, bool]:
     return dict(per_channel=scale.ndim == 2, reduce_range=bool(np.abs(q.astype(np.int32)).max() <= 64))
 
 
-def int8_rows(out, arts, spec, canon, fed, want, plain, want_zero) -> List[Dict[str, Any]]:
+def int8_rows(out: str, arts: Dict[str, str], spec: "RNNSpec", canon: "CanonicalRNN",
+              fed: Dict[str, np.ndarray], want: List[Optional[np.ndarray]], plain: Dict[str, np.ndarray],
+              want_zero: List[Optional[np.ndarray]]) -> List[Dict[str, Any]]:
     """verify's rows of a stack's int8 models (``arts``: its manifest artifacts): ``model_int8.onnx`` on ``plain``
     (inputs and lengths; ``want_zero`` from zero states), ``model_stateful_int8.onnx`` on ``fed`` (with states;
     ``want``)."""
@@ -164,7 +170,8 @@ def int8_rows(out, arts, spec, canon, fed, want, plain, want_zero) -> List[Dict[
     return rows
 
 
-def int8_row(label, path, spec, canon, feeds, want) -> Dict[str, Any]:
+def int8_row(label: str, path: str, spec: "RNNSpec", canon: "CanonicalRNN", feeds: Dict[str, np.ndarray],
+             want: List[Optional[np.ndarray]]) -> Dict[str, Any]:
     """The verify row of the int8 model at ``path`` of stack ``canon``, run on ``feeds`` (verify's seeded ragged
     batch, with non-zero states or without states: zeros), against ``want`` (the float64 reference's outputs,
     final_h, final_c)."""

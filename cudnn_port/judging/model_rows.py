@@ -1,6 +1,6 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -11,12 +11,15 @@ from .parity import compare, failed_row, sample_inputs
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
+    import keras
+    import tensorflow as tf
 
 
 F16_ATOL, F16_RTOL = 2e-3, 1e-2  # the least tolerance for float16 outputs: about two float16 steps
 
 
-def saved_model_rows(manifest, out, atol, rtol, seed, say) -> List[Dict[str, Any]]:
+def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed: int,
+                     say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """A converted SavedModel: every signature runs on CPU with finite outputs, and the ONNX model agrees with the
     serving signature. (The NumPy reference judges the replacement of each kind of cuDNN node in the test suite; a
     whole foreign graph has no reference here.) Inputs take what the model accepts (:func:`signature_feeds`); a
@@ -76,7 +79,8 @@ def _computes_in_float16(path) -> bool:
         node.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in node.attribute) for node in graph.node)
 
 
-def onnx_row(path, feeds, want, atol, rtol, note="") -> Dict[str, Any]:
+def onnx_row(path: str, feeds: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float, rtol: float,
+             note: str = "") -> Dict[str, Any]:
     """The ONNX model on ``feeds`` against ``want`` ({output name: array}); a failed run says why."""
     from ..exports.runners import onnx_session
 
@@ -95,7 +99,7 @@ def onnx_row(path, feeds, want, atol, rtol, note="") -> Dict[str, Any]:
     return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol, note=note)
 
 
-def signature_feeds(function, seed) -> Tuple[Dict[str, np.ndarray], str]:
+def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:
     """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
     ids in [0, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
     (:func:`~.graph_inputs.token_vocabularies`). Returns (feeds, a note naming the token inputs)."""
@@ -136,7 +140,8 @@ def _ragged_inputs(feeds, specs, rng, rows=3, steps=7) -> List[str]:
     return found
 
 
-def keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say) -> List[Dict[str, Any]]:
+def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed: int, unchanged: bool,
+                     say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """A whole Keras model's SavedModel, GraphDef and ONNX against the model with each fused layer rebuilt from
     stock Keras layers (from the source .keras file, or from OUT/keras/model.keras when the source is gone); the
     int8 model by its task cost, when OUT holds a task."""
@@ -209,7 +214,7 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want)
 
 
-def embedding_vocabularies(model, names) -> dict:
+def embedding_vocabularies(model: "keras.Model", names: Sequence[str]) -> dict:
     """{input name: (lowest id, input_dim)} for each model input that an Embedding layer reads directly; the lowest
     id is 1 where the Embedding masks 0 (padding, which verify puts only at the end of a row)."""
     by_id = {id(t): n for t, n in zip(model.inputs, names)}

@@ -9,18 +9,22 @@
   fed the token ids the converted graph's preprocessing computes from the same strings.
 """
 import os
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..deps import import_tf
+
+if TYPE_CHECKING:
+    from ..manifest import Manifest
+    import tensorflow as tf
 
 WORDS = ("the movie was great and the actors were wonderful a terrible film boring far too long I loved every "
          "minute of it worst plot have seen in years an honest moving story music loud but ending good nothing "
          "happens dull fine cast clever script").split()
 
 
-def sentences(shape, seed) -> np.ndarray:
+def sentences(shape: Sequence[int], seed: int) -> np.ndarray:
     """Seeded English sentences (3 to 9 words from :data:`WORDS`, some capitalised, some with punctuation), an
     object array of ``shape`` as TensorFlow feeds strings."""
     rng = np.random.default_rng(seed)
@@ -32,14 +36,15 @@ def sentences(shape, seed) -> np.ndarray:
     return out.reshape(shape)
 
 
-def text_inputs(specs, feeds, seed) -> Dict[str, np.ndarray]:
+def text_inputs(specs: "Sequence[Tuple[str, tf.TensorSpec]]", feeds: Dict[str, np.ndarray],
+                seed: int) -> Dict[str, np.ndarray]:
     """{name: sentences} for each string input among ``specs`` ((name, TensorSpec) pairs), shaped like its feed."""
     tf = import_tf()
     return {name: sentences(np.shape(feeds[name]), seed + i) for i, (name, spec) in enumerate(specs)
             if spec.dtype == tf.string}
 
 
-def original_outputs(source, signature, feeds) -> Optional[Dict[str, np.ndarray]]:
+def original_outputs(source: str, signature: str, feeds: Dict[str, np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
     """{output name: value} of ``signature`` of the SavedModel folder ``source`` on ``feeds``, or None where the
     folder is gone."""
     if not os.path.isdir(source):
@@ -52,7 +57,8 @@ def original_outputs(source, signature, feeds) -> Optional[Dict[str, np.ndarray]
                            {sig.inputs[k].name: v for k, v in feeds.items() if k in sig.inputs})
 
 
-def numeric_onnx_row(out, manifest, feeds, want, atol, rtol) -> Dict[str, Any]:
+def numeric_onnx_row(out: str, manifest: "Manifest", feeds: Dict[str, np.ndarray], want: Dict[str, np.ndarray],
+                     atol: float, rtol: float) -> Dict[str, Any]:
     """The numeric-part model.onnx on the token ids that OUT's preprocessing computes from ``feeds`` (in
     frozen_graph.pb where it is there, else in OUT/saved_model frozen again), against ``want``."""
     from ..graphs.frozen import run_frozen
@@ -75,7 +81,8 @@ def numeric_onnx_row(out, manifest, feeds, want, atol, rtol) -> Dict[str, Any]:
     return dict(row, note=note)
 
 
-def graphdef_row(out, manifest, feeds, want, atol, rtol) -> Dict[str, Any]:
+def graphdef_row(out: str, manifest: "Manifest", feeds: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float,
+                 rtol: float) -> Dict[str, Any]:
     """frozen_graph.pb in a TF1 session (tables initialised by its ``init_all_tables``) against ``want``."""
     from ..graphs.frozen import run_frozen
     from .graph_inputs import could_not_run
@@ -92,7 +99,8 @@ def graphdef_row(out, manifest, feeds, want, atol, rtol) -> Dict[str, Any]:
                    note="strings in, init_all_tables run first")
 
 
-def original_rows(manifest, out, serving, atol, rtol, say) -> list:
+def original_rows(manifest: "Manifest", out: str, serving: Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]],
+                  atol: float, rtol: float, say: Callable[[str], None]) -> list:
     """The converted SavedModel's signature against the original's on the same feeds (``serving``: (feeds, the
     converted signature's outputs)); for a numeric-part model.onnx, its row against the original (or, with the
     source gone, against the converted SavedModel)."""

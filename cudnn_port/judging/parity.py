@@ -5,16 +5,21 @@ artifacts of the sizes verify draws (batch 4, 9 steps); cross-device checks (a G
 :func:`fp32_floor` instead, since the fp32 error of any implementation grows with the stack's size.
 """
 import json
-from typing import Any, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import reason
 
+if TYPE_CHECKING:
+    from ..layout import RNNSpec
+    import tensorflow as tf
+
 ATOL, RTOL = 1e-5, 1e-4
 
 
-def sample_batch(spec, batch=4, steps=9, seed=0) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def sample_batch(spec: "RNNSpec", batch: int = 4, steps: int = 9,
+                 seed: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Seeded inputs: x [B, T, I], lengths with 1 and T among them, initial_h [L*D, B, S], initial_c [L*D, B, H]."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(batch, steps, spec.input_size)).astype(np.float32)
@@ -25,7 +30,8 @@ def sample_batch(spec, batch=4, steps=9, seed=0) -> Tuple[np.ndarray, np.ndarray
     return x, lengths, h, c
 
 
-def sample_inputs(named_specs, seed=0, batch=3, steps=7, pad_last=False) -> Dict[str, np.ndarray]:
+def sample_inputs(named_specs: "Sequence[Tuple[str, tf.TensorSpec]]", seed: int = 0, batch: int = 3, steps: int = 7,
+                  pad_last: bool = False) -> Dict[str, np.ndarray]:
     """Seeded feeds for (name, TensorSpec) pairs, drawn in the order given: floats N(0, 1), integers in [1, 4)
     (token ids, lengths); unknown dims ``batch`` first and ``steps`` after. ``pad_last``: the last row is zero from
     step 2 on (right padding, to exercise masks)."""
@@ -43,7 +49,8 @@ def sample_inputs(named_specs, seed=0, batch=3, steps=7, pad_last=False) -> Dict
     return feeds
 
 
-def compare(name, got, want, atol=ATOL, rtol=RTOL, note="") -> Dict[str, Any]:
+def compare(name: str, got: Sequence[Optional[np.ndarray]], want: Sequence[Optional[np.ndarray]], atol: float = ATOL,
+            rtol: float = RTOL, note: str = "") -> Dict[str, Any]:
     """A report row: ``got`` against ``want`` (lists of arrays; a None in ``want`` is skipped)."""
     rows_abs, rows_rel, ok = [], [], True
     got, want = list(got), list(want)
@@ -65,17 +72,17 @@ def compare(name, got, want, atol=ATOL, rtol=RTOL, note="") -> Dict[str, Any]:
             "passed": ok, "note": note}
 
 
-def skipped_row(name, why) -> Dict[str, Any]:
+def skipped_row(name: str, why: str) -> Dict[str, Any]:
     """The report row of a check that could not be made here (a runtime not installed): neither passed nor failed."""
     return {"artifact": name, "max_abs": None, "max_rel": None, "passed": None, "note": f"skipped: {why}"}
 
 
-def failed_row(name, error) -> Dict[str, Any]:
+def failed_row(name: str, error: BaseException) -> Dict[str, Any]:
     """The report row of an artifact that failed to load or run: a failed check, not a crash."""
     return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False, "note": reason(error, 200)}
 
 
-def fp32_floor(reference_error, factor=4.0, minimum=1e-5) -> float:
+def fp32_floor(reference_error: float, factor: float = 4.0, minimum: float = 1e-5) -> float:
     """A cross-device tolerance from the fp32 floor of the case at hand: ``factor`` times what an independent fp32
     CPU implementation reaches against the float64 reference on the same inputs (never below ``minimum``). cuDNN's
     own fp32 error grows with the stack's size like any fp32 implementation's (measured on an H100: 1.6e-5 to
@@ -83,7 +90,7 @@ def fp32_floor(reference_error, factor=4.0, minimum=1e-5) -> float:
     return max(minimum, factor * float(reference_error))
 
 
-def write_report(path, report) -> None:
+def write_report(path: str, report: Dict[str, Any]) -> None:
     """Write ``report`` as JSON at ``path`` through a new temporary file, so a reader never sees half of it and
     no link planted there (``parity.json``, a ``.tmp`` beside it) is written through."""
     from ..paths import write_new

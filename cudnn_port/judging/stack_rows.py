@@ -4,13 +4,21 @@ Every function returns report rows (:func:`cudnn_port.parity.compare`); an artif
 failed row, never a crash; a row that cannot run here (no PyTorch, no GPU) is skipped with the reason.
 """
 import os
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from ..exports import io_names
 from .parity import compare, failed_row, skipped_row
 
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRNN
+    from ..layout import RNNSpec
+    from ..manifest import Manifest, StackRecord
+    import numpy as np
 
-def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol) -> Dict[str, Any]:
+
+def checkpoint_judge(manifest: "Manifest", out: str, stack: "StackRecord", spec: "RNNSpec",
+                     batch: "Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]", want: "List[Optional[np.ndarray]]",
+                     atol: float, rtol: float) -> Dict[str, Any]:
     """OUT/checkpoint restored by name into the stock components of its style, against the reference."""
     from ..deps import import_tf
     from ..formats.pytorch import torch_modules
@@ -43,7 +51,10 @@ def checkpoint_judge(manifest, out, stack, spec, batch, want, atol, rtol) -> Dic
         return failed_row(name, e)
 
 
-def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, rtol, say) -> List[Dict[str, Any]]:
+def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: "CanonicalRNN",
+                        batch: "Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
+                        want: "List[Optional[np.ndarray]]", want_zero: "List[Optional[np.ndarray]]", atol: float,
+                        rtol: float, say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """Every artifact of the stack (:mod:`cudnn_port.formats`), in every runtime its format names, called every way
     its users call it: with states fed (judged against ``want``) and with none (zero states: ``want_zero``), as the
     artifact takes them; then the int8 model, if any."""
@@ -82,7 +93,8 @@ def stack_artifact_rows(out, stack, spec, canon, batch, want, want_zero, atol, r
     return rows
 
 
-def gpu_row(spec, canon, batch, want, atol, rtol) -> Dict[str, Any]:
+def gpu_row(spec: "RNNSpec", canon: "CanonicalRNN", batch: "Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
+            want: "List[Optional[np.ndarray]]", atol: float, rtol: float) -> Dict[str, Any]:
     """The fused cuDNN op itself (one CudnnRNNV3 call on the judge's buffer), where TensorFlow sees a GPU, with
     TensorFloat-32 off (TensorFlow allows it by default on Ampere and newer, and it moves cuDNN's fp32 output by
     up to ~3e-3 on small stacks, 7.5e-2 on large ones). Its tolerance is the fp32 floor of the case: ``atol``."""

@@ -4,11 +4,15 @@ The artifacts run :mod:`cudnn_port.tf_graph` (TensorFlow ops) or ONNX nodes writ
 Their judges are the NumPy reference (:mod:`cudnn_port.reference`) and stock components loading the converted
 weights by name, as users load them.
 """
-from typing import Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..deps import import_tf
+
+if TYPE_CHECKING:
+    from ..layout import RNNSpec
+    import keras
 
 
 class StockStack:
@@ -70,12 +74,12 @@ class ReferenceStack:
         return y, h, (c if lstm else None)
 
 
-def model_outputs(result) -> List[np.ndarray]:
+def model_outputs(result: Any) -> List[np.ndarray]:
     """A model call's result as a list of NumPy arrays."""
     return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
 
 
-def model_judge(model) -> Tuple[Callable, str]:
+def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
     """(callable(list of inputs) -> list of arrays, its name): ``model`` with every fused layer's stack computed
     by stock Keras layers holding its converted weights (:class:`StockStack`; a projected LSTM, which Keras cannot
     hold, by the NumPy reference), sharing no code with the fused layers' own paths (cudnn_port.tf_graph)."""
@@ -97,7 +101,8 @@ def model_judge(model) -> Tuple[Callable, str]:
 
 
 # ------------------------------------------------------------------------------------------------ one stack
-def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False) -> List[Optional[np.ndarray]]:
+def tf1_cells(spec: "RNNSpec", prefix: str, ckpt_dir: str, x: np.ndarray, lengths: np.ndarray,
+              h_0: Optional[np.ndarray], c_0: Optional[np.ndarray], legacy: bool = False) -> List[Optional[np.ndarray]]:
     """Restore TF1 cell variables by name (``tf.compat.v1.train.Saver``) and run them like ``dynamic_rnn`` /
     ``stack_bidirectional_dynamic_rnn`` over a right-padded batch: LSTM through ``BlockLSTM`` (the kernel of
     ``LSTMBlockFusedCell`` / ``CudnnCompatibleLSTMCell``: gates i, c, f, o, ``forget_bias=0``), a projected LSTM and
@@ -177,7 +182,9 @@ def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False) -> Lis
     return fetched + ([None] if not c_list else [])
 
 
-def keras_layers(spec, tensors, scope, x, lengths, h_0, c_0) -> List[Optional[np.ndarray]]:
+def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callable[[int, int], str], x: np.ndarray,
+                 lengths: np.ndarray, h_0: Optional[np.ndarray],
+                 c_0: Optional[np.ndarray]) -> List[Optional[np.ndarray]]:
     """Stock Keras ``LSTM`` / ``GRU(reset_after=True)`` layers holding ``tensors[f"{scope(l, d)}/kernel"]`` etc.
     (Keras' own names and layouts), run over a right-padded batch with a mask and initial states; the backward
     direction is ``go_backwards=True`` as ``Bidirectional`` builds it. Returns [outputs, h_n, c_n or None]."""

@@ -13,7 +13,7 @@ state as the model was trained. The int8 model passes when its loss exceeds the 
 """
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from ..errors import CudnnPortError
 TASK = "task.json"
 
 
-def load_task(model_path) -> Optional[Dict[str, Any]]:
+def load_task(model_path: str) -> Optional[Dict[str, Any]]:
     """The task beside ``model_path`` (a ``.keras`` file) with its data embedded, or None if there is none."""
     path = os.path.join(os.path.dirname(os.path.abspath(model_path)), TASK)
     if not os.path.isfile(path):
@@ -44,7 +44,7 @@ def load_task(model_path) -> Optional[Dict[str, Any]]:
                                                                                          0.01))}
 
 
-def next_token_loss(run, task) -> float:
+def next_token_loss(run: Callable[[np.ndarray], np.ndarray], task: Dict[str, Any]) -> float:
     """Mean cross-entropy (nats per token) of ``run(ids [N, window]) -> logits [N, window, V]`` over the task's text
     in non-overlapping windows, each window predicting its next ``window`` characters."""
     index = {c: i for i, c in enumerate(task["vocab"])}
@@ -60,7 +60,8 @@ def next_token_loss(run, task) -> float:
     return float(-np.take_along_axis(log_probs, targets[..., None], -1).mean())
 
 
-def task_row(task, fp32_run, int8_run) -> Dict[str, Any]:
+def task_row(task: Dict[str, Any], fp32_run: Callable[[np.ndarray], np.ndarray],
+             int8_run: Callable[[np.ndarray], np.ndarray]) -> Dict[str, Any]:
     """verify's row: the int8 model's task cost against the fp32 model's."""
     fp32, int8 = next_token_loss(fp32_run, task), next_token_loss(int8_run, task)
     change = (int8 - fp32) / fp32

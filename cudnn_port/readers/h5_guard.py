@@ -7,9 +7,12 @@ dataset mapping other files, and a chunked dataset that declares gigabytes while
 file, 2.1 GB of memory once read). Each is refused here, in one line naming the dataset: the links by how they are
 stored, without opening their target; every dataset by its storage, before a byte of it is read.
 """
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..errors import CudnnPortError, short
+
+if TYPE_CHECKING:
+    import h5py
 
 MAX_EXPANSION = 1000  # a dataset may declare at most this many times the bytes it stores (Keras uses the same)
 FREE_BYTES = 1 << 20  # below this a dataset may declare more than it stores (fill values of small arrays)
@@ -24,7 +27,7 @@ class _Totals:
         self.largest_bytes = 0
 
 
-def check_h5(f, path) -> None:
+def check_h5(f: "h5py.File", path: str) -> None:
     """Refuse ``f`` (an open ``h5py.File`` read from ``path``) if it links outside itself, stores data outside
     itself, or declares far more data than it stores."""
     totals, seen = _Totals(), set()

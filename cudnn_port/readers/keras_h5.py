@@ -16,7 +16,7 @@ buffer; every other weight is carried over as ``{weight name}`` without ``:0``.
 """
 import json
 import os
-from typing import Dict, List
+from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -34,7 +34,7 @@ KERAS2_ORDER = {"lstm": KERAS_LSTM, "gru": KERAS_GRU}
 BUFFER = "opaque_kernel"
 
 
-def is_hdf5(path) -> bool:
+def is_hdf5(path: str) -> bool:
     try:
         with open(path, "rb") as f:
             return f.read(8) == HDF5_SIGNATURE
@@ -42,7 +42,7 @@ def is_hdf5(path) -> bool:
         return False
 
 
-def h5_text(value) -> str:
+def h5_text(value: Union[str, bytes]) -> str:
     """An HDF5 attribute value (bytes or str) as str."""
     return value.decode("utf8") if isinstance(value, bytes) else str(value)
 
@@ -65,7 +65,8 @@ def _classes(config):
     return found
 
 
-def keras2_to_canonical(mode, directions) -> List[LayerParams]:
+def keras2_to_canonical(mode: str,
+                        directions: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]]) -> List[LayerParams]:
     """LayerParams per direction from Keras 2 cuDNN arrays ``[(kernel, recurrent_kernel, bias), ...]``."""
     params = []
     for kernel, recurrent, bias in directions:
@@ -168,7 +169,7 @@ class KerasH5(Source):
     def specs(self) -> Dict[str, RNNSpec]:
         return {name: canon.spec for name, canon in self.canonical.items()}
 
-    def get(self, name) -> np.ndarray:
+    def get(self, name: str) -> np.ndarray:
         if name in self.canonical:
             return pack(self.canonical[name])
         if name not in self._arrays:
@@ -185,7 +186,7 @@ class KerasH5(Source):
         return (f"{self.prefix} holds no CuDNNLSTM/CuDNNGRU layer (its layers: {', '.join(self.layers) or 'none'}); "
                 "it is a Keras model of another kind, so there is nothing to convert")
 
-    def describe(self, name) -> str:
+    def describe(self, name: str) -> str:
         """How stack ``name`` was found, for inspect and the manifest."""
         layer = name.rsplit("/", 1)[0]
         spec = self.specs[name]

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import keras
 
 
-def load_keras_file(path) -> "keras.Model":
+def load_keras_file(path: str) -> "keras.Model":
     """Load a ``.keras`` file with cudnn_port's layers known to Keras."""
     require_file(path, ".keras file")
     if os.path.getsize(path) == 0 or not zipfile.is_zipfile(path):
@@ -82,14 +82,14 @@ class KerasModelSource(Source):
             self.shapes[variable.path] = tuple(int(d) for d in variable.shape)
             self.dtypes[variable.path] = np.dtype(variable.dtype).name
 
-    def get(self, name) -> np.ndarray:
+    def get(self, name: str) -> np.ndarray:
         return np.asarray(self._values[name].numpy())
 
     def files(self) -> List[str]:
         return [self.path] if self.path else []
 
     @classmethod
-    def from_file(cls, path) -> "KerasModelSource":
+    def from_file(cls, path: str) -> "KerasModelSource":
         """A ``.keras`` file saved from a model with fused layers, or stock Keras LSTM / GRU / Bidirectional layers
         (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
         from ..stock_keras import rewrite
@@ -103,7 +103,7 @@ class KerasModelSource(Source):
                 f"cudnn_port's CudnnLSTM / CudnnGRU){f' ({others})' if others else ''}, so there is nothing to "
                 "convert; export it with Keras' own model.export")
 
-    def describe(self, name) -> str:
+    def describe(self, name: str) -> str:
         spec = self.specs[name]
         kind = "CudnnLSTM" if spec.mode == "lstm" else "CudnnGRU"
         return f"fused layer {self._layers[name]} ({kind}), spec stated by the layer"

@@ -2,13 +2,18 @@
 (``{scope}/cudnn_platform``; docs/conventions.md, section 6). A buffer the fused op trained on a ROCm build is in
 MIOpen's layout, not cuDNN's: it is refused, never converted as if it were cuDNN's. No record means cuDNN's layout.
 """
+from typing import TYPE_CHECKING, Any, Iterable, Tuple
+
 import numpy as np
 
 from ..errors import UnsupportedError
 from ..stored_spec import MIOPEN, PLATFORM_VARIABLE
 
+if TYPE_CHECKING:
+    from ..source import Source
 
-def refuse_miopen(where: str, records) -> None:
+
+def refuse_miopen(where: str, records: Iterable[Tuple[str, Any]]) -> None:
     """Raise for the first ``(buffer scope, recorded value)`` in ``records`` that says ROCm / MIOpen."""
     for scope, value in records:
         values = np.asarray(value).reshape(-1)
@@ -19,7 +24,7 @@ def refuse_miopen(where: str, records) -> None:
                 "train or fine-tune it on a CUDA or CPU host, or export it on the ROCm host")
 
 
-def check_source(source) -> None:
+def check_source(source: "Source") -> None:
     """Refuse ``source`` (a checkpoint) if a ``cudnn_platform`` variable beside one of its buffers says MIOpen."""
     suffix = f"/{PLATFORM_VARIABLE}"
     names = [n for n in source.names if n == PLATFORM_VARIABLE or n.endswith(suffix)]

@@ -21,7 +21,7 @@ wrote), and inspect and the manifest say so.
 """
 import re
 from dataclasses import replace
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ CELL_WORDS = {"cudnn_compatible_lstm_cell": "CudnnCompatibleLSTMCell", "cudnn_co
                                                      "the cuDNN saveable wrote them; not stored in the checkpoint)"}
 
 
-def canonical_prefixes(shapes) -> Dict[str, str]:
+def canonical_prefixes(shapes: Dict[str, Sequence[int]]) -> Dict[str, str]:
     """{prefix: cell name} of every scope holding TF1 canonical cells but no ``{prefix}/opaque_kernel`` buffer."""
     found = {}
     for name in shapes:
@@ -104,7 +104,7 @@ class CanonicalCheckpoint(Source):
     def specs(self) -> Dict[str, RNNSpec]:
         return {name: spec for name, (spec, _, _) in self.canonical.items()}
 
-    def canon(self, name) -> CanonicalRNN:
+    def canon(self, name: str) -> CanonicalRNN:
         """The canonical model of synthesised buffer ``name``, read from the checkpoint's cell tensors."""
         spec, reader, scope = self.canonical[name]
         stored = _stored(_names(reader, spec, scope), self._cells[name])
@@ -115,7 +115,7 @@ class CanonicalCheckpoint(Source):
                   for p in canon.layers]
         return CanonicalRNN(spec, layers)
 
-    def nonfinite_tensor(self, name) -> str:
+    def nonfinite_tensor(self, name: str) -> str:
         """The checkpoint tensor behind synthesised buffer ``name`` that holds NaN/Inf (the user's name), or
         ``name``."""
         if name not in self.canonical:
@@ -125,7 +125,7 @@ class CanonicalCheckpoint(Source):
         return next((s for s in stored if s in self.checkpoint.shapes and
                      not np.isfinite(self.checkpoint.get(s)).all()), name)
 
-    def get(self, name) -> np.ndarray:
+    def get(self, name: str) -> np.ndarray:
         if name in self.canonical:
             return pack(self.canon(name))
         return self.checkpoint.get(name)
@@ -133,7 +133,7 @@ class CanonicalCheckpoint(Source):
     def files(self) -> List[str]:
         return self.checkpoint.files()
 
-    def describe(self, name) -> str:
+    def describe(self, name: str) -> str:
         spec, _, scope = self.canonical[name]
         return (f"no cuDNN buffer: TF1 canonical cells ({CELL_WORDS[self._cells[name]]}) under "
                 f"'{scope or '(top level)'}', spec read from their names and shapes, packed into cuDNN's layout")
@@ -161,7 +161,7 @@ def _stored(names, cell):
     return {n: n.replace("/cudnn_compatible_lstm_cell/", "/lstm_cell/") for n in names}
 
 
-def with_canonical_stacks(checkpoint) -> Source:
+def with_canonical_stacks(checkpoint: Source) -> Source:
     """``checkpoint`` itself, or wrapped in :class:`CanonicalCheckpoint` where it holds canonical cells without a
     buffer."""
     prefixes = canonical_prefixes(checkpoint.shapes)

@@ -18,7 +18,7 @@ MAX_MEMBERS = 10000
 WEIGHTS = "model.weights.h5"
 
 
-def check_keras_zip(path) -> None:
+def check_keras_zip(path: str) -> None:
     """Refuse the ``.keras`` archive at ``path`` if a member would inflate far beyond its stored size, or its
     weights file links to or stores data outside itself."""
     try:

@@ -9,20 +9,20 @@ slot, since cuDNN's b_W and b_R receive identical gradients and so hold identica
 b_R = 0: the same function). ``detect(shapes, prefix) -> RNNSpec or None`` reads the spec off stored names.
 """
 from types import ModuleType, SimpleNamespace
-from typing import Union
+from typing import Dict, Optional, Sequence, Union
 
 from . import keras, pytorch, tf1
 
 STYLES = {"tf1": tf1, "keras": keras, "pytorch": pytorch}
 
 
-def target_for(style, shapes, prefix) -> Union[ModuleType, SimpleNamespace]:
+def target_for(style: str, shapes: Dict[str, Sequence[int]], prefix: str) -> Union[ModuleType, SimpleNamespace]:
     """The module that writes ``style`` for the stack under ``prefix``. A tf1 source that already uses the older
     TF1 names (``multi_rnn_cell/…`` with ``bias_cudnn_0/1``) keeps them, so the graph that saved it restores."""
     module = STYLES[style]
     return module.variant(shapes, prefix) if hasattr(module, "variant") else module
 
 
-def reader(style, scheme=None) -> Union[ModuleType, SimpleNamespace]:
+def reader(style: str, scheme: Optional[str] = None) -> Union[ModuleType, SimpleNamespace]:
     """The module that reads back what :func:`target_for` wrote (``scheme`` as the manifest recorded it)."""
     return tf1.LEGACY if style == "tf1" and scheme == "legacy" else STYLES[style]

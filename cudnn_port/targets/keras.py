@@ -9,7 +9,7 @@ Checkpoint names: ``{prefix}/layer_{l}/{forward,backward}/{kernel,recurrent_kern
 writes a ``.keras`` file of ``Input([None, I]) -> L recurrent layers (return_sequences=True)`` that plain Keras
 loads and runs on CPU; layer ``layer_{l}`` holds (layer l, both directions).
 """
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Dict, List, Sequence
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from .common import bias_sum, join, write_all
 
 if TYPE_CHECKING:
     import keras
+    from ..layout import RNNSpec
 
 ORDER = {"lstm": (CUDNN_LSTM, KERAS_LSTM), "gru": (CUDNN_GRU, KERAS_GRU)}
 VARS = ("kernel", "recurrent_kernel", "bias")
@@ -29,14 +30,14 @@ def _scope(prefix, layer, direction):
     return join(prefix, f"layer_{layer}/{'backward' if direction else 'forward'}")
 
 
-def check(spec) -> None:
+def check(spec: "RNNSpec") -> None:
     """Keras' LSTM has no projection: refuse a projected stack with the fix."""
     if spec.num_proj:
         raise UnsupportedError(f"a {spec.describe()} cannot be written as Keras layers: Keras' LSTM has no "
                                "projection; use --style tf1 (LSTMCell(num_proj=...)) or --style pytorch")
 
 
-def layer_weights(spec, p, slot=False) -> List[np.ndarray]:
+def layer_weights(spec: "RNNSpec", p: LayerParams, slot: bool = False) -> List[np.ndarray]:
     """[kernel, recurrent_kernel, bias] of one Keras LSTM/GRU layer from LayerParams ``p``."""
     check(spec)
     src, dst = ORDER[spec.mode]
@@ -50,16 +51,17 @@ def layer_weights(spec, p, slot=False) -> List[np.ndarray]:
     return [kernel, recurrent, bias]
 
 
-def write_layer(spec, prefix, layer, direction, p, slot=False) -> Dict[str, np.ndarray]:
+def write_layer(spec: "RNNSpec", prefix: str, layer: int, direction: int, p: LayerParams,
+                slot: bool = False) -> Dict[str, np.ndarray]:
     scope = _scope(prefix, layer, direction)
     return {f"{scope}/{var}": value for var, value in zip(VARS, layer_weights(spec, p, slot))}
 
 
-def write(canon, prefix, slot=False) -> Dict[str, np.ndarray]:
+def write(canon: CanonicalRNN, prefix: str, slot: bool = False) -> Dict[str, np.ndarray]:
     return write_all(write_layer, canon, prefix, slot)
 
 
-def read(tensors, prefix, spec) -> CanonicalRNN:
+def read(tensors: Dict[str, np.ndarray], prefix: str, spec: "RNNSpec") -> CanonicalRNN:
     src, dst = ORDER[spec.mode]
     G, H, layers = spec.num_gates, spec.num_units, []
     for p in range(spec.num_pseudo_layers):
@@ -75,11 +77,11 @@ def read(tensors, prefix, spec) -> CanonicalRNN:
     return CanonicalRNN(spec, layers)
 
 
-def detect(shapes, prefix) -> None:
+def detect(shapes: Dict[str, Sequence[int]], prefix: str) -> None:
     return None
 
 
-def build_model(canon, name="rnn") -> "keras.Model":
+def build_model(canon: CanonicalRNN, name: str = "rnn") -> "keras.Model":
     """A Keras 3 functional model computing the stack on full-length batches ``[B, T, I] -> [B, T, D*H]``."""
     import keras
 
@@ -104,6 +106,6 @@ def build_model(canon, name="rnn") -> "keras.Model":
     return keras.Model(inputs, x, name=name)
 
 
-def save_model(canon, path, name="rnn") -> None:
+def save_model(canon: CanonicalRNN, path: str, name: str = "rnn") -> None:
     """Write :func:`build_model`'s model to ``path`` (a ``.keras`` file)."""
     build_model(canon, name).save(str(path))

@@ -7,12 +7,15 @@
 In a checkpoint the keys sit under the buffer's scope (``{prefix}/weight_ih_l0``); in the safetensors file
 written by :func:`save_file` they are bare, as ``load_state_dict`` wants them.
 """
-from typing import Dict
+from typing import TYPE_CHECKING, Dict, Sequence
 
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from .common import join, write_all
+
+if TYPE_CHECKING:
+    from ..layout import RNNSpec
 
 KEYS = (("W", "weight_ih"), ("R", "weight_hh"), ("b_W", "bias_ih"), ("b_R", "bias_hh"))
 
@@ -21,7 +24,8 @@ def _suffix(layer, direction):
     return f"_l{layer}" + ("_reverse" if direction else "")
 
 
-def write_layer(spec, prefix, layer, direction, p, slot=False) -> Dict[str, np.ndarray]:
+def write_layer(spec: "RNNSpec", prefix: str, layer: int, direction: int, p: LayerParams,
+                slot: bool = False) -> Dict[str, np.ndarray]:
     out = {join(prefix, key + _suffix(layer, direction)): getattr(p, kind).reshape(-1, *getattr(p, kind).shape[2:])
            for kind, key in KEYS}
     if spec.num_proj:
@@ -29,11 +33,11 @@ def write_layer(spec, prefix, layer, direction, p, slot=False) -> Dict[str, np.n
     return out
 
 
-def write(canon, prefix, slot=False) -> Dict[str, np.ndarray]:
+def write(canon: CanonicalRNN, prefix: str, slot: bool = False) -> Dict[str, np.ndarray]:
     return write_all(write_layer, canon, prefix, slot)
 
 
-def read(tensors, prefix, spec) -> CanonicalRNN:
+def read(tensors: Dict[str, np.ndarray], prefix: str, spec: "RNNSpec") -> CanonicalRNN:
     G, H, layers = spec.num_gates, spec.num_units, []
     for p in range(spec.num_pseudo_layers):
         layer, direction = divmod(p, spec.num_dirs)
@@ -43,11 +47,11 @@ def read(tensors, prefix, spec) -> CanonicalRNN:
     return CanonicalRNN(spec, layers)
 
 
-def detect(shapes, prefix) -> None:
+def detect(shapes: Dict[str, Sequence[int]], prefix: str) -> None:
     return None
 
 
-def save_file(canon, path) -> None:
+def save_file(canon: CanonicalRNN, path: str) -> None:
     """Write the state_dict as safetensors (contiguous arrays: safetensors writes raw bytes of views)."""
     from safetensors.numpy import save_file as _save
 

@@ -30,7 +30,7 @@ import re
 import sys
 from functools import partial
 from types import ModuleType, SimpleNamespace
-from typing import Dict, Optional, Union
+from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
 
@@ -45,7 +45,7 @@ PROJECTED_CELL = "lstm_cell"  # LSTMCell(num_proj=P): the only TF1 cell with a p
 scheme = "current"  # the names this module writes; LEGACY writes the older ones
 
 
-def cell_scope(prefix, spec, layer, direction, legacy=False) -> str:
+def cell_scope(prefix: str, spec: RNNSpec, layer: int, direction: int, legacy: bool = False) -> str:
     """The variable scope of the cell of (layer, direction)."""
     if spec.bidirectional:
         scope = f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'fw' if direction == 0 else 'bw'}"
@@ -60,7 +60,8 @@ def _rows(params, order_src, order_dst):
     return reorder(stacked, order_src, order_dst).reshape(-1, stacked.shape[2])
 
 
-def write_layer(spec, prefix, layer, direction, p, slot=False, legacy=False) -> Dict[str, np.ndarray]:
+def write_layer(spec: RNNSpec, prefix: str, layer: int, direction: int, p: LayerParams, slot: bool = False,
+                legacy: bool = False) -> Dict[str, np.ndarray]:
     scope = cell_scope(prefix, spec, layer, direction, legacy)
     if spec.mode == "lstm":
         out = {f"{scope}/kernel": _rows(p, CUDNN_LSTM, TF1_LSTM).T,
@@ -79,11 +80,11 @@ def write_layer(spec, prefix, layer, direction, p, slot=False, legacy=False) -> 
             f"{scope}/candidate/hidden_projection/bias": p.b_R[2]}
 
 
-def write(canon, prefix, slot=False, legacy=False) -> Dict[str, np.ndarray]:
+def write(canon: CanonicalRNN, prefix: str, slot: bool = False, legacy: bool = False) -> Dict[str, np.ndarray]:
     return write_all(partial(write_layer, legacy=legacy), canon, prefix, slot)
 
 
-def read(tensors, prefix, spec, legacy=False) -> CanonicalRNN:
+def read(tensors: Dict[str, np.ndarray], prefix: str, spec: RNNSpec, legacy: bool = False) -> CanonicalRNN:
     H, S, layers = spec.num_units, spec.state_size, []
     for p in range(spec.num_pseudo_layers):
         layer, direction = divmod(p, spec.num_dirs)
@@ -115,7 +116,7 @@ _CELL_RE = re.compile(r"^(?:(rnn/)?multi_rnn_cell/cell_(\d+)"
                       r"/(cudnn_compatible_lstm_cell/kernel|cudnn_compatible_gru_cell/gates/kernel|lstm_cell/kernel)$")
 
 
-def detect(shapes, prefix) -> Optional[RNNSpec]:
+def detect(shapes: Dict[str, Sequence[int]], prefix: str) -> Optional[RNNSpec]:
     """The spec of the TF1 canonical tensors stored under ``prefix``, or None if there are none."""
     start = join(prefix, "")
     cells = {}
@@ -137,7 +138,7 @@ def detect(shapes, prefix) -> Optional[RNNSpec]:
         return None
 
 
-def uses_legacy_names(shapes, prefix) -> bool:
+def uses_legacy_names(shapes: Dict[str, Sequence[int]], prefix: str) -> bool:
     """Whether the checkpoint holds unidirectional cells under the older ``{prefix}/multi_rnn_cell/`` names."""
     start = join(prefix, "multi_rnn_cell/cell_0/")
     return any(name.startswith(start) for name in shapes)
@@ -148,6 +149,6 @@ LEGACY = SimpleNamespace(__name__=__name__ + ".LEGACY", scheme="legacy", detect=
                          read=partial(read, legacy=True))
 
 
-def variant(shapes, prefix) -> Union[ModuleType, SimpleNamespace]:
+def variant(shapes: Dict[str, Sequence[int]], prefix: str) -> Union[ModuleType, SimpleNamespace]:
     """The naming scheme a checkpoint already uses for ``prefix``: :data:`LEGACY` or this module itself."""
     return LEGACY if uses_legacy_names(shapes, prefix) else sys.modules[__name__]
