@@ -116,15 +116,15 @@ def _foreign_out(out, saved_model=None, graph_def=None, source=None):
     from cudnn_port.manifest import TOOL
 
     out.mkdir()
-    manifest = {"tool": TOOL, "source": {"checkpoint": str(source)} if source else {}, "stacks": [],
-                "model_artifacts": {}}
+    manifest = {"tool": TOOL, "source": {"checkpoint": str(source or out / "gone"), "format": "SavedModel"},
+                "stacks": [], "model_artifacts": {}}
     if saved_model is not None:
         shutil.copytree(saved_model, out / "saved_model")
         manifest.update(kind="saved_model", model_artifacts={"saved_model": "saved_model"})
     if graph_def is not None:
         (out / "frozen_graph.pb").write_bytes(graph_def.SerializeToString())
         spec = dict(mode="lstm", num_layers=1, num_units=4, input_size=3, bidirectional=False)
-        manifest["stacks"] = [{"variable": "rnn/opaque_kernel", "spec": spec,
+        manifest["stacks"] = [{"variable": "rnn/opaque_kernel", "prefix": "rnn", "label": "", "spec": spec,
                                "artifacts": {"graphdef": "frozen_graph.pb"}}]
     files = [os.path.join(root, f) for root, _, fs in os.walk(out) for f in fs]
     manifest["files"] = {os.path.relpath(f, out): hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files}
