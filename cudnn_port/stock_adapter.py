@@ -22,6 +22,7 @@ from typing import Any, List, Optional
 
 import keras
 
+from .compaction import compact, expand, last_output
 from .deps import import_tf
 from .layers import CudnnGRU, CudnnLSTM
 
@@ -49,12 +50,6 @@ class StockAdapter(keras.layers.Layer):
     def build(self, input_shape) -> None:
         self.fused.build(input_shape)
 
-    def _lengths(self, x, mask):
-        tf = import_tf()
-        if mask is None:
-            return tf.fill([tf.shape(x)[0]], tf.shape(x)[1])
-        return tf.reduce_sum(tf.cast(mask, "int32"), axis=1)
-
     def _states(self, initial_state):
         """Keras' initial states ([h, c] or [h]; Bidirectional: forward ones then backward ones, each [B, units]) as
         the fused layer's [h [B, D, H], c] (None: zeros)."""
@@ -70,21 +65,23 @@ class StockAdapter(keras.layers.Layer):
     def call(self, sequences, initial_state=None, mask=None, training=None) -> Any:
         tf = import_tf()
         x = tf.convert_to_tensor(sequences)
-        lengths = self._lengths(x, mask)
-        if self.go_backwards:
-            x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
-        y, *finals = self.fused(x, initial_state=self._states(initial_state), mask=mask, training=False)
-        if self.go_backwards:
-            y = tf.reverse(tf.reverse_sequence(y, lengths, seq_axis=1, batch_axis=0), [1])
-        elif mask is not None and not self.zero_output and not self.bidirectional:
-            last = tf.gather(y, tf.maximum(lengths - 1, 0), axis=1, batch_dims=1)  # [B, H]
-            y = tf.where(tf.expand_dims(tf.cast(mask, "bool"), -1), y, tf.expand_dims(last, 1))
+        mask = None if mask is None else tf.cast(mask, "bool")
+        if self.go_backwards:  # Keras reverses the whole time axis, mask included, and keeps that order
+            x, mask = tf.reverse(x, [1]), (None if mask is None else tf.reverse(mask, [1]))
+        right_padded = None
+        if mask is not None:
+            x, lengths, counts = compact(x, mask)
+            right_padded = tf.sequence_mask(lengths, tf.shape(x)[1])
+        y, *finals = self.fused(x, initial_state=self._states(initial_state), mask=right_padded, training=False)
+        if mask is not None:  # Bidirectional: Keras sets zero_output_for_mask=return_sequences on both layers
+            y = expand(y, mask, counts, self.zero_output or self.bidirectional)
         D = 2 if self.bidirectional else 1
         finals = [tf.unstack(state, num=D, axis=1) for state in finals]  # [h per direction, c per direction]
+        last = finals[0] if mask is None else [last_output(h, mask, lengths, self.zero_output) for h in finals[0]]
         if self.bidirectional:
-            result = self._merge(tf.split(y, 2, axis=-1) if self.return_sequences else finals[0])
+            result = self._merge(tf.split(y, 2, axis=-1) if self.return_sequences else last)
         else:
-            result = y if self.return_sequences else finals[0][0]
+            result = y if self.return_sequences else last[0]
         if not self.return_state:
             return result
         states = [state[d] for d in range(D) for state in finals]  # forward h (c), then backward h (c)
