@@ -8,8 +8,11 @@ is the compacted output ``c(t) - 1`` with ``c = cumsum(mask)`` (:func:`expand`).
 backward direction over the compacted steps is Keras' backward layer skipping the masked steps, so the same holds for
 it. For a right-padded mask the gather is the identity.
 
-Plain TensorFlow ops only (``TopKV2``, ``GatherV2`` with ``batch_dims=1``, ``Cumsum``, ``Select``), which tf2onnx,
-OpenVINO and the TFLite converter hold as builtins: no loop, no Flex op.
+Plain TensorFlow ops only (``Cumsum``, ``Equal``, ``Sum``, ``GatherV2`` with ``batch_dims=1``, ``Select``), which
+tf2onnx, OpenVINO and the TFLite converter hold as builtins: no loop, no Flex op. Every shape follows from the input's
+shape, so LiteRT sizes each tensor before the fused LSTM at prepare time (a sort, ``TopKV2`` with ``k = T``, would
+give a tensor LiteRT sizes only at run time, and its sequence LSTM then computed wrong rows: measured). The
+permutation costs a ``[B, T, T]`` comparison, small beside the recurrent layer for the lengths RNNs take.
 """
 from typing import TYPE_CHECKING, Tuple
 
@@ -23,13 +26,13 @@ def compact(x: "tf.Tensor", mask: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor"
     """(x [B, T, F] with each row's kept steps first, in time order, then its masked ones; lengths [B] (kept steps
     per row); counts [B, T] (kept steps up to and including each step)) for a bool ``mask`` [B, T]."""
     tf = import_tf()
-    steps = tf.shape(x)[1]
-    t = tf.cast(tf.range(steps), "float32")
-    span = tf.cast(steps, "float32")
-    key = (span - t) + span * tf.cast(mask, "float32")  # distinct: kept steps (T, 2T] before masked ones [1, T]
-    _, order = tf.math.top_k(key, k=steps, sorted=True)
+    t = tf.range(tf.shape(x)[1])
     ones = tf.cast(mask, "int32")
-    return tf.gather(x, order, axis=1, batch_dims=1), tf.reduce_sum(ones, axis=1), tf.cumsum(ones, axis=1)
+    counts, lengths = tf.cumsum(ones, axis=1), tf.reduce_sum(ones, axis=1)
+    slot = tf.where(mask, counts - 1, tf.expand_dims(lengths, 1) + t - counts)  # each step's place: a permutation
+    hit = tf.equal(tf.expand_dims(slot, 1), tf.reshape(t, [1, -1, 1]))  # [B, slot, step]
+    order = tf.reduce_sum(tf.cast(hit, "int32") * t, axis=2)  # the step at each slot
+    return tf.gather(x, order, axis=1, batch_dims=1), lengths, counts
 
 
 def expand(y: "tf.Tensor", mask: "tf.Tensor", counts: "tf.Tensor", zero_output: bool) -> "tf.Tensor":
