@@ -72,9 +72,13 @@ class StockAdapter(keras.layers.Layer):
         if mask is not None:
             x, lengths, counts = compact(x, mask)
             right_padded = tf.sequence_mask(lengths, tf.shape(x)[1])
-        y, *finals = self.fused(x, initial_state=self._states(initial_state), mask=right_padded, training=False)
+        states = self._states(initial_state)
+        y, *finals = self.fused(x, initial_state=states, mask=right_padded, training=False)
         if mask is not None:  # Bidirectional: Keras sets zero_output_for_mask=return_sequences on both layers
             y = expand(y, mask, counts, self.zero_output or self.bidirectional)
+            if states is not None:  # a row that keeps no step keeps its initial states (ONNX's LSTM gives zeros)
+                kept = tf.reshape(lengths > 0, [-1, 1, 1])
+                finals = [tf.where(kept, final, state) for final, state in zip(finals, states)]
         D = 2 if self.bidirectional else 1
         finals = [tf.unstack(state, num=D, axis=1) for state in finals]  # [h per direction, c per direction]
         last = finals[0] if mask is None else [last_output(h, mask, lengths, self.zero_output) for h in finals[0]]

@@ -38,12 +38,14 @@ def seeded(model, seed=3):
     return model
 
 
-def batch(model, masks=MASKS, seed=7):
+def batch(model, masks=MASKS, seed=7, zero_masked=None):
     """{input name: value}: features N(0, 1), zero exactly at the masked steps (so Masking() gives ``masks``) unless
-    the model takes the mask as an input (then the masked steps hold values the layers must skip)."""
+    the model takes the mask as an input (then the masked steps hold values the layers must skip; ``zero_masked``
+    decides where given)."""
     rng = np.random.default_rng(seed)
     names = [t.name.split(":")[0] for t in model.inputs]
-    x = (rng.normal(size=masks.shape + (FEATURES,)) * (1 if "mask" in names else masks[..., None])).astype("float32")
+    zero_masked = "mask" not in names if zero_masked is None else zero_masked
+    x = (rng.normal(size=masks.shape + (FEATURES,)) * (masks[..., None] if zero_masked else 1)).astype("float32")
     feeds = {"x": x, "mask": masks}
     for name, t in zip(names, model.inputs):
         if name not in feeds:
@@ -67,23 +69,24 @@ def assert_close(got, want, where):
 
 def every_option(kind, masking):
     """Each go_backwards / return_sequences / zero_output_for_mask (default False and True) of one layer, and each
-    merge mode of a Bidirectional, with and without return_sequences; all with return_state and initial states. The
-    mask: an explicit boolean input, or Masking() of the features (``masking``)."""
+    merge mode of a Bidirectional, with and without return_sequences; all with return_state. The mask: an explicit
+    boolean input, with initial states, or Masking() of the features (``masking``), without: Keras passes a layer
+    no mask from its input when it is called with ``initial_state``."""
     cls, count = getattr(L, kind), (2 if kind == "LSTM" else 1)
     x = keras.Input((None, FEATURES), name="x")
     mask = keras.Input((None,), dtype="bool", name="mask")
-    h = [keras.Input((4,), name=f"s{i}") for i in range(2 * count)]
-    seq, kw = (L.Masking()(x), {}) if masking else (x, {"mask": mask})
+    h = [] if masking else [keras.Input((4,), name=f"s{i}") for i in range(2 * count)]
+    seq, kw = (L.Masking()(x), {}) if masking else (x, {"mask": mask, "initial_state": h[:count]})
     outputs = []
     for options in ({}, {"zero_output_for_mask": True}):
         for go_backwards in (False, True):
             for sequences in (False, True):
                 outputs += cls(4, go_backwards=go_backwards, return_sequences=sequences, return_state=True,
-                               **options)(seq, initial_state=h[:count], **kw)
+                               **options)(seq, **kw)
     for merge in ("concat", "sum", "ave", "mul", None):
         for sequences in (False, True):
             outputs += L.Bidirectional(cls(4, return_sequences=sequences, return_state=True), merge_mode=merge)(
-                seq, initial_state=h, **kw)
+                seq, **dict(kw, initial_state=h) if h else kw)
     return seeded(keras.Model([x] + ([] if masking else [mask]) + h, outputs))
 
 
@@ -109,14 +112,15 @@ def test_plain_layer_keeps_keras_default_of_repeating_its_last_output():
 
 
 def tagger():
-    """Masking -> BiLSTM (concat) -> LSTM(go_backwards) from initial states, with return_state -> BiGRU (sum)."""
-    x = keras.Input((None, FEATURES), name="x")
+    """Masking -> BiLSTM (concat) -> LSTM(go_backwards) from initial states, with return_state -> BiGRU (sum); the
+    last two take the same mask as an explicit input (a layer called with initial_state gets none from Masking)."""
+    x, mask = keras.Input((None, FEATURES), name="x"), keras.Input((None,), dtype="bool", name="mask")
     h0, c0 = keras.Input((4,), name="h0"), keras.Input((4,), name="c0")
     seq = L.Bidirectional(L.LSTM(3, return_sequences=True), name="bilstm")(L.Masking()(x))
     back, h, c = L.LSTM(4, go_backwards=True, return_sequences=True, return_state=True, name="back")(
-        seq, initial_state=[h0, c0])
-    summed = L.Bidirectional(L.GRU(3, return_sequences=True), merge_mode="sum", name="bigru")(back)
-    return seeded(keras.Model([x, h0, c0], [L.Dense(2)(summed), h, c], name="holes"))
+        seq, initial_state=[h0, c0], mask=mask)
+    summed = L.Bidirectional(L.GRU(3, return_sequences=True), merge_mode="sum", name="bigru")(back, mask=mask)
+    return seeded(keras.Model([x, h0, c0, mask], [L.Dense(2)(summed), h, c], name="holes"))
 
 
 def test_converted_model_matches_keras_on_any_mask_in_every_runtime(tmp_path):
@@ -138,7 +142,7 @@ def test_converted_model_matches_keras_on_any_mask_in_every_runtime(tmp_path):
     sig = tf.saved_model.load(os.path.join(out, "saved_model")).signatures["serving_default"]
     names = [f"output_{i}" for i in range(3)]
     for masks in (MASKS, MASKS[1:4, :6]):  # then a smaller batch of shorter rows, in the same sessions
-        feeds = batch(model, masks)
+        feeds = batch(model, masks, zero_masked=True)
         want = outputs_of(model, feeds)
         assert_close(session.run(names, feeds), want, f"onnxruntime {masks.shape}")
         result = compiled(feeds)
