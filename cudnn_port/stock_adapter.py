@@ -3,20 +3,28 @@
 :class:`StockAdapter` takes the stock layer's place in a rewritten model (:mod:`cudnn_port.stock_keras`): it holds a
 ``CudnnLSTM`` / ``CudnnGRU`` (one layer, D = 1 or 2, ``return_sequences=True, return_state=True``) named as the stock
 layer, with the stock layer's weights packed into its buffer, and turns the fused layer's interface into the stock
-layer's. What differs, with the right-padded lengths ``n`` the mask gives (``n = T`` without one):
+layer's. What differs:
 
+- masks: Keras' loop skips a masked step (the states carry over; the output there is zeros with
+  ``zero_output_for_mask``, else the previous step's output, zeros before any kept step), whatever the mask; the
+  fused layer takes right-padded masks. So each row's kept steps are gathered to the front in time order
+  (:func:`cudnn_port.compaction.compact`), the fused layer runs on them with lengths = the count of kept steps, and
+  step ``t`` gets the compacted output ``c(t) - 1``, ``c = cumsum(mask)`` (:func:`~cudnn_port.compaction.expand`);
+  the final states are the compacted run's (a row keeping no step keeps its initial states). A bidirectional fused
+  layer's backward direction over the kept steps is Keras' backward layer skipping the masked ones. Exact for any
+  mask (left padding, holes); the identity for a right-padded one;
 - states: Keras' ``[B, units]`` each (Bidirectional: forward ones, then backward ones) vs the fused ``[B, D, H]``;
-- ``go_backwards=True`` (D = 1): Keras reverses the whole padded time axis, so its valid steps come last:
-  ``out = flip_T(reverse_sequence(fused(reverse_sequence(x, n)), n))``, zero where padded, as Keras' loop gives;
-- a forward layer with a mask and ``zero_output_for_mask=False`` (Keras' default outside Bidirectional): a padded
-  step repeats the last valid output, ``out[b, t] = y[b, n_b - 1]`` for ``t >= n_b``;
-- Bidirectional: ``merge_mode`` concat (the fused output itself), sum, ave, mul, or None (two outputs), on both the
-  sequences and the last outputs (the final states);
+- ``go_backwards=True`` (D = 1): Keras reverses the whole time axis, mask included, and returns the outputs in that
+  processing order: the input and mask are reversed, then computed as above;
+- the last output (``return_sequences=False``) is Keras' output at the last step processed: the final h, or zeros
+  when the row keeps no step, or when that step is masked and ``zero_output_for_mask``;
+- Bidirectional (Keras sets ``zero_output_for_mask=return_sequences`` on both layers): ``merge_mode`` concat (the
+  fused output itself), sum, ave, mul, or None (two outputs), on both the sequences and the last outputs;
 - the output mask is what Keras' layer computes: the input mask with ``return_sequences`` (also for ``go_backwards``,
   as Keras does), else none.
 
-Every op here is a plain TensorFlow op (``ReverseV2``, ``ReverseSequence``, ``GatherV2``, ``Select``), which ONNX,
-OpenVINO and TFLite hold as builtins.
+Every op here is a plain TensorFlow op (``ReverseV2``, ``Cumsum``, ``Equal``, ``Sum``, ``GatherV2``, ``Select``),
+which ONNX, OpenVINO and TFLite hold as builtins: no loop, no Flex op.
 """
 from typing import Any, List, Optional
 
