@@ -3,25 +3,34 @@
 :class:`StockAdapter` takes the stock layer's place in a rewritten model (:mod:`cudnn_port.stock_keras`): it holds a
 ``CudnnLSTM`` / ``CudnnGRU`` (one layer, D = 1 or 2, ``return_sequences=True, return_state=True``) named as the stock
 layer, with the stock layer's weights packed into its buffer, and turns the fused layer's interface into the stock
-layer's. What differs, with the right-padded lengths ``n`` the mask gives (``n = T`` without one):
+layer's. What differs:
 
+- masks: Keras' loop skips a masked step (the states carry over; the output there is zeros with
+  ``zero_output_for_mask``, else the previous step's output, zeros before any kept step), whatever the mask; the
+  fused layer takes right-padded masks. So each row's kept steps are gathered to the front in time order
+  (:func:`cudnn_port.compaction.compact`), the fused layer runs on them with lengths = the count of kept steps, and
+  step ``t`` gets the compacted output ``c(t) - 1``, ``c = cumsum(mask)`` (:func:`~cudnn_port.compaction.expand`);
+  the final states are the compacted run's (a row keeping no step keeps its initial states). A bidirectional fused
+  layer's backward direction over the kept steps is Keras' backward layer skipping the masked ones. Exact for any
+  mask (left padding, holes); the identity for a right-padded one;
 - states: Keras' ``[B, units]`` each (Bidirectional: forward ones, then backward ones) vs the fused ``[B, D, H]``;
-- ``go_backwards=True`` (D = 1): Keras reverses the whole padded time axis, so its valid steps come last:
-  ``out = flip_T(reverse_sequence(fused(reverse_sequence(x, n)), n))``, zero where padded, as Keras' loop gives;
-- a forward layer with a mask and ``zero_output_for_mask=False`` (Keras' default outside Bidirectional): a padded
-  step repeats the last valid output, ``out[b, t] = y[b, n_b - 1]`` for ``t >= n_b``;
-- Bidirectional: ``merge_mode`` concat (the fused output itself), sum, ave, mul, or None (two outputs), on both the
-  sequences and the last outputs (the final states);
+- ``go_backwards=True`` (D = 1): Keras reverses the whole time axis, mask included, and returns the outputs in that
+  processing order: the input and mask are reversed, then computed as above;
+- the last output (``return_sequences=False``) is Keras' output at the last step processed: the final h, or zeros
+  when the row keeps no step, or when that step is masked and ``zero_output_for_mask``;
+- Bidirectional (Keras sets ``zero_output_for_mask=return_sequences`` on both layers): ``merge_mode`` concat (the
+  fused output itself), sum, ave, mul, or None (two outputs), on both the sequences and the last outputs;
 - the output mask is what Keras' layer computes: the input mask with ``return_sequences`` (also for ``go_backwards``,
   as Keras does), else none.
 
-Every op here is a plain TensorFlow op (``ReverseV2``, ``ReverseSequence``, ``GatherV2``, ``Select``), which ONNX,
-OpenVINO and TFLite hold as builtins.
+Every op here is a plain TensorFlow op (``ReverseV2``, ``Cumsum``, ``Equal``, ``Sum``, ``GatherV2``, ``Select``),
+which ONNX, OpenVINO and TFLite hold as builtins: no loop, no Flex op.
 """
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import keras
 
+from .compaction import compact, expand, last_output
 from .deps import import_tf
 from .layers import CudnnGRU, CudnnLSTM
 
@@ -52,12 +61,6 @@ class StockAdapter(keras.layers.Layer):
     def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
         self.fused.build(input_shape)
 
-    def _lengths(self, x, mask):
-        tf = import_tf()
-        if mask is None:
-            return tf.fill([tf.shape(x)[0]], tf.shape(x)[1])
-        return tf.reduce_sum(tf.cast(mask, "int32"), axis=1)
-
     def _states(self, initial_state):
         """Keras' initial states ([h, c] or [h]; Bidirectional: forward ones then backward ones, each [B, units]) as
         the fused layer's [h [B, D, H], c] (None: zeros)."""
@@ -74,21 +77,27 @@ class StockAdapter(keras.layers.Layer):
              mask: "Optional[tf.Tensor]" = None, training: Optional[bool] = None) -> Any:
         tf = import_tf()
         x = tf.convert_to_tensor(sequences)
-        lengths = self._lengths(x, mask)
-        if self.go_backwards:
-            x = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
-        y, *finals = self.fused(x, initial_state=self._states(initial_state), mask=mask, training=False)
-        if self.go_backwards:
-            y = tf.reverse(tf.reverse_sequence(y, lengths, seq_axis=1, batch_axis=0), [1])
-        elif mask is not None and not self.zero_output and not self.bidirectional:
-            last = tf.gather(y, tf.maximum(lengths - 1, 0), axis=1, batch_dims=1)  # [B, H]
-            y = tf.where(tf.expand_dims(tf.cast(mask, "bool"), -1), y, tf.expand_dims(last, 1))
+        mask = None if mask is None else tf.cast(mask, "bool")
+        if self.go_backwards:  # Keras reverses the whole time axis, mask included, and keeps that order
+            x, mask = tf.reverse(x, [1]), (None if mask is None else tf.reverse(mask, [1]))
+        right_padded = None
+        if mask is not None:
+            x, lengths, counts = compact(x, mask)
+            right_padded = tf.sequence_mask(lengths, tf.shape(x)[1])
+        states = self._states(initial_state)
+        y, *finals = self.fused(x, initial_state=states, mask=right_padded, training=False)
+        if mask is not None:  # Bidirectional: Keras sets zero_output_for_mask=return_sequences on both layers
+            y = expand(y, mask, counts, self.zero_output or self.bidirectional)
+            if states is not None:  # a row that keeps no step keeps its initial states (ONNX's LSTM gives zeros)
+                kept = tf.reshape(lengths > 0, [-1, 1, 1])
+                finals = [tf.where(kept, final, state) for final, state in zip(finals, states)]
         D = 2 if self.bidirectional else 1
         finals = [tf.unstack(state, num=D, axis=1) for state in finals]  # [h per direction, c per direction]
+        last = finals[0] if mask is None else [last_output(h, mask, lengths, self.zero_output) for h in finals[0]]
         if self.bidirectional:
-            result = self._merge(tf.split(y, 2, axis=-1) if self.return_sequences else finals[0])
+            result = self._merge(tf.split(y, 2, axis=-1) if self.return_sequences else last)
         else:
-            result = y if self.return_sequences else finals[0][0]
+            result = y if self.return_sequences else last[0]
         if not self.return_state:
             return result
         states = [state[d] for d in range(D) for state in finals]  # forward h (c), then backward h (c)

@@ -102,7 +102,7 @@ def splice(model: Any, canons: Dict[bytes, object]) -> None:
 
 # ops whose output shape depends on the values of these inputs: sized at prepare time only where those are known
 VALUE_SHAPED = {"RESHAPE": (1,), "FILL": (0,), "BROADCAST_TO": (1,), "TILE": (1,), "SLICE": (1, 2), "RANGE": (0, 1, 2),
-                "STRIDED_SLICE": (1, 2, 3), "PAD": (1,), "PADV2": (1,), "MIRROR_PAD": (1,)}
+                "STRIDED_SLICE": (1, 2, 3), "PAD": (1,), "PADV2": (1,), "MIRROR_PAD": (1,), "TOPK_V2": (1,)}
 
 
 def _check_static(model) -> None:
