@@ -247,6 +247,10 @@ def test_model_saved_under_another_backend_converts(tmp_path, backend):
     """The .keras file is the same whatever backend saved it: one saved under torch / JAX (where installed) converts
     and matches Keras."""
     pytest.importorskip(backend)
+    probe = subprocess.run([sys.executable, "-c", "import keras"], env=dict(os.environ, KERAS_BACKEND=backend),
+                           capture_output=True, text=True)
+    if probe.returncode:  # e.g. torch 2.0 (the lowest version set) lacks dtypes Keras' torch backend names
+        pytest.skip(f"Keras does not run on this {backend}: {probe.stderr.strip().splitlines()[-1]}")
     script = ("import sys; sys.path.insert(0, sys.argv[2]); import test_stock_keras as t; "
               "t.tagger(mixed=False).save(sys.argv[1])")  # cudnn_port's layers compute with TensorFlow only
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "t.keras"), os.path.dirname(__file__)],

@@ -90,7 +90,13 @@ StaticRegexReplace StringFormat StringJoin StringLength StringLower StringNGrams
 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong StringToNumber StringUpper Substr UnicodeDecode
 UnicodeDecodeWithOffsets UnicodeEncode UnicodeScript UnicodeTranscode UnsortedSegmentJoin Fingerprint"""
 
-COMPUTE = frozenset(" ".join((_MATH, _NN, _ARRAY, _CONTROL, _VARIABLES, _STRINGS)).split())
+# Taking the next element of an iterator the function is handed (Keras' TextVectorization / Normalization keep an
+# uncalled `adapt_step` doing this in every SavedModel they are saved in). Only a dataset op can make an iterator,
+# and every one of those (TFRecordDataset, AnonymousIterator, MakeIterator, ...) stays refused, so nothing in the
+# file can feed these: they read only what a caller passes in.
+_ITERATOR_USE = """IteratorGetNext IteratorGetNextSync IteratorGetNextAsOptional OptionalGetValue OptionalHasValue"""
+
+COMPUTE = frozenset(" ".join((_MATH, _NN, _ARRAY, _CONTROL, _VARIABLES, _STRINGS, _ITERATOR_USE)).split())
 
 # The saver's ops: they write and read the checkpoint beside the graph. Allowed only in the functions and nodes the
 # SavedModel's saver_def names (TF2: __inference__traced_save_* / _restore_*; TF1: the save/ scope), with no literal
