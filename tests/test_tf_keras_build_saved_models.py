@@ -79,7 +79,7 @@ def test_a_row_that_cannot_run_says_why_in_one_line():
     from onnx import TensorProto, helper
 
     from cudnn_port.judging.graph_inputs import could_not_run
-    from cudnn_port.judging.model_rows import onnx_row
+    from cudnn_port.judging.graph_inputs import onnx_row
 
     graph = helper.make_graph(
         [helper.make_node("Sub", ["n", "one"], ["shape"], name="Sub_1"),

@@ -17,8 +17,8 @@ from .allowlist import check_saved_model
 from .layouts import put_params_in_cudnn_order
 from .nodes import load_proto
 from .onnx_parts import foreign_part
-from .prune import drop_slot_references, gpu_selected
-from .reach import describe, reach
+from .prune import drop_slot_references
+from .reach import describe, gpu_selected, reach
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2

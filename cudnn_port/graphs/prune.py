@@ -9,15 +9,12 @@ GPU only. A model compiled and trained before ``model.save()`` carries them all.
 
 - :func:`prune` drops what nothing can call, so the SavedModel runs its standard function everywhere (what it
   already does on a CPU) and holds no cuDNN op;
-- :func:`gpu_selected` does what the selector does on a GPU, for ONNX: the cuDNN node becomes one fused ONNX LSTM /
-  GRU node, where tf2onnx would turn the standard masked loop into a ``Loop``.
+- :func:`.reach.gpu_selected` does what the selector does on a GPU, for ONNX: the cuDNN node becomes one fused
+  ONNX LSTM / GRU node, where tf2onnx would turn the standard masked loop into a ``Loop``.
 """
-import contextlib
-import os
-import tempfile
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, List
 
-from .nodes import find_nodes, is_cudnn, load_proto
+from .nodes import is_cudnn
 
 if TYPE_CHECKING:
     from tensorflow.core.framework import node_def_pb2
@@ -141,31 +138,3 @@ def drop_slot_references(proto: "saved_model_pb2.SavedModel") -> int:
             count += len(obj.slot_variables)
             del obj.slot_variables[:]
     return count
-
-
-@contextlib.contextmanager
-def gpu_selected(source: str, reordered: Optional[Dict[str, str]] = None) -> Iterator[str]:
-    """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
-    that calls them instead, uncalled functions pruned, the shapes calls pass recorded where the graph has none
-    (tf.keras 2.0-2.2, :mod:`.callshapes`), each cuDNN node's params in cuDNN's gate layout
-    (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
-    not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
-    from .layouts import put_params_in_cudnn_order
-
-    from .reach import reached_by, select
-
-    proto = load_proto(source)
-    swapped = select(proto)
-    changed = put_params_in_cudnn_order(proto, find_nodes(proto, set().union(*reached_by(proto).values())))
-    if reordered is not None:
-        reordered.update(changed)
-    if not (drop_slot_references(proto) or swapped or changed):
-        yield source
-        return
-    with tempfile.TemporaryDirectory(prefix="cudnn_port_gpu_selected_") as tmp:
-        for name in os.listdir(source):
-            if name not in ("saved_model.pb", "fingerprint.pb"):
-                os.symlink(os.path.abspath(os.path.join(source, name)), os.path.join(tmp, name))
-        with open(os.path.join(tmp, "saved_model.pb"), "wb") as f:
-            f.write(proto.SerializeToString())
-        yield tmp

@@ -15,10 +15,13 @@ A signature reaches a cuDNN node in one of two ways, following TF 2.0-2.21's cal
 Sizes come from the node's input shapes, or, where the graph records none (tf.keras 2.0-2.2), from its callers
 (:mod:`.callshapes`).
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Set
+import contextlib
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set
 
-from .nodes import CudnnNode, find_nodes
-from .prune import _called, prune, select_gpu_implementations
+from .nodes import CudnnNode, find_nodes, load_proto
+from .prune import _called, drop_slot_references, prune, select_gpu_implementations
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2
@@ -73,3 +76,29 @@ def describe(nodes: List[CudnnNode], alternatives: bool = False) -> List[Dict[st
     return [dict(n.to_dict(), converts_as=f"{n.spec.describe()}: the standard function it stands in for runs in the "
                  f"SavedModel, fused ONNX {n.spec.mode.upper()} nodes in ONNX" if alternatives else n.converts_as())
             for n in nodes]
+
+
+@contextlib.contextmanager
+def gpu_selected(source: str, reordered: Optional[Dict[str, str]] = None) -> Iterator[str]:
+    """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
+    that calls them instead, uncalled functions pruned, the shapes calls pass recorded where the graph has none
+    (tf.keras 2.0-2.2, :mod:`.callshapes`), each cuDNN node's params in cuDNN's gate layout
+    (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
+    not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
+    from .layouts import put_params_in_cudnn_order
+
+    proto = load_proto(source)
+    swapped = select(proto)
+    changed = put_params_in_cudnn_order(proto, find_nodes(proto, set().union(*reached_by(proto).values())))
+    if reordered is not None:
+        reordered.update(changed)
+    if not (drop_slot_references(proto) or swapped or changed):
+        yield source
+        return
+    with tempfile.TemporaryDirectory(prefix="cudnn_port_gpu_selected_") as tmp:
+        for name in os.listdir(source):
+            if name not in ("saved_model.pb", "fingerprint.pb"):
+                os.symlink(os.path.abspath(os.path.join(source, name)), os.path.join(tmp, name))
+        with open(os.path.join(tmp, "saved_model.pb"), "wb") as f:
+            f.write(proto.SerializeToString())
+        yield tmp

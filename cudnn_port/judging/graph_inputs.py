@@ -6,9 +6,16 @@
   ``[0, vocab)`` whatever dtype they are declared with (a seq2seq model's float32 token inputs).
 - :func:`could_not_run`: a report row for a judge or artifact that raised, with the reason in one line
   (TensorFlow's detail and node, onnxruntime's status message and node), marked as not run.
+- :func:`onnx_row`: an ONNX model run in onnxruntime against a signature's outputs, as a report row;
+- :func:`sentences` / :func:`text_inputs`: what a string input gets: English sentences of a few words (a raw-text
+  model's TextVectorization then finds words in its vocabulary; empty strings would test padding only).
 """
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..deps import import_tf
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -165,3 +172,49 @@ def _ort_detail(text):
     """onnxruntime's message without source locations (``tensor.cc:57``) or C++ signatures."""
     text = re.sub(r"\b[\w/]+\.(?:cc|h|cpp):\d+\s*", "", text.strip().splitlines()[0])
     return re.split(r" [\w:]+::[\w:]+\(", text)[0].strip()
+
+
+WORDS = ("the movie was great and the actors were wonderful a terrible film boring far too long I loved every "
+         "minute of it worst plot have seen in years an honest moving story music loud but ending good nothing "
+         "happens dull fine cast clever script").split()
+
+
+def sentences(shape: Sequence[int], seed: int) -> np.ndarray:
+    """Seeded English sentences (3 to 9 words from :data:`WORDS`, some capitalised, some with punctuation), an
+    object array of ``shape`` as TensorFlow feeds strings."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(int(np.prod(shape)), object)
+    for i in range(out.size):
+        words = list(rng.choice(WORDS, size=int(rng.integers(3, 10))))
+        words[0] = words[0].capitalize()
+        out[i] = (" ".join(words) + str(rng.choice([".", "!", "...", ""]))).encode()
+    return out.reshape(shape)
+
+
+def text_inputs(specs: "Sequence[Tuple[str, tf.TensorSpec]]", feeds: Dict[str, np.ndarray],
+                seed: int) -> Dict[str, np.ndarray]:
+    """{name: sentences} for each string input among ``specs`` ((name, TensorSpec) pairs), shaped like its feed."""
+    tf = import_tf()
+    return {name: sentences(np.shape(feeds[name]), seed + i) for i, (name, spec) in enumerate(specs)
+            if spec.dtype == tf.string}
+
+
+def onnx_row(path: str, feeds: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float, rtol: float,
+             note: str = "") -> Dict[str, Any]:
+    """The ONNX model on ``feeds`` against ``want`` ({output name: array}); a failed run says why."""
+    from ..exports.runners import onnx_session
+    from .parity import compare
+
+    try:
+        session = onnx_session(path)
+    except Exception as e:  # noqa: BLE001
+        return could_not_run("onnx (onnxruntime)", "loading it in onnxruntime", e)
+    names = [o.name for o in session.get_outputs()]
+    try:
+        got = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
+    except Exception as e:  # noqa: BLE001
+        return could_not_run("onnx (onnxruntime)", "onnxruntime", e)
+    if set(names) != set(want):
+        return {"artifact": "onnx (onnxruntime)", "max_abs": None, "max_rel": None, "passed": False,
+                "note": f"outputs {sorted(names)}, the SavedModel's {sorted(want)}"}
+    return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol, note=note)

@@ -5,8 +5,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Sequenc
 import numpy as np
 
 from ..deps import import_tf
-from .graph_inputs import could_not_run, token_vocabularies
-from .original import text_inputs
+from .graph_inputs import could_not_run, onnx_row, text_inputs, token_vocabularies
 from .parity import compare, failed_row, sample_inputs
 
 if TYPE_CHECKING:
@@ -77,26 +76,6 @@ def _computes_in_float16(path) -> bool:
     f16 = onnx.TensorProto.FLOAT16
     return any(t.data_type == f16 for t in graph.initializer) or any(
         node.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in node.attribute) for node in graph.node)
-
-
-def onnx_row(path: str, feeds: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float, rtol: float,
-             note: str = "") -> Dict[str, Any]:
-    """The ONNX model on ``feeds`` against ``want`` ({output name: array}); a failed run says why."""
-    from ..exports.runners import onnx_session
-
-    try:
-        session = onnx_session(path)
-    except Exception as e:  # noqa: BLE001
-        return could_not_run("onnx (onnxruntime)", "loading it in onnxruntime", e)
-    names = [o.name for o in session.get_outputs()]
-    try:
-        got = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
-    except Exception as e:  # noqa: BLE001
-        return could_not_run("onnx (onnxruntime)", "onnxruntime", e)
-    if set(names) != set(want):
-        return {"artifact": "onnx (onnxruntime)", "max_abs": None, "max_rel": None, "passed": False,
-                "note": f"outputs {sorted(names)}, the SavedModel's {sorted(want)}"}
-    return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol, note=note)
 
 
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:

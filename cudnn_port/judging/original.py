@@ -1,7 +1,5 @@
 """verify's rows for a converted SavedModel judged by the original: the source's own signature run on CPU.
 
-- :func:`sentences`: what a string input gets: English sentences of a few words (a raw-text model's
-  TextVectorization then finds words in its vocabulary; empty strings would test padding only);
 - :func:`original_outputs`: the source SavedModel's signature in a ``tf.compat.v1`` session on CPU (Grappler swaps
   each GPU function for its CPU twin; the session loader also runs what ``tf.saved_model.load`` cannot restore,
   e.g. tf.keras 2.x optimizer slots), the tables initialised from its own assets;
@@ -9,7 +7,7 @@
   fed the token ids the converted graph's preprocessing computes from the same strings.
 """
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -17,32 +15,6 @@ from ..deps import import_tf
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
-    import tensorflow as tf
-
-WORDS = ("the movie was great and the actors were wonderful a terrible film boring far too long I loved every "
-         "minute of it worst plot have seen in years an honest moving story music loud but ending good nothing "
-         "happens dull fine cast clever script").split()
-
-
-def sentences(shape: Sequence[int], seed: int) -> np.ndarray:
-    """Seeded English sentences (3 to 9 words from :data:`WORDS`, some capitalised, some with punctuation), an
-    object array of ``shape`` as TensorFlow feeds strings."""
-    rng = np.random.default_rng(seed)
-    out = np.empty(int(np.prod(shape)), object)
-    for i in range(out.size):
-        words = list(rng.choice(WORDS, size=int(rng.integers(3, 10))))
-        words[0] = words[0].capitalize()
-        out[i] = (" ".join(words) + str(rng.choice([".", "!", "...", ""]))).encode()
-    return out.reshape(shape)
-
-
-def text_inputs(specs: "Sequence[Tuple[str, tf.TensorSpec]]", feeds: Dict[str, np.ndarray],
-                seed: int) -> Dict[str, np.ndarray]:
-    """{name: sentences} for each string input among ``specs`` ((name, TensorSpec) pairs), shaped like its feed."""
-    tf = import_tf()
-    return {name: sentences(np.shape(feeds[name]), seed + i) for i, (name, spec) in enumerate(specs)
-            if spec.dtype == tf.string}
-
 
 def original_outputs(source: str, signature: str, feeds: Dict[str, np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
     """{output name: value} of ``signature`` of the SavedModel folder ``source`` on ``feeds``, or None where the
@@ -64,7 +36,7 @@ def numeric_onnx_row(out: str, manifest: "Manifest", feeds: Dict[str, np.ndarray
     from ..graphs.frozen import run_frozen
     from ..graphs.onnx_parts import cut_values
     from .graph_inputs import could_not_run
-    from .model_rows import onnx_row
+    from .graph_inputs import onnx_row
 
     arts, cut = manifest["model_artifacts"], manifest["onnx_input"]
     try:
