@@ -17,9 +17,9 @@ tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would
 
 >>> import keras
 >>> x = keras.Input((None, 3), name="x")
->>> model = keras.Model(x, keras.layers.Bidirectional(keras.layers.LSTM(4), merge_mode="sum")(x))
+>>> model = keras.Model(x, keras.layers.Bidirectional(keras.layers.LSTM(4), merge_mode="sum", name="bi")(x))
 >>> [(row["layer"], row["verdict"]) for row in plan(model)]
-[('bidirectional', 'fused')]
+[('bi', 'fused')]
 """
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
