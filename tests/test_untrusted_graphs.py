@@ -26,9 +26,11 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 ARCHIVES = sorted(f[:-len(".tar.xz")] for f in os.listdir(FIXTURES) if f.endswith(".tar.xz"))  # every archive
 TIME_LIMIT = 180  # seconds a refused command may take at most (TensorFlow's import dominates; a hang is killed)
 PEAK_LIMIT = 1.6 * 2 ** 30  # bytes: a refused bomb stays far below the 2 GiB its constant declares
-RUN = ("import os, resource, sys\nfrom cudnn_port.cli import main\ncode = main(sys.argv[1:])\n"
-       "open(os.environ['PEAK_FILE'], 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))\n"
-       "sys.exit(code)")
+# The child's own peak: VmHWM, the high-water mark of its own memory map (getrusage's ru_maxrss would carry over the
+# RSS of the pytest process it was forked from, which a long run grows past the limit).
+RUN = ("import os, re, sys\nfrom cudnn_port.cli import main\ncode = main(sys.argv[1:])\n"
+       "hwm = re.search(r'VmHWM:\\s*(\\d+) kB', open('/proc/self/status').read()).group(1)\n"
+       "open(os.environ['PEAK_FILE'], 'w').write(str(int(hwm) * 1024))\nsys.exit(code)")
 
 
 def run_cli(tmp_path, *argv):
