@@ -51,6 +51,7 @@ class GraphJob:
         self.source, self.proto, self.nodes, self.reordered, self.say = source, proto, nodes, reordered, say
         self.projected = [n for n in nodes if n.spec.num_proj]
         self.user_graph = user_graph  # user_graph(what): a context in which errors on the graph are one line
+        self.manifest: Optional[Manifest] = None  # the manifest being written (a writer records warnings in it)
 
 
 def layer_formats() -> List[str]:

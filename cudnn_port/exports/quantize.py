@@ -164,13 +164,16 @@ def _check_lstm_wiring(source, result):
                 raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
 
 
+NOTHING_TO_QUANTIZE = ("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it has no "
+                       "int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
+
+
 def refuse_nothing_to_quantize(specs: "Sequence[RNNSpec]") -> None:
     """Before any work: --quantize int8 with no stack it can quantize (only LSTM stacks without projection have an
     int8 form) is refused."""
     specs = list(specs)
     if specs and not any(s.mode == "lstm" and not s.num_proj for s in specs):
-        raise CudnnPortError("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it "
-                             "has no int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
+        raise CudnnPortError(NOTHING_TO_QUANTIZE)
 
 
 def int8_path(rel: str) -> str:
@@ -204,7 +207,6 @@ def quantize_outputs(manifest: "Manifest", tmp: str, say: Callable[[str], None])
             written.append({"artifact": form.path(rel), **{k: report[k] for k in (
                 "settings", "bytes", "quantized", "float32_left", "warnings")}})
     if not written:
-        raise CudnnPortError("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it "
-                             "has no int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
+        raise CudnnPortError(NOTHING_TO_QUANTIZE)
     manifest["int8"] = written
     manifest.warnings.extend(skipped)
