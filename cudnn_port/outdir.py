@@ -18,7 +18,6 @@ version, the source and its files' sha256, and the sha256 of every other file of
 """
 import errno
 import os
-import shutil
 import uuid
 from typing import Callable, Optional
 
@@ -27,7 +26,7 @@ from .manifest import MANIFEST, Manifest, save_manifest
 from .out_guard import check_replaceable
 from .paths import is_within, sha256
 from .progress import say_to
-from .signals import check, forget, mark_published, remove_on_exit, signals_held
+from .signals import check, forget, mark_published, remove_on_exit, remove_tree, signals_held
 
 USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.ELOOP,
                errno.ENAMETOOLONG, errno.EEXIST, errno.EISDIR}
@@ -127,8 +126,7 @@ class OutputFolder:
                 mark_published()
         except BaseException as e:
             with signals_held(deliver=False):
-                if os.path.lexists(tmp):
-                    shutil.rmtree(tmp, ignore_errors=True)
+                remove_tree(tmp)
                 forget(tmp)
             problem = _user_error(e, f"{'write' if made else 'create'} {out}", out)
             if problem:
@@ -154,7 +152,7 @@ class OutputFolder:
             raise
         if old:
             remove_on_exit(old)
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)
             forget(old)
 
 

@@ -79,6 +79,21 @@ def forget(path: str) -> None:
     _State.cleanup.discard(os.fspath(path))
 
 
+def remove_tree(path: str, tries: int = 40) -> None:
+    """Remove the folder or file ``path``, trying again while it is still there: a kernel the signal could not stop
+    may still be writing into it, and a file made while :func:`shutil.rmtree` runs makes its last ``rmdir`` fail."""
+    for _ in range(tries):
+        if not os.path.lexists(path):
+            return
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        if os.path.lexists(path):
+            time.sleep(0.05)
+
+
 def mark_published() -> None:
     """OUT is in place: an interrupt from now on keeps it (and says so)."""
     _State.published = True
@@ -123,10 +138,7 @@ def _watch(read_fd, done, on_timeout):
         if done.is_set():
             return
         for path in list(_State.cleanup):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            elif os.path.lexists(path):
-                os.remove(path)
+            remove_tree(path)
         code = 128 + signum
         try:
             code = on_timeout(signum, _State.published)
