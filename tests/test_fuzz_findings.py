@@ -139,7 +139,8 @@ def test_out_inside_the_checkpoint_folder_is_refused_however_source_is_named(tmp
     prefix = copy_checkpoint(SAMPLE, str(tmp_path / "ck"))
     before = tree_hash(tmp_path / "ck"), sorted(os.listdir(tmp_path / "ck"))
     source = os.path.join(os.path.dirname(prefix), name) if name != "." else os.path.dirname(prefix)
-    refused(capsys, ["convert", source, tmp_path / "ck" / "out"], "lies inside the source folder")
+    refused(capsys, ["convert", source, tmp_path / "ck" / "out"], "lies inside the source folder",
+            paths=(tmp_path / "ck" / "out", tmp_path / "ck"))
     assert (tree_hash(tmp_path / "ck"), sorted(os.listdir(tmp_path / "ck"))) == before
 
 
