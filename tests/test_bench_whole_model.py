@@ -11,6 +11,7 @@ pytest.importorskip("tensorflow")
 pytest.importorskip("onnxruntime")
 
 
+@pytest.mark.slow
 def test_bench_times_every_whole_model_artifact(tmp_path, capsys):
     from cudnn_port import cli, deps, formats
 

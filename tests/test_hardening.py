@@ -194,6 +194,7 @@ def test_out_without_write_permission(where):
         shutil.rmtree(base)
 
 
+@pytest.mark.slow
 def test_layer_names_never_become_paths(tmp_path):
     """A Keras layer named ".." wrote its per-layer artifacts over the whole model's saved_model."""
     import keras

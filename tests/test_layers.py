@@ -134,6 +134,7 @@ def test_custom_training_step_under_tf_function():
     assert len(model.layers[1].trainable_weights) == 1  # one buffer per fused layer
 
 
+@pytest.mark.slow
 def test_save_and_load_round_trip(tmp_path):
     model = tiny_model(CudnnGRU)
     x, _ = tiny_data()

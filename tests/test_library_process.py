@@ -47,6 +47,7 @@ def _run(source, out):
 
 @pytest.mark.parametrize("source", [os.path.join("models", "tf1_bilstm", "model.ckpt"),
                                     os.path.join("models", "char_lm", "model.keras")], ids=["checkpoint", "keras"])
+@pytest.mark.slow
 def test_convert_and_verify_leave_the_process_unchanged(tmp_path, source):
     seen = _run(os.path.join(ROOT, source), tmp_path / "out")
     before = seen["before"]

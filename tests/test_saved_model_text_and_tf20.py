@@ -69,6 +69,7 @@ def close(got, want, what):
 
 
 @pytest.mark.parametrize("name", ["bilstm", "tagger"])
+@pytest.mark.slow
 def test_tf20_style_graph_sizes_nodes_from_callers(tmp_path, keras_models, name):
     from cudnn_port.exports.runners import onnx_session
     from cudnn_port.graphs import load_proto
@@ -111,6 +112,7 @@ def test_tf20_style_graph_sizes_nodes_from_callers(tmp_path, keras_models, name)
 
 
 @pytest.mark.parametrize("name", ["text_bilstm", "text_gru"])
+@pytest.mark.slow
 def test_raw_text_model_converts_and_verifies(tmp_path, text_models, name):
     from cudnn_port.exports.runners import onnx_session
     from cudnn_port.graphs.onnx_parts import cut_values
@@ -151,6 +153,7 @@ def test_raw_text_model_converts_and_verifies(tmp_path, text_models, name):
         assert json.load(f)["onnx_input"]["computed_from"]
 
 
+@pytest.mark.slow
 def test_raw_text_cli_says_what_onnx_takes(tmp_path, capsys, text_models):
     """No internal error: the CLI exits 0, its one warning names the op ONNX lacks and what model.onnx takes, and
     --json carries the same (``onnx_input``); with --formats onnx alone the numeric part is still written."""

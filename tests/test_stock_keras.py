@@ -153,6 +153,7 @@ def states_out(tmp_path_factory):
     return model, out, cudnn_port.export(model, str(out))
 
 
+@pytest.mark.slow
 def test_masked_stacked_bidirectional_tagger_matches_keras(tagger_out):
     model, tmp = tagger_out
     got = assert_matches_keras(tmp / "out", model, feeds_for(model))
@@ -164,6 +165,7 @@ def test_masked_bilstm_tflite_is_builtin_with_fused_lstm(tagger_out):
     assert any(op.endswith("_SEQUENCE_LSTM") for op in ops) and "CUSTOM" not in ops and not custom, (ops, custom)
 
 
+@pytest.mark.slow
 def test_verify_rebuilds_keras_judge_from_the_stored_original(tagger_out):
     """OUT/keras/model.keras is the original stock model: verify's judge is Keras' own model, source file gone."""
     _, tmp = tagger_out
@@ -180,6 +182,7 @@ def test_verify_rebuilds_keras_judge_from_the_stored_original(tagger_out):
     assert want <= {r["artifact"] for r in rows if r["passed"]}, rows
 
 
+@pytest.mark.slow
 def test_inspect_names_fused_layers(tagger_out):
     result = run_cli("inspect", tagger_out[1] / "tagger.keras")
     assert result.returncode == 0, result.stderr
@@ -187,6 +190,7 @@ def test_inspect_names_fused_layers(tagger_out):
     assert "stock layer bigru (Bidirectional): fused" in result.stdout
 
 
+@pytest.mark.slow
 def test_states_masks_merge_modes_nested_match_keras(states_out):
     model, out, manifest = states_out
     assert manifest["parity"]["passed"], manifest["parity"]
@@ -243,6 +247,7 @@ def test_subclassed_model_with_stock_layers_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.slow
 def test_model_saved_under_another_backend_converts(tmp_path, backend):
     """The .keras file is the same whatever backend saved it: one saved under torch / JAX (where installed) converts
     and matches Keras."""
@@ -267,6 +272,7 @@ OPTIONS = [dict(go_backwards=g, return_sequences=s, return_state=r) for g in (Fa
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.slow
 def test_rewritten_model_matches_keras_for_each_layer_option(kind):
     """The rewrite alone (the fused layers on their CPU path, no export), for every go_backwards / return_sequences /
     return_state, masked, with initial states, in a Sequential and a Functional model, and each merge mode."""

@@ -92,6 +92,7 @@ def every_option(kind, masking):
 
 @pytest.mark.parametrize("masking", [False, True], ids=["mask-input", "Masking"])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.slow
 def test_rewritten_model_matches_keras_on_any_mask(kind, masking):
     """The rewrite alone (the fused layers on their CPU path): every output and state of every option."""
     model = every_option(kind, masking)
@@ -123,6 +124,7 @@ def tagger():
     return seeded(keras.Model([x, h0, c0, mask], [L.Dense(2)(summed), h, c], name="holes"))
 
 
+@pytest.mark.slow
 def test_converted_model_matches_keras_on_any_mask_in_every_runtime(tmp_path):
     """One model exported whole: onnxruntime, OpenVINO (f32), LiteRT and the SavedModel against Keras on left-padded
     and holed rows, a row with no kept step among them; its TFLite holds a fused sequence LSTM and no Flex or custom

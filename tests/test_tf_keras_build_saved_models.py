@@ -171,6 +171,7 @@ def test_params_built_in_an_unknown_layout_are_refused_in_one_line():
     assert "no gate order" in str(raised.value) and "\n" not in str(raised.value)
 
 
+@pytest.mark.slow
 def test_only_params_built_out_of_cudnn_order_are_reordered(fixtures):
     """Which cuDNN nodes get their params gathered into cuDNN's gate layout (manifest ``params_reordered``) follows
     tf_keras's gpu_lstm / gpu_gru (docs/conventions.md, section 7): an LSTM traced on a CUDA or CPU build passes its

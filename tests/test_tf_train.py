@@ -40,6 +40,7 @@ def upstream_for(spec, x, seed):
 
 
 @pytest.mark.parametrize("mode,layers,bi", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.slow
 def test_stack_train_matches_pytorch(mode, layers, bi):
     spec = make_spec(mode, layers, bi)
     blob = random_blob(spec, seed=71)

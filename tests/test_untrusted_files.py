@@ -138,6 +138,7 @@ def test_a_keras_file_whose_weights_link_outside_is_refused(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
+@pytest.mark.slow
 def test_a_string_entry_declaring_2_26_elements_in_16_bytes_is_refused_and_stays_small(tmp_path):
     """It took convert to 2.2 GB before its clean exit 2."""
     prefix = copy_checkpoint(SAMPLE, str(tmp_path / "ck"))

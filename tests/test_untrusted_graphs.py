@@ -79,6 +79,7 @@ def test_convert_refuses_a_graph_beyond_pure_computation_and_runs_none_of_it(mod
     assert not (tmp_path / "out").exists() and not any(t.exists() for t in targets.values())
 
 
+@pytest.mark.slow
 def test_a_python_callback_is_refused_even_with_trust_source(models, tmp_path):
     built, _ = models
     code, _, err, _ = run_cli(tmp_path, "convert", built["pyfunc"], tmp_path / "out", "--trust-source")
@@ -86,6 +87,7 @@ def test_a_python_callback_is_refused_even_with_trust_source(models, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_constant_bomb_is_one_line_before_anything_allocates_it(models, tmp_path):
     built, _ = models
     assert os.path.getsize(built["bomb"] / "saved_model.pb") < 64 * 1024  # declares 2 GiB
@@ -97,6 +99,7 @@ def test_a_constant_bomb_is_one_line_before_anything_allocates_it(models, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_inspect_lists_what_the_graph_runs_beyond_compute_and_runs_none_of_it(models, tmp_path):
     from cudnn_port.inspection import inspect_source
 
@@ -134,6 +137,7 @@ def _foreign_out(out, saved_model=None, graph_def=None, source=None):
     return out
 
 
+@pytest.mark.slow
 def test_verify_and_bench_refuse_a_foreign_out_whose_graphs_write_files(models, tmp_path):
     built, targets = models
     target = tmp_path / "from_graphdef.txt"
@@ -154,6 +158,7 @@ def test_verify_and_bench_refuse_a_foreign_out_whose_graphs_write_files(models, 
     assert not (whole / "parity.json").exists() and not (stack / "parity.json").exists()
 
 
+@pytest.mark.slow
 def test_verify_refuses_a_source_saved_model_that_its_manifest_names(models, tmp_path):
     """verify's judge of a converted SavedModel runs the original's signature: a manifest naming a crafted SavedModel
     as its source gets it checked like OUT's own graphs, before anything runs."""
@@ -166,6 +171,7 @@ def test_verify_refuses_a_source_saved_model_that_its_manifest_names(models, tmp
     assert not targets["write"].exists() and not (out / "parity.json").exists()
 
 
+@pytest.mark.slow
 def test_trust_source_runs_the_graph_and_says_so_once(tmp_path):
     target = tmp_path / "written_on_purpose.txt"
     out = _foreign_out(tmp_path / "out", saved_model=crafted.write_file(tmp_path / "model", target))
@@ -200,6 +206,7 @@ def _fixture_saved_models(tmp_path_factory):
     return sorted(r for folder in folders for r, _, files in os.walk(folder) if "saved_model.pb" in files)
 
 
+@pytest.mark.slow
 def test_the_allow_list_refuses_no_saved_model_fixture(tmp_path_factory):
     found = _fixture_saved_models(tmp_path_factory)
     assert len(found) >= 23 and any(f.endswith("text_gru") for f in found), found  # every archive, iteam1_rnn
@@ -224,6 +231,7 @@ def test_the_allow_list_refuses_nothing_in_the_project_outputs(tmp_path):
     assert len(checked) >= 6  # both outputs' saved_model and frozen_graph.pb, and each layer's of the char LM
 
 
+@pytest.mark.slow
 def test_keras_safe_mode_refusals_say_what_was_refused_and_how_to_opt_in(tmp_path):
     import keras
 
