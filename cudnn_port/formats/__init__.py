@@ -21,7 +21,7 @@ returns only ``outputs`` returns ``[outputs]``).
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from ..errors import CudnnPortError, short
 
@@ -74,7 +74,9 @@ class Road:
     ``run(feeds)`` -> the outputs in order, for verify's row named ``row``; ``needs``: modules that runtime imports;
     ``applies(job)``: whether the format writes anything for this job (None: always); one that does not is passed
     over without a word (graphdef on the graph road: only for a signature that holds lookup tables); ``more``: further
-    runtimes of the same artifact, each ``(row, open, needs)`` (ONNX in OpenVINO beside onnxruntime)."""
+    runtimes of the same artifact, each ``(row, open, needs)`` (ONNX in OpenVINO beside onnxruntime).
+    On the graph road ``open(path, job)`` takes a :class:`cudnn_port.roads.GraphCheck`, ``row`` may name
+    ``{signature}``, and ``run(feeds)`` (the signature's inputs by name) returns a :class:`GraphOutputs`."""
 
     artifacts: Tuple[Artifact, ...]
     write: Callable
@@ -87,6 +89,16 @@ class Road:
     def runners(self) -> List[Tuple[str, Callable, Tuple[str, ...]]]:
         """(row, open, needs) of each way verify runs the artifact: the first runtime, then ``more``."""
         return ([(self.row, self.open, self.needs)] if self.open is not None else []) + list(self.more)
+
+
+class GraphOutputs(NamedTuple):
+    """What a graph-road runtime returns: ``values`` {signature output name: array}; ``note`` for its row;
+    ``atol`` / ``rtol``: the least tolerance its numbers allow (an ONNX that computes in float16), 0: the user's."""
+
+    values: Dict[str, Any]
+    note: str = ""
+    atol: float = 0.0
+    rtol: float = 0.0
 
 
 @dataclass(frozen=True)

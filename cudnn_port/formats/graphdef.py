@@ -66,6 +66,15 @@ def _write_graph(job, paths):
                                                onnx_signature(job.proto) or "serving_default")}
 
 
+def _open_graph(path, job):
+    """frozen_graph.pb in a TF1 session, its tables initialised by its ``init_all_tables`` first; strings in."""
+    from ..graphs.frozen import run_frozen
+    from . import GraphOutputs
+
+    nodes = job.manifest["graphdef_nodes"]
+    return lambda feeds: GraphOutputs(run_frozen(path, nodes, feeds), "strings in, init_all_tables run first")
+
+
 def _has_tables(job):
     from ..graphs.frozen import has_tables
 
@@ -78,4 +87,5 @@ FORMAT = Format(name="graphdef", help="OUT/frozen_graph.pb, a frozen GraphDef fo
                 needs=("tensorflow",), default=True, order=40,
                 model=Road((Artifact("graphdef", "frozen_graph.pb"),), _write_model, _open_model, "graphdef",
                            ("tensorflow",)),
-                graph=Road((Artifact("graphdef", "frozen_graph.pb"),), _write_graph, applies=_has_tables))
+                graph=Road((Artifact("graphdef", "frozen_graph.pb"),), _write_graph, _open_graph,
+                           "graphdef (TF1 session)", ("tensorflow",), applies=_has_tables))

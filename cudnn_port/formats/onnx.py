@@ -81,6 +81,57 @@ def _write_graph(job, paths):
     return write_graph_onnx_artifact(job, paths["onnx"])
 
 
+F16_ATOL, F16_RTOL = 2e-3, 1e-2  # the least tolerance for float16 outputs: about two float16 steps
+
+
+def _open_graph(path, job):
+    """The rewritten graph's model.onnx in onnxruntime, fed the signature's inputs; a numeric-part model (manifest
+    ``onnx_input``: a raw-text signature whose string ops stay in TensorFlow) is fed the token ids that OUT's own
+    preprocessing computes from the same strings (in frozen_graph.pb where it is there, else in OUT/saved_model)."""
+    from ..exports.runners import onnx_session
+    from . import GraphOutputs
+
+    session, manifest = onnx_session(path), job.manifest
+    names = [o.name for o in session.get_outputs()]
+    floor = (F16_ATOL, F16_RTOL) if _computes_in_float16(path) else (0.0, 0.0)
+    note = f"computes in float16: atol at least {floor[0]:g}, rtol {floor[1]:g}" if floor[0] else ""
+    cut = manifest.get("onnx_input")
+
+    def run(feeds):
+        if cut:
+            feeds = {cut["name"]: _token_ids(job, cut, feeds)}
+        values = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
+        fed = f"fed {cut['name']} from {', '.join(cut['computed_from'])}" if cut else ""
+        return GraphOutputs(dict(zip(names, values)), "; ".join(filter(None, [note, fed])), *floor)
+
+    return run
+
+
+def _token_ids(job, cut, feeds):
+    """The tensor the numeric part starts from, computed by OUT's TensorFlow graph from the signature's inputs."""
+    import os
+
+    from ..graphs.frozen import run_frozen
+    from ..graphs.onnx_parts import cut_values
+
+    arts = job.manifest["model_artifacts"]
+    if "graphdef" in arts:
+        return run_frozen(os.path.join(job.out, arts["graphdef"]), job.manifest["graphdef_nodes"], feeds,
+                          [cut["replaces"]])[cut["replaces"]]
+    return cut_values(os.path.join(job.out, arts["saved_model"]), job.signature, feeds, cut["replaces"])[0]
+
+
+def _computes_in_float16(path) -> bool:
+    """Whether the ONNX model at ``path`` casts to float16 or holds float16 weights (a Keras mixed_float16 graph:
+    the ONNX runs its fused nodes in float32, TensorFlow each op in float16; they differ by a few float16 steps)."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    f16 = onnx.TensorProto.FLOAT16
+    return any(t.data_type == f16 for t in graph.initializer) or any(
+        node.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in node.attribute) for node in graph.node)
+
+
 def _write_int8(src, dst):
     from ..exports.quantize import NothingToQuantize, quantize_onnx
 
@@ -100,5 +151,6 @@ FORMAT = Format(name="onnx", help="OUT/model.onnx and OUT/model_stateful.onnx (s
                 cannot_hold=_cannot_hold, needs=("onnx", "onnxruntime"), default=True, order=50,
                 model=Road((Artifact("onnx", "model.onnx"),), _write_model, _open_model, "onnx (onnxruntime)",
                            ("onnxruntime",), more=(("onnx (openvino f32)", _open_model_openvino, ("openvino",)),)),
-                graph=Road((Artifact("onnx", "model.onnx"),), _write_graph),
+                graph=Road((Artifact("onnx", "model.onnx"),), _write_graph, _open_graph, "onnx (onnxruntime)",
+                           ("onnxruntime",)),
                 derived=(Derived("int8", "_int8", ("onnx", "onnx_stateful"), _write_int8),))

@@ -90,6 +90,18 @@ def _write_graph(job, paths):
         load_saved_model(paths["saved_model"])  # a damaged graph or variables fail here
 
 
+def _open_graph(path, job):
+    """The rewritten SavedModel's signature ``job.signature`` (loaded once per verify: it also ran every
+    signature), as TF Serving runs it."""
+    from ..deps import import_tf
+    from . import GraphOutputs
+
+    tf = import_tf()
+    function = job.saved_model(path).signatures[job.signature]
+    return lambda feeds: GraphOutputs({k: v.numpy() for k, v in function(**{k: tf.constant(v) for k, v in
+                                                                           feeds.items()}).items()})
+
+
 FORMAT = Format(name="saved_model", help="OUT/saved_model/, signatures serving_default and with_initial_state",
                 artifacts=(Artifact("saved_model", "saved_model{suffix}", states="optional"),),
                 write=_write, runtimes=(Runtime("signatures", _open_signatures, needs=("tensorflow",)),
@@ -97,4 +109,5 @@ FORMAT = Format(name="saved_model", help="OUT/saved_model/, signatures serving_d
                 needs=("tensorflow",), default=True, order=30,
                 model=Road((Artifact("saved_model", "saved_model"),), _write_model, _open_model, "saved_model",
                            ("tensorflow",)),
-                graph=Road((Artifact("saved_model", "saved_model"),), _write_graph))
+                graph=Road((Artifact("saved_model", "saved_model"),), _write_graph, _open_graph,
+                           "saved_model [{signature}]", ("tensorflow",)))
