@@ -6,7 +6,6 @@
   ``[0, vocab)`` whatever dtype they are declared with (a seq2seq model's float32 token inputs).
 - :func:`could_not_run`: a report row for a judge or artifact that raised, with the reason in one line
   (TensorFlow's detail and node, onnxruntime's status message and node), marked as not run.
-- :func:`onnx_row`: an ONNX model run in onnxruntime against a signature's outputs, as a report row;
 - :func:`sentences` / :func:`text_inputs`: what a string input gets: English sentences of a few words (a raw-text
   model's TextVectorization then finds words in its vocabulary; empty strings would test padding only).
 """
@@ -197,24 +196,3 @@ def text_inputs(specs: "Sequence[Tuple[str, tf.TensorSpec]]", feeds: Dict[str, n
     tf = import_tf()
     return {name: sentences(np.shape(feeds[name]), seed + i) for i, (name, spec) in enumerate(specs)
             if spec.dtype == tf.string}
-
-
-def onnx_row(path: str, feeds: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float, rtol: float,
-             note: str = "") -> Dict[str, Any]:
-    """The ONNX model on ``feeds`` against ``want`` ({output name: array}); a failed run says why."""
-    from ..exports.runners import onnx_session
-    from .parity import compare
-
-    try:
-        session = onnx_session(path)
-    except Exception as e:  # noqa: BLE001
-        return could_not_run("onnx (onnxruntime)", "loading it in onnxruntime", e)
-    names = [o.name for o in session.get_outputs()]
-    try:
-        got = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
-    except Exception as e:  # noqa: BLE001
-        return could_not_run("onnx (onnxruntime)", "onnxruntime", e)
-    if set(names) != set(want):
-        return {"artifact": "onnx (onnxruntime)", "max_abs": None, "max_rel": None, "passed": False,
-                "note": f"outputs {sorted(names)}, the SavedModel's {sorted(want)}"}
-    return compare("onnx (onnxruntime)", got, [want[n] for n in names], atol, rtol, note=note)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Sequenc
 import numpy as np
 
 from ..deps import import_tf
-from .graph_inputs import could_not_run, onnx_row, text_inputs, token_vocabularies
+from .graph_inputs import could_not_run, text_inputs, token_vocabularies
 from .parity import compare, failed_row, sample_inputs
 
 if TYPE_CHECKING:
@@ -14,68 +14,50 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-F16_ATOL, F16_RTOL = 2e-3, 1e-2  # the least tolerance for float16 outputs: about two float16 steps
-
-
 def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed: int,
                      say: Callable[[str], None]) -> List[Dict[str, Any]]:
-    """A converted SavedModel: every signature runs on CPU with finite outputs, and the ONNX model agrees with the
-    serving signature. (The NumPy reference judges the replacement of each kind of cuDNN node in the test suite; a
-    whole foreign graph has no reference here.) Inputs take what the model accepts (:func:`signature_feeds`); a
-    signature or ONNX model that raises is a failed row saying why in one line (:func:`could_not_run`)."""
-    from ..exports.runners import load_saved_model
+    """A converted SavedModel: every signature runs on CPU with finite outputs; then every artifact of the graph
+    road runs the serving signature (manifest ``onnx_signature``) through its format's runtime
+    (:func:`cudnn_port.roads.graph_artifact_rows`) against the judge: the original's signature run on CPU where it
+    can run (:func:`.original.original_judge`), else the converted SavedModel. (The NumPy reference judges the
+    replacement of each kind of cuDNN node in the test suite.) Inputs take what the model accepts
+    (:func:`signature_feeds`); one that raises is a failed row saying why in one line (:func:`could_not_run`)."""
+    from ..roads import GraphCheck, graph_artifact_rows
+    from .original import original_judge
 
     arts, rows = manifest["model_artifacts"], []
     if "saved_model" not in arts:
         return rows
+    job = GraphCheck(out, manifest, manifest.get("onnx_signature", "serving_default"))
     try:
-        loaded = load_saved_model(os.path.join(out, arts["saved_model"]))
+        loaded = job.saved_model(os.path.join(out, arts["saved_model"]))
     except Exception as e:  # noqa: BLE001 (a SavedModel that does not load is a failed check)
         return [dict(could_not_run("saved_model", "loading it", e), stack="(whole graph)", judge=None)]
     serving = None
     for name in sorted(loaded.signatures):
         say(f"saved_model: signature {name}")
-        fn = loaded.signatures[name]
-        feeds, note = signature_feeds(fn, seed)
+        feeds, note = signature_feeds(loaded.signatures[name], seed)
         try:
-            results = {k: v.numpy() for k, v in fn(**feeds).items()}
+            results = {k: v.numpy() for k, v in loaded.signatures[name](**feeds).items()}
             finite = all(np.isfinite(v).all() for v in results.values() if v.dtype.kind == "f")
             row = {"artifact": f"saved_model [{name}]", "max_abs": None, "max_rel": None, "passed": finite,
                    "note": "runs on CPU" + note + ("" if finite else "; NaN/Inf in its outputs")}
         except Exception as e:  # noqa: BLE001
             row, results = could_not_run(f"saved_model [{name}]", "TensorFlow", e), None
-        if name == manifest.get("onnx_signature", "serving_default") or serving is None:
-            serving = (feeds, results)
+        if name == job.signature or serving is None:
+            serving = (name, feeds, results)
         rows.append(dict(row, stack="(whole graph)", judge=None))
-    if serving and serving[1] is not None and (manifest.get("onnx_input") or manifest.get("gpu_alternatives")):
-        from .original import original_rows  # raw-text signatures and tf.keras 2.0-2.2 graphs: the original judges
-
-        rows += original_rows(manifest, out, serving, atol, rtol, say)
-    if "onnx" in arts and serving and serving[1] is not None and "onnx_input" not in manifest:
-        say("onnx: against the SavedModel")
-        if _computes_in_float16(os.path.join(out, arts["onnx"])):
-            # Keras mixed_float16: the ONNX runs its fused nodes in float32, TensorFlow each op in float16; they
-            # differ by a few float16 steps (9.8e-4 at 1), not by float32's
-            atol, rtol = max(atol, F16_ATOL), max(rtol, F16_RTOL)
-            note = f"computes in float16: atol {atol:g}, rtol {rtol:g}"
-        else:
-            note = ""
-        row = onnx_row(os.path.join(out, arts["onnx"]), *serving, atol, rtol, note)
-        rows.append(dict(row, stack="(whole graph)", judge="the converted SavedModel"))
-    return rows
-
-
-def _computes_in_float16(path) -> bool:
-    """Whether the ONNX model at ``path`` casts to float16 or holds float16 weights (a mixed-precision graph)."""
-    import onnx
-
-    try:
-        graph = onnx.load(path, load_external_data=False).graph
-    except Exception:  # noqa: BLE001 (onnx_row reports a model that does not load)
-        return False
-    f16 = onnx.TensorProto.FLOAT16
-    return any(t.data_type == f16 for t in graph.initializer) or any(
-        node.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in node.attribute) for node in graph.node)
+    if not serving or serving[2] is None:
+        return rows
+    job.signature, feeds, want = serving
+    judge, judge_key = "the converted SavedModel", "saved_model"
+    if manifest.get("onnx_input") or manifest.get("gpu_alternatives"):  # raw-text and tf.keras 2.0-2.2 graphs
+        original, said = original_judge(manifest, job.signature, feeds)
+        rows += [dict(r, stack="(whole graph)", judge="the original") for r in said]
+        if original is not None:
+            want, judge, judge_key = original, "the original SavedModel", None
+    return rows + [dict(r, stack="(whole graph)", judge=judge)
+                   for r in graph_artifact_rows(job, feeds, want, judge_key, atol, rtol, say)]
 
 
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:
