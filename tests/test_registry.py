@@ -95,3 +95,39 @@ def test_a_top_level_buffer_converts_and_verifies_in_tf1_cells(tmp_path):
     row = next(r for r in rows if r["artifact"] == "checkpoint (tf1 style)")
     assert row["passed"] and row["max_abs"] < 1e-5, row
     assert np.isfinite(row["max_abs"])
+
+
+def test_every_road_a_format_writes_on_has_a_runtime_verify_runs():
+    for name, fmt in formats.formats().items():
+        for road in ("model", "graph"):
+            part = getattr(fmt, road)
+            assert part is None or part.runners(), f"{name}: verify could not run what it writes on the {road} road"
+
+
+@pytest.mark.slow
+def test_verify_judges_a_rewritten_graph_through_each_formats_graph_runtime(tmp_path, monkeypatch):
+    """verify's rows of a converted SavedModel come from the registry: an ONNX runtime that answers 1e-3 off makes
+    its row fail, and nothing else changes."""
+    import dataclasses
+
+    from helpers import random_blob, save_raw_op_model
+    from cudnn_port import convert
+    from cudnn_port.verify import verify
+
+    spec = make_spec("lstm", 2, True)
+    convert(save_raw_op_model(tmp_path / "src", spec, random_blob(spec, seed=5), "CudnnRNNV2"), tmp_path / "out")
+    rows = {r["artifact"]: r for r in verify(tmp_path / "out")["rows"]}
+    assert rows["onnx (onnxruntime)"]["passed"] and rows["onnx (onnxruntime)"]["max_abs"] < 1e-5, rows
+
+    fmt = formats.get("onnx")
+
+    def off(path, job):
+        run = fmt.graph.open(path, job)
+        return lambda feeds: run(feeds)._replace(values={k: v + 1e-3 for k, v in run(feeds).values.items()})
+
+    monkeypatch.setitem(formats.formats(), "onnx", dataclasses.replace(fmt, graph=dataclasses.replace(fmt.graph,
+                                                                                                       open=off)))
+    moved = {r["artifact"]: r for r in verify(tmp_path / "out")["rows"]}
+    assert moved["onnx (onnxruntime)"]["passed"] is False and moved["onnx (onnxruntime)"]["max_abs"] >= 1e-3, moved
+    assert {k: r["passed"] for k, r in moved.items() if k != "onnx (onnxruntime)"} == \
+        {k: r["passed"] for k, r in rows.items() if k != "onnx (onnxruntime)"}
