@@ -82,37 +82,46 @@ def _runners(out, stack, spec):
 
 def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], steps: int, repeat: int,
                      say: Progress) -> List[Dict[str, Any]]:
-    """A whole model's artifacts (each format on the model road that can run one, :mod:`cudnn_port.roads`), timed
-    on the inputs verify draws for its serving signature (token ids where an input indexes a table), resized to
-    each batch and ``steps`` where the signature leaves those dimensions open."""
+    """The artifacts of a whole model or a rewritten graph (each format on the ``model`` or ``graph`` road that can
+    run one, :mod:`cudnn_port.roads`), timed on the inputs verify draws for the serving signature (token ids where an
+    input indexes a table, sentences for strings), resized to each batch and ``steps`` where the signature leaves
+    those dimensions open (a ragged input is timed as drawn: its row splits fix the batch)."""
     from . import deps
     from . import formats as registry
-    from .exports.runners import load_saved_model
     from .judging.model_rows import signature_feeds
-    from .roads import ModelJob
+    from .roads import GraphCheck, ModelJob
 
     arts = manifest.model_artifacts
-    if manifest.kind != "keras_model" or "saved_model" not in arts:
+    road = {"keras_model": "model", "saved_model": "graph"}.get(manifest.kind)
+    if road is None or "saved_model" not in arts:
         return []
-    serving = load_saved_model(os.path.join(out, arts["saved_model"])).signatures["serving_default"]
-    base, _ = signature_feeds(serving, 0)
+    check = GraphCheck(out, manifest, manifest.get("onnx_signature", "serving_default") if road == "graph" else
+                       "serving_default")
+    serving = check.saved_model(os.path.join(out, arts["saved_model"])).signatures[check.signature]
+    base, note = signature_feeds(serving, 0)
+    ragged = [k for k in base if k.endswith("_1") and k[:-2] in base and "ragged" in note]  # row splits: as drawn
     open_dims = {name: spec.shape.as_list() for name, spec in serving.structured_input_signature[1].items()}
-    job = ModelJob(None, [], out, None)
-    job.manifest, job.input_names, job.count = manifest, list(manifest["model_inputs"]), len(serving.structured_outputs)
-    rows = []
-    for fmt in registry.on_road("model"):
-        part = fmt.model
+    job = check
+    if road == "model":
+        job = ModelJob(None, [], out, None)
+        job.manifest, job.input_names, job.count = manifest, list(manifest["model_inputs"]), \
+            len(serving.structured_outputs)
+    rows, stack = [], "(whole model)" if road == "model" else "(whole graph)"
+    for fmt in registry.on_road(road):
+        part = getattr(fmt, road)
         for artifact in part.artifacts:
             if artifact.key not in arts or part.open is None or not all(deps.available(m) for m in part.needs):
                 continue
             run = part.open(os.path.join(out, arts[artifact.key]), job)
-            for batch in batches:
-                feeds = {name: np.resize(value, [want if dim is None else dim for want, dim in
-                                                 zip((batch, steps), open_dims[name])] + list(value.shape[2:]))
-                         for name, value in base.items()}
-                say(f"(whole model): {part.row} batch {batch}")
+            name = part.row.format(signature=check.signature)
+            for batch in [len(base[ragged[0]]) - 1] if ragged else batches:
+                feeds = base if ragged else {
+                    key: np.resize(value, [want if dim is None else dim for want, dim in
+                                           zip((batch, steps), open_dims[key])] + list(value.shape[2:]))
+                    for key, value in base.items()}
+                say(f"{stack}: {name} batch {batch}")
                 seconds = time_call(run, feeds, repeat)
-                rows.append({"stack": "(whole model)", "artifact": part.row, "batch": batch, "steps": steps,
+                rows.append({"stack": stack, "artifact": name, "batch": batch, "steps": steps,
                              "latency_ms": seconds * 1e3, "sequences_per_s": batch / seconds,
                              "steps_per_s": batch * steps / seconds})
     return rows

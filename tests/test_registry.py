@@ -105,19 +105,22 @@ def test_every_road_a_format_writes_on_has_a_runtime_verify_runs():
 
 
 @pytest.mark.slow
-def test_verify_judges_a_rewritten_graph_through_each_formats_graph_runtime(tmp_path, monkeypatch):
+def test_verify_and_bench_run_a_rewritten_graph_through_each_formats_graph_runtime(tmp_path, monkeypatch):
     """verify's rows of a converted SavedModel come from the registry: an ONNX runtime that answers 1e-3 off makes
-    its row fail, and nothing else changes."""
+    its row fail, and nothing else changes; bench times each artifact of the graph road."""
     import dataclasses
 
     from helpers import random_blob, save_raw_op_model
     from cudnn_port import convert
+    from cudnn_port.benchmark import bench
     from cudnn_port.verify import verify
 
     spec = make_spec("lstm", 2, True)
     convert(save_raw_op_model(tmp_path / "src", spec, random_blob(spec, seed=5), "CudnnRNNV2"), tmp_path / "out")
     rows = {r["artifact"]: r for r in verify(tmp_path / "out")["rows"]}
     assert rows["onnx (onnxruntime)"]["passed"] and rows["onnx (onnxruntime)"]["max_abs"] < 1e-5, rows
+    timed = {(r["artifact"], r["batch"]) for r in bench(tmp_path / "out", batches=(1, 4), steps=5, repeat=1)["rows"]}
+    assert timed == {(a, b) for a in ("saved_model [serving_default]", "onnx (onnxruntime)") for b in (1, 4)}, timed
 
     fmt = formats.get("onnx")
 
