@@ -68,11 +68,11 @@ def _write_graph(job, paths):
 
 def _open_graph(path, job):
     """frozen_graph.pb in a TF1 session, its tables initialised by its ``init_all_tables`` first; strings in."""
-    from ..graphs.frozen import run_frozen
+    from ..graphs.frozen import open_frozen
     from . import GraphOutputs
 
-    nodes = job.manifest["graphdef_nodes"]
-    return lambda feeds: GraphOutputs(run_frozen(path, nodes, feeds), "strings in, init_all_tables run first")
+    run = open_frozen(path, job.manifest["graphdef_nodes"])
+    return lambda feeds: GraphOutputs(run(feeds), "strings in, init_all_tables run first")
 
 
 def _has_tables(job):

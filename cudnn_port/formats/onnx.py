@@ -96,10 +96,11 @@ def _open_graph(path, job):
     floor = (F16_ATOL, F16_RTOL) if _computes_in_float16(path) else (0.0, 0.0)
     note = f"computes in float16: atol at least {floor[0]:g}, rtol {floor[1]:g}" if floor[0] else ""
     cut = manifest.get("onnx_input")
+    token_ids = _token_ids(job, cut) if cut else None
 
     def run(feeds):
         if cut:
-            feeds = {cut["name"]: _token_ids(job, cut, feeds)}
+            feeds = {cut["name"]: token_ids(feeds)}
         values = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
         fed = f"fed {cut['name']} from {', '.join(cut['computed_from'])}" if cut else ""
         return GraphOutputs(dict(zip(names, values)), "; ".join(filter(None, [note, fed])), *floor)
@@ -107,18 +108,19 @@ def _open_graph(path, job):
     return run
 
 
-def _token_ids(job, cut, feeds):
-    """The tensor the numeric part starts from, computed by OUT's TensorFlow graph from the signature's inputs."""
+def _token_ids(job, cut):
+    """``ids(feeds)``: the tensor the numeric part starts from, computed by OUT's TensorFlow graph from the
+    signature's inputs (the graph loaded once)."""
     import os
 
-    from ..graphs.frozen import run_frozen
+    from ..graphs.frozen import open_frozen
     from ..graphs.onnx_parts import cut_values
 
-    arts = job.manifest["model_artifacts"]
+    arts, name = job.manifest["model_artifacts"], cut["replaces"]
     if "graphdef" in arts:
-        return run_frozen(os.path.join(job.out, arts["graphdef"]), job.manifest["graphdef_nodes"], feeds,
-                          [cut["replaces"]])[cut["replaces"]]
-    return cut_values(os.path.join(job.out, arts["saved_model"]), job.signature, feeds, cut["replaces"])[0]
+        run = open_frozen(os.path.join(job.out, arts["graphdef"]), job.manifest["graphdef_nodes"], [name])
+        return lambda feeds: run(feeds)[name]
+    return lambda feeds: cut_values(os.path.join(job.out, arts["saved_model"]), job.signature, feeds, name)[0]
 
 
 def _computes_in_float16(path) -> bool:

@@ -15,7 +15,7 @@ gives it): run it once, then the outputs::
 The numeric part's input (manifest ``onnx_input``, ``replaces``) is a tensor of this graph: fetch it to get the ids
 model.onnx takes.
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
 from ..deps import import_tf
 
@@ -71,19 +71,31 @@ def write_frozen(saved_model: str, path: str, signature: str) -> Dict[str, Any]:
 def run_frozen(path: str, nodes: Dict[str, Any], feeds: Dict[str, Any], extra: List[str] = ()) -> Dict[str, Any]:
     """{output name: value, and each tensor of ``extra`` by its name} of frozen_graph.pb at ``path`` on ``feeds``
     (signature input names), its tables initialised first."""
+    return open_frozen(path, nodes, extra)(feeds)
+
+
+def open_frozen(path: str, nodes: Dict[str, Any], extra: List[str] = ()) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+    """:func:`run_frozen` as ``run(feeds)``: the graph imported and its tables initialised once, for many runs."""
     graph_def = import_tf().compat.v1.GraphDef()
     with open(path, "rb") as f:
         graph_def.ParseFromString(f.read())
-    return run_graph(graph_def, nodes, feeds, extra)
+    return graph_runner(graph_def, nodes, extra)
 
 
 def run_graph(graph_def: "graph_pb2.GraphDef", nodes: Dict[str, Any], feeds: Dict[str, Any],
               extra: List[str] = ()) -> Dict[str, Any]:
     """:func:`run_frozen` of a GraphDef."""
+    return graph_runner(graph_def, nodes, extra)(feeds)
+
+
+def graph_runner(graph_def: "graph_pb2.GraphDef", nodes: Dict[str, Any],
+                 extra: List[str] = ()) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+    """``run(feeds)`` of a GraphDef in one TF1 session, its ``init`` op run once first."""
     tf = import_tf()
     with tf.Graph().as_default() as graph:
         tf.compat.v1.import_graph_def(graph_def, name="")
     fetches = dict(nodes["outputs"], **{name: name for name in extra})
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(nodes["init"])
-        return session.run(fetches, {nodes["inputs"][k]: v for k, v in feeds.items() if k in nodes["inputs"]})
+    session = tf.compat.v1.Session(graph=graph)
+    session.run(nodes["init"])
+    return lambda feeds: session.run(fetches, {nodes["inputs"][k]: v for k, v in feeds.items()
+                                               if k in nodes["inputs"]})
