@@ -114,13 +114,14 @@ def _token_ids(job, cut):
     import os
 
     from ..graphs.frozen import open_frozen
-    from ..graphs.onnx_parts import cut_values
+    from ..graphs.onnx_parts import cut_runner
 
     arts, name = job.manifest["model_artifacts"], cut["replaces"]
     if "graphdef" in arts:
         run = open_frozen(os.path.join(job.out, arts["graphdef"]), job.manifest["graphdef_nodes"], [name])
         return lambda feeds: run(feeds)[name]
-    return lambda feeds: cut_values(os.path.join(job.out, arts["saved_model"]), job.signature, feeds, name)[0]
+    run = cut_runner(os.path.join(job.out, arts["saved_model"]), job.signature, name)
+    return lambda feeds: run(feeds)[0]
 
 
 def _computes_in_float16(path) -> bool:

@@ -82,12 +82,6 @@ def open_frozen(path: str, nodes: Dict[str, Any], extra: List[str] = ()) -> Call
     return graph_runner(graph_def, nodes, extra)
 
 
-def run_graph(graph_def: "graph_pb2.GraphDef", nodes: Dict[str, Any], feeds: Dict[str, Any],
-              extra: List[str] = ()) -> Dict[str, Any]:
-    """:func:`run_frozen` of a GraphDef."""
-    return graph_runner(graph_def, nodes, extra)(feeds)
-
-
 def graph_runner(graph_def: "graph_pb2.GraphDef", nodes: Dict[str, Any],
                  extra: List[str] = ()) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
     """``run(feeds)`` of a GraphDef in one TF1 session, its ``init`` op run once first."""

@@ -10,7 +10,7 @@ preprocessing produces and that alone leads from the strings to every output (th
 the name ``token_ids``; OUT/saved_model keeps the whole signature, strings in.
 """
 import contextlib
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..deps import import_tf
 from ..errors import CudnnPortError, reason
@@ -136,11 +136,22 @@ def write_signature_onnx(saved_model: str, path: str, signature: str) -> Dict[st
 def cut_values(saved_model: str, signature: str, feeds: Dict[str, Any], cut_name: str) -> Tuple[Any, Dict[str, Any]]:
     """(the value of tensor ``cut_name``, {output name: value}) of ``signature`` of ``saved_model`` on ``feeds``
     (signature input names), run on CPU in the graph tf2onnx freezes, its tables filled from the SavedModel."""
-    from .frozen import INIT, frozen_signature, run_graph
+    return cut_runner(saved_model, signature, cut_name)(feeds)
+
+
+def cut_runner(saved_model: str, signature: str,
+               cut_name: str) -> Callable[[Dict[str, Any]], Tuple[Any, Dict[str, Any]]]:
+    """:func:`cut_values` as ``run(feeds)``: the signature frozen and its tables filled once, for many runs."""
+    from .frozen import INIT, frozen_signature, graph_runner
 
     graph_def, inputs, outputs = frozen_signature(saved_model, signature)
-    found = run_graph(graph_def, {"inputs": inputs, "outputs": outputs, "init": INIT}, feeds, [cut_name])
-    return found.pop(cut_name), found
+    run = graph_runner(graph_def, {"inputs": inputs, "outputs": outputs, "init": INIT}, [cut_name])
+
+    def values(feeds):
+        found = run(feeds)
+        return found.pop(cut_name), found
+
+    return values
 
 
 @contextlib.contextmanager
