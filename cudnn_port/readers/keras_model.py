@@ -1,12 +1,19 @@
 """A Keras model in memory, holding :mod:`cudnn_port.layers` fused layers, seen like a checkpoint.
 
-Names are Keras variable paths (``encoder/opaque_kernel``, ``embed/embeddings``); each fused layer's buffer is a
-stack whose spec the layer states; its ``cudnn_spec`` and ``cudnn_platform`` variables are left out (the converted
+Each variable is named by the layers it sits in and its name inside the last of them (``encoder/opaque_kernel``,
+``embed/embeddings``, ``outer/dropout/seed_generator_state``; :func:`variable_names`), never by Keras' variable path,
+which carries per-process counters (``seed_generator_3``) and the scope the model was built in (``sequential/`` when
+``fit`` built it): a model exported in the training process and verified in another must name its variables alike.
+Each fused layer's buffer is a stack whose spec the layer states; a random generator's state (``Dropout``'s, a
+recurrent layer's ``seed_generator_state``) is left out: it is no weight, inference never reads it, and Keras draws
+it afresh at every load; its ``cudnn_spec`` and ``cudnn_platform`` variables are left out (the converted
 tensors say it all); a layer whose platform record says ROCm / MIOpen is refused.
 """
 import os
+import shutil
+import tempfile
 import zipfile
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, Dict, List
 
 import numpy as np
 
@@ -38,6 +45,45 @@ def load_keras_file(path: str) -> "keras.Model":
         raise CudnnPortError(_refusal(path, e)) from None
 
 
+def load_model_file(path: str) -> "keras.Model":
+    """A Keras model file as Keras loads it, in safe mode: a ``.keras`` archive (:func:`load_keras_file`) or a whole
+    model Keras 3 saved as HDF5 (:func:`load_keras_h5`)."""
+    from .keras_h5 import is_hdf5
+
+    if os.path.isfile(path) and is_hdf5(path):
+        return load_keras_h5(path)
+    return load_keras_file(path)
+
+
+def load_keras_h5(path: str) -> "keras.Model":
+    """Load ``model.save("m.h5")`` of Keras 3 (legacy HDF5) with cudnn_port's layers known to Keras, after the HDF5
+    guard (:func:`~.h5_guard.check_h5`: no links out, no outside data). Keras takes HDF5 by its suffix alone, so a
+    file named otherwise is loaded from a copy named ``model.h5``."""
+    import h5py
+
+    from .h5_guard import check_h5
+
+    require_file(path, "Keras .h5 file")
+    try:
+        with h5py.File(path, "r") as f:
+            check_h5(f, path)
+    except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
+        raise CudnnPortError(f"cannot read {path} ({reason(e)}); is it a complete Keras .h5 file?") from None
+    import keras
+
+    from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
+
+    with tempfile.TemporaryDirectory(prefix="cudnn-port-h5-") as tmp:
+        target = path
+        if not path.endswith((".h5", ".hdf5")):
+            target = os.path.join(tmp, "model.h5")
+            shutil.copyfile(path, target)
+        try:
+            return keras.saving.load_model(target, compile=False, safe_mode=True)  # no code from the file runs
+        except Exception as e:
+            raise CudnnPortError(_refusal(path, e)) from None
+
+
 def _refusal(path, error) -> str:
     """Why Keras did not load ``path``: its safe mode refusing code in the file (a Lambda's Python function, a
     class that neither Keras nor cudnn_port defines), or a damaged file."""
@@ -52,13 +98,52 @@ def _refusal(path, error) -> str:
     if missing:
         return (f"{path} uses {missing.group(1)!r}, a custom object whose code is not in the file (neither Keras nor "
                 f"cudnn_port defines it); import its code, then {how.format('custom_objects={...}')}")
-    return f"cannot load {path} as a Keras model ({reason(error)}); is it a complete .keras file?"
+    kind = ".h5" if path.endswith((".h5", ".hdf5")) else ".keras"
+    return f"cannot load {path} as a Keras model ({reason(error)}); is it a complete {kind} file?"
+
+
+SEED_STATE = "seed_generator_state"  # keras.random.SeedGenerator's variable
+
+
+def variable_names(model: "keras.Model") -> Dict[int, str]:
+    """{id(variable): name} for every variable of ``model``: the names of the layers it sits in (nested models
+    included), then its path inside its layer (``lstm_cell/kernel``), or its own name where Keras' path does not pass
+    through the layer (a seed generator's state); a name taken twice in one layer gets ``_1``, ``_2``, ..."""
+    import keras
+
+    names, seen = {}, set()
+
+    def walk(container, prefix):
+        for layer in getattr(container, "layers", None) or []:
+            if id(layer) in seen:  # a shared layer: named where it first appears
+                continue
+            seen.add(id(layer))
+            if isinstance(layer, keras.Model):
+                walk(layer, f"{prefix}{layer.name}/")
+                continue
+            taken = set()
+            for variable in layer.variables:
+                if id(variable) in names:
+                    continue
+                parts = variable.path.split("/")
+                inner = "/".join(parts[parts.index(layer.name) + 1:]) if layer.name in parts[:-1] else variable.name
+                name, k = f"{prefix}{layer.name}/{inner}", 0
+                while name in taken:
+                    k += 1
+                    name = f"{prefix}{layer.name}/{inner}_{k}"
+                taken.add(name)
+                names[id(variable)] = name
+
+    walk(model, "")
+    for variable in model.variables:  # held by the model itself, outside any layer
+        names.setdefault(id(variable), variable.path)
+    return names
 
 
 class KerasModelSource(Source):
     default_style = "keras"
     format = "Keras 3 model"
-    names_note = "Keras variable paths"
+    names_note = "Keras layer and variable names"
     whole_model = True  # converts as a whole model (cudnn_port.model_export), not buffer by buffer
 
     def __init__(self, model, path=None, original=None):
@@ -71,16 +156,18 @@ class KerasModelSource(Source):
         self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}
         fused = fused_layers(model)
         refuse_miopen(self.prefix, ((layer.name, layer.cudnn_platform.numpy()) for layer in fused))
+        named = variable_names(model)
         for layer in fused:
-            self.specs[layer.opaque_kernel.path] = layer.spec
-            self._layers[layer.opaque_kernel.path] = layer.name
-        skip = {v.path for layer in fused for v in (layer.cudnn_spec, layer.cudnn_platform)}
+            self.specs[named[id(layer.opaque_kernel)]] = layer.spec
+            self._layers[named[id(layer.opaque_kernel)]] = layer.name
+        skip = {id(v) for layer in fused for v in (layer.cudnn_spec, layer.cudnn_platform)}
         for variable in model.variables:
-            if variable.path in skip or variable.path.endswith((f"/{SPEC_VARIABLE}", f"/{PLATFORM_VARIABLE}")):
+            name = named[id(variable)]
+            if id(variable) in skip or name.endswith((f"/{SPEC_VARIABLE}", f"/{PLATFORM_VARIABLE}", SEED_STATE)):
                 continue
-            self._values[variable.path] = variable
-            self.shapes[variable.path] = tuple(int(d) for d in variable.shape)
-            self.dtypes[variable.path] = np.dtype(variable.dtype).name
+            self._values[name] = variable
+            self.shapes[name] = tuple(int(d) for d in variable.shape)
+            self.dtypes[name] = np.dtype(variable.dtype).name
 
     def get(self, name: str) -> np.ndarray:
         return np.asarray(self._values[name].numpy())
@@ -90,11 +177,11 @@ class KerasModelSource(Source):
 
     @classmethod
     def from_file(cls, path: str) -> "KerasModelSource":
-        """A ``.keras`` file saved from a model with fused layers, or stock Keras LSTM / GRU / Bidirectional layers
-        (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
+        """A ``.keras`` (or Keras 3 ``.h5``) file saved from a model with fused layers, or stock Keras LSTM / GRU /
+        Bidirectional layers (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
         from ..stock_keras import rewrite
 
-        model = load_keras_file(path)
+        model = load_model_file(path)
         return cls(rewrite(model, strict=False), os.path.abspath(path), original=model)
 
     def nothing_found(self) -> str:
