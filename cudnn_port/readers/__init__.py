@@ -4,8 +4,8 @@ reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.s
 - TensorFlow checkpoints (TF1 name-based, TF2 object-based): :class:`cudnn_port.checkpoint.Checkpoint`; one
   holding only TF1 canonical cells (no buffer) gets a synthesised buffer from :mod:`.tf1_canonical`
 - Keras 2 ``.h5`` files with CuDNNLSTM / CuDNNGRU layers: :class:`.keras_h5.KerasH5`
-- Keras 3 models (in memory or ``.keras`` files) holding cudnn_port's fused layers:
-  :class:`.keras_model.KerasModelSource`
+- Keras 3 models (in memory, ``.keras`` files, or ``model.save("m.h5")`` of Keras 3) of stock LSTM / GRU /
+  Bidirectional layers or cudnn_port's fused layers: :class:`.keras_model.KerasModelSource`
 
 SavedModels holding cuDNN nodes are graphs, not weights: :mod:`cudnn_port.graphs` finds and replaces their nodes.
 """
@@ -13,7 +13,7 @@ import os
 
 from ..checkpoint import Checkpoint
 from ..source import Source
-from .keras_h5 import KerasH5, is_hdf5
+from .keras_h5 import KerasH5, is_hdf5, is_keras3_model_h5
 from .platform import check_source
 from .tf1_canonical import with_canonical_stacks
 
@@ -23,8 +23,9 @@ WEIGHTS = ("keras_h5", "checkpoint")  # the kinds converted stack by stack
 
 def source_kind(path: "os.PathLike[str] | str") -> str:
     """What ``path`` is, decided here once for convert, inspect and the readers: "saved_model" (a folder with
-    saved_model.pb: :mod:`cudnn_port.graphs`), "keras_model" (a .keras file: :mod:`cudnn_port.model_export`),
-    "keras_h5" (an HDF5 file) or "checkpoint" (a prefix, index or folder; also what does not exist yet)."""
+    saved_model.pb: :mod:`cudnn_port.graphs`), "keras_model" (a .keras file, or a whole model Keras 3 saved as
+    .h5: :mod:`cudnn_port.model_export`), "keras_h5" (another HDF5 file: Keras 2's cuDNN layers) or "checkpoint" (a
+    prefix, index or folder; also what does not exist yet)."""
     from ..graphs import is_saved_model
 
     path = os.fspath(path)
@@ -33,7 +34,7 @@ def source_kind(path: "os.PathLike[str] | str") -> str:
     if path.endswith(".keras") and os.path.lexists(path) and not os.path.isdir(path):
         return "keras_model"
     if os.path.isfile(path) and is_hdf5(path):
-        return "keras_h5"
+        return "keras_model" if is_keras3_model_h5(path) else "keras_h5"
     return "checkpoint"
 
 

@@ -42,6 +42,20 @@ def is_hdf5(path: str) -> bool:
         return False
 
 
+def is_keras3_model_h5(path: str) -> bool:
+    """Whether ``path`` is a whole model saved by Keras 3 in the legacy HDF5 format (``model.save("m.h5")``: a root
+    ``model_config`` and ``keras_version`` 3.x). Such a file is a Keras model like a ``.keras`` file and takes the
+    same road; only the root attributes are read."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            version = h5_text(f.attrs.get("keras_version", ""))
+            return "model_config" in f.attrs and version.split(".")[0] == "3"
+    except (OSError, KeyError, ValueError, RuntimeError, TypeError):
+        return False
+
+
 def h5_text(value: Union[str, bytes]) -> str:
     """An HDF5 attribute value (bytes or str) as str."""
     return value.decode("utf8") if isinstance(value, bytes) else str(value)
