@@ -1,0 +1,85 @@
+"""What a whole Keras model's artifacts take as inputs: names, dtypes and shapes as the model means them.
+
+Keras fixes an input's shape from the first batch it sees when the model has no ``keras.Input``: a ``Sequential``
+built by ``fit`` (or ``predict``, or a call on a batch) records that batch's size and length, and the dtype of its
+first layer (float32 ids for an ``Embedding``). Those are facts of one training batch, not of the model, so
+:func:`input_specs` gives such an input a dynamic batch and time (every dimension but the features), and an input
+an ``Embedding`` reads int32 ids. A model built from ``keras.Input`` keeps what its inputs state; each dimension it
+fixes besides the features is said in one warning line naming the fix.
+
+The specs are recorded in the manifest (``model_input_specs``), so that ``verify`` feeds the artifacts what they
+take, whichever model judges them.
+"""
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+
+def embedding_vocabularies(model: "keras.Model", names: Sequence[str]) -> Dict[str, Tuple[int, int]]:
+    """{input name: (lowest id, input_dim)} for each model input that an Embedding layer reads directly; the lowest
+    id is 1 where the Embedding masks 0 (padding, which verify puts only at the end of a row)."""
+    by_id = {id(t): n for t, n in zip(model.inputs, names)}
+    found = {}
+    for layer in model.layers:
+        if type(layer).__name__ != "Embedding":
+            continue
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", []):
+                if id(tensor) in by_id:
+                    found[by_id[id(tensor)]] = (1 if getattr(layer, "mask_zero", False) else 0, int(layer.input_dim))
+    return found
+
+
+def built_from_a_batch(model: "keras.Model") -> bool:
+    """Whether Keras fixed ``model``'s input from a batch it was first called on: a ``Sequential`` with no
+    ``keras.Input`` whose input records a batch size (``fit``, ``predict`` or a call built it)."""
+    import keras
+
+    inputs = getattr(model, "inputs", None) or []
+    return isinstance(model, keras.Sequential) and len(inputs) == 1 and inputs[0].shape[0] is not None
+
+
+def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.TensorSpec"]:
+    """The whole model's inputs as its artifacts take them (see the module docstring); the names are the model's."""
+    from .deps import import_tf
+    from .errors import CudnnPortError
+
+    tf = import_tf()
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise CudnnPortError(f"model {model.name} has no known inputs; build it (call it once, or use "
+                             "keras.Input) before exporting")
+    names = [t.name.split(":")[0] for t in inputs]
+    ids = embedding_vocabularies(model, names)
+    relax = built_from_a_batch(model)
+    specs = []
+    for name, tensor in zip(names, inputs):
+        shape, dtype = list(tensor.shape), tf.as_dtype(tensor.dtype)
+        if relax:
+            shape = [None] * len(shape) if name in ids else [None] * (len(shape) - 1) + shape[-1:]
+        if name in ids and dtype.is_floating:
+            dtype = tf.int32
+        fixed = [(i, d) for i, d in enumerate(shape[:len(shape) if name in ids else -1]) if d is not None]
+        if fixed and not relax:
+            dims = ", ".join(f"{'batch' if i == 0 else 'time' if i == 1 else f'dimension {i}'} {d}" for i, d in fixed)
+            warn(f"input {name!r} is fixed at {dims} (as the model's keras.Input states), and so is every artifact; "
+                 "build the model with None there (keras.Input(shape=(None, ...)), no batch_size) for any size")
+        specs.append(tf.TensorSpec(shape, dtype, name=name))
+    return specs
+
+
+def to_records(specs: Sequence["tf.TensorSpec"]) -> List[Dict[str, Any]]:
+    """The specs as the manifest records them: {name, dtype, shape (None: any size)}."""
+    return [{"name": s.name, "dtype": s.dtype.name, "shape": s.shape.as_list()} for s in specs]
+
+
+def from_records(records: Optional[Sequence[Dict[str, Any]]]) -> Optional[List["tf.TensorSpec"]]:
+    """The manifest's records back as TensorSpecs (None when the manifest has none)."""
+    if not records:
+        return None
+    from .deps import import_tf
+
+    tf = import_tf()
+    return [tf.TensorSpec(r["shape"], tf.as_dtype(r["dtype"]), name=r["name"]) for r in records]
