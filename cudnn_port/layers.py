@@ -135,7 +135,7 @@ class CudnnRNN(keras.layers.Layer):
         spec, D = self.spec, self.num_dirs
         x = tf.convert_to_tensor(inputs)
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
-        lengths = _lengths(mask, batch, steps)
+        lengths = _lengths(mask, x, steps)
         states = self._states(initial_state, batch)
         dropout = self.dropout if training else 0.0
         judge = _JUDGES.get().get(id(self))
@@ -219,11 +219,13 @@ class CudnnRNN(keras.layers.Layer):
         return config
 
 
-def _lengths(mask, batch, steps):
-    """Sequence lengths from a right-padded mask [B, T]; full length without one. Other masks are refused."""
+def _lengths(mask, x, steps):
+    """Sequence lengths from a right-padded mask [B, T]; full length without one (a [B] tensor shaped like ``x``'s
+    first column, not filled to a computed size: LiteRT sizes it before the model runs, which a fused TFLite LSTM
+    after it needs). Other masks are refused."""
     tf = import_tf()
     if mask is None:
-        return tf.fill([batch], steps)
+        return tf.cast(tf.ones_like(x[:, 0, 0]), "int32") * steps
     mask = tf.cast(mask, "bool")
     lengths = tf.reduce_sum(tf.cast(mask, "int32"), axis=1)
     padded = tf.sequence_mask(lengths, steps)
