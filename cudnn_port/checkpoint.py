@@ -45,16 +45,42 @@ def resolve_prefix(path: str) -> str:
             return found[0][:-len(".index")]
         if found:
             raise CudnnPortError(f"{path} holds {len(found)} checkpoints; pass one prefix, e.g. {found[0][:-6]}")
-        raise CudnnPortError(f"{path} holds no TensorFlow checkpoint (no *.index file); pass a checkpoint prefix")
+        models = sorted(n for n in os.listdir(path) if n.endswith((".keras", ".h5", ".hdf5")))
+        if models:
+            raise CudnnPortError(f"{path} is a folder holding {' and '.join(models[:2])}"
+                                 f"{' and more' if len(models) > 2 else ''}, not a TensorFlow checkpoint; pass the "
+                                 f"model file itself, e.g. {os.path.join(path, models[0])}")
+        raise CudnnPortError(f"{path} holds no TensorFlow checkpoint (no *.index file), SavedModel or Keras model "
+                             "file; pass a checkpoint prefix, a SavedModel folder, or a .keras / .h5 file")
     if path.endswith(".index"):
         path = path[:-len(".index")]
     if ".data-" in os.path.basename(path):
         path = path[:path.rindex(".data-")]
     if not os.path.lexists(path + ".index"):
-        raise CudnnPortError(f"checkpoint not found: {path} (no {os.path.basename(path)}.index); "
-                             "pass the prefix, e.g. path/model.ckpt, or the folder holding it")
+        raise CudnnPortError(missing_source(path))
     require_file(path + ".index", "checkpoint index")
     return path
+
+
+MODEL_FILES = (".keras", ".h5", ".hdf5")
+
+
+def missing_source(path: str) -> str:
+    """What to say of a SOURCE that is not there, with the closest existing name beside it when one is close: a
+    model file (``.keras``, ``.h5``) that does not exist, or a checkpoint prefix without its ``.index``."""
+    import difflib
+
+    folder, name = os.path.split(os.path.abspath(path))
+    entries = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    names = {e[:-len(".index")] if e.endswith(".index") else e for e in entries
+             if not e.startswith(".") and ".data-" not in e}
+    near = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    shown = os.path.join(os.path.dirname(path), near[0]) if near else None
+    if name.endswith(MODEL_FILES) or near and near[0].endswith(MODEL_FILES):
+        return f"no such file: {path}" + (f"; did you mean {shown}?" if shown else
+                                          "; pass a .keras or .h5 model file, a SavedModel folder or a checkpoint")
+    return (f"checkpoint not found: {path} (no {name}.index); " +
+            (f"did you mean {shown}?" if shown else "pass the prefix, e.g. path/model.ckpt, or the folder holding it"))
 
 
 class Checkpoint(Source):
