@@ -95,11 +95,17 @@ def convert_text(manifest: "Manifest", out: str) -> str:
             lines.append(f"    {kind}: {os.path.join(out, rel)}{how}")
     lines += [f"  whole model, {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
     if "parity" in manifest:
-        worst = max((row[1] for row in manifest["parity"]["rows"] if row[1] is not None), default=None)
+        worst = max((row[1] for row in manifest["parity"]["rows"] if row[1] is not None and row[2] is not None),
+                    default=None)
         lines.append(f"  whole-model parity vs {manifest['parity'].get('judge', 'the judge')}: "
                      f"{'passed' if manifest['parity']['passed'] else 'FAILED'}"
                      + (f" (max abs err {worst:.2e}); {os.path.join(out, 'model_parity.json')}"
                         if worst is not None else ""))
+    if manifest.get("precision"):
+        p = manifest["precision"]
+        lines.append(f"  the model computes in {p['policy']}: the artifacts compute in float32 and match it in "
+                     f"float32; the original's own {p['policy']} outputs differ from them by "
+                     f"{p['max_abs_to_original']:.2e} (max abs, reported, not judged)")
     lines += [f"  warning: {w}" for w in manifest.get("warnings", [])]
     lines.append(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
                  + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))

@@ -32,13 +32,14 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
             bidirectional: Optional[bool] = None, num_proj: Optional[int] = None, force: bool = False,
             drop_optimizer_slots: bool = False, allow_nonfinite: bool = False, prefer_buffer: bool = False,
             xla: bool = False, quantize: Optional[str] = None, keep_failed: bool = False, trust_source: bool = False,
-            progress: Optional[Callable[[str], None]] = None) -> "Manifest":
+            progress: Optional[Callable[[str], None]] = None, verbose: bool = False) -> "Manifest":
     """Convert every cuDNN stack of ``source`` and write the artifacts under ``out``; returns the manifest.
 
     ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1), a Keras 2 ``.h5`` file
     with CuDNNLSTM / CuDNNGRU layers (default style keras; with the keras format a full-model file is also rebuilt
-    whole in Keras 3 as ``out/keras/model.keras``), a SavedModel folder holding cuDNN nodes, or a ``.keras`` file
-    of a model built with :mod:`cudnn_port.layers` (exported whole, see :func:`cudnn_port.export`).
+    whole in Keras 3 as ``out/keras/model.keras``), a SavedModel folder holding cuDNN nodes, or a Keras 3 model file
+    (``.keras``, or ``model.save("m.h5")``) of stock LSTM / GRU / Bidirectional layers or :mod:`cudnn_port.layers`
+    (exported whole, see :func:`cudnn_port.export`).
 
     Writes ``out/checkpoint/`` (name-based; ``tf.train.latest_checkpoint`` finds it; other variables copied
     unchanged), the artifacts in ``formats`` (``keras``: ``out/keras/<stack>.keras``; ``pytorch``:
@@ -50,8 +51,20 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
     A SavedModel's graph must be pure computation (:mod:`cudnn_port.graphs.allowlist`); ``trust_source=True``
     runs one that is not. ``progress(message)`` receives progress lines. Bad input raises
     :class:`~cudnn_port.errors.CudnnPortError` (nothing written); a whole-model export whose parity check fails raises
-    :class:`~cudnn_port.errors.ParityError`.
+    :class:`~cudnn_port.errors.ParityError`. Only cudnn-port's own words reach stderr during the call
+    (:func:`cudnn_port.quiet.library_call`); ``verbose=True`` lets TensorFlow's and the other libraries' through.
     """
+    from .quiet import library_call
+
+    args = dict(locals())
+    del args["verbose"], args["library_call"]
+    with library_call(verbose):
+        return _convert(**args)
+
+
+def _convert(source, out, *, style, formats, variable, mode, num_layers, num_units, input_size, bidirectional,
+             num_proj, force, drop_optimizer_slots, allow_nonfinite, prefer_buffer, xla, quantize, keep_failed,
+             trust_source, progress):
     say = say_to(progress)
     if style is not None and style not in STYLES:
         raise CudnnPortError(f"unknown style {short(style, 40)!r}; choose one of {', '.join(STYLES)}")

@@ -39,7 +39,7 @@ import os
 from typing import TYPE_CHECKING, Callable, Optional
 
 from .deps import import_tf
-from .errors import CudnnPortError, ParityError
+from .errors import ParityError, reason
 from .manifest import Manifest, warn
 from .outdir import OutputFolder, finish
 from .paths import sha256
@@ -47,6 +47,7 @@ from .judging.parity import write_report
 from .roads import ModelJob, layer_formats, write_road
 from .stacks import prepare_stacks, write_stacks
 from .judging.tasks import TASK, load_task
+from .model_inputs import to_records
 from .progress import Progress, say_to
 
 if TYPE_CHECKING:
@@ -55,13 +56,24 @@ if TYPE_CHECKING:
 PARITY = "model_parity.json"
 
 
-def _input_specs(model):
-    tf = import_tf()
-    inputs = getattr(model, "inputs", None)
-    if not inputs:
-        raise CudnnPortError(f"model {model.name} has no known inputs; build it (call it once, or use "
-                             "keras.Input) before exporting")
-    return [tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0]) for t in inputs]
+def _input_specs(model, say):
+    """The whole model's input specs (:func:`cudnn_port.model_inputs.input_specs`) and the warnings they raise. A
+    model that cannot run on the dynamic sizes (a ``Flatten`` after its recurrent layer, say) keeps the sizes of the
+    batch it was built from, with a warning saying so."""
+    from .model_inputs import built_from_a_batch, input_specs
+
+    warnings = []
+    specs = input_specs(model, warnings.append)
+    if built_from_a_batch(model):
+        try:
+            _traced(model, specs, "cpu")
+        except Exception as e:  # noqa: BLE001 (any failure to trace means: keep the recorded sizes)
+            fixed = [list(t.shape) for t in model.inputs]
+            warnings.append(f"the model was built on a batch of shape {fixed[0]} (no keras.Input), and it does not run "
+                            f"on other sizes ({reason(e)}), so every artifact takes exactly that shape")
+            tf = import_tf()
+            specs = [tf.TensorSpec(t.shape, s.dtype, name=s.name) for t, s in zip(model.inputs, specs)]
+    return specs, warnings
 
 
 def _traced(model, specs, path):
@@ -81,19 +93,33 @@ def _traced(model, specs, path):
 
 def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Optional[str] = None, force: bool = False,
            progress: Optional[Progress] = None, seed: int = 0, path: Optional[str] = None, xla: bool = False,
-           quantize: Optional[str] = None, keep_failed: bool = False) -> Manifest:
+           quantize: Optional[str] = None, keep_failed: bool = False, verbose: bool = False) -> Manifest:
     """Write the CPU artifacts of ``model`` (a built Keras model holding fused or stock LSTM / GRU layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
     came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled
     (see :mod:`cudnn_port.exports.tensorflow`). ``quantize="int8"``: int8 ONNX models next to the fp32 ones
-    (:mod:`cudnn_port.exports.quantize`). Raises :class:`~cudnn_port.errors.ParityError` if an artifact disagrees
-    with the judge."""
+    (:mod:`cudnn_port.exports.quantize`). A mixed-precision model gets float32 artifacts, judged by the model in
+    float32 (:mod:`cudnn_port.precision`). Only cudnn-port's own words reach stderr during the call; ``verbose=True``
+    lets the libraries' through. Raises :class:`~cudnn_port.errors.ParityError` if an artifact disagrees with the
+    judge."""
+    from .precision import float32_policy
+    from .quiet import library_call
+
+    with library_call(verbose), float32_policy():  # new layers compute in float32 whatever the script's policy
+        return _export(model, out, style=style, force=force, progress=progress, seed=seed, path=path, xla=xla,
+                       quantize=quantize, keep_failed=keep_failed)
+
+
+def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed):
+    from .precision import float32_twin
     from .readers.keras_model import KerasModelSource
     from .stock_keras import rewrite
 
     say = say_to(progress)
-    judged, model = model, rewrite(model, say)  # stock LSTM / GRU fused; the original is saved, and judges
-    specs = _input_specs(model)
+    original = model
+    judged, policy = float32_twin(model)  # a mixed-precision model's artifacts compute in float32: so does the judge
+    model = rewrite(judged, say)  # stock LSTM / GRU fused; the model as given is saved, and (in float32) judges
+    specs, input_warnings = _input_specs(model, say)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     stacks = prepare_stacks(source, say=say)
@@ -108,13 +134,16 @@ def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Option
                                 xla=xla, say=say)
         manifest.kind = "keras_model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
+        manifest["model_input_specs"] = to_records(specs)
+        for message in input_warnings:
+            warn(manifest, say, message)
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
         job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
         job.manifest = manifest
         manifest.model_artifacts = write_road("model", job, tmp, manifest, say)
         os.makedirs(os.path.join(tmp, "keras"))
-        judged.save(os.path.join(tmp, "keras", "model.keras"))
+        original.save(os.path.join(tmp, "keras", "model.keras"))
         manifest.model_artifacts["keras"] = "keras/model.keras"
         task = load_task(path) if path else None
         if task:
@@ -124,7 +153,7 @@ def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Option
             from .exports.quantize import quantize_outputs
 
             quantize_outputs(manifest, tmp, say)
-        manifest["parity"] = _parity(job, judged, seed, say)
+        manifest["parity"] = _parity(job, judged, seed, say, original if policy else None, policy)
         if not manifest["parity"]["passed"] and not keep_failed:
             raise ParityError(_failure(manifest["parity"], "nothing was written; pass keep_failed=True "
                                        "(--keep-failed) to keep the output for inspection"), manifest["parity"])
@@ -143,11 +172,12 @@ def _failure(parity, what):
     return f"whole-model parity FAILED for {', '.join(failed)}; {what}"
 
 
-def _parity(job, judged, seed, say):
-    """Each whole-model artifact's outputs against the stock-Keras judge of ``judged`` (the model as given) on the
-    inputs verify draws (:func:`cudnn_port.judging.model_rows.whole_model_run`); writes model_parity.json
-    (``cudnn-port verify OUT`` writes its own parity.json)."""
-    from .judging.model_rows import whole_model_run
+def _parity(job, judged, seed, say, mixed=None, policy=None):
+    """Each whole-model artifact's outputs against the stock-Keras judge of ``judged`` (the model as given, in
+    float32) on the inputs verify draws (:func:`cudnn_port.judging.model_rows.whole_model_run`); writes
+    model_parity.json (``cudnn-port verify OUT`` writes its own parity.json). ``mixed``: the model as given when it
+    computes in ``policy`` (mixed precision): its distance to the judge is reported, not judged."""
+    from .judging.model_rows import precision_row, whole_model_run
     from .judging.parity import ATOL, RTOL
 
     run = whole_model_run(job.tmp, job.manifest, judged, seed, ATOL, RTOL, say)
@@ -155,6 +185,10 @@ def _parity(job, judged, seed, say):
     for row in rows:
         if row["passed"] is None:  # a runtime that is not installed: said in the summary, not a failure
             warn(job.manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
+    if mixed is not None:
+        rows, judge_name = rows + [precision_row(mixed, policy, run)], f"{judge_name}, rebuilt in float32"
+        job.manifest["precision"] = {"policy": policy, "artifacts": "float32", "judge": "the model in float32",
+                                     "max_abs_to_original": rows[-1]["max_abs"]}
     report = {"judge": judge_name, "atol": ATOL, "rtol": RTOL, "seed": seed, "rows": rows,
               "passed": all(r["passed"] is not False for r in rows)}
     write_report(os.path.join(job.tmp, PARITY), report)
@@ -166,7 +200,7 @@ def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | s
                       force: bool = False, progress: Optional[Callable[[str], None]] = None, xla: bool = False,
                       quantize: Optional[str] = None, keep_failed: bool = False) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
-    from .readers.keras_model import load_keras_file
+    from .readers.keras_model import load_model_file
 
-    return export(load_keras_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
+    return export(load_model_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
                   quantize=quantize, keep_failed=keep_failed)

@@ -14,10 +14,12 @@ that exception becomes cudnn-port's one line. So while :func:`quiet_stderr` is a
 
 ``cudnn-port --verbose`` or ``CUDNN_PORT_VERBOSE=1`` turns all of it off: every foreign line comes through.
 
-These are process-wide settings, so they are the CLI's (:func:`cudnn_port.cli.main` runs inside
-:func:`quiet_stderr`); the library's calls (``convert``, ``export``, ``verify``, ``inspect_source``) leave the
-environment, fd 2, the warnings filters and the loggers as they found them. A library user who wants the CLI's quiet
-opts in::
+These are process-wide settings: the CLI holds them for its whole run (:func:`cudnn_port.cli.main` runs inside
+:func:`quiet_stderr`), and the library's calls (``convert``, ``export``, ``verify``, ``inspect_source``) hold them
+for the duration of the call alone (:func:`library_call`: fd 2, the warnings filters and the loggers given back as
+they were, the environment untouched), so a training script that calls ``cudnn_port.export`` sees only cudnn-port's
+own words on stderr; ``verbose=True`` lets the libraries' lines through. A library user who wants the CLI's quiet
+for more than one call, TensorFlow's import included, opts in::
 
     from cudnn_port.quiet import quiet_stderr
     with quiet_stderr():   # first, before TensorFlow is imported: it also sets TensorFlow's environment (kept)
@@ -44,7 +46,7 @@ FOREIGN = re.compile(rb"|".join([
     rb"\S+\.py:\d+: \w*Warning: ",  # a Python warning
     rb"(INFO|WARNING|ERROR|VERBOSE): ",  # TFLite / LiteRT ("INFO: Created TensorFlow Lite XNNPACK delegate")
 ]))
-CONTINUED = re.compile(rb"\s|To enable the following instructions|$")  # lines that belong to a foreign one
+CONTINUED = re.compile(rb"\s|To enable the following instructions|Custom ops: |Details:|See instructions: |$")
 FATAL = re.compile(rb"F\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+[^\s:]+:\d+\]\s*(.*)|"
                    rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: F [^\s:]+:\d+\]\s*(.*)|"
                    rb"(terminate called .*)")
@@ -133,12 +135,28 @@ class _Filter:
 @contextlib.contextmanager
 def quiet_stderr(verbose: bool = False) -> Iterator[None]:
     """While inside, stderr carries only cudnn-port's own lines (see the module docstring); nested uses are one.
-    ``verbose=True`` (or ``CUDNN_PORT_VERBOSE=1``): everything goes through, also in the uses nested inside."""
+    ``verbose=True`` (or ``CUDNN_PORT_VERBOSE=1``): everything goes through, also in the uses nested inside. Sets
+    TensorFlow's environment (:func:`quiet_env`), which stays."""
+    with _quiet(verbose, set_env=True):
+        yield
+
+
+@contextlib.contextmanager
+def library_call(verbose: bool = False) -> Iterator[None]:
+    """A library call's quiet: as :func:`quiet_stderr` for the duration of the call, with the environment left as
+    it is; inside the CLI's (or a caller's) ``quiet_stderr`` it changes nothing."""
+    with _quiet(verbose, set_env=False):
+        yield
+
+
+@contextlib.contextmanager
+def _quiet(verbose: bool, set_env: bool) -> Iterator[None]:
     if _State.depth:
         yield
         return
     _State.verbose = verbose
-    quiet_env()
+    if set_env:
+        quiet_env()
     loud = is_verbose()
     loggers = [] if loud else [logging.getLogger(name) for name in LOGGERS]
     levels = [logger.level for logger in loggers]

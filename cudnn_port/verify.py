@@ -90,9 +90,18 @@ def converted_canon(manifest: "Manifest", out: str, stack: "StackRecord", spec: 
 
 
 def verify(out: "os.PathLike[str] | str", atol: float = ATOL, rtol: float = RTOL, seed: int = 0, batch: int = 4,
-           steps: int = 9, progress: Optional[Progress] = None, trust_source: bool = False) -> Dict[str, Any]:
+           steps: int = 9, progress: Optional[Progress] = None, trust_source: bool = False,
+           verbose: bool = False) -> Dict[str, Any]:
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict. A graph in
-    OUT that is not pure computation is refused before anything runs, unless ``trust_source``."""
+    OUT that is not pure computation is refused before anything runs, unless ``trust_source``. Only cudnn-port's own
+    words reach stderr during the call; ``verbose=True`` lets the libraries' through."""
+    from .quiet import library_call
+
+    with library_call(verbose):
+        return _verify(os.fspath(out), atol, rtol, seed, batch, steps, progress, trust_source)
+
+
+def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
     from .graphs.trust import check_out
 
     out = os.fspath(out)
@@ -198,7 +207,7 @@ def _copied_row(manifest, out, source):
 def format_table(report: Dict[str, Any]) -> str:
     lines = [f"{'stack':<28} {'artifact':<40} {'max abs err':>12} {'max rel err':>12}  result", "-" * 104]
     for r in report["rows"]:
-        result = "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
+        result = "info" if r.get("reported") else "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
         fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"
         lines.append(f"{str(r['stack'])[:28]:<28} {r['artifact'][:40]:<40} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  "
                      f"{result}" + (f"  ({r['note']})" if r.get("note") else ""))

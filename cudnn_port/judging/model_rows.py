@@ -1,6 +1,6 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 
@@ -109,18 +109,24 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     import json
 
     from ..formats import derived_keys
-    from ..readers.keras_model import load_keras_file
+    from ..precision import float32_policy, float32_twin
+    from ..readers.keras_model import load_model_file
 
     source = manifest["source"].get("checkpoint", "")
     copy = os.path.join(out, manifest["model_artifacts"].get("keras", "keras/model.keras"))
     path, where = (source, "the source") if unchanged and os.path.isfile(source) else (copy, "OUT/keras/model.keras")
     try:
-        model = load_keras_file(path)
+        original = load_model_file(path)
+        with float32_policy():
+            model, policy = float32_twin(original)
     except Exception as e:  # noqa: BLE001 (a model that does not load is a failed check)
         return [dict(failed_row(f"whole model ({where})", e), stack="(whole model)", judge=None)]
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
     rows, names, feeds, want = run.rows, run.names, run.feeds, run.want
     judge_name = f"{run.judge} ({where})"
+    if policy:
+        rows.append(precision_row(original, policy, run))
+        judge_name = f"{run.judge}, rebuilt in float32 from the {policy} original ({where})"
     int8 = next((k for k, of in derived_keys("int8").items() if of == "onnx" and k in manifest.model_artifacts), None)
     if int8:
         rows.append(_int8_model_row(out, manifest, names, feeds, want, int8))
@@ -155,12 +161,14 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer rebuilt from stock Keras
     layers, on seeded inputs with right padding, and ids in each Embedding's range for the inputs an Embedding reads.
     The one whole-model check: export's parity and verify's rows both run it."""
+    from ..model_inputs import embedding_vocabularies, from_records
     from ..roads import ModelJob, model_artifact_rows
     from .stock import model_judge
 
     tf = import_tf()
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
-    specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
+    specs = from_records(manifest.get("model_input_specs")) or \
+        [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
     rng = np.random.default_rng(seed + 1)
     for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):  # ids, whatever the dtype
@@ -175,19 +183,21 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want)
 
 
-def embedding_vocabularies(model: "keras.Model", names: Sequence[str]) -> dict:
-    """{input name: (lowest id, input_dim)} for each model input that an Embedding layer reads directly; the lowest
-    id is 1 where the Embedding masks 0 (padding, which verify puts only at the end of a row)."""
-    by_id = {id(t): n for t, n in zip(model.inputs, names)}
-    found = {}
-    for layer in model.layers:
-        if type(layer).__name__ != "Embedding":
-            continue
-        for node in getattr(layer, "_inbound_nodes", []):
-            for tensor in getattr(node, "input_tensors", []):
-                if id(tensor) in by_id:
-                    found[by_id[id(tensor)]] = (1 if getattr(layer, "mask_zero", False) else 0, int(layer.input_dim))
-    return found
+def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[str, Any]:
+    """The distance from the judge (the model in float32, which every artifact matches) to ``original``'s own
+    outputs in ``policy`` (mixed precision) on the same inputs: reported, not judged (``passed`` None); the
+    original computes in half precision, the artifacts in float32."""
+    from .stock import model_judge
+
+    name = f"original in {policy} (reported)"
+    try:
+        got = model_judge(original)[0]([run.feeds[n] for n in run.names])
+    except Exception as e:  # noqa: BLE001
+        return dict(failed_row(name, e), passed=None)
+    row = compare(name, got, run.want, np.inf, 0.0)
+    half = policy.split("_")[-1]
+    return dict(row, passed=None, reported=True, max_rel=None, note=f"the original computes in {half}, the artifacts "
+                "in float32: its distance to them is its own rounding, reported and not judged")
 
 
 def _int8_model_row(out, manifest, names, feeds, want, key):
