@@ -23,45 +23,28 @@ pytestmark = pytest.mark.slow
 # lines of TensorFlow's, absl's, LiteRT's or Python's logging: none may reach stderr from cudnn-port's calls
 FOREIGN = re.compile(r"^[IWEF]\d{4} |^(WARNING|INFO|ERROR)[: ]|CudnnRNNV3|Custom ops|See instructions|Warning: ")
 
-FIRST_MODEL = """
-import sys
-import numpy as np
-import keras
-
-keras.utils.set_random_seed(0)
-model = keras.Sequential([keras.layers.Embedding(50, 16), keras.layers.LSTM(32), keras.layers.Dropout(0.2),
-                          keras.layers.Dense(3, activation="softmax")])
-model.compile("adam", "sparse_categorical_crossentropy")
-rng = np.random.default_rng(0)
-model.fit(rng.integers(1, 50, size=(256, 20)), rng.integers(0, 3, size=256), epochs=1, batch_size=32, verbose=0)
-import cudnn_port
-
-manifest = cudnn_port.export(model, sys.argv[1] + "/out_export")
-assert manifest["parity"]["passed"]
-model.save(sys.argv[1] + "/first.keras")
-model.save(sys.argv[1] + "/first.h5")
-ids = np.random.default_rng(2).integers(1, 50, size=(4, 7)).astype("int32")
-np.save(sys.argv[1] + "/ids.npy", ids)
-np.save(sys.argv[1] + "/want.npy", model.predict(ids, verbose=0))
-"""
-
-
 def _cli(*argv):
     return subprocess.run([sys.executable, "-m", "cudnn_port.cli", *map(str, argv)], capture_output=True, text=True,
                           cwd=ROOT, timeout=600)
 
 
 def test_a_first_model_trains_exports_converts_and_runs_on_any_batch(tmp_path):
-    """issue 45's first model, end to end: nothing on stderr but cudnn-port's own lines."""
-    train = subprocess.run([sys.executable, "-c", FIRST_MODEL, str(tmp_path)], capture_output=True, text=True,
-                           cwd=ROOT, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
-    assert train.returncode == 0, train.stderr[-3000:]
+    """issue 45's first model, end to end (examples/first_model.py as a user runs it): nothing on stderr but
+    cudnn-port's own lines; the in-process export verified in a fresh process; .keras and .h5 converted."""
+    import keras
+
+    export = tmp_path / "export"
+    train = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "first_model.py"), "--out", str(tmp_path),
+                            "--export", str(export)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
+    assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-3000:]
     foreign = [line for line in train.stderr.splitlines() if "CudnnRNNV3" in line or "custom op" in line]
     assert not foreign, foreign  # the export wrote TFLite without TensorFlow's converter lines reaching stderr
-    ids, want = np.load(tmp_path / "ids.npy"), np.load(tmp_path / "want.npy")
-    verified = _cli("verify", tmp_path / "out_export")  # a fresh process: Keras' counters differ from training's
+    ids = np.random.default_rng(2).integers(1, 50, size=(4, 7)).astype("int32")
+    want = keras.saving.load_model(tmp_path / "model.keras", compile=False).predict(ids, verbose=0)
+    verified = _cli("verify", export)  # a fresh process: Keras' counters differ from training's
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr
-    for name in ("first.keras", "first.h5"):
+    for name in ("model.keras", "model.h5"):
         out = tmp_path / f"out_{name.replace('.', '_')}"
         for argv in (("convert", tmp_path / name, out), ("verify", out)):
             done = _cli(*argv)
@@ -71,7 +54,7 @@ def test_a_first_model_trains_exports_converts_and_runs_on_any_batch(tmp_path):
         spec = manifest["model_input_specs"][0]
         assert spec["dtype"] == "int32" and spec["shape"] == [None, None], spec
         _run_onnx_and_tflite(out, spec["name"], ids, want)
-    _run_onnx_and_tflite(tmp_path / "out_export", "input_layer", ids, want)
+    _run_onnx_and_tflite(export, "input_layer", ids, want)
 
 
 def _run_onnx_and_tflite(out, name, ids, want):
