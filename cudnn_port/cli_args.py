@@ -16,14 +16,17 @@ EPILOG = """examples:
   cudnn-port convert train/model.ckpt out/ --style pytorch --json
   cudnn-port convert keras2_model.h5 out/            (Keras 2 CuDNNLSTM/CuDNNGRU -> Keras 3 and the rest)
   cudnn-port convert exported_on_gpu/ out/           (a SavedModel with CudnnRNNV3 nodes -> CPU SavedModel, ONNX)
-  cudnn-port convert model.keras out/ --quantize int8  (a model with cudnn_port.layers -> whole-model CPU export)
+  cudnn-port convert model.keras out/                (a Keras 3 model of LSTM/GRU/Bidirectional layers, or
+  cudnn-port convert model.h5 out/                    cudnn_port.layers; .keras or Keras 3's .h5 -> CPU export)
+  cudnn-port convert model.keras out/ --quantize int8  (with int8 ONNX models beside the float32 ones)
   cudnn-port verify out/
   cudnn-port bench out/ --json
 exit codes: 0 ok, 1 failed parity check or internal error, 2 bad input or usage, 130/143 interrupted"""
 
-SOURCE_HELP = ("a TensorFlow checkpoint (prefix, its .index file, or its folder), a Keras 2 .h5 file with "
-               "CuDNNLSTM/CuDNNGRU layers, a .keras file of a model built with cudnn_port.layers, or a SavedModel "
-               "folder whose graph holds CudnnRNN/V2/V3 nodes")
+SOURCE_HELP = ("a Keras 3 model file (.keras, or model.save('m.h5')) of stock LSTM / GRU / Bidirectional layers or "
+               "cudnn_port.layers, any backend and precision policy; a Keras 2 .h5 file with CuDNNLSTM/CuDNNGRU "
+               "layers; a SavedModel folder whose graph holds CudnnRNN/V2/V3 nodes; or a TensorFlow checkpoint "
+               "holding a cuDNN buffer (prefix, its .index file, or its folder)")
 MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
 DASH_HINT = "a name that starts with a dash goes after --, e.g. cudnn-port convert -- -model.ckpt out/"
 
@@ -62,15 +65,19 @@ def _tolerance(text):
 def _spec_flags(parser):
     group = parser.add_argument_group("spec (only for a bare buffer whose size fits several specs)")
     group.add_argument("--variable", metavar="NAME", help="the buffer to use (default: every *opaque_kernel)")
-    group.add_argument("--mode", choices=("lstm", "gru"))
-    group.add_argument("--num-layers", type=_count("--num-layers", high=64), metavar="N")
-    group.add_argument("--num-units", type=_count("--num-units"), metavar="H")
-    group.add_argument("--input-size", type=_count("--input-size"), metavar="I")
+    group.add_argument("--mode", choices=("lstm", "gru"), help="the cell (default: inferred from the size)")
+    group.add_argument("--num-layers", type=_count("--num-layers", high=64), metavar="N",
+                       help="stacked layers (default: inferred)")
+    group.add_argument("--num-units", type=_count("--num-units"), metavar="H", help="hidden size (default: inferred)")
+    group.add_argument("--input-size", type=_count("--input-size"), metavar="I",
+                       help="features per step at the first layer (default: inferred)")
     group.add_argument("--num-proj", type=_count("--num-proj"), metavar="P", help="LSTM projection size (cuDNN "
-                       "LSTMP; never guessed from the size)")
+                       "LSTMP; never guessed from the size; default: none)")
     directions = group.add_mutually_exclusive_group()
-    directions.add_argument("--bidirectional", action="store_true", default=None, help="two directions")
-    directions.add_argument("--unidirectional", dest="bidirectional", action="store_false", help="one direction")
+    directions.add_argument("--bidirectional", action="store_true", default=None,
+                            help="two directions (default: inferred)")
+    directions.add_argument("--unidirectional", dest="bidirectional", action="store_false",
+                            help="one direction (default: inferred)")
 
 
 def flag_values(args: argparse.Namespace) -> Dict[str, Any]:
@@ -79,7 +86,7 @@ def flag_values(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def _common(parser, quiet=True):
-    parser.add_argument("--json", action="store_true", help="print one JSON object (errors too)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object, errors too (default: text)")
     if quiet:  # the commands that load and run models: --quiet, --trust-source
         run_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="let TensorFlow's, onnxruntime's and the other "
@@ -106,9 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Convert every cuDNN stack of SOURCE into canonical per-cell tensors. Writes "
                        "OUT/checkpoint/ (name-based, other variables copied unchanged), the chosen --formats and "
                        "OUT/manifest.json. A SavedModel with cuDNN nodes becomes OUT/saved_model/ and "
-                       "OUT/model.onnx; a .keras model with cudnn_port layers is exported whole and checked against "
-                       "the model rebuilt from stock Keras layers (exit 1 if that check fails). OUT appears whole or "
-                       "not at all; SOURCE is never modified.")
+                       "OUT/model.onnx; a Keras 3 model (.keras or .h5, stock LSTM / GRU / Bidirectional layers or "
+                       "cudnn_port layers) is exported whole, each recurrent layer as a fused LSTM / GRU, and checked "
+                       "against Keras' own outputs of it (exit 1 if that check fails). OUT appears whole or not at "
+                       "all; SOURCE is never modified.")
     p.add_argument("checkpoint", metavar="SOURCE", help=SOURCE_HELP)
     p.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty, unless --force)")
     _spec_flags(p)
@@ -128,10 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-xla", dest="xla", action="store_false", help=argparse.SUPPRESS)  # the old default's opt-out
     out.add_argument("--quantize", choices=("int8",), help="also write int8 ONNX models (onnxruntime dynamic "
                      "quantization) next to the fp32 ones; verify judges them with their own tolerance")
-    out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output")
+    out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output "
+                     "(default: OUT must not exist or be empty)")
     out.add_argument("--drop-optimizer-slots", action="store_true",
-                     help="leave out the buffer's optimizer slots (…/Adam, …/Adam_1) instead of converting them")
-    out.add_argument("--allow-nonfinite", action="store_true", help="convert buffers and slots holding NaN/Inf")
+                     help="leave out the buffer's optimizer slots (…/Adam, …/Adam_1) instead of converting them "
+                     "(default: converted)")
+    out.add_argument("--allow-nonfinite", action="store_true", help="convert buffers and slots holding NaN/Inf "
+                     "(default: refused)")
     out.add_argument("--prefer-buffer", action="store_true", help="convert from the buffer even where canonical "
                      "tensors stored beside it disagree with it (normally an error)")
     out.add_argument("--keep-failed", action="store_true", help="keep OUT when the whole-model parity check of a "
@@ -147,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="a cudnn-port convert output folder")
     p.add_argument("--atol", type=_tolerance, default=1e-5, help="absolute tolerance (default 1e-5)")
     p.add_argument("--rtol", type=_tolerance, default=1e-4, help="relative tolerance (default 1e-4)")
-    p.add_argument("--seed", type=_count("--seed", low=0, high=2 ** 63 - 1), default=0)
+    p.add_argument("--seed", type=_count("--seed", low=0, high=2 ** 63 - 1), default=0,
+                   help="seed of the random batches every artifact runs on (default 0)")
     _common(p)
 
     p = sub.add_parser("bench", help="CPU latency and throughput of each artifact of OUT",
@@ -165,6 +177,9 @@ def parse(argv: List[str]) -> argparse.Namespace:
     try:
         return parser.parse_args(argv)
     except UsageError as e:  # a name that starts with a dash reads as an unknown flag: say how to pass it
+        near = _nearest_flag(parser, argv) if "unrecognized" in str(e) else None
+        if near:
+            raise UsageError(f"{e}; did you mean {near}?") from None
         known = {o for p in [parser, *parser._subparsers._group_actions[0].choices.values()]
                  for o in p._option_string_actions}
         if ("required" in str(e) or "unrecognized" in str(e)) and any(
@@ -172,3 +187,19 @@ def parse(argv: List[str]) -> argparse.Namespace:
                 for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
             raise UsageError(f"{e}; {DASH_HINT}") from None
         raise
+
+
+def _nearest_flag(parser: argparse.ArgumentParser, argv: List[str]):
+    """The valid flag nearest to the first unknown one in ``argv`` ("--forse" -> "--force"), or None."""
+    import difflib
+
+    commands = parser._subparsers._group_actions[0].choices
+    command = next((a for a in argv if a in commands), None)
+    options = (commands[command] if command else parser)._option_string_actions
+    known = sorted(o for o in options if o.startswith("--"))
+    for arg in argv[:argv.index("--") if "--" in argv else len(argv)]:
+        flag = arg.split("=")[0]
+        if flag.startswith("--") and flag not in known:
+            near = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            return near[0] if near else None
+    return None
