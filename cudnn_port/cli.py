@@ -26,7 +26,7 @@ def run(args: "argparse.Namespace", progress: Callable[[str], None]) -> Tuple[in
         from .inspection import inspect_source
 
         report = inspect_source(args.checkpoint, variable=args.variable, **flag_values(args))
-        return 0, report, cli_text.inspect_text(report)
+        return 0, report, cli_text.inspect_text(report, args.verbose)
     if args.command == "verify":
         from .verify import format_table, verify
 
@@ -44,7 +44,7 @@ def run(args: "argparse.Namespace", progress: Callable[[str], None]) -> Tuple[in
                        force=args.force, drop_optimizer_slots=args.drop_optimizer_slots, **trusting(args),
                        allow_nonfinite=args.allow_nonfinite, prefer_buffer=args.prefer_buffer, xla=args.xla,
                        quantize=args.quantize, keep_failed=args.keep_failed, progress=progress, **flag_values(args))
-    return 0, manifest.to_dict(), cli_text.convert_text(manifest, args.out)
+    return 0, manifest.to_dict(), cli_text.convert_text(manifest, args.out, args.verbose)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

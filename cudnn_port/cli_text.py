@@ -1,6 +1,6 @@
 """The CLI's reports for a person (``--json`` prints the same dicts as JSON)."""
 import os
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING:
     import argparse
@@ -33,9 +33,30 @@ def describe(spec: Dict[str, Any]) -> str:
     return RNNSpec(**{k: spec[k] for k in SPEC_FIELDS if k in spec}).describe()
 
 
-def inspect_text(report: Dict[str, Any]) -> str:
-    """inspect's report."""
+BECOMES = {"lstm": "fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM",
+           "gru": "fused ONNX GRU, TFLite builtin ops (LiteRT has no GRU op)"}
+
+
+def layer_line(entry: Dict[str, Any]) -> str:
+    """A user's recurrent layer and what it becomes: "LSTM 'lstm' (1-layer ..., hidden 32) -> fused ONNX LSTM, ..."."""
+    return f"{entry['type']} {entry['layer']!r} ({describe(entry['spec'])}) -> {BECOMES[entry['spec']['mode']]}"
+
+
+def io_line(inputs: List[Dict[str, Any]], outputs: Optional[List[Dict[str, Any]]] = None) -> str:
+    """What the artifacts take (and return): "takes input_layer int32 [batch, time]; returns output_0 ..."."""
+    def one(r):
+        dims = ["batch" if i == 0 and d is None else "time" if i == 1 and d is None else "?" if d is None else str(d)
+                for i, d in enumerate(r["shape"])]
+        return f"{r['name']} {r['dtype']} [{', '.join(dims)}]"
+    text = "every artifact takes " + ", ".join(map(one, inputs))
+    return text + ("; returns " + ", ".join(map(one, outputs)) if outputs else "")
+
+
+def inspect_text(report: Dict[str, Any], verbose: bool = False) -> str:
+    """inspect's report (``verbose``: a Keras model's cuDNN buffers and spec flags too)."""
     lines = [f"{report['checkpoint']}  [{report['format']}]"]
+    if "model_inputs" in report and not verbose:
+        return "\n".join(_keras_model_lines(report))
     if "nodes" in report:
         lines.append(f"signatures: {', '.join(report['signatures'])}")
         for n in report["nodes"] + report.get("gpu_alternatives", []):  # called, then GPU alternatives
@@ -68,9 +89,11 @@ def inspect_text(report: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def convert_text(manifest: "Manifest", out: str) -> str:
-    """convert's manifest."""
+def convert_text(manifest: "Manifest", out: str, verbose: bool = False) -> str:
+    """convert's manifest (``verbose``: a whole Keras model's cuDNN buffers and per-layer files too)."""
     lines, stacks = [], manifest["stacks"]
+    if manifest.get("kind") == "keras_model" and manifest.get("model_layers") and not verbose:
+        return "\n".join(_keras_export_lines(manifest, out))
     if manifest.get("kind") == "saved_model":
         dropped = manifest.get("uncalled_functions_dropped", {}).get("with_cudnn_ops", {})
         lines.append(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}"
@@ -94,6 +117,31 @@ def convert_text(manifest: "Manifest", out: str) -> str:
                 if kind == "saved_model" else ""
             lines.append(f"    {kind}: {os.path.join(out, rel)}{how}")
     lines += [f"  whole model, {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
+    lines += _parity_lines(manifest, out)
+    lines.append(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
+                 + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
+    lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
+    return "\n".join(lines)
+
+
+def _keras_export_lines(manifest, out) -> list:
+    """convert of a Keras model in the user's terms: each recurrent layer and what it became, the whole model's
+    artifacts and what they take, parity; cuDNN buffer names stay in the manifest and --verbose."""
+    layers = manifest["model_layers"]
+    lines = [f"converted {manifest['source']['checkpoint']}: {len(layers)} recurrent "
+             f"layer{'s' if len(layers) != 1 else ''} fused"]
+    lines += [f"  {layer_line(entry)}" for entry in layers]
+    lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
+    lines.append(f"  each layer alone (step functions for decoding): {os.path.join(out, 'layers')}")
+    if manifest.get("model_input_specs"):
+        lines.append("  " + io_line(manifest["model_input_specs"], manifest.get("model_output_specs")))
+    lines += _parity_lines(manifest, out)
+    lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
+    return lines
+
+
+def _parity_lines(manifest, out) -> list:
+    lines = []
     if "parity" in manifest:
         worst = max((row[1] for row in manifest["parity"]["rows"] if row[1] is not None and row[2] is not None),
                     default=None)
@@ -106,11 +154,27 @@ def convert_text(manifest: "Manifest", out: str) -> str:
         lines.append(f"  the model computes in {p['policy']}: the artifacts compute in float32 and match it in "
                      f"float32; the original's own {p['policy']} outputs differ from them by "
                      f"{p['max_abs_to_original']:.2e} (max abs, reported, not judged)")
-    lines += [f"  warning: {w}" for w in manifest.get("warnings", [])]
-    lines.append(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
-                 + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
-    lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
-    return "\n".join(lines)
+    return lines + [f"  warning: {w}" for w in manifest.get("warnings", [])]
+
+
+def _keras_model_lines(report) -> list:
+    """inspect of a Keras model in the user's terms: its recurrent layers, what each becomes, the artifacts'
+    inputs (the cuDNN buffers and spec flags are for --verbose)."""
+    buffers = {s["variable"] for s in report["stacks"]}
+    lines = [f"{report['checkpoint']}  [{report['format']}]", "variables:"]
+    lines += [f"  {v['name']:<60} {str(v['shape']):<16} {v['dtype']}" for v in report["variables"]
+              if v["name"] not in buffers]
+    fused = [s for s in report["stacks"] if s.get("spec")]
+    several = len(fused) != 1
+    lines.append(f"{len(fused)} recurrent layer{'s' if several else ''} convert{'' if several else 's'}:")
+    lines += [f"  {layer_line(s)}" for s in fused]
+    lines += [f"  {r['type']} {r['layer']!r}: refused ({r['why']})" for r in report.get("stock_layers", [])
+              if r["verdict"] != "fused"]
+    lines.append(io_line(report["model_inputs"]))
+    lines += [f"warning: {w}" for w in report.get("warnings", [])]
+    if fused:
+        lines.append(f"writes: {', '.join(fused[0]['plan']['artifacts'])}")
+    return lines
 
 
 def _graph_lines(report) -> list:

@@ -33,6 +33,12 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
               "stacks": []}
     if getattr(source, "stock_layers", None):  # a Keras model's stock recurrent layers: fused or refused
         report["stock_layers"] = source.stock_layers
+    if getattr(source, "whole_model", False):  # what the whole model's artifacts take
+        from .model_inputs import input_specs, to_records
+
+        warnings = []
+        report["model_inputs"] = to_records(input_specs(source.model, warnings.append))
+        report["warnings"] = warnings
     stacks = find_stacks(source, variable)
     for stack in stacks:
         clues = clues_for(source, stack)
@@ -40,6 +46,8 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
         entry = {"variable": stack.variable, "size": stack.size, "dtype": stack.dtype, "slots": stack.slots,
                  "found": _found(source, stack, clues), "candidate_count": len(found),
                  "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}
+        if hasattr(source, "layer_of"):
+            entry.update(source.layer_of(stack.variable))
         try:
             spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
             entry.update(spec=spec.to_dict(), how=how, flags=spec.flags(),

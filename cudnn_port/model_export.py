@@ -142,6 +142,11 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
         job.manifest = manifest
         manifest.model_artifacts = write_road("model", job, tmp, manifest, say)
+        manifest["model_layers"] = [dict(source.layer_of(s.variable), spec=s.spec.to_dict(), stack=s.variable)
+                                    for s in stacks]
+        outputs = job.traced("cpu").structured_outputs
+        manifest["model_output_specs"] = [{"name": k, "dtype": v.dtype.name, "shape": v.shape.as_list()}
+                                          for k, v in sorted(outputs.items(), key=lambda kv: int(kv[0][7:]))]
         os.makedirs(os.path.join(tmp, "keras"))
         original.save(os.path.join(tmp, "keras", "model.keras"))
         manifest.model_artifacts["keras"] = "keras/model.keras"

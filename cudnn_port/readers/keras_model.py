@@ -151,7 +151,7 @@ class KerasModelSource(Source):
         from ..stock_keras import plan
 
         self.stock_layers = plan(original or model)  # the model's stock recurrent layers, as given: what became of each
-        self.path = path
+        self.model, self.path = model, path
         self.prefix = path or f"Keras model {model.name} (in memory)"
         self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}
         fused = fused_layers(model)
@@ -189,6 +189,13 @@ class KerasModelSource(Source):
         return (f"{self.prefix} holds no layer whose math cuDNN computes (a stock LSTM / GRU / Bidirectional, or "
                 f"cudnn_port's CudnnLSTM / CudnnGRU){f' ({others})' if others else ''}, so there is nothing to "
                 "convert; export it with Keras' own model.export")
+
+    def layer_of(self, name: str) -> Dict[str, str]:
+        """The user's layer behind stack ``name``: {layer, type} (``LSTM``, ``Bidirectional``, ``CudnnLSTM``...)."""
+        layer = self._layers[name]
+        row = next((r for r in self.stock_layers if r["layer"].split("/")[-1] == layer), None)
+        kind = "CudnnLSTM" if self.specs[name].mode == "lstm" else "CudnnGRU"
+        return {"layer": row["layer"] if row else layer, "type": row["type"] if row else kind}
 
     def describe(self, name: str) -> str:
         spec = self.specs[name]

@@ -1,0 +1,65 @@
+"""Messages in the user's terms: a mistyped path gets the nearest existing name, a folder holding a model file names
+it, an unknown flag gets the nearest valid one, --help covers every source kind and every flag, and inspect / convert
+speak of the user's layers and the artifacts' inputs, not of cuDNN buffers."""
+import os
+import shutil
+
+import pytest
+
+from helpers import ROOT, refused, run_cli
+
+FIRST = os.path.join(ROOT, "models", "first_model")
+
+
+@pytest.mark.parametrize("typed, meant", [("model.kears", "model.keras"), ("modle.h5", "model.h5")])
+def test_a_mistyped_model_file_names_the_nearest_one(tmp_path, capsys, typed, meant):
+    shutil.copy(os.path.join(FIRST, "model.h5"), tmp_path / "model.h5")
+    shutil.copy(os.path.join(FIRST, "model.keras"), tmp_path / "model.keras")
+    line = refused(capsys, ["convert", tmp_path / typed, tmp_path / "out"], "no such file", "did you mean",
+                   paths=[tmp_path])
+    assert line.endswith(f"{tmp_path / meant}?"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_checkpoint_prefix_names_the_nearest_one(capsys, tmp_path):
+    prefix = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckp")
+    line = refused(capsys, ["convert", prefix, tmp_path / "out"], "checkpoint not found", paths=[prefix])
+    assert line.endswith(f"did you mean {prefix}t?"), line
+
+
+def test_a_folder_holding_a_model_file_names_it(capsys, tmp_path):
+    refused(capsys, ["convert", FIRST, tmp_path / "out"], "is a folder holding model.h5 and model.keras",
+            os.path.join(FIRST, "model.h5"), paths=[FIRST])
+
+
+@pytest.mark.parametrize("argv, meant", [(["convert", "a.keras", "out", "--forse"], "--force"),
+                                         (["verify", "out", "--atoll", "1"], "--atol"),
+                                         (["convert", "a.keras", "out", "--qunatize", "int8"], "--quantize")])
+def test_an_unknown_flag_gets_the_nearest_valid_one(capsys, argv, meant):
+    refused(capsys, argv, "unrecognized arguments", f"did you mean {meant}?")
+
+
+def test_help_covers_every_source_kind_and_every_flag_has_help():
+    from cudnn_port.cli_args import SOURCE_HELP, build_parser
+
+    for kind in (".keras", ".h5", "LSTM / GRU / Bidirectional", "CuDNNLSTM", "SavedModel", "checkpoint"):
+        assert kind in SOURCE_HELP, kind
+    parser = build_parser()
+    for name, command in parser._subparsers._group_actions[0].choices.items():
+        for action in command._actions:
+            if not action.option_strings or action.help == "==SUPPRESS==" or action.dest == "help":
+                continue  # positionals are checked above; a suppressed alias is no flag of --help
+            assert action.help and action.help.strip(), f"{name} {action.option_strings} has no help text"
+            if action.default not in (None, False):
+                assert "default" in action.help.lower(), (name, action.option_strings, action.help)
+
+
+def test_inspect_and_convert_speak_of_the_users_layers(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "inspect", os.path.join(FIRST, "model.h5"))
+    assert code == 0, err
+    assert "LSTM 'lstm' (1-layer unidirectional LSTM, input 16, hidden 32" in out, out
+    assert "fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM" in out, out
+    assert "every artifact takes input_layer int32 [batch, time]" in out, out
+    assert "opaque_kernel" not in out and "--num-units" not in out, out
+    code, out, err = run_cli(capsys, "inspect", os.path.join(FIRST, "model.h5"), "--verbose")
+    assert code == 0 and "lstm/lstm/opaque_kernel" in out, out  # the buffer, for those who ask
