@@ -12,6 +12,12 @@ Sources of the list:
   ``tf.raw_ops``: ops that compute outputs from inputs and the model's own variables and tables, and touch no file,
   socket, queue, clock, Python callback or other process.
 
+- every op TensorFlow's own registry (the TensorFlow installed) marks stateless (``OpDef.is_stateful`` false: its
+  outputs depend on its inputs alone), except those that still reach outside the model: the ones
+  :data:`REASONS` names by family (files, datasets, queues, the network, Python, debugging) and
+  :data:`REFUSED_STATELESS` names one by one. So a pure op is never refused by omission (:func:`is_pure`); an op
+  the registry marks stateful is allowed only where the lists above name it (variables, tables, random numbers).
+
 Ops that touch files are allowed only where TensorFlow's own machinery uses them: :data:`SAVER` in the functions the
 SavedModel's saver names (its ``saver_def``), :data:`TABLE_FILE` when the file name is not written in the graph (an
 asset the loader binds). Everything else is refused unless the user passes ``--trust-source``.
@@ -123,6 +129,72 @@ REASONS = (
     (("Print",), "prints to a file or an address"),
 )
 OTHER_REASON = "is not one of the pure-computation ops cudnn-port runs from a model file"
+STATEFUL_REASON = ("is registered by TensorFlow as stateful and is not one of the variable, table or random ops "
+                   "cudnn-port runs from a model file")
+
+# Ops TensorFlow registers as stateless that still reach outside the model (REASONS misses their names): refused.
+REFUSED_STATELESS = {
+    "Abort": "ends the process",
+    "DecodeProtoV2": "reads a protobuf descriptor file the graph names",
+    "EncodeProto": "reads a protobuf descriptor file the graph names",
+    "GenerateVocabRemapping": "reads vocabulary files",
+    "Batch": "waits for other calls to batch with, which can block for ever",
+    "BatchFunction": "waits for other calls to batch with, which can block for ever",
+    "Unbatch": "waits for other calls to batch with, which can block for ever",
+    "UnbatchGrad": "waits for other calls to batch with, which can block for ever",
+    "GetElementAtIndex": "reads a dataset",
+    "GetOptions": "reads a dataset",
+    "CompressElement": "feeds the tf.data service",
+    "UncompressElement": "feeds the tf.data service",
+    "InfeedEnqueuePrelinearizedBuffer": "talks to a TPU",
+    "Prelinearize": "talks to a TPU",
+    "PrelinearizeTuple": "talks to a TPU",
+}
+DEVICE_PREFIXES = ("Xla", "TPU", "Tpu")  # device-specific ops: compiled kernels a CPU load cannot run
+DEVICE_FRAGMENTS = ("SparseCore",)
+
+
+def _registry_stateless() -> frozenset:
+    """The ops the installed TensorFlow registers as stateless (empty where TensorFlow is not installed)."""
+    try:
+        import tensorflow as tf
+        from tensorflow.python.framework import op_def_registry  # the registry itself: no public accessor
+    except ImportError:
+        return frozenset()
+    found = set()
+    for name in dir(tf.raw_ops):
+        op_def = op_def_registry.get(name) if not name.startswith("_") else None
+        if op_def is not None and not op_def.is_stateful:
+            found.add(name)
+    return frozenset(found)
+
+
+def refused_stateless(op: str):
+    """Why an op the registry marks stateless is refused all the same, or None."""
+    if op in REFUSED_STATELESS:
+        return REFUSED_STATELESS[op]
+    if op.startswith(DEVICE_PREFIXES) or any(f in op for f in DEVICE_FRAGMENTS):
+        return "runs on a TPU or another accelerator's compiler, not on a CPU"
+    return next((words for fragments, words in REASONS if any(f in op for f in fragments)), None)
+
+
+_PURE = []
+
+
+def pure_ops() -> frozenset:
+    """Every op a model file's graph may run freely: :data:`COMPUTE` and the registry's stateless ops that
+    :func:`refused_stateless` lets through (computed once)."""
+    if not _PURE:
+        _PURE.append(COMPUTE | {op for op in _registry_stateless() if refused_stateless(op) is None})
+    return _PURE[0]
+
+
+def why_refused(op: str) -> str:
+    """Why an op outside :func:`pure_ops` is refused: its family's reason, its own, or how the registry marks it."""
+    if op in _registry_stateless():
+        return refused_stateless(op) or OTHER_REASON
+    return next((words for fragments, words in REASONS if any(f in op for f in fragments)), None) or \
+        (STATEFUL_REASON if _registry_stateless() else OTHER_REASON)
 
 URL_SCHEMES = (b"gs://", b"s3://", b"hdfs://", b"http://", b"https://", b"grpc://", b"file://", b"ram://",
                b"viewfs://", b"wasb://", b"az://", b"abfs://")

@@ -2,7 +2,7 @@
 TensorFlow loads or runs any of it (TensorFlow's SECURITY.md: "models are programs").
 
 Every node of the main graph and of every library function (signatures, the init op, the saver's save and restore
-functions, functions nothing calls) must be pure computation (:data:`.allowed_ops.COMPUTE`), the saver's own file
+functions, functions nothing calls) must be pure computation (:func:`.allowed_ops.pure_ops`), the saver's own file
 ops inside the functions its ``saver_def`` names, a lookup table read from a file the loader binds (an asset), or
 ``tf.print`` to standard error. Anything else (files, network, queues, tfdbg, Python callbacks), a string constant
 holding an address (``gs://``, ``s3://``, ``http(s)://``, ``grpc://``, ``file://``, ...) and an asset named outside
@@ -136,7 +136,7 @@ def _why(node, function, saver_node, by_name, args, bound, asset_tensors, librar
                     not _table_data(node.name, by_name) and node.name not in asset_tensors:
                 return f"holds {short(value.decode('utf-8', 'replace'), 50)!r}, a place outside the model"
     op = node.op
-    if op in ops.COMPUTE or op in library:
+    if op in ops.pure_ops() or op in library:
         return None
     if op in ops.SAVER:
         return None if saver_node else "reads or writes a checkpoint outside the SavedModel's saver"
@@ -145,10 +145,7 @@ def _why(node, function, saver_node, by_name, args, bound, asset_tensors, librar
         return None if stream in ops.PRINT_STREAMS else f"prints to {short(stream, 50)!r}"
     if op in ops.TABLE_FILE and len(node.input) > 1:
         return _file_name_source(node.input[1], function, by_name, args, bound, asset_tensors)
-    for fragments, words in ops.REASONS:
-        if any(f in op for f in fragments):
-            return words
-    return ops.OTHER_REASON
+    return ops.why_refused(op)
 
 
 def _table_data(name, by_name) -> bool:
