@@ -1,8 +1,9 @@
 """Stock Keras 3 recurrent layers into fused stacks: the front door for models of ``LSTM``, ``GRU``, ``Bidirectional``.
 
 :func:`rewrite` returns an equivalent model in which each stock layer whose math cuDNN computes (the conditions
-Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``, ``use_bias``, not
-``unroll``, ``GRU(reset_after=True)``; dropout does nothing at inference) is a
+Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``, ``use_bias``,
+``GRU(reset_after=True)``; ``unroll=True`` computes the same steps without a loop, and dropout does nothing at
+inference) is a
 :class:`~cudnn_port.stock_adapter.StockAdapter` around a fused layer holding the same weights: Keras' kernels are the
 canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`). Every other
 layer is the user's own layer object, reused (nested Functional / Sequential models are rebuilt around them). The
@@ -10,7 +11,7 @@ rewritten model then takes the whole-model road (:mod:`cudnn_port.model_export`)
 ORIGINAL model: Keras' own outputs.
 
 Refused with one line naming the layer and the reason: every other recurrent layer (``GRU(reset_after=False)``,
-other activations, ``use_bias=False``, ``unroll=True``, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with any cell),
+other activations, ``use_bias=False``, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with any cell),
 ``stateful=True`` layers, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which
 cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to TensorList ops that
 tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same set.
@@ -43,8 +44,6 @@ def _why_not(layer) -> Optional[str]:
             return f"{key}={config.get(key)!r} (cuDNN computes {want})"
     if not config.get("use_bias", True):
         return "use_bias=False"
-    if config.get("unroll"):
-        return "unroll=True"
     if name == "GRU" and not config.get("reset_after", True):
         return "reset_after=False (cuDNN's GRU is reset_after=True)"
     return None
