@@ -133,6 +133,8 @@ def _keras_export_lines(manifest, out) -> list:
     lines += [f"  {layer_line(entry)}" for entry in layers]
     lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
     lines.append(f"  each layer alone (step functions for decoding): {os.path.join(out, 'layers')}")
+    if manifest.get("not_asked_for"):
+        lines.append(f"  not written (not in --formats): {', '.join(manifest['not_asked_for'])}")
     if manifest.get("model_input_specs"):
         lines.append("  " + io_line(manifest["model_input_specs"], manifest.get("model_output_specs")))
     lines += _parity_lines(manifest, out)

@@ -78,7 +78,7 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         from .checkpoint import resolve_prefix
 
         resolve_prefix(source)
-    onnx = formats is None or "onnx" in formats or kind == "keras_model"
+    onnx = formats is None or "onnx" in formats
     require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
             *(["onnxruntime"] if quantize else []), *registry.needs(formats or ()), purpose="convert")
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
@@ -91,13 +91,10 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if kind == "keras_model":
-        if formats:
-            raise CudnnPortError("a .keras model is exported whole (checkpoint, saved_model, graphdef, onnx, tflite "
-                                 "and each fused layer), so --formats does not apply; leave it out")
         from .model_export import export_keras_file
 
         return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
-                                 keep_failed=keep_failed, progress=progress)
+                                 keep_failed=keep_failed, progress=progress, formats=formats)
     from .readers import open_source
 
     src = open_source(source)

@@ -36,10 +36,10 @@ A parity failure raises :class:`~cudnn_port.errors.ParityError` and leaves no OU
 and the error names its report).
 """
 import os
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 from .deps import import_tf
-from .errors import ParityError, reason
+from .errors import CudnnPortError, ParityError, reason
 from .manifest import Manifest, warn
 from .outdir import OutputFolder, finish
 from .paths import sha256
@@ -93,29 +93,37 @@ def _traced(model, specs, path):
 
 def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Optional[str] = None, force: bool = False,
            progress: Optional[Progress] = None, seed: int = 0, path: Optional[str] = None, xla: bool = False,
-           quantize: Optional[str] = None, keep_failed: bool = False, verbose: bool = False) -> Manifest:
+           quantize: Optional[str] = None, keep_failed: bool = False, formats: Optional[Sequence[str]] = None,
+           verbose: bool = False) -> Manifest:
     """Write the CPU artifacts of ``model`` (a built Keras model holding fused or stock LSTM / GRU layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
     came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled
     (see :mod:`cudnn_port.exports.tensorflow`). ``quantize="int8"``: int8 ONNX models next to the fp32 ones
-    (:mod:`cudnn_port.exports.quantize`). A mixed-precision model gets float32 artifacts, judged by the model in
-    float32 (:mod:`cudnn_port.precision`). Only cudnn-port's own words reach stderr during the call; ``verbose=True``
-    lets the libraries' through. Raises :class:`~cudnn_port.errors.ParityError` if an artifact disagrees with the
-    judge."""
+    (:mod:`cudnn_port.exports.quantize`). ``formats``: write (and check) only these of :func:`whole_model_formats`
+    (the checkpoint and ``keras/model.keras``, the judge's copy, are always written). A mixed-precision model gets
+    float32 artifacts, judged by the model in float32 (:mod:`cudnn_port.precision`). Only cudnn-port's own words
+    reach stderr during the call; ``verbose=True`` lets the libraries' through. Raises
+    :class:`~cudnn_port.errors.ParityError` if an artifact disagrees with the judge."""
     from .precision import float32_policy
     from .quiet import library_call
 
     with library_call(verbose), float32_policy():  # new layers compute in float32 whatever the script's policy
         return _export(model, out, style=style, force=force, progress=progress, seed=seed, path=path, xla=xla,
-                       quantize=quantize, keep_failed=keep_failed)
+                       quantize=quantize, keep_failed=keep_failed, formats=formats)
 
 
-def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed):
+def whole_model_formats() -> List[str]:
+    """The ``--formats`` a whole Keras model takes: the checkpoint and every format on the whole-model road."""
+    return layer_formats()
+
+
+def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats):
     from .precision import float32_twin
     from .readers.keras_model import KerasModelSource
     from .stock_keras import rewrite
 
     say = say_to(progress)
+    chosen = _chosen_formats(formats, quantize)
     original = model
     judged, policy = float32_twin(model)  # a mixed-precision model's artifacts compute in float32: so does the judge
     model = rewrite(judged, say)  # stock LSTM / GRU fused; the model as given is saved, and (in float32) judges
@@ -130,8 +138,8 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
     def write(tmp):
-        manifest = write_stacks(source, stacks, tmp, style=style, formats=layer_formats(), layer_dir="layers",
-                                xla=xla, say=say)
+        manifest = write_stacks(source, stacks, tmp, style=style, formats=chosen, layer_dir="layers", xla=xla,
+                                say=say)
         manifest.kind = "keras_model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         manifest["model_input_specs"] = to_records(specs)
@@ -141,7 +149,9 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
             manifest.source.files = {os.path.basename(path): sha256(path)}
         job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
         job.manifest = manifest
-        manifest.model_artifacts = write_road("model", job, tmp, manifest, say)
+        manifest.model_artifacts = write_road("model", job, tmp, manifest, say, formats=chosen)
+        if formats is not None:
+            manifest["not_asked_for"] = [f for f in whole_model_formats() if f not in chosen]
         manifest["model_layers"] = [dict(source.layer_of(s.variable), spec=s.spec.to_dict(), stack=s.variable)
                                     for s in stacks]
         outputs = job.traced("cpu").structured_outputs
@@ -170,6 +180,22 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         raise ParityError(_failure(manifest["parity"], f"the output was kept; see {report}"), manifest["parity"],
                           report)
     return manifest
+
+
+def _chosen_formats(formats, quantize):
+    """The formats a whole-model export writes: all of :func:`whole_model_formats`, or those asked for (refused in
+    one line: a name no whole model has; int8 without onnx)."""
+    every = whole_model_formats()
+    if formats is None:
+        return every
+    formats = list(formats)
+    unknown = [f for f in formats if f not in every]
+    if unknown:
+        raise CudnnPortError(f"--formats {unknown[0]} does not apply to a whole Keras model; choose from "
+                             f"{', '.join(every)}")
+    if quantize and "onnx" not in formats:
+        raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
+    return [f for f in every if f in formats or f == "checkpoint"]
 
 
 def _failure(parity, what):
@@ -203,9 +229,10 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
 
 def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | str", style: Optional[str] = None,
                       force: bool = False, progress: Optional[Callable[[str], None]] = None, xla: bool = False,
-                      quantize: Optional[str] = None, keep_failed: bool = False) -> Manifest:
+                      quantize: Optional[str] = None, keep_failed: bool = False,
+                      formats: Optional[Sequence[str]] = None) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     from .readers.keras_model import load_model_file
 
     return export(load_model_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
-                  quantize=quantize, keep_failed=keep_failed)
+                  quantize=quantize, keep_failed=keep_failed, formats=formats)

@@ -146,3 +146,23 @@ def test_functional_seq2seq_with_states_and_batch_norm(tmp_path):
     assert manifest.model_artifacts and not manifest.warnings, manifest.warnings
     report = verify(tmp_path / "out")
     assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
+
+
+def test_formats_for_a_whole_model_writes_and_checks_only_what_was_asked(tmp_path, capsys):
+    from helpers import assert_clean_error, run_cli
+
+    source = os.path.join(ROOT, "models", "first_model", "model.h5")
+    code, out, err = run_cli(capsys, "convert", source, tmp_path / "out", "--formats", "onnx")
+    assert code == 0, err
+    assert "not written (not in --formats): saved_model, graphdef, tflite" in out, out
+    written = sorted(os.listdir(tmp_path / "out"))
+    assert written == ["checkpoint", "keras", "layers", "manifest.json", "model.onnx", "model_parity.json"], written
+    assert sorted(os.listdir(tmp_path / "out" / "layers" / "lstm__lstm")) == ["model.onnx", "model_stateful.onnx"]
+    code, out, err = run_cli(capsys, "verify", tmp_path / "out", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["passed"], report
+    artifacts = {r["artifact"] for r in report["rows"]}
+    assert "onnx (onnxruntime)" in artifacts and not any(a.startswith(("saved_model", "tflite", "graphdef"))
+                                                         for a in artifacts), artifacts
+    code, _, err = run_cli(capsys, "convert", source, tmp_path / "out2", "--formats", "pytorch")
+    assert_clean_error(code, err, "--formats pytorch does not apply to a whole Keras model", "onnx, tflite")
