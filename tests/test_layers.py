@@ -247,8 +247,8 @@ def test_cli_converts_a_saved_keras_file(tmp_path, capsys, tagger_out):
     manifest = json.loads(out)
     assert manifest["kind"] == "keras_model" and manifest["parity"]["passed"]
     assert manifest["style"] == "tf1"  # --style reaches the checkpoint's names
-    code, _, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out3", "--formats", "onnx")
-    assert_clean_error(code, err, "--formats does not apply")
+    code, _, err = run_cli(capsys, "convert", tmp_path / "tagger.keras", tmp_path / "out3", "--formats", "keras")
+    assert_clean_error(code, err, "--formats keras does not apply to a whole Keras model")
     (tmp_path / "broken.keras").write_bytes(b"PK\x03\x04 not really a zip")
     code, _, err = run_cli(capsys, "convert", tmp_path / "broken.keras", tmp_path / "out2")
     assert_clean_error(code, err, "not a zip archive", "complete .keras file")
