@@ -12,6 +12,7 @@ from helpers import CHAR_LM, ROOT, tagger
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 pytest_plugins = ["pytester"]
+collect_ignore = ["fixtures/gpu_keras/train_on_gpu.py"]  # a GPU script kept with the fixtures it made (needs a GPU)
 
 
 @pytest.fixture

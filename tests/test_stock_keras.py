@@ -186,8 +186,9 @@ def test_verify_rebuilds_keras_judge_from_the_stored_original(tagger_out):
 def test_inspect_names_fused_layers(tagger_out):
     result = run_cli("inspect", tagger_out[1] / "tagger.keras")
     assert result.returncode == 0, result.stderr
-    assert "stock layer bilstm (Bidirectional): fused" in result.stdout
-    assert "stock layer bigru (Bidirectional): fused" in result.stdout
+    assert "Bidirectional 'bilstm' (1-layer bidirectional LSTM" in result.stdout, result.stdout
+    assert "Bidirectional 'bigru' (1-layer bidirectional GRU" in result.stdout, result.stdout
+    assert "-> fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM" in result.stdout, result.stdout
 
 
 @pytest.mark.slow

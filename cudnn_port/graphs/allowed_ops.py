@@ -169,7 +169,7 @@ def _registry_stateless() -> frozenset:
     return frozenset(found)
 
 
-def refused_stateless(op: str):
+def refused_stateless(op: str) -> "str | None":
     """Why an op the registry marks stateless is refused all the same, or None."""
     if op in REFUSED_STATELESS:
         return REFUSED_STATELESS[op]

@@ -50,6 +50,7 @@ def load_model_file(path: str) -> "keras.Model":
     model Keras 3 saved as HDF5 (:func:`load_keras_h5`)."""
     from .keras_h5 import is_hdf5
 
+    path = os.fspath(path)
     if os.path.isfile(path) and is_hdf5(path):
         return load_keras_h5(path)
     return load_keras_file(path)
@@ -63,6 +64,7 @@ def load_keras_h5(path: str) -> "keras.Model":
 
     from .h5_guard import check_h5
 
+    path = os.fspath(path)
     require_file(path, "Keras .h5 file")
     try:
         with h5py.File(path, "r") as f:
