@@ -95,9 +95,10 @@ def verify(out: "os.PathLike[str] | str", atol: float = ATOL, rtol: float = RTOL
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict. A graph in
     OUT that is not pure computation is refused before anything runs, unless ``trust_source``. Only cudnn-port's own
     words reach stderr during the call; ``verbose=True`` lets the libraries' through."""
+    from .exports.runners import loads_shared
     from .quiet import library_call
 
-    with library_call(verbose):
+    with library_call(verbose), loads_shared():
         return _verify(os.fspath(out), atol, rtol, seed, batch, steps, progress, trust_source)
 
 

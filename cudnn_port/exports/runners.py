@@ -1,8 +1,10 @@
 """Loaders shared by the format runtimes (:mod:`cudnn_port.formats`), the judges and bench, each written once: a
 frozen GraphDef into a ``tf.Graph``, an ONNX model into a quiet onnxruntime CPU session, a SavedModel, a TFLite
 interpreter."""
+import contextlib
+import contextvars
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -38,11 +40,31 @@ def onnx_session(path: str) -> "ort.InferenceSession":
     return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
 
+_LOADED: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = contextvars.ContextVar("loaded", default=None)
+
+
+@contextlib.contextmanager
+def loads_shared() -> Iterator[None]:
+    """Inside, each SavedModel folder is loaded once (a verify runs its signatures and its functions from the same
+    load: loading is most of a SavedModel row's time); the loads are dropped on leaving."""
+    token = _LOADED.set({})
+    try:
+        yield
+    finally:
+        _LOADED.reset(token)
+
+
 def load_saved_model(path: str) -> "Any":
-    """``tf.saved_model.load`` of the SavedModel folder at ``path``."""
+    """``tf.saved_model.load`` of the SavedModel folder at ``path`` (once per folder inside :func:`loads_shared`)."""
     from ..deps import import_tf
 
-    return import_tf().saved_model.load(os.fspath(path))
+    shared, key = _LOADED.get(), os.path.realpath(os.fspath(path))
+    if shared is not None and key in shared:
+        return shared[key]
+    loaded = import_tf().saved_model.load(os.fspath(path))
+    if shared is not None:
+        shared[key] = loaded
+    return loaded
 
 
 def litert_interpreter(path: str, tf_lite: bool = False) -> "Any":

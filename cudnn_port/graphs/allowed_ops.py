@@ -15,13 +15,15 @@ Sources of the list:
 - every op TensorFlow's own registry (the TensorFlow installed) marks stateless (``OpDef.is_stateful`` false: its
   outputs depend on its inputs alone), except those that still reach outside the model: the ones
   :data:`REASONS` names by family (files, datasets, queues, the network, Python, debugging) and
-  :data:`REFUSED_STATELESS` names one by one. So a pure op is never refused by omission (:func:`is_pure`); an op
+  :data:`REFUSED_STATELESS` names one by one. So a pure op is never refused by omission (:func:`pure_ops`); an op
   the registry marks stateful is allowed only where the lists above name it (variables, tables, random numbers).
 
 Ops that touch files are allowed only where TensorFlow's own machinery uses them: :data:`SAVER` in the functions the
 SavedModel's saver names (its ``saver_def``), :data:`TABLE_FILE` when the file name is not written in the graph (an
 asset the loader binds). Everything else is refused unless the user passes ``--trust-source``.
 """
+
+import functools
 
 _MATH = """Abs Acos Acosh Add AddN AddV2 All Angle Any ApproximateEqual ArgMax ArgMin Asin Asinh Atan Atan2 Atanh
 BatchMatMul BatchMatMulV2 BatchMatMulV3 BesselI0e BesselI1e Betainc BiasAdd BiasAddGrad BiasAddV1 Bincount Bucketize
@@ -154,6 +156,7 @@ DEVICE_PREFIXES = ("Xla", "TPU", "Tpu")  # device-specific ops: compiled kernels
 DEVICE_FRAGMENTS = ("SparseCore",)
 
 
+@functools.lru_cache(maxsize=1)
 def _registry_stateless() -> frozenset:
     """The ops the installed TensorFlow registers as stateless (empty where TensorFlow is not installed)."""
     try:
@@ -178,15 +181,11 @@ def refused_stateless(op: str) -> "str | None":
     return next((words for fragments, words in REASONS if any(f in op for f in fragments)), None)
 
 
-_PURE = []
-
-
+@functools.lru_cache(maxsize=1)
 def pure_ops() -> frozenset:
     """Every op a model file's graph may run freely: :data:`COMPUTE` and the registry's stateless ops that
     :func:`refused_stateless` lets through (computed once)."""
-    if not _PURE:
-        _PURE.append(COMPUTE | {op for op in _registry_stateless() if refused_stateless(op) is None})
-    return _PURE[0]
+    return COMPUTE | {op for op in _registry_stateless() if refused_stateless(op) is None}
 
 
 def why_refused(op: str) -> str:
