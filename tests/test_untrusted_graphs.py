@@ -237,6 +237,7 @@ def test_keras_safe_mode_refusals_say_what_was_refused_and_how_to_opt_in(tmp_pat
 
     inputs = keras.Input((3,))
     keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2)(inputs)).save(tmp_path / "lambda.keras")
+    keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2)(inputs)).save(tmp_path / "lambda.h5")  # Keras 3's .h5
 
     @keras.saving.register_keras_serializable(package="untrusted_test")
     class Planted(keras.layers.Layer):  # registered in this process only: the CLI's process does not know it
@@ -244,9 +245,10 @@ def test_keras_safe_mode_refusals_say_what_was_refused_and_how_to_opt_in(tmp_pat
             return x
 
     keras.Model(inputs, Planted()(inputs)).save(tmp_path / "custom.keras")
-    code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / "lambda.keras", tmp_path / "out")
-    refusal(code, err, "holds Python code (a Lambda layer's function)", "safe mode", "safe_mode=False",
-            "cudnn_port.export(model, OUT)")
+    for name in ("lambda.keras", "lambda.h5"):  # the .h5 holds the function's bytecode: it must not run either
+        code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / name, tmp_path / "out")
+        refusal(code, err, "holds Python code (a Lambda layer's function)", "safe mode", "safe_mode=False",
+                "cudnn_port.export(model, OUT)")
     code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / "custom.keras", tmp_path / "out")
     refusal(code, err, "'Planted'", "custom object whose code is not in the file", "custom_objects=")
     assert not (tmp_path / "out").exists()
