@@ -177,7 +177,7 @@ def parse(argv: List[str]) -> argparse.Namespace:
     try:
         return parser.parse_args(argv)
     except UsageError as e:  # a name that starts with a dash reads as an unknown flag: say how to pass it
-        near = _nearest_flag(parser, argv) if "unrecognized" in str(e) else None
+        near = _nearest_flag(parser, argv, str(e))
         if near:
             raise UsageError(f"{e}; did you mean {near}?") from None
         known = {o for p in [parser, *parser._subparsers._group_actions[0].choices.values()]
@@ -189,17 +189,18 @@ def parse(argv: List[str]) -> argparse.Namespace:
         raise
 
 
-def _nearest_flag(parser: argparse.ArgumentParser, argv: List[str]):
-    """The valid flag nearest to the first unknown one in ``argv`` ("--forse" -> "--force"), or None."""
+def _nearest_flag(parser: argparse.ArgumentParser, argv: List[str], message: str):
+    """The valid flag nearest to the first one argparse's ``message`` calls unrecognized ("--forse" -> "--force"),
+    among the options of the command given (the first argument, as argparse reads it), or None."""
     import difflib
+    import re
 
+    found = re.search(r"unrecognized arguments: (\S+)", message)
+    if not found or not found.group(1).startswith("--"):
+        return None
     commands = parser._subparsers._group_actions[0].choices
-    command = next((a for a in argv if a in commands), None)
+    command = argv[0] if argv and argv[0] in commands else None
     options = (commands[command] if command else parser)._option_string_actions
-    known = sorted(o for o in options if o.startswith("--"))
-    for arg in argv[:argv.index("--") if "--" in argv else len(argv)]:
-        flag = arg.split("=")[0]
-        if flag.startswith("--") and flag not in known:
-            near = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
-            return near[0] if near else None
-    return None
+    near = difflib.get_close_matches(found.group(1).split("=")[0], sorted(o for o in options if o.startswith("--")),
+                                     n=1, cutoff=0.6)
+    return near[0] if near else None

@@ -39,7 +39,7 @@ import os
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 from .deps import import_tf
-from .errors import CudnnPortError, ParityError, reason
+from .errors import CudnnPortError, ParityError
 from .manifest import Manifest, warn
 from .outdir import OutputFolder, finish
 from .paths import sha256
@@ -58,22 +58,42 @@ PARITY = "model_parity.json"
 
 def _input_specs(model, say):
     """The whole model's input specs (:func:`cudnn_port.model_inputs.input_specs`) and the warnings they raise. A
-    model that cannot run on the dynamic sizes (a ``Flatten`` after its recurrent layer, say) keeps the sizes of the
-    batch it was built from, with a warning saying so."""
+    model built from a batch is run once on other sizes (3 rows, 7 steps): one that cannot run on another length (a
+    ``Flatten`` after its recurrent layer, say) keeps the length of the batch it was built from, and one that cannot
+    run on another batch size keeps that too, each with a warning."""
     from .model_inputs import built_from_a_batch, input_specs
 
     warnings = []
     specs = input_specs(model, warnings.append)
-    if built_from_a_batch(model):
-        try:
-            _traced(model, specs, "cpu")
-        except Exception as e:  # noqa: BLE001 (any failure to trace means: keep the recorded sizes)
-            fixed = [list(t.shape) for t in model.inputs]
-            warnings.append(f"the model was built on a batch of shape {fixed[0]} (no keras.Input), and it does not run "
-                            f"on other sizes ({reason(e)}), so every artifact takes exactly that shape")
-            tf = import_tf()
-            specs = [tf.TensorSpec(t.shape, s.dtype, name=s.name) for t, s in zip(model.inputs, specs)]
-    return specs, warnings
+    if not built_from_a_batch(model):
+        return specs, warnings
+    tf = import_tf()
+    recorded = [list(t.shape) for t in model.inputs]
+    batch_only = [tf.TensorSpec([None] + r[1:], s.dtype, name=s.name) for r, s in zip(recorded, specs)]
+    fixed = [tf.TensorSpec(r, s.dtype, name=s.name) for r, s in zip(recorded, specs)]
+    if _runs_on(model, specs):
+        return specs, warnings
+    if _runs_on(model, batch_only):
+        warnings.append(f"the model was built on a batch of shape {recorded[0]} (no keras.Input) and does not run on "
+                        "other lengths, so every artifact keeps its length; give it keras.Input(shape=(None, ...)) "
+                        "and layers that take any length for any size")
+        return batch_only, warnings
+    warnings.append(f"the model was built on a batch of shape {recorded[0]} (no keras.Input) and runs on no other "
+                    "size, so every artifact takes exactly that shape")
+    return fixed, warnings
+
+
+def _runs_on(model, specs) -> bool:
+    """Whether ``model`` runs on inputs of ``specs`` (None: 3 rows, 7 steps; ids 0, in every vocabulary)."""
+    from .judging.parity import sample_inputs
+
+    feeds = sample_inputs([(s.name, s) for s in specs], seed=0, batch=3, steps=7)
+    values = [feeds[s.name] * 0 if s.dtype.is_integer else feeds[s.name] for s in specs]
+    try:
+        model(values[0] if len(values) == 1 else values, training=False)
+        return True
+    except Exception:  # noqa: BLE001 (any failure to run means: not on these sizes)
+        return False
 
 
 def _traced(model, specs, path):

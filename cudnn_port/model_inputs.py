@@ -4,8 +4,11 @@ Keras fixes an input's shape from the first batch it sees when the model has no 
 built by ``fit`` (or ``predict``, or a call on a batch) records that batch's size and length, and the dtype of its
 first layer (float32 ids for an ``Embedding``). Those are facts of one training batch, not of the model, so
 :func:`input_specs` gives such an input a dynamic batch and time (every dimension but the features), and an input
-an ``Embedding`` reads int32 ids. A model built from ``keras.Input`` keeps what its inputs state; each dimension it
-fixes besides the features is said in one warning line naming the fix.
+an ``Embedding`` reads int32 ids. Keras keeps no record of where a ``Sequential``'s input came from, so "built from
+a batch" is read off the one sign it leaves: a fixed batch size, which ``keras.Input`` sets only when asked
+(``batch_size=``). ``fit`` leaves the batch unknown when its rows do not divide into batches, or for a
+``tf.data`` dataset: such a model keeps its recorded length, with the warning below. Every other model keeps what
+its inputs state; each dimension fixed besides the features is said in one warning line naming the fix.
 
 The specs are recorded in the manifest (``model_input_specs``), so that ``verify`` feeds the artifacts what they
 take, whichever model judges them.
@@ -64,8 +67,9 @@ def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.T
         fixed = [(i, d) for i, d in enumerate(shape[:len(shape) if name in ids else -1]) if d is not None]
         if fixed and not relax:
             dims = ", ".join(f"{'batch' if i == 0 else 'time' if i == 1 else f'dimension {i}'} {d}" for i, d in fixed)
-            warn(f"input {name!r} is fixed at {dims} (as the model's keras.Input states), and so is every artifact; "
-                 "build the model with None there (keras.Input(shape=(None, ...)), no batch_size) for any size")
+            warn(f"input {name!r} is fixed at {dims} (its keras.Input, or the first batch Keras built the model on), "
+                 "and so is every artifact; give the model keras.Input(shape=(None, ...)) with no batch_size for any "
+                 "size")
         specs.append(tf.TensorSpec(shape, dtype, name=name))
     return specs
 

@@ -15,9 +15,10 @@ that exception becomes cudnn-port's one line. So while :func:`quiet_stderr` is a
 ``cudnn-port --verbose`` or ``CUDNN_PORT_VERBOSE=1`` turns all of it off: every foreign line comes through.
 
 These are process-wide settings: the CLI holds them for its whole run (:func:`cudnn_port.cli.main` runs inside
-:func:`quiet_stderr`), and the library's calls (``convert``, ``export``, ``verify``, ``inspect_source``) hold them
+:func:`quiet_stderr`), and the library's calls (``convert``, ``export``, ``verify``) hold them
 for the duration of the call alone (:func:`library_call`: fd 2, the warnings filters and the loggers given back as
-they were, the environment untouched), so a training script that calls ``cudnn_port.export`` sees only cudnn-port's
+they were, the environment untouched; lines in Python logging's default format pass, being the caller's own), so a
+training script that calls ``cudnn_port.export`` sees only cudnn-port's
 own words on stderr; ``verbose=True`` lets the libraries' lines through. A library user who wants the CLI's quiet
 for more than one call, TensorFlow's import included, opts in::
 
@@ -46,6 +47,11 @@ FOREIGN = re.compile(rb"|".join([
     rb"\S+\.py:\d+: \w*Warning: ",  # a Python warning
     rb"(INFO|WARNING|ERROR|VERBOSE): ",  # TFLite / LiteRT ("INFO: Created TensorFlow Lite XNNPACK delegate")
 ]))
+# A library call filters fd 2 while its caller may log too: the caller's Python logging ("INFO:root:...") and
+# warnings in the default formats are the caller's own, so they pass (the libraries' Python loggers are silenced by
+# level instead).
+FOREIGN_IN_LIBRARY = re.compile(FOREIGN.pattern.replace(rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:|", b"")
+                                .replace(rb"\S+\.py:\d+: \w*Warning: |", b""))
 CONTINUED = re.compile(rb"\s|To enable the following instructions|Custom ops: |Details:|See instructions: |$")
 FATAL = re.compile(rb"F\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+[^\s:]+:\d+\]\s*(.*)|"
                    rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: F [^\s:]+:\d+\]\s*(.*)|"
@@ -75,7 +81,8 @@ def quiet_env() -> None:
 class _Filter:
     """fd 2 redirected into a pipe; a thread forwards the lines that are not foreign to the real stderr."""
 
-    def __init__(self):
+    def __init__(self, foreign: "re.Pattern[bytes]" = FOREIGN):
+        self.foreign = foreign
         sys.stderr.flush()
         self.real = os.dup(2)
         read, write = os.pipe()
@@ -119,7 +126,7 @@ class _Filter:
             self._write(f"cudnn-port: internal error: a library aborted the process: {' '.join(text.split())[:200]}"
                         " (rerun with --verbose to see its log, and report it)\n".encode())
             return True
-        if FOREIGN.match(bare) or (foreign and CONTINUED.match(bare)):
+        if self.foreign.match(bare) or (foreign and CONTINUED.match(bare)):
             return True
         self._write(line + b"\n")
         return False
@@ -161,7 +168,7 @@ def _quiet(verbose: bool, set_env: bool) -> Iterator[None]:
     loggers = [] if loud else [logging.getLogger(name) for name in LOGGERS]
     levels = [logger.level for logger in loggers]
     try:
-        stream = None if loud else _Filter()
+        stream = None if loud else _Filter(FOREIGN if set_env else FOREIGN_IN_LIBRARY)
     except OSError:  # no fd 2 to redirect (a closed stderr): nothing to filter
         stream = None
     _State.depth += 1

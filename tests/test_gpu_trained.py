@@ -58,7 +58,12 @@ def test_gpu_trained_model_converts_and_matches_keras_on_cpu_and_the_gpu(case, t
     report = verify(out)
     assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
 
-    original = keras.saving.load_model(os.path.join(FIXTURES, case + ".keras"), compile=False)
+    try:
+        original = keras.saving.load_model(os.path.join(FIXTURES, case + ".keras"), compile=False)
+    except (TypeError, ValueError):  # an older Keras (3.12) refuses options 3.15 wrote with their default None
+        from cudnn_port.readers.keras_model import load_keras_file
+
+        original = load_keras_file(os.path.join(FIXTURES, case + ".keras"))  # drops only those; Keras computes
     names = manifest["model_inputs"]
     feeds = {n: data[f"x_{n}"] for n in names}
     gpu = data["gpu_fp32_0"].astype(np.float64)

@@ -15,8 +15,10 @@ Sources of the list:
 - every op TensorFlow's own registry (the TensorFlow installed) marks stateless (``OpDef.is_stateful`` false: its
   outputs depend on its inputs alone), except those that still reach outside the model: the ones
   :data:`REASONS` names by family (files, datasets, queues, the network, Python, debugging) and
-  :data:`REFUSED_STATELESS` names one by one. So a pure op is never refused by omission (:func:`pure_ops`); an op
-  the registry marks stateful is allowed only where the lists above name it (variables, tables, random numbers).
+  :data:`REFUSED_STATELESS` names one by one; and except the kernel families inference never needs whose crafted
+  inputs have aborted TensorFlow (:data:`RISKY_FRAGMENTS`: gradients, quantized kernels, decoders). So a pure op
+  is never refused by omission (:func:`pure_ops`); an op the registry marks stateful is allowed only where the
+  lists above name it (variables, tables, random numbers).
 
 Ops that touch files are allowed only where TensorFlow's own machinery uses them: :data:`SAVER` in the functions the
 SavedModel's saver names (its ``saver_def``), :data:`TABLE_FILE` when the file name is not written in the graph (an
@@ -154,6 +156,14 @@ REFUSED_STATELESS = {
 }
 DEVICE_PREFIXES = ("Xla", "TPU", "Tpu")  # device-specific ops: compiled kernels a CPU load cannot run
 DEVICE_FRAGMENTS = ("SparseCore",)
+# Registry-stateless kernels that inference never needs and whose crafted inputs have aborted TensorFlow (CHECK
+# failures: MaxPoolGradWithArgmax with an out-of-range argmax ends the process on TF 2.16 and 2.21): gradients and
+# backward passes, quantized and sparse-matrix kernels, decoders of images and compressed or serialized data, device
+# copies. Refused unless the hand-checked lists above name them (COMPUTE keeps the few gradients SavedModels hold).
+RISKY_FRAGMENTS = ("Grad", "Backprop", "Quantize", "Quantized", "Requantiz", "SparseMatrix", "CSRSparse",
+                   "DenseToCSR", "Decode", "Deserialize", "ParseTensor", "Compress", "Copy", "CheckPinned")
+RISKY_REASON = ("is a kernel inference does not need (a gradient, a quantized or sparse-matrix kernel, a decoder) "
+                "whose crafted inputs can abort the process")
 
 
 @functools.lru_cache(maxsize=1)
@@ -178,7 +188,8 @@ def refused_stateless(op: str) -> "str | None":
         return REFUSED_STATELESS[op]
     if op.startswith(DEVICE_PREFIXES) or any(f in op for f in DEVICE_FRAGMENTS):
         return "runs on a TPU or another accelerator's compiler, not on a CPU"
-    return next((words for fragments, words in REASONS if any(f in op for f in fragments)), None)
+    family = next((words for fragments, words in REASONS if any(f in op for f in fragments)), None)
+    return family or (RISKY_REASON if any(f in op for f in RISKY_FRAGMENTS) else None)
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 
 def load_keras_file(path: str) -> "keras.Model":
-    """Load a ``.keras`` file with cudnn_port's layers known to Keras."""
+    """Load a ``.keras`` file with cudnn_port's layers known to Keras. A file a newer Keras saved with a layer option
+    this Keras does not know, left at its default None (Keras 3.15's ``Embedding(quantization_config=None)`` under
+    Keras 3.12), loads from a copy without that option: the same model (:func:`_without_option`)."""
     require_file(path, ".keras file")
     if os.path.getsize(path) == 0 or not zipfile.is_zipfile(path):
         raise CudnnPortError(f"{path} is empty or not a zip archive, so not a complete .keras file; save the model "
@@ -39,10 +41,73 @@ def load_keras_file(path: str) -> "keras.Model":
 
     from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
 
-    try:
-        return keras.saving.load_model(path, compile=False)  # safe_mode: no code from the file runs
-    except Exception as e:
-        raise CudnnPortError(_refusal(path, e)) from None
+    with tempfile.TemporaryDirectory(prefix="cudnn-port-keras-") as tmp:
+        target = path
+        for _ in range(MAX_DEFAULTED):
+            try:
+                return keras.saving.load_model(target, compile=False)  # safe_mode: no code from the file runs
+            except Exception as e:
+                newer = _newer_option(e)
+                copy = newer and _without_option(target, *newer, os.path.join(tmp, f"{len(os.listdir(tmp))}.keras"))
+                if not copy:
+                    raise CudnnPortError(_refusal(path, e)) from None
+                target = copy
+        raise CudnnPortError(f"cannot load {path}: it was saved by a newer Keras with more than {MAX_DEFAULTED} "
+                             "options this Keras lacks; upgrade Keras (pip install -U keras)")
+
+
+MAX_DEFAULTED = 16  # options of a newer Keras left at their defaults before giving up
+
+
+def _newer_option(error):
+    """(class name, option) when Keras refused an option of a layer or initializer that this Keras does not know
+    ("Unrecognized keyword arguments passed to Embedding: {'quantization_config': None}", "GlorotUniform.__init__()
+    got an unexpected keyword argument 'input_axes'": Keras 3.12 on a 3.15 file), else None."""
+    import ast
+    import re
+
+    text = str(error)
+    found = re.search(r"Unrecognized keyword arguments passed to (\w+): (\{.*?\})", text)
+    if found:
+        try:
+            options = ast.literal_eval(found.group(2))  # a literal dict, never code
+        except (ValueError, SyntaxError):
+            return None
+        return (found.group(1), next(iter(options))) if isinstance(options, dict) and len(options) == 1 else None
+    found = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", text)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _without_option(path, class_name, option, target):
+    """A copy of the .keras archive ``path`` at ``target`` whose config drops ``option`` from every object of
+    ``class_name`` that holds it as None (its default: the model a Keras without that option builds from the same
+    file, the same numbers); None when no object holds it as None (a set option: not ours to drop)."""
+    import json
+
+    dropped = []
+
+    def drop(node):
+        if isinstance(node, dict):
+            if node.get("class_name") == class_name and isinstance(node.get("config"), dict) and \
+                    option in node["config"] and node["config"][option] is None:
+                del node["config"][option]
+                dropped.append(option)
+            for value in node.values():
+                drop(value)
+        elif isinstance(node, list):
+            for value in node:
+                drop(value)
+
+    with zipfile.ZipFile(path) as source:
+        config = json.loads(source.read("config.json"))
+        drop(config)
+        if not dropped:
+            return None
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as copy:
+            for info in source.infolist():
+                copy.writestr(info, json.dumps(config).encode() if info.filename == "config.json" else
+                              source.read(info))
+    return target
 
 
 def load_model_file(path: str) -> "keras.Model":
@@ -195,7 +260,8 @@ class KerasModelSource(Source):
     def layer_of(self, name: str) -> Dict[str, str]:
         """The user's layer behind stack ``name``: {layer, type} (``LSTM``, ``Bidirectional``, ``CudnnLSTM``...)."""
         layer = self._layers[name]
-        row = next((r for r in self.stock_layers if r["layer"].split("/")[-1] == layer), None)
+        row = max((r for r in self.stock_layers if name.startswith(r["layer"] + "/")), default=None,
+                  key=lambda r: len(r["layer"]))  # the row whose path leads to this stack's variable
         kind = "CudnnLSTM" if self.specs[name].mode == "lstm" else "CudnnGRU"
         return {"layer": row["layer"] if row else layer, "type": row["type"] if row else kind}
 
