@@ -166,3 +166,28 @@ def test_formats_for_a_whole_model_writes_and_checks_only_what_was_asked(tmp_pat
                                                          for a in artifacts), artifacts
     code, _, err = run_cli(capsys, "convert", source, tmp_path / "out2", "--formats", "pytorch")
     assert_clean_error(code, err, "--formats pytorch does not apply to a whole Keras model", "onnx, tflite")
+
+
+def test_a_fit_built_model_that_needs_its_length_keeps_it_with_a_warning(tmp_path):
+    """Sequential([LSTM(return_sequences), Flatten, Dense]) built by fit runs only on fit's length: its artifacts
+    keep that length (the batch stays dynamic), said in one warning, and match Keras."""
+    import keras
+
+    import cudnn_port
+
+    L = keras.layers
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([L.LSTM(6, return_sequences=True), L.Flatten(), L.Dense(2)])
+    model.compile("adam", "mse")
+    rng = np.random.default_rng(0)
+    model.fit(rng.normal(size=(64, 10, 3)), rng.normal(size=(64, 2)), batch_size=32, epochs=1, verbose=0)
+    manifest = cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
+    assert manifest["model_input_specs"][0]["shape"] == [None, 10, 3], manifest["model_input_specs"]
+    assert any("does not run on other lengths" in w for w in manifest.warnings), manifest.warnings
+    import onnxruntime as ort
+
+    x = rng.normal(size=(4, 10, 3)).astype("float32")
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {manifest["model_inputs"][0]: x})[0]
+    want = model.predict(x, verbose=0)
+    assert np.allclose(got, want, atol=1e-5, rtol=1e-4), np.abs(got - want).max()
