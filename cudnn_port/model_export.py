@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 PARITY = "model_parity.json"
 
 
-def _input_specs(model, say):
+def _input_specs(model):
     """The whole model's input specs (:func:`cudnn_port.model_inputs.input_specs`) and the warnings they raise. A
     model built from a batch is run once on other sizes (3 rows, 7 steps): one that cannot run on another length (a
     ``Flatten`` after its recurrent layer, say) keeps the length of the batch it was built from, and one that cannot
@@ -147,7 +147,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     original = model
     judged, policy = float32_twin(model)  # a mixed-precision model's artifacts compute in float32: so does the judge
     model = rewrite(judged, say)  # stock LSTM / GRU fused; the model as given is saved, and (in float32) judges
-    specs, input_warnings = _input_specs(model, say)
+    specs, input_warnings = _input_specs(model)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     stacks = prepare_stacks(source, say=say)
