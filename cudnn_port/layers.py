@@ -46,20 +46,26 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
+PATHS = ("cpu", "cudnn", "lean")
 _PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
+_LENGTHS = contextvars.ContextVar("cudnn_port_mask_lengths", default=None)  # "lean": {id(mask): (mask, lengths)}
 _JUDGES = contextvars.ContextVar("cudnn_port_layer_judges", default={})
 
 
 @contextlib.contextmanager
 def forced_path(path: str) -> Iterator[None]:
     """Trace the fused layers with ``path`` ("cpu": standard ops; "cudnn": the CudnnRNNV3 op, for a graph that is
-    converted rather than run, e.g. to ONNX) instead of choosing by the devices TensorFlow sees."""
-    if path not in ("cpu", "cudnn"):
-        raise ValueError(f"Received path={path!r}, expected 'cpu' or 'cudnn'")
-    token = _PATH.set(path)
+    converted rather than run, e.g. to TFLite; "lean": the cuDNN op too, but a layer called without a mask computes
+    no sequence lengths (a time-major CudnnRNNV2, for ONNX: its fused nodes then get no ``sequence_lens``) and every
+    layer called with the same mask shares one lengths computation) instead of choosing by the devices TensorFlow
+    sees."""
+    if path not in PATHS:
+        raise ValueError(f"Received path={path!r}, expected one of {', '.join(PATHS)}")
+    token, shared = _PATH.set(path), _LENGTHS.set({} if path == "lean" else None)
     try:
         yield
     finally:
+        _LENGTHS.reset(shared)
         _PATH.reset(token)
 
 
@@ -135,16 +141,19 @@ class CudnnRNN(keras.layers.Layer):
         spec, D = self.spec, self.num_dirs
         x = tf.convert_to_tensor(inputs)
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
-        lengths = _lengths(mask, x, steps)
+        path = _PATH.get() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")
+        judge = _JUDGES.get().get(id(self))
         states = self._states(initial_state, batch)
         dropout = self.dropout if training else 0.0
-        judge = _JUDGES.get().get(id(self))
-        if judge is not None:
-            outputs, h, c = judge(x, lengths, states[0], states[1])
-        elif (_PATH.get() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")) == "cudnn":
+        if path == "lean" and judge is None:
+            outputs, h, c = self._lean(x, _shared_lengths(mask, steps), states)
+        elif judge is not None:
+            outputs, h, c = judge(x, _lengths(mask, x, steps), states[0], states[1])
+        elif path == "cudnn":
+            lengths = _lengths(mask, x, steps)
             outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
         else:
-            outputs, h, c = self._cpu(x, lengths, states, dropout, bool(training))
+            outputs, h, c = self._cpu(x, _lengths(mask, x, steps), states, dropout, bool(training))
         if self.return_sequences:
             result = outputs
         else:
@@ -152,7 +161,7 @@ class CudnnRNN(keras.layers.Layer):
             result = tf.concat(tf.unstack(top, num=D), axis=-1)
         if not self.return_state:
             return result
-        return [result] + [tf.transpose(state, [1, 0, 2]) for state in (h, c)[:self.num_states]]
+        return [result] + [_swap_first_axes(state) for state in (h, c)[:self.num_states]]
 
     def _states(self, initial_state, batch):
         """[h0 [L*D, B, S], c0 [L*D, B, H]] (c0 None for GRU); zeros when not given."""
@@ -166,7 +175,7 @@ class CudnnRNN(keras.layers.Layer):
             raise ValueError(f"Received {len(states)} initial states, expected {count} for {type(self).__name__} "
                              f"([h{', c' if count == 2 else ''}], h [batch, {self.spec.num_pseudo_layers}, "
                              f"{self.spec.state_size}])")
-        states = [tf.transpose(tf.cast(s, "float32"), [1, 0, 2]) for s in states]
+        states = [_swap_first_axes(tf.cast(s, "float32")) for s in states]
         return states + [None] * (2 - count)
 
     def _cpu(self, x, lengths, states, dropout, training):
@@ -195,6 +204,22 @@ class CudnnRNN(keras.layers.Layer):
         return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1],
                              dropout=dropout, seed=self.seed or 0, training=training)
 
+    def _lean(self, x, lengths, states):
+        """The "lean" trace (see :func:`forced_path`): the stack as one cuDNN op, for a graph that is converted, not
+        run: without ``lengths`` (no mask) a time-major CudnnRNNV2, whose ONNX nodes then take no ``sequence_lens``."""
+        from .tf_graph import cudnn_forward
+
+        tf = import_tf()
+        if lengths is not None or self.num_proj:  # CudnnRNNV2 has no projection
+            lengths = _lengths(None, x, tf.shape(x)[1]) if lengths is None else lengths
+            return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1])
+        c0 = states[1] if self.mode == "lstm" else tf.zeros([])
+        outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV2(
+            input=tf.transpose(tf.cast(x, "float32"), [1, 0, 2]), input_h=states[0], input_c=c0,
+            params=self.opaque_kernel.value, rnn_mode=self.mode, input_mode="linear_input",
+            direction="bidirectional" if self.bidirectional else "unidirectional", is_training=False)
+        return tf.transpose(outputs, [1, 0, 2]), h, c if self.mode == "lstm" else None
+
     def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
         mask = mask if self.return_sequences else None  # a last-step output has no time axis to mask
         return [mask] + [None] * self.num_states if self.return_state else mask
@@ -217,6 +242,30 @@ class CudnnRNN(keras.layers.Layer):
         if self.num_proj:
             config["num_proj"] = self.num_proj
         return config
+
+
+def _swap_first_axes(state):
+    """[B, L*D, S] <-> [L*D, B, S]; where L*D is 1 as a squeeze and an expand (no copy, and a pair that graph
+    optimizers cancel against the squeeze / expand around it) rather than a transpose."""
+    tf = import_tf()
+    if state.shape[0] == 1:
+        return tf.expand_dims(tf.squeeze(state, 0), 1)
+    if state.shape[1] == 1:
+        return tf.expand_dims(tf.squeeze(state, 1), 0)
+    return tf.transpose(state, [1, 0, 2])
+
+
+def _shared_lengths(mask, steps):
+    """The "lean" trace's lengths: None without a mask; else :func:`_lengths`, once per mask tensor (every layer
+    after one Embedding / Masking reads the same mask)."""
+    if mask is None:
+        return None
+    shared = _LENGTHS.get()
+    if shared is None:
+        return _lengths(mask, None, steps)
+    if id(mask) not in shared:
+        shared[id(mask)] = (mask, _lengths(mask, None, steps))  # the mask held, so that its id stays its own
+    return shared[id(mask)][1]
 
 
 def _lengths(mask, x, steps):

@@ -71,6 +71,8 @@ class StockAdapter(keras.layers.Layer):
         D, count = (2 if self.bidirectional else 1), (2 if self.mode == "lstm" else 1)
         if len(states) != D * count:
             raise ValueError(f"Received {len(states)} initial states for {self.name}, expected {D * count}")
+        if D == 1:  # an expand rather than a one-tensor stack: the pair the fused layer squeezes cancels in graphs
+            return [tf.expand_dims(state, 1) for state in states]
         return [tf.stack([states[d * count + k] for d in range(D)], axis=1) for k in range(count)]
 
     def call(self, sequences: "tf.Tensor", initial_state: "Optional[Sequence[tf.Tensor]]" = None,
@@ -92,7 +94,8 @@ class StockAdapter(keras.layers.Layer):
                 kept = tf.reshape(lengths > 0, [-1, 1, 1])
                 finals = [tf.where(kept, final, state) for final, state in zip(finals, states)]
         D = 2 if self.bidirectional else 1
-        finals = [tf.unstack(state, num=D, axis=1) for state in finals]  # [h per direction, c per direction]
+        finals = [tf.unstack(state, num=D, axis=1) if D == 2 else [tf.squeeze(state, 1)]  # [h per direction,
+                  for state in finals]                                                   # c per direction]
         last = finals[0] if mask is None else [last_output(h, mask, lengths, self.zero_output) for h in finals[0]]
         if self.bidirectional:
             result = self._merge(tf.split(y, 2, axis=-1) if self.return_sequences else last)

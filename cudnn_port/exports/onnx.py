@@ -8,7 +8,8 @@ honours ``sequence_lens``, as onnxruntime does, or not, as OpenVINO on dynamic s
     for layer l:
         Y, Y_h[, Y_c] = LSTM|GRU(X_l, W_l, R_l, B_l, sequence_lengths, initial_h[lD:(l+1)D][, initial_c[...]])
         X_{l+1} = Reshape(Transpose(Y, [0, 2, 1, 3]), [0, 0, -1])     [T, D, B, H] -> [T, B, D*H]
-    outputs = Transpose(X_L, [1, 0, 2]);  final_h = Concat(Y_h over layers)
+                  (one direction: Squeeze(Y, [1]))
+    outputs = Transpose(X_L, [1, 0, 2]);  final_h = Concat(Y_h over layers) (one layer: Y_h)
 
 Weights: LSTM gates i, o, f, c (``gates.ONNX_LSTM``), ``B = [b_W, b_R]``; GRU gates z, r, h with
 ``linear_before_reset=1`` (cuDNN's reset-after form). Written with IR version 8 / opset 17, which onnxruntime
@@ -54,7 +55,7 @@ def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, n
     (onnxruntime); :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` is right in OpenVINO too."""
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
-    flatten = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64))
+    flatten = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64)) if D == 2 else None
     axis = const(f"{prefix}axis_0", np.array([0], np.int64)) if h0 is not None else None
     finals_h, finals_c = [], []
     for layer in range(spec.num_layers):
@@ -65,18 +66,25 @@ def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, n
             end = const(f"{prefix}end_{layer}", np.array([(layer + 1) * D], np.int64))
         states = []
         for label, state in (("h0", h0), ("c0", c0)) if is_lstm else (("h0", h0),):
-            if state is not None:  # None: the node's own default, zeros
+            if state is not None and spec.num_layers == 1:  # the whole state is this layer's
+                states.append(state)
+            elif state is not None:  # None: the node's own default, zeros
                 states.append(node("Slice", [state, start, end, axis], [f"{prefix}{label}_{layer}"]))
         outs = [f"{prefix}y_{layer}", f"{prefix}y_h_{layer}"] + ([f"{prefix}y_c_{layer}"] if is_lstm else [])
         attrs = dict(hidden_size=H, direction="bidirectional" if D == 2 else "forward")
         if not is_lstm:
             attrs["linear_before_reset"] = 1
         node("LSTM" if is_lstm else "GRU", [x, W, R, B, lengths] + states, outs, **attrs)
-        y = node("Transpose", [outs[0]], [f"{prefix}y_t_{layer}"], perm=[0, 2, 1, 3])
-        x = node("Reshape", [y, flatten], [f"{prefix}x_{layer + 1}"])
+        if D == 1:  # [T, 1, B, H]: drop the direction axis, no copy
+            x = node("Squeeze", [outs[0], const(f"{prefix}axis_1", np.array([1], np.int64))], [f"{prefix}x_{layer + 1}"])
+        else:
+            y = node("Transpose", [outs[0]], [f"{prefix}y_t_{layer}"], perm=[0, 2, 1, 3])
+            x = node("Reshape", [y, flatten], [f"{prefix}x_{layer + 1}"])
         finals_h.append(outs[1])
         if is_lstm:
             finals_c.append(outs[2])
+    if spec.num_layers == 1:  # one layer's states are the stack's
+        return x, finals_h[0], finals_c[0] if is_lstm else None
     final_h = node("Concat", finals_h, [f"{prefix}h_n"], axis=0)
     final_c = node("Concat", finals_c, [f"{prefix}c_n"], axis=0) if is_lstm else None
     return x, final_h, final_c

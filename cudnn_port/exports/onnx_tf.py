@@ -85,8 +85,11 @@ def cudnn_node_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
 
     params_f32 = as_dtype(node.input[3], "params_f32", FLOAT) if value is None else None
     x = time_first(as_dtype(node.input[0], "x_f32", FLOAT), "x_t")
-    h0 = time_first(as_dtype(node.input[1], "h0_f32", FLOAT), "h0_t")
-    c0 = time_first(as_dtype(node.input[2], "c0_f32", FLOAT), "c0_t") if is_lstm else None
+    if all(_zeros(ctx, node.input[i]) for i in ((1, 2) if is_lstm else (1,))):
+        h0 = c0 = None  # zero initial states: the fused nodes' own default
+    else:
+        h0 = time_first(as_dtype(node.input[1], "h0_f32", FLOAT), "h0_t")
+        c0 = time_first(as_dtype(node.input[2], "c0_f32", FLOAT), "c0_t") if is_lstm else None
     lengths = make("Cast", [node.input[4]], [f"{prefix}lengths"], to=6) if len(node.input) > 4 else ""
     form = portable_stack_graph if lengths else stack_graph  # full length: the plain form is right everywhere
     y, h_n, c_n = form(canon, x, lengths, h0, c0, make, const, prefix, weights)
@@ -100,6 +103,29 @@ def cudnn_node_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
     ctx.remove_node(node.name)
     for old, new in zip(outputs, replaced):
         ctx.replace_all_inputs(old, new)
+
+
+def _zeros(ctx, name):
+    """Whether tensor ``name`` is all zeros by construction: a zero constant, or a zero filled / expanded to a shape
+    (``tf.zeros`` of a batch-sized shape, before or after tf2onnx maps it)."""
+    node = ctx.get_node_by_output(name)
+    if node is None:
+        return False
+    if node.is_const():
+        return not np.any(node.get_tensor_value(as_list=False))
+    if node.type == "ConstantOfShape":
+        value = node.get_attr_value("value")
+        return value is None or not np.any(_tensor_value(value))
+    if node.type in ("Fill", "Expand"):
+        value = node.inputs[1 if node.type == "Fill" else 0]
+        return value is not None and value.is_const() and not np.any(value.get_tensor_value(as_list=False))
+    return node.type == "ZerosLike"
+
+
+def _tensor_value(proto):
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(proto)
 
 
 def _output_ranks(ctx, op, inputs, attrs):
@@ -169,10 +195,56 @@ def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], out
         model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
                                           custom_op_handlers=dict(HANDLERS), tensors_to_rename=renames)
     model.ir_version = IR_VERSION
+    _squeeze_pairs_cancelled(model.graph)
+    _unread_outputs_dropped(model.graph)
     onnx.checker.check_model(model)
     if path is not None:
         onnx.save(model, str(path))
     return model
+
+
+def _squeeze_pairs_cancelled(graph) -> None:
+    """Remove, in place, each Squeeze that undoes the Unsqueeze before it (or the reverse) over the same constant
+    axes: what a state passed from one layer to the next through Keras' [batch, units] form leaves behind. The
+    graph's outputs keep their names."""
+    from onnx import numpy_helper
+
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    produced = {out: node for node in graph.node for out in node.output}
+    opposite = {"Squeeze": "Unsqueeze", "Unsqueeze": "Squeeze"}
+    keep = {o.name for o in graph.output}
+    alias = {}
+
+    def axes(node):
+        return consts[node.input[1]].tolist() if len(node.input) == 2 and node.input[1] in consts else None
+
+    for node in graph.node:
+        node.input[:] = [alias.get(name, name) for name in node.input]
+        first = produced.get(node.input[0]) if node.op_type in opposite and node.input else None
+        if first is not None and first.op_type == opposite[node.op_type] and axes(node) is not None \
+                and axes(node) == axes(first) and node.output[0] not in keep:
+            alias[node.output[0]] = first.input[0]
+    if alias:
+        live = [n for n in graph.node if n.output[0] not in alias]
+        while True:  # drop the squeezes nothing reads any more
+            read = {name for node in live for name in node.input} | keep
+            dead = [n for n in live if n.op_type in opposite and not set(n.output) & read]
+            if not dead:
+                break
+            live = [n for n in live if n not in dead]
+        del graph.node[:]
+        graph.node.extend(live)
+
+
+def _unread_outputs_dropped(graph) -> None:
+    """Name "" (ONNX's "not produced") every optional LSTM / GRU output that nothing reads, in place: a runtime then
+    skips writing it (the full output sequence of a layer whose last state is all the model reads)."""
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    for node in graph.node:
+        if node.op_type in ("LSTM", "GRU"):
+            for k, name in enumerate(node.output):
+                if name and name not in read:
+                    node.output[k] = ""
 
 
 def _unique_returns(library):

@@ -39,7 +39,8 @@ def _cannot_hold(spec):
 
 
 def _write_model(job, paths):
-    """The whole model traced on the fused op, through tf2onnx with fused ONNX LSTM / GRU nodes for the fused layers;
+    """The whole model traced on the fused op (the "lean" trace: no sequence lengths where a layer has no mask),
+    through tf2onnx with fused ONNX LSTM / GRU nodes for the fused layers;
     inputs as the model names them, outputs ``output_0`` ..."""
     from ..exports.onnx_tf import name_dynamic_dims, write_graph_onnx
     from ..layers import fused_layers
@@ -47,7 +48,7 @@ def _write_model(job, paths):
     projected = [layer.name for layer in fused_layers(job.model) if layer.num_proj]
     if projected:
         raise NotWritten(f"fused layer {projected[0]} has a projection, which ONNX's LSTM cannot hold")
-    fused = job.frozen("cudnn")
+    fused = job.frozen("lean")
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     renames = dict(zip(names_in, job.input_names))
     renames.update(zip(names_out, [f"output_{i}" for i in range(len(names_out))]))
