@@ -8,6 +8,17 @@ without the Flex delegate, its max error against the Keras model on a ragged bat
 N(0, 0.5)), and its batch-1 latency (median of 50 runs, 9 steps).
 
     python bench/bench_stock_keras.py [--json]
+
+``--speed``: for five stock models at the sizes users train them (Emb -> LSTM(256) x2 -> Dense, an LSTM(128)
+encoder -> states -> decoder, Bidirectional(GRU(96)) x2, an Emb(mask_zero) -> BiLSTM(128) tagger, Masking ->
+GRU(128); 50 steps), cudnn-port's ``model.onnx`` in onnxruntime against Keras' ``model.export(format="onnx")`` and
+against a minimal graph of the same fused nodes written by hand (the bound an export can reach), at batch 1 (full
+length) and 32 (right-padded, lengths 10-50), timed in alternating blocks; the plain SavedModel (TF Serving)
+against model.onnx at batch 1; both ONNX files in OpenVINO where they load. Targets: Keras / ours >= 1.0 where
+Keras writes fused nodes; >= 3 at batch 1 and >= 1.0 at batch 32 where it writes a Loop; ours / minimal <= 1.1;
+SavedModel / ONNX <= 1.25. Exit 1 when a target is missed.
+
+    python bench/bench_stock_keras.py --speed [--repeat 30] [--rounds 7] [--json]
 """
 import argparse
 import json
@@ -18,6 +29,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
@@ -171,10 +183,307 @@ def row(name, exporter, make, model, want, feeds, one):
     return rows
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Speed (--speed): model.onnx against Keras' own ONNX export and against a minimal hand-built graph, five stock models
+
+SPEED_STEPS, VOCAB = 50, 5000
+FUSED_TARGET, LOOP_TARGET_B1, LOOP_TARGET_B32, BOUND_TARGET, SERVING_TARGET = 1.0, 3.0, 1.0, 1.1, 1.25
+
+
+def speed_models():
+    """The five stock models of the speed table, at the sizes users train them (random weights, scale 0.1)."""
+    import keras
+
+    L, out = keras.layers, {}
+    out["Emb -> LSTM(256) x2 -> Dense"] = keras.Sequential(
+        [keras.Input((None,), dtype="int32"), L.Embedding(VOCAB, 64), L.LSTM(256, return_sequences=True),
+         L.LSTM(256), L.Dense(10)])
+    enc, dec = keras.Input((None, 32), name="enc"), keras.Input((None, 32), name="dec")
+    _, h, c = L.LSTM(128, return_state=True)(enc)
+    out["LSTM(128) encoder -> states -> decoder"] = keras.Model(
+        [enc, dec], L.Dense(32)(L.LSTM(128, return_sequences=True)(dec, initial_state=[h, c])))
+    x = keras.Input((None, 32), name="x")
+    y = L.Bidirectional(L.GRU(96, return_sequences=True))(L.Bidirectional(L.GRU(96, return_sequences=True))(x))
+    out["Bidirectional(GRU(96)) x2"] = keras.Model(x, L.Dense(5)(y))
+    ids = keras.Input((None,), dtype="int32", name="tokens")
+    y = L.Bidirectional(L.LSTM(128, return_sequences=True))(L.Embedding(VOCAB, 64, mask_zero=True)(ids))
+    out["Emb(mask_zero) -> BiLSTM(128) tagger"] = keras.Model(ids, L.Dense(9)(y))
+    out["Masking -> GRU(128)"] = keras.Model(x, L.Dense(3)(L.GRU(128)(L.Masking()(x))))
+    rng = np.random.default_rng(0)
+    for model in out.values():
+        model.set_weights([(rng.normal(size=w.shape) * 0.1).astype(w.dtype) for w in model.get_weights()])
+    return out
+
+
+def speed_feeds(model, batch):
+    """Feeds by input name: batch 1 full length; batch 32 right-padded to lengths drawn in [10, 50] (zeros past)."""
+    rng = np.random.default_rng(batch)
+    lengths = np.full(batch, SPEED_STEPS) if batch == 1 else rng.integers(10, SPEED_STEPS + 1, size=batch)
+    valid = np.arange(SPEED_STEPS)[None, :] < lengths[:, None]
+    feeds = {}
+    for t in model.inputs:
+        name = t.name.split(":")[0]
+        if len(t.shape) == 2:
+            feeds[name] = (rng.integers(1, VOCAB, size=valid.shape) * valid).astype("int32")
+        else:
+            feeds[name] = (rng.normal(size=valid.shape + (t.shape[-1],)) * valid[..., None]).astype("float32")
+    return feeds
+
+
+class _Graph:
+    """A few helpers to write an ONNX graph by hand."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.count = [], [], 0
+
+    def const(self, array):
+        from onnx import numpy_helper
+
+        self.count += 1
+        self.inits.append(numpy_helper.from_array(np.asarray(array), f"c{self.count}"))
+        return f"c{self.count}"
+
+    def __call__(self, op, inputs, outputs=1, **attrs):
+        from onnx import helper
+
+        self.count += 1
+        names = [f"n{self.count}_{k}" for k in range(outputs)] if isinstance(outputs, int) else outputs
+        self.nodes.append(helper.make_node(op, inputs, names, **attrs))
+        return names[0] if len(names) == 1 else names
+
+    def model(self, inputs, output, rank):
+        import onnx
+        from onnx import TensorProto, helper
+
+        values = [helper.make_tensor_value_info(name, TensorProto.INT32 if ids else TensorProto.FLOAT,
+                                                ["batch", "time"] + ([] if ids else [width]))
+                  for name, ids, width in inputs]
+        self.nodes.append(helper.make_node("Identity", [output], ["y"]))
+        graph = helper.make_graph(self.nodes, "minimal", values,
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None if rank is None else
+                                                                 [f"d{k}" for k in range(rank)])], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model.SerializeToString()
+
+
+def _onnx_weights(layer):
+    """W [D, G*H, I], R [D, G*H, H], B [D, 2*G*H] of a stock LSTM / GRU(reset_after) or a Bidirectional of one, in
+    ONNX's gate order (LSTM: Keras i f c o -> ONNX i o f c; GRU: z r h in both)."""
+    rnns = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
+    W, R, B = [], [], []
+    for rnn in rnns:
+        k, r, b = (v.numpy() for v in (rnn.cell.kernel, rnn.cell.recurrent_kernel, rnn.cell.bias))
+        H = r.shape[0]
+        if type(rnn).__name__ == "LSTM":
+            order = np.concatenate([np.arange(g * H, (g + 1) * H) for g in (0, 3, 1, 2)])
+            W.append(k[:, order].T), R.append(r[:, order].T), B.append(np.concatenate([b[order], 0 * b]))
+        else:
+            W.append(k.T), R.append(r.T), B.append(b.reshape(-1))
+    return [np.stack(a).astype(np.float32) for a in (W, R, B)]
+
+
+def _rnn(g, layer, x, lengths="", states=(), outputs=3):
+    """One fused ONNX node for a stock layer: its outputs (Y [T, D, B, H], Y_h, Y_c)."""
+    is_lstm = "LSTM" in type(getattr(layer, "forward_layer", layer)).__name__
+    W, R, B = (g.const(a) for a in _onnx_weights(layer))
+    attrs = dict(hidden_size=int(getattr(layer, "forward_layer", layer).units),
+                 direction="bidirectional" if hasattr(layer, "forward_layer") else "forward")
+    if not is_lstm:
+        attrs["linear_before_reset"] = 1
+    return g("LSTM" if is_lstm else "GRU", [x, W, R, B, lengths, *states], 3 if is_lstm else 2, **attrs)
+
+
+def _seq(g, y, bidirectional):
+    """Y [T, D, B, H] -> [T, B, D*H]."""
+    if not bidirectional:
+        return g("Squeeze", [y, g.const(np.array([1]))])
+    return g("Reshape", [g("Transpose", [y], perm=[0, 2, 1, 3]), g.const(np.array([0, 0, -1]))])
+
+
+def _dense(g, layer, x):
+    return g("Add", [g("MatMul", [x, g.const(layer.kernel.numpy())]), g.const(layer.bias.numpy())])
+
+
+def minimal_graph(name, model):
+    """The least ONNX graph of the same fused nodes as ``model`` (speed_models' ``name``), written by hand: the
+    bound an export of it can reach. Masked models take lengths from the ids / the non-zero rows (right-padded
+    batches only), which onnxruntime honours as ``sequence_lens``."""
+    g = _Graph()
+    rnns = [layer for layer in model.layers if type(layer).__name__ in ("LSTM", "GRU", "Bidirectional")]
+    dense = [layer for layer in model.layers if type(layer).__name__ == "Dense"][0]
+    embedding = next((layer for layer in model.layers if type(layer).__name__ == "Embedding"), None)
+    inputs = [(t.name.split(":")[0], len(t.shape) == 2, t.shape[-1]) for t in model.inputs]
+    first = inputs[0][0]
+    T = [1, 0, 2]
+    if name.startswith("Emb ->"):
+        x = g("Transpose", [g("Gather", [g.const(embedding.embeddings.numpy()), first])], perm=T)
+        x = _seq(g, _rnn(g, rnns[0], x)[0], False)
+        h = _rnn(g, rnns[1], x)[1]
+        out = _dense(g, dense, g("Squeeze", [h, g.const(np.array([0]))]))
+    elif name.startswith("LSTM(128) encoder"):
+        _, h, c = _rnn(g, rnns[0], g("Transpose", [first], perm=T))
+        y = _rnn(g, rnns[1], g("Transpose", [inputs[1][0]], perm=T), "", (h, c))[0]
+        out = _dense(g, dense, g("Transpose", [_seq(g, y, False)], perm=T))
+    elif name.startswith("Bidirectional(GRU"):
+        x = g("Transpose", [first], perm=T)
+        for layer in rnns:
+            x = _seq(g, _rnn(g, layer, x)[0], True)
+        out = _dense(g, dense, g("Transpose", [x], perm=T))
+    elif name.startswith("Emb(mask_zero)"):
+        valid = g("Not", [g("Equal", [first, g.const(np.array(0, np.int32))])])
+        lengths = g("ReduceSum", [g("Cast", [valid], to=6), g.const(np.array([1]))], keepdims=0)
+        x = g("Transpose", [g("Gather", [g.const(embedding.embeddings.numpy()), first])], perm=T)
+        out = _dense(g, dense, g("Transpose", [_seq(g, _rnn(g, rnns[0], x, lengths)[0], True)], perm=T))
+    else:  # Masking -> GRU
+        rows = g("Not", [g("Equal", [first, g.const(np.array(0, np.float32))])])
+        valid = g("ReduceMax", [g("Cast", [rows], to=6)], axes=[2], keepdims=0)
+        lengths = g("ReduceSum", [valid, g.const(np.array([1]))], keepdims=0)
+        h = _rnn(g, rnns[0], g("Transpose", [first], perm=T), lengths)[1]
+        out = _dense(g, dense, g("Squeeze", [h, g.const(np.array([0]))]))
+    return g.model(inputs, out, len(model.outputs[0].shape))
+
+
+def _session(model):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    outs = [session.get_outputs()[0].name]
+
+    def run(feeds):  # by name, else by position (Keras names a Sequential's input keras_tensor)
+        values = [feeds[n] for n in names] if all(n in feeds for n in names) else list(feeds.values())
+        return session.run(outs, dict(zip(names, values)))[0]
+
+    return run
+
+
+def _openvino(path):
+    from cudnn_port.exports.openvino import compile_onnx
+
+    compiled = compile_onnx(path)
+    request = compiled.create_infer_request()
+    return lambda feeds: request.infer(list(feeds.values()))[compiled.outputs[0]]
+
+
+def _ratios(calls, repeat, rounds):
+    """Median seconds of each call (alternating blocks, :func:`bench_exports.time_blocks`) and per-round medians."""
+    from bench_exports import time_blocks
+
+    return time_blocks(calls, repeat, rounds, per_round=True)
+
+
+def speed(repeat, rounds):
+    """One row per model and batch: ms of Keras' ONNX, ours and the minimal graph in onnxruntime (and ours and
+    Keras' in OpenVINO where they load), the ratios and the targets they meet."""
+    import onnx
+
+    import cudnn_port
+
+    rows = []
+    for name, model in speed_models().items():
+        with tempfile.TemporaryDirectory() as tmp:
+            keras_path, out = os.path.join(tmp, "keras.onnx"), os.path.join(tmp, "out")
+            inputs = list(speed_feeds(model, 1).values())
+            model(inputs if len(inputs) > 1 else inputs[0])  # Keras exports only a model that was called
+            model.export(keras_path, format="onnx", verbose=False)
+            cudnn_port.export(model, out, formats=["saved_model", "onnx"])
+            keras_ops = {n.op_type for n in onnx.load(keras_path).graph.node}
+            fused = "Loop" not in keras_ops and "Scan" not in keras_ops
+            ours_path = os.path.join(out, "model.onnx")
+            nodes = {"keras": len(onnx.load(keras_path).graph.node), "ours": len(onnx.load(ours_path).graph.node)}
+            minimal = minimal_graph(name, model)
+            nodes["minimal"] = len(onnx.load_from_string(minimal).graph.node) - 1
+            runs = {"keras": _session(keras_path), "ours": _session(ours_path), "minimal": _session(minimal)}
+            serving = _saved_model(os.path.join(out, "saved_model"))
+            vino = {}
+            for key, path in (("ours", ours_path), ("keras", keras_path)):
+                try:
+                    vino[key] = _openvino(path)
+                except Exception as e:  # noqa: BLE001 (a model OpenVINO refuses is a result)
+                    vino[key] = _why(e)
+            for batch in (1, 32):
+                feeds = speed_feeds(model, batch)
+                inputs = [feeds[t.name.split(":")[0]] for t in model.inputs]
+                want = np.asarray(model(inputs if len(inputs) > 1 else inputs[0]))
+                errors = {k: float(np.abs(run(feeds) - want).max()) for k, run in runs.items()}
+                reps = repeat if batch == 1 else max(3, repeat // 5)
+                keys = ["keras", "ours", "minimal"]
+                calls = [(runs[k], feeds) for k in keys] + ([(serving, feeds)] if batch == 1 else [])
+                medians, per_round = _ratios(calls, reps, rounds)
+                ms = dict(zip(keys + ["saved_model"], (1e3 * m for m in medians)))
+                keras_over_ours = [a / b for a, b in zip(per_round[0], per_round[1])]
+                row = {"model": name, "batch": batch, "keras_writes": "fused" if fused else "Loop", "nodes": nodes,
+                       "ms": ms, "max_err": errors, "keras_over_ours": ms["keras"] / ms["ours"],
+                       "keras_over_ours_rounds": [min(keras_over_ours), max(keras_over_ours)],
+                       "ours_over_minimal": ms["ours"] / ms["minimal"]}
+                target = FUSED_TARGET if fused else (LOOP_TARGET_B1 if batch == 1 else LOOP_TARGET_B32)
+                row["targets"] = {f"keras/ours >= {target}": row["keras_over_ours"] >= target,
+                                  f"ours/minimal <= {BOUND_TARGET}": row["ours_over_minimal"] <= BOUND_TARGET}
+                if batch == 1:
+                    row["saved_model_over_onnx"] = ms["saved_model"] / ms["ours"]
+                    row["targets"][f"saved_model/onnx <= {SERVING_TARGET}"] = \
+                        row["saved_model_over_onnx"] <= SERVING_TARGET
+                row["openvino_ms"] = {}
+                for key, run in vino.items():
+                    if isinstance(run, str):
+                        row["openvino_ms"][key] = f"does not load: {run}"
+                        continue
+                    run(feeds)
+                    row["openvino_ms"][key] = 1e3 * _ratios([(run, feeds)], reps, 1)[0][0]
+                rows.append(row)
+                _progress(row)
+        import keras
+
+        keras.backend.clear_session()
+    return rows
+
+
+def _saved_model(path):
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    names = sorted(fn.structured_input_signature[1])
+    return lambda feeds: fn(**{n: tf.constant(v) for n, v in zip(names, _ordered(feeds, names))})
+
+
+def _ordered(feeds, names):
+    return [feeds[n] for n in names] if all(n in feeds for n in names) else list(feeds.values())
+
+
+def _progress(row):
+    print(f"  {row['model']}, batch {row['batch']}: keras/ours {row['keras_over_ours']:.2f}", file=sys.stderr)
+
+
+def print_speed(rows):
+    print("| model | batch | Keras writes | nodes Keras / ours / minimal | ms Keras / ours / minimal "
+          "| Keras / ours (rounds) | ours / minimal | SavedModel / ONNX | OpenVINO ms ours / Keras | targets |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ms, n, vino = r["ms"], r["nodes"], r["openvino_ms"]
+        ov = " / ".join(f"{v:.2f}" if isinstance(v, float) else "no" for v in (vino["ours"], vino["keras"]))
+        low, high = r["keras_over_ours_rounds"]
+        met = ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in r["targets"].items())
+        saved = f"{r['saved_model_over_onnx']:.2f}" if "saved_model_over_onnx" in r else ""
+        print(f"| {r['model']} | {r['batch']} | {r['keras_writes']} | {n['keras']} / {n['ours']} / {n['minimal']} | "
+              f"{ms['keras']:.2f} / {ms['ours']:.2f} / {ms['minimal']:.2f} | {r['keras_over_ours']:.2f} "
+              f"({low:.2f}-{high:.2f}) | {r['ours_over_minimal']:.2f} | {saved} | {ov} | {met} |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--speed", action="store_true", help="the speed table instead (see the module docstring)")
+    parser.add_argument("--repeat", type=int, default=30, help="calls per block at batch 1 (a fifth at batch 32)")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per batch size")
     args = parser.parse_args(argv)
+    if args.speed:
+        rows = speed(args.repeat, args.rounds)
+        print(json.dumps(rows, indent=1)) if args.json else print_speed(rows)
+        return 0 if all(all(r["targets"].values()) for r in rows) else 1
     import keras
 
     import cudnn_port

@@ -76,7 +76,8 @@ def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, n
             attrs["linear_before_reset"] = 1
         node("LSTM" if is_lstm else "GRU", [x, W, R, B, lengths] + states, outs, **attrs)
         if D == 1:  # [T, 1, B, H]: drop the direction axis, no copy
-            x = node("Squeeze", [outs[0], const(f"{prefix}axis_1", np.array([1], np.int64))], [f"{prefix}x_{layer + 1}"])
+            axis_1 = const(f"{prefix}axis_1", np.array([1], np.int64))
+            x = node("Squeeze", [outs[0], axis_1], [f"{prefix}x_{layer + 1}"])
         else:
             y = node("Transpose", [outs[0]], [f"{prefix}y_t_{layer}"], perm=[0, 2, 1, 3])
             x = node("Reshape", [y, flatten], [f"{prefix}x_{layer + 1}"])
