@@ -48,9 +48,12 @@ FOREIGN = re.compile(rb"|".join([
     rb"(INFO|WARNING|ERROR|VERBOSE): ",  # TFLite / LiteRT ("INFO: Created TensorFlow Lite XNNPACK delegate")
 ]))
 # A library call filters fd 2 while its caller may log too: the caller's Python logging ("INFO:root:...") and
-# warnings in the default formats are the caller's own, so they pass (the libraries' Python loggers are silenced by
-# level instead).
-FOREIGN_IN_LIBRARY = re.compile(FOREIGN.pattern.replace(rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:|", b"")
+# warnings in the default formats are the caller's own, so they pass. The libraries' Python loggers are silenced by
+# level, and their lines filtered by name too: a library imported during the call may reset a level (tf2onnx's
+# import sets absl's, and TFLite's converter then warns through it).
+FOREIGN_IN_LIBRARY = re.compile(FOREIGN.pattern.replace(
+    rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:|",
+    rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):(" + rb"|".join(n.encode() for n in LOGGERS) + rb")[\w.]*:|")
                                 .replace(rb"\S+\.py:\d+: \w*Warning: |", b""))
 CONTINUED = re.compile(rb"\s|To enable the following instructions|Custom ops: |Details:|See instructions: |$")
 FATAL = re.compile(rb"F\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+[^\s:]+:\d+\]\s*(.*)|"

@@ -200,3 +200,23 @@ with quiet_stderr():
     loud = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           env=environment(CUDNN_PORT_VERBOSE="1"), cwd=ROOT)
     assert len(loud.stderr.splitlines()) == 13, loud.stderr
+
+
+def test_a_library_call_filters_the_libraries_logging_and_lets_the_callers_through():
+    """Inside a library call (export, convert, verify) a foreign library's Python logging line is filtered by its
+    logger's name even where that library reset its own level during the call (tf2onnx's import resets absl's,
+    and TFLite's converter then warns through it); the caller's own logging comes through."""
+    script = r"""
+import logging, sys
+from cudnn_port.quiet import library_call
+logging.basicConfig(format="%(levelname)s:%(name)s:%(message)s")
+with library_call(False):
+    logging.getLogger("absl").setLevel(logging.INFO)  # what an import during the call may do
+    logging.getLogger("absl").warning("Please consider providing the trackable_obj argument")
+    logging.getLogger("myapp").warning("the caller's own line")
+    print("cudnn-port's own line", file=sys.stderr, flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env=environment(), cwd=ROOT)
+    assert proc.returncode == 0 and proc.stderr.splitlines() == [
+        "WARNING:myapp:the caller's own line", "cudnn-port's own line"], proc.stderr
