@@ -55,7 +55,7 @@ def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, n
     (onnxruntime); :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` is right in OpenVINO too."""
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
-    flatten = const(f"{prefix}flatten_dirs", np.array([0, 0, -1], np.int64)) if D == 2 else None
+    flatten = const(f"{prefix}flatten_dirs", np.array([0, 0, -1] if D == 2 else [1], np.int64))  # Reshape / Squeeze
     axis = const(f"{prefix}axis_0", np.array([0], np.int64)) if h0 is not None else None
     finals_h, finals_c = [], []
     for layer in range(spec.num_layers):
@@ -76,8 +76,7 @@ def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, n
             attrs["linear_before_reset"] = 1
         node("LSTM" if is_lstm else "GRU", [x, W, R, B, lengths] + states, outs, **attrs)
         if D == 1:  # [T, 1, B, H]: drop the direction axis, no copy
-            axis_1 = const(f"{prefix}axis_1", np.array([1], np.int64))
-            x = node("Squeeze", [outs[0], axis_1], [f"{prefix}x_{layer + 1}"])
+            x = node("Squeeze", [outs[0], flatten], [f"{prefix}x_{layer + 1}"])
         else:
             y = node("Transpose", [outs[0]], [f"{prefix}y_t_{layer}"], perm=[0, 2, 1, 3])
             x = node("Reshape", [y, flatten], [f"{prefix}x_{layer + 1}"])
