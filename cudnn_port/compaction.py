@@ -25,14 +25,26 @@ if TYPE_CHECKING:
 def compact(x: "tf.Tensor", mask: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
     """(x [B, T, F] with each row's kept steps first, in time order, then its masked ones; lengths [B] (kept steps
     per row); counts [B, T] (kept steps up to and including each step)) for a bool ``mask`` [B, T]."""
+    order, lengths, counts = plan(mask)
+    return gather_steps(x, order), lengths, counts
+
+
+def plan(mask: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
+    """(order [B, T]: the step at each slot, lengths [B], counts [B, T]) of a bool ``mask`` [B, T]: what
+    :func:`compact` computes from the mask alone (every layer reading one mask can share it)."""
     tf = import_tf()
-    t = tf.range(tf.shape(x)[1])
+    t = tf.range(tf.shape(mask)[1])
     ones = tf.cast(mask, "int32")
     counts, lengths = tf.cumsum(ones, axis=1), tf.reduce_sum(ones, axis=1)
     slot = tf.where(mask, counts - 1, tf.expand_dims(lengths, 1) + t - counts)  # each step's place: a permutation
     hit = tf.equal(tf.expand_dims(slot, 1), tf.reshape(t, [1, -1, 1]))  # [B, slot, step]
     order = tf.reduce_sum(tf.cast(hit, "int32") * t, axis=2)  # the step at each slot
-    return tf.gather(x, order, axis=1, batch_dims=1), lengths, counts
+    return order, lengths, counts
+
+
+def gather_steps(x: "tf.Tensor", order: "tf.Tensor") -> "tf.Tensor":
+    """x [B, T, F] with step ``order[b, s]`` at slot s of row b."""
+    return import_tf().gather(x, order, axis=1, batch_dims=1)
 
 
 def expand(y: "tf.Tensor", mask: "tf.Tensor", counts: "tf.Tensor", zero_output: bool) -> "tf.Tensor":

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 PATHS = ("cpu", "cudnn", "lean")
 _PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
-_LENGTHS = contextvars.ContextVar("cudnn_port_mask_lengths", default=None)  # "lean": {id(mask): (mask, lengths)}
+_SHARED = contextvars.ContextVar("cudnn_port_shared", default=None)  # in a forced_path: {(kind, id(t)): (t, value)}
 _JUDGES = contextvars.ContextVar("cudnn_port_layer_judges", default={})
 
 
@@ -61,11 +61,11 @@ def forced_path(path: str) -> Iterator[None]:
     sees."""
     if path not in PATHS:
         raise ValueError(f"Received path={path!r}, expected one of {', '.join(PATHS)}")
-    token, shared = _PATH.set(path), _LENGTHS.set({} if path == "lean" else None)
+    token, cache = _PATH.set(path), _SHARED.set({})
     try:
         yield
     finally:
-        _LENGTHS.reset(shared)
+        _SHARED.reset(cache)
         _PATH.reset(token)
 
 
@@ -255,17 +255,22 @@ def _swap_first_axes(state):
     return tf.transpose(state, [1, 0, 2])
 
 
+def shared(kind: str, tensor: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, computed once per ``kind`` and ``tensor`` while tracing inside :func:`forced_path` (every time
+    outside it): what each layer reading one mask derives from it (every layer after one Embedding / Masking reads
+    the same mask tensor), so that a graph computes it once."""
+    cache = _SHARED.get()
+    if cache is None:
+        return make()
+    key = (kind, id(tensor))
+    if key not in cache:
+        cache[key] = (tensor, make())  # the tensor held, so that its id stays its own
+    return cache[key][1]
+
+
 def _shared_lengths(mask, steps):
-    """The "lean" trace's lengths: None without a mask; else :func:`_lengths`, once per mask tensor (every layer
-    after one Embedding / Masking reads the same mask)."""
-    if mask is None:
-        return None
-    shared = _LENGTHS.get()
-    if shared is None:
-        return _lengths(mask, None, steps)
-    if id(mask) not in shared:
-        shared[id(mask)] = (mask, _lengths(mask, None, steps))  # the mask held, so that its id stays its own
-    return shared[id(mask)][1]
+    """The "lean" trace's lengths: None without a mask; else :func:`_lengths`, once per mask tensor."""
+    return None if mask is None else shared("lengths", mask, lambda: _lengths(mask, None, steps))
 
 
 def _lengths(mask, x, steps):

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import keras
 
-from .compaction import compact, expand, last_output
+from .compaction import expand, gather_steps, last_output, plan
 from .deps import import_tf
-from .layers import CudnnGRU, CudnnLSTM
+from .layers import CudnnGRU, CudnnLSTM, shared
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -83,9 +83,9 @@ class StockAdapter(keras.layers.Layer):
         if self.go_backwards:  # Keras reverses the whole time axis, mask included, and keeps that order
             x, mask = tf.reverse(x, [1]), (None if mask is None else tf.reverse(mask, [1]))
         right_padded = None
-        if mask is not None:
-            x, lengths, counts = compact(x, mask)
-            right_padded = tf.sequence_mask(lengths, tf.shape(x)[1])
+        if mask is not None:  # the plan (and the right-padded mask) once per mask in a traced graph
+            order, lengths, counts, right_padded = shared("compaction", mask, lambda: _plan(mask))
+            x = gather_steps(x, order)
         states = self._states(initial_state)
         y, *finals = self.fused(x, initial_state=states, mask=right_padded, training=False)
         if mask is not None:  # Bidirectional: Keras sets zero_output_for_mask=return_sequences on both layers
@@ -123,3 +123,9 @@ class StockAdapter(keras.layers.Layer):
         if self.return_state:
             outs += [None] * ((2 if self.bidirectional else 1) * (2 if self.mode == "lstm" else 1))
         return outs if len(outs) > 1 else outs[0]
+
+
+def _plan(mask):
+    """:func:`cudnn_port.compaction.plan` of ``mask`` and the right-padded mask of its lengths."""
+    order, lengths, counts = plan(mask)
+    return order, lengths, counts, import_tf().sequence_mask(lengths, import_tf().shape(mask)[1])
