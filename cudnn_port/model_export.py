@@ -58,9 +58,10 @@ PARITY = "model_parity.json"
 
 def _input_specs(model):
     """The whole model's input specs (:func:`cudnn_port.model_inputs.input_specs`) and the warnings they raise. A
-    model built from a batch is run once on other sizes (3 rows, 7 steps): one that cannot run on another length (a
-    ``Flatten`` after its recurrent layer, say) keeps the length of the batch it was built from, and one that cannot
-    run on another batch size keeps that too, each with a warning."""
+    Sequential model whose input records a batch size or a length (built from a batch, or given them by its
+    keras.Input: the two look alike) is run once on other sizes (3 rows, 7 steps): one that runs takes any batch and
+    length; one that cannot run on another length (a ``Flatten`` after its recurrent layer, say) keeps its length,
+    and one that cannot run on another batch size keeps that too, each with a warning."""
     from .model_inputs import built_from_a_batch, input_specs
 
     warnings = []
@@ -73,13 +74,13 @@ def _input_specs(model):
     fixed = [tf.TensorSpec(r, s.dtype, name=s.name) for r, s in zip(recorded, specs)]
     if _runs_on(model, specs):
         return specs, warnings
+    where = (f"the model's input is recorded as shape {recorded[0]} (its keras.Input, or the first batch Keras built "
+             "it on)")
     if _runs_on(model, batch_only):
-        warnings.append(f"the model was built on a batch of shape {recorded[0]} (no keras.Input) and does not run on "
-                        "other lengths, so every artifact keeps its length; give it keras.Input(shape=(None, ...)) "
-                        "and layers that take any length for any size")
+        warnings.append(f"{where} and it does not run on other lengths, so every artifact keeps that length; give it "
+                        "keras.Input(shape=(None, ...)) and layers that take any length for any size")
         return batch_only, warnings
-    warnings.append(f"the model was built on a batch of shape {recorded[0]} (no keras.Input) and runs on no other "
-                    "size, so every artifact takes exactly that shape")
+    warnings.append(f"{where} and it runs on no other size, so every artifact takes exactly that shape")
     return fixed, warnings
 
 

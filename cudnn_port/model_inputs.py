@@ -36,12 +36,16 @@ def embedding_vocabularies(model: "keras.Model", names: Sequence[str]) -> Dict[s
 
 
 def built_from_a_batch(model: "keras.Model") -> bool:
-    """Whether Keras fixed ``model``'s input from a batch it was first called on: a ``Sequential`` with no
-    ``keras.Input`` whose input records a batch size (``fit``, ``predict`` or a call built it)."""
+    """Whether Keras may have fixed ``model``'s input from a batch it was first called on: a ``Sequential`` whose
+    input records a batch size or a time length. Without ``keras.Input``, ``fit``, ``predict`` or a call builds it on
+    the first batch's shape (``[None, T, ...]`` where the rows do not divide into batches, or come from a
+    ``tf.data`` pipeline); once built, Keras records that exactly as it records a ``keras.Input``, so the two cannot
+    be told apart, and the caller probes which sizes the model runs on."""
     import keras
 
     inputs = getattr(model, "inputs", None) or []
-    return isinstance(model, keras.Sequential) and len(inputs) == 1 and inputs[0].shape[0] is not None
+    return isinstance(model, keras.Sequential) and len(inputs) == 1 and \
+        any(d is not None for d in list(inputs[0].shape)[:2])
 
 
 def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.TensorSpec"]:
