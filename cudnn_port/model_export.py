@@ -142,11 +142,17 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     from .precision import float32_twin
     from .readers.keras_model import KerasModelSource
     from .stock_keras import rewrite
+    from .streaming_model import streaming_twin
 
     say = say_to(progress)
     chosen = _chosen_formats(formats, quantize)
     original = model
     judged, policy = float32_twin(model)  # a mixed-precision model's artifacts compute in float32: so does the judge
+    judged, streams = streaming_twin(judged)  # stateful layers: states in, states out
+    for record in streams:
+        say(f"stateful layer {record['layer']}: exported as a streaming model, its states are inputs "
+            f"{', '.join(record['state_inputs'])} and outputs {', '.join(record['state_outputs'])} (zeros start a "
+            "stream; feed each call's final states into the next)")
     model = rewrite(judged, say)  # stock LSTM / GRU fused; the model as given is saved, and (in float32) judges
     specs, input_warnings = _input_specs(model)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
@@ -164,6 +170,8 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         manifest.kind = "keras_model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         manifest["model_input_specs"] = to_records(specs)
+        if streams:
+            manifest["streaming"] = streams
         for message in input_warnings:
             warn(manifest, say, message)
         if path:

@@ -10,11 +10,13 @@ layer is the user's own layer object, reused (nested Functional / Sequential mod
 rewritten model then takes the whole-model road (:mod:`cudnn_port.model_export`), which judges it against the
 ORIGINAL model: Keras' own outputs.
 
-Refused with one line naming the layer and the reason: every other recurrent layer (``GRU(reset_after=False)``,
-other activations, ``use_bias=False``, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with any cell),
-``stateful=True`` layers, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which
-cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to TensorList ops that
-tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same set.
+A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
+(:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
+layer (``GRU(reset_after=False)``, other activations, ``use_bias=False``, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with
+any cell), a stateful ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional /
+Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to
+TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same
+set.
 
 >>> import keras
 >>> x = keras.Input((None, 3), name="x")
@@ -56,10 +58,13 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
         return None
     row = {"layer": layer.name, "type": kind, "verdict": FUSED, "why": ""}
     inner = [layer.forward_layer, layer.backward_layer] if kind == "Bidirectional" else [layer]
-    if any(getattr(rnn, "stateful", False) for rnn in inner):
-        return dict(row, verdict=REFUSED, why="stateful=True (its states live between calls; rebuild it with "
-                                               "stateful=False and feed the states as initial_state inputs)")
+    stateful = any(getattr(rnn, "stateful", False) for rnn in inner)
+    if stateful and kind == "Bidirectional":
+        return dict(row, verdict=REFUSED, why="stateful=True, and its backward direction reads each chunk from its "
+                                               "end, so it does not stream")
     why = next((w for w in map(_why_not, inner) if w), None)
+    if stateful and why is None:  # cudnn_port.streaming_model makes it a stateless layer, states in and out
+        return dict(row, why="stateful=True: streamed, its states are inputs and outputs")
     if why is None and kind == "Bidirectional":
         forward, backward = inner
         if forward.go_backwards or not backward.go_backwards or type(forward) is not type(backward) or \
@@ -104,9 +109,12 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
     import keras
 
     rows = list(_walk(model))
-    for row, _ in rows:
+    for row, layer in rows:
         if row["verdict"] == REFUSED and strict:
             raise UnsupportedError(f"layer {row['layer']} ({row['type']}): {row['why']}")
+        if row["verdict"] == FUSED and getattr(layer, "stateful", False):  # export streams it first
+            raise UnsupportedError(f"layer {row['layer']} ({row['type']}): stateful=True; make the model a "
+                                   "streaming one first (cudnn_port.streaming_model.streaming_twin)")
     for row, _ in rows:
         if row["verdict"] == FUSED and say:
             say(f"stock layer {row['layer']} ({row['type']}) becomes a fused stack")

@@ -213,9 +213,11 @@ def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 
 
-def test_stateful_layer_is_refused_in_one_line(tmp_path):
-    model = keras.Sequential([keras.Input((None, 3), batch_size=2), L.LSTM(4, stateful=True, name="stream")])
-    with pytest.raises(UnsupportedError, match=r"^layer stream \(LSTM\): stateful=True") as e:
+def test_stateful_bidirectional_layer_is_refused_in_one_line(tmp_path):
+    """A stateful Bidirectional layer does not stream (its backward direction reads each chunk from its end)."""
+    model = keras.Sequential([keras.Input((None, 3), batch_size=2),
+                              L.Bidirectional(L.LSTM(4, stateful=True), name="both")])
+    with pytest.raises(UnsupportedError, match=r"^layer both \(Bidirectional\): stateful=True.*does not stream") as e:
         cudnn_port.export(model, str(tmp_path / "out"))
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 

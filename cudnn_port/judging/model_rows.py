@@ -111,6 +111,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     from ..formats import derived_keys
     from ..precision import float32_policy, float32_twin
     from ..readers.keras_model import load_model_file
+    from ..streaming_model import streaming_twin
 
     source = manifest["source"].get("checkpoint", "")
     copy = os.path.join(out, manifest["model_artifacts"].get("keras", "keras/model.keras"))
@@ -119,6 +120,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         original = load_model_file(path)
         with float32_policy():
             model, policy = float32_twin(original)
+            model = streaming_twin(model)[0]  # stateful layers: states in and out, as exported
     except Exception as e:  # noqa: BLE001 (a model that does not load is a failed check)
         return [dict(failed_row(f"whole model ({where})", e), stack="(whole model)", judge=None)]
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)

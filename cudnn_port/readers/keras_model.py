@@ -247,9 +247,10 @@ class KerasModelSource(Source):
         """A ``.keras`` (or Keras 3 ``.h5``) file saved from a model with fused layers, or stock Keras LSTM / GRU /
         Bidirectional layers (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
         from ..stock_keras import rewrite
+        from ..streaming_model import streaming_twin
 
         model = load_model_file(path)
-        return cls(rewrite(model, strict=False), os.path.abspath(path), original=model)
+        return cls(rewrite(streaming_twin(model)[0], strict=False), os.path.abspath(path), original=model)
 
     def nothing_found(self) -> str:
         others = "; ".join(f"{r['layer']} ({r['type']}): {r['why']}" for r in self.stock_layers)

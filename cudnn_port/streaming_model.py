@@ -1,0 +1,113 @@
+"""Stateful Keras models (``stateful=True`` recurrent layers) as streaming models: states in, states out.
+
+A stateful layer starts each call from the final states of its previous call, kept inside the layer. A CPU artifact
+keeps nothing between calls, so the model is exported in the form the per-stack ``model_stateful.onnx`` has: each
+stateful layer's initial states are extra inputs (``<layer>_h``, and ``<layer>_c`` for an LSTM, ``[batch, units]``)
+and its final states extra outputs, after the model's own. A caller starts a stream with zeros (Keras'
+``reset_states()``) and feeds each call's final states into the next call. :func:`streaming_twin` builds that
+model from stock Keras layers (each stateful layer replaced by a copy with ``stateful=False, return_state=True``
+holding the same weights, the other layers shared), so it is also the judge of the artifacts: Keras' own math.
+Batch becomes dynamic (a stateful layer needs a fixed batch only to keep its states).
+
+Refused in one line: a stateful ``Bidirectional`` layer (its backward direction reads each chunk from its end, so
+it does not stream), a stateful layer inside a nested model or given ``initial_state`` by the model itself, and a
+stateful layer in a subclassed model.
+"""
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+
+from .errors import UnsupportedError
+
+if TYPE_CHECKING:
+    import keras
+
+
+STREAMED = ("LSTM", "GRU", "SimpleRNN", "Bidirectional")  # stock layers whose states are h (and c) [batch, units]
+
+
+def _stateful(layer) -> bool:
+    if type(layer).__name__ not in STREAMED or not type(layer).__module__.startswith("keras."):
+        return False  # another layer's statefulness is refused with its other reasons (cudnn_port.stock_keras)
+    inner = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
+    return any(getattr(rnn, "stateful", False) for rnn in inner)
+
+
+def _walk(model, nested=False):
+    for layer in getattr(model, "layers", None) or []:
+        if getattr(layer, "layers", None) and not hasattr(layer, "forward_layer"):
+            yield from ((found, True) for found, _ in _walk(layer, True))
+        elif _stateful(layer):
+            yield layer, nested
+
+
+def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, Any]]]:
+    """(``model`` itself and [] when no layer of it is stateful; else the streaming model described in the module
+    docstring and one record per stateful layer: {layer, state_inputs, state_outputs (the output names every
+    artifact gives them: ``output_k``)}). Raises :class:`~cudnn_port.errors.UnsupportedError` for what does not
+    stream."""
+    import keras
+
+    found = list(_walk(model))
+    if not found:
+        return model, []
+    for layer, nested in found:
+        if hasattr(layer, "forward_layer"):
+            raise UnsupportedError(f"layer {layer.name} (Bidirectional): stateful=True, and its backward direction "
+                                   "reads each chunk from its end, so it does not stream; rebuild it with "
+                                   "stateful=False")
+        if nested:
+            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True inside a nested "
+                                   "model; build the model flat to export it as a streaming model")
+    if type(model).__name__ not in ("Functional", "Sequential"):
+        raise UnsupportedError(f"model {model.name} is a subclassed {type(model).__name__} with a stateful layer, "
+                               "which cannot be rebuilt as a streaming model; build it as a Functional or Sequential "
+                               "model")
+    twins = {id(layer): _stateless_copy(layer) for layer, _ in found}
+    state_in, state_out, records = [], [], []
+
+    def call(layer, *args, **kwargs):
+        if id(layer) not in twins:
+            return layer(*args, **kwargs)
+        if kwargs.get("initial_state") is not None:
+            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and given "
+                                   "initial_state by the model; one or the other")
+        kinds = ("h", "c") if type(layer).__name__ == "LSTM" else ("h",)
+        states = [keras.Input(batch_shape=(None, layer.units), name=f"{layer.name}_{k}") for k in kinds]
+        result = twins[id(layer)](*args, initial_state=states, **kwargs)
+        state_in.extend(states)
+        state_out.extend(result[1:])
+        records.append({"layer": layer.name, "state_inputs": [f"{layer.name}_{k}" for k in kinds]})
+        return result if layer.return_state else result[0]
+
+    inputs = [keras.Input(batch_shape=(None,) + tuple(t.shape[1:]), dtype=t.dtype, name=_input_name(t))
+              for t in model.inputs]
+    if type(model).__name__ == "Sequential":
+        x = inputs[0]
+        for layer in model.layers:
+            x = call(layer, x)
+        outputs = [x]
+    else:
+        clone = keras.models.clone_model(model, input_tensors=inputs, clone_function=lambda layer: layer,
+                                         call_function=call)
+        outputs = list(clone.outputs)
+    first = len(outputs)
+    for record in records:
+        count = len(record["state_inputs"])
+        record["state_outputs"] = [f"output_{first + k}" for k in range(count)]
+        first += count
+    twin = keras.Model(inputs + state_in, outputs + state_out, name=model.name)
+    return twin, records
+
+
+def _input_name(tensor) -> str:
+    """The name of the input layer behind ``tensor`` (a Sequential's input tensor is named ``keras_tensor...``)."""
+    history = getattr(tensor, "_keras_history", None)
+    layer = history[0] if history else None
+    return getattr(layer, "name", None) or tensor.name.split(":")[0]
+
+
+def _stateless_copy(layer):
+    """A copy of stateful layer ``layer`` with ``stateful=False, return_state=True``, its weights copied."""
+    copy = type(layer).from_config(dict(layer.get_config(), stateful=False, return_state=True))
+    copy.build((None, None, int(layer.cell.kernel.shape[0])))
+    copy.set_weights(layer.get_weights())
+    return copy

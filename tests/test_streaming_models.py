@@ -1,0 +1,89 @@
+"""Stateful Keras models (``stateful=True``) convert to streaming models: each stateful layer's initial states are
+inputs and its final states outputs of every artifact. Judged here by Keras itself: the stateful model run on two
+chunks in a row (its states kept inside its layers), against each artifact run on the same chunks from zero states,
+the second call fed the first call's final states; every output and every final state, 1e-5 + 1e-4 relative."""
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+from cudnn_port import convert, verify  # noqa: E402
+
+L = keras.layers
+TOL = dict(atol=1e-5, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory):
+    """A Sequential of a stateful LSTM (input 3 != units 5) and a stateful GRU, saved as .keras and converted."""
+    tmp = tmp_path_factory.mktemp("stateful")
+    model = keras.Sequential([keras.Input((None, 3), batch_size=2), L.LSTM(5, stateful=True, return_sequences=True,
+                                                                          name="enc"),
+                              L.GRU(4, stateful=True, return_sequences=True, name="dec"), L.Dense(2)])
+    rng = np.random.default_rng(3)
+    model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
+    model.save(tmp / "stream.keras")
+    manifest = convert(tmp / "stream.keras", tmp / "out")
+    chunks = [rng.normal(size=(2, 6, 3)).astype("float32"), rng.normal(size=(2, 3, 3)).astype("float32")]
+    for layer in model.layers:
+        if getattr(layer, "stateful", False):
+            layer.reset_states()
+    want = []
+    for chunk in chunks:  # Keras' own stateful run: outputs, then each layer's states after the chunk
+        y = np.asarray(model(chunk))
+        states = [np.asarray(s) for name in ("enc", "dec") for s in model.get_layer(name).states]
+        want.append([y] + states)
+    return manifest, tmp / "out", chunks, want
+
+
+def _stream(run, chunks, names, x):
+    """run(feeds) -> [output_0, states...] over the chunks (fed as ``x``), from zero states, each call fed the last
+    call's final states."""
+    states = {n: np.zeros((2, w), "float32") for n, w in names.items()}
+    got = []
+    for chunk in chunks:
+        outputs = run(dict(states, **{x: chunk}))
+        got.append(outputs)
+        states = dict(zip(names, outputs[1:]))
+    return got
+
+
+NAMES = {"enc_h": 5, "enc_c": 5, "dec_h": 4}
+
+
+def test_manifest_and_interface_say_what_streams(streamed):
+    manifest = streamed[0]
+    assert manifest["streaming"] == [
+        {"layer": "enc", "state_inputs": ["enc_h", "enc_c"], "state_outputs": ["output_1", "output_2"]},
+        {"layer": "dec", "state_inputs": ["dec_h"], "state_outputs": ["output_3"]}]
+    specs = {s["name"]: s["shape"] for s in manifest["model_input_specs"]}
+    x = manifest["model_inputs"][0]  # the input layer's name, as Keras numbered it in the saving process
+    assert specs == {x: [None, None, 3], "enc_h": [None, 5], "enc_c": [None, 5], "dec_h": [None, 4]}
+    assert {"saved_model", "onnx", "tflite"} <= set(manifest.model_artifacts), manifest.warnings
+
+
+def test_each_artifact_streams_like_the_stateful_keras_model(streamed):
+    import onnxruntime as ort
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    manifest, out, chunks, want = streamed
+    onnx = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    outs = [f"output_{k}" for k in range(4)]
+    serving = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
+    lite = Interpreter(str(out / "model.tflite")).get_signature_runner("serving_default")
+    runs = {"onnx": lambda f: onnx.run(outs, f),
+            "saved_model": lambda f: [np.asarray(serving(**{k: tf.constant(v) for k, v in f.items()})[o])
+                                      for o in outs],
+            "tflite": lambda f: [lite(**f)[o] for o in outs]}
+    for name, run in runs.items():
+        for got, expected in zip(_stream(run, chunks, NAMES, manifest["model_inputs"][0]), want):
+            for g, w in zip(got, expected):
+                np.testing.assert_allclose(g, w, **TOL, err_msg=name)
+
+
+def test_verify_passes_and_judges_every_artifact(streamed):
+    report = verify(streamed[1])
+    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
+    judged = {r["artifact"] for r in report["rows"] if r["stack"] == "(whole model)" and r["passed"]}
+    assert {"saved_model", "graphdef", "onnx (onnxruntime)", "tflite (litert)"} <= judged, judged
