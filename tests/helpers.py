@@ -267,3 +267,17 @@ def op_codes(path):
     codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
     return ({names[max(c.BuiltinCode(), c.DeprecatedBuiltinCode())] for c in codes if not c.CustomCode()},
             {c.CustomCode().decode() for c in codes if c.CustomCode()})
+
+
+def reference_outputs(model, inputs):
+    """``model``'s outputs on ``inputs`` (a list) with every fused layer's stack computed by the float64 NumPy
+    reference (cudnn_port.reference): no TensorFlow path of the fused layers (the functions every artifact is traced
+    from) runs, so it judges those artifacts independently. Ordinary layers (Embedding, Dense) are Keras' own."""
+    from cudnn_port.judging.stock import ReferenceStack, model_outputs
+    from cudnn_port.layers import fused_layers, judged_by
+    from cudnn_port.layout import unpack
+
+    judges = {id(layer): ReferenceStack(unpack(layer.spec, layer.opaque_kernel.numpy()))
+              for layer in fused_layers(model)}
+    with judged_by(judges):
+        return model_outputs(model(inputs if len(inputs) > 1 else inputs[0], training=False))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import ATOL_FP32, CONFIGS, CONFIG_IDS, assert_clean_error, make_spec, ragged_batch, random_blob, \
-    run_cli, tagger
+    reference_outputs, run_cli, tagger
 from cudnn_port import reference
 from cudnn_port.layout import unpack
 
@@ -217,7 +217,7 @@ def test_export_whole_model_to_cpu_artifacts(tmp_path, tagger_out):
     assert sorted(s["variable"] for s in manifest["stacks"]) == ["decoder/opaque_kernel", "encoder/opaque_kernel"]
     assert "embed/embeddings" in manifest["copied"] and "head/kernel" in manifest["copied"]
     ids = token_batch()
-    want = np.asarray(model(ids))
+    want = reference_outputs(model, [ids])[0]  # the NumPy reference, not the path the SavedModel was traced from
     loaded = tf.saved_model.load(str(tmp_path / "out" / "saved_model"))
     got = loaded.signatures["serving_default"](tokens=ids)["output_0"].numpy()
     assert np.max(np.abs(got - want)) <= ATOL_FP32
@@ -376,6 +376,17 @@ def test_return_state_in_a_functional_model(layer_cls, states):
         masks = layer.compute_mask(np.zeros((2, 3, 4), "float32"), mask)
         assert len(masks) == 1 + states and all(m is None for m in masks[1:])
     model = keras.Model(tokens, result)
+    rng = np.random.default_rng(4)
+    for weight in model.weights:
+        if weight.dtype == "float32":
+            weight.assign((rng.normal(size=weight.shape) * 0.5).astype("float32"))
     ids = np.array([[1, 2, 0], [3, 0, 0]], np.int32)
     got = model(ids)
     assert [tuple(t.shape) for t in got] == [(2, 3, 3)] + [(2, 2, 3)] * states
+    # values, not only shapes: the sequence, then h (and c) as [batch, layer, units], against the NumPy reference on
+    # the embedded ids with lengths 2 and 1 (a swapped h and c, or a state of the wrong step, fails here)
+    x = np.asarray(model.layers[1](ids), np.float64)
+    y, h, c = reference.forward(unpack(layer.spec, layer.opaque_kernel.numpy()), x, np.array([2, 1]))
+    want = [y] + [np.transpose(s, (1, 0, 2)) for s in (h, c)[:states]]
+    for g, w, name in zip(got, want, ("outputs", "h", "c")):
+        np.testing.assert_allclose(np.asarray(g), w, atol=1e-5, rtol=1e-4, err_msg=name)
