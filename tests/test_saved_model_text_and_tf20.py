@@ -27,7 +27,9 @@ from cudnn_port import convert
 from cudnn_port.verify import verify
 
 tf = pytest.importorskip("tensorflow")
-ATOL = RTOL = 1e-4  # the issue's bar; measured max differences are printed by the asserts' messages on failure
+# the float32 bar of every Keras-judged row (parity.ATOL, RTOL); measured: at most 6e-8 on outputs up to 0.6 in size
+# (TensorFlow 2.21, onnxruntime 1.31), so it leaves room for other CPUs' summation order and nothing for a wrong gate
+ATOL, RTOL = 1e-5, 1e-4
 
 
 @pytest.fixture(scope="module")
