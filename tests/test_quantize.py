@@ -2,6 +2,7 @@
 GRU stacks are refused, and convert/verify carry it through."""
 import json
 
+import numpy as np
 import onnx
 import pytest
 
@@ -97,3 +98,43 @@ def test_quantize_int8_of_a_gru_only_source_is_refused(tmp_path, capsys):
     code, _, err = run_cli(capsys, "convert", src, tmp_path / "out", "--quantize", "int8", *spec.flags().split())
     assert_clean_error(code, err, "nothing to quantize", "GRU")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_whole_model_int8_is_judged_with_a_finite_tolerance(tmp_path):
+    """A whole Keras model's int8 ONNX is judged against the fp32 judge within 3x / 1.5x the error of the same model
+    with exact int8 rounding (a finite bound, as each stack's int8 row); one LSTM gate's int8 weights negated
+    (the manifest's hashes rewritten, as a tamperer would) fails that row."""
+    import keras
+    import onnx
+    from onnx import numpy_helper
+
+    from cudnn_port import export, verify
+    from cudnn_port.outdir import MANIFEST
+    from cudnn_port.paths import sha256
+
+    L = keras.layers
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    x = L.Bidirectional(L.LSTM(12, return_sequences=True))(L.Embedding(30, 8, mask_zero=True)(ids))
+    model = keras.Model(ids, L.Dense(4)(L.LSTM(10)(x)))
+    rng = np.random.default_rng(2)
+    model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
+    out = tmp_path / "out"
+    manifest = export(model, out, formats=["onnx"], quantize="int8")
+    report = verify(out)
+    row = next(r for r in report["rows"] if r["stack"] == "(whole model)" and "int8" in r["artifact"])
+    assert report["passed"] and row["passed"] is True and 0 < row["max_abs"] <= row["tolerance"] < 1, row
+    path = out / manifest.model_artifacts["onnx_int8"]
+    tampered = onnx.load(str(path))
+    node = next(n for n in tampered.graph.node if n.op_type == "DynamicQuantizeLSTM")
+    weights = next(i for i in tampered.graph.initializer if i.name == node.input[1])
+    w = numpy_helper.to_array(weights).copy()
+    w[..., : w.shape[-1] // 4] *= -1  # one gate's int8 weights, sign flipped
+    weights.CopyFrom(numpy_helper.from_array(w, weights.name))
+    onnx.save(tampered, str(path))
+    record = json.load(open(out / MANIFEST))
+    record["files"] = {rel: sha256(str(out / rel)) for rel in record["files"] if (out / rel).exists()}
+    json.dump(record, open(out / MANIFEST, "w"))
+    report = verify(out)
+    row = next(r for r in report["rows"] if r["stack"] == "(whole model)" and "int8" in r["artifact"])
+    assert not report["passed"] and row["passed"] is False, row
