@@ -120,6 +120,12 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
         from .judging.model_rows import keras_model_rows
 
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
+    elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
+        from .judging.keras2_model import rebuilt_model_row
+
+        say("keras/model.keras: the rebuilt whole model")
+        report["rows"].append(dict(rebuilt_model_row(manifest, out, unchanged, seed, atol, rtol),
+                                   stack="(whole model)", judge="the source .h5, by Keras 2's own weight rule"))
     source, judged_by = _judge_source(manifest, out, unchanged)
     for stack in manifest["stacks"]:
         report["rows"] += _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say)

@@ -52,6 +52,47 @@ def test_keras27_bidirectional_full_model_rebuilds_in_keras3(tmp_path):
 
 
 @pytest.mark.slow
+def test_verify_judges_the_rebuilt_model_by_the_source_file(tmp_path):
+    """verify's row for OUT/keras/model.keras reads the source .h5's weights by Keras 2's own rule: it passes, fails
+    when two gates of the rebuilt model's LSTM are swapped (manifest hashes rewritten), and is skipped, not passed,
+    once the source is gone."""
+    import shutil
+
+    import keras
+
+    from cudnn_port.outdir import MANIFEST
+    from cudnn_port.paths import sha256
+    from cudnn_port.verify import verify
+
+    source = tmp_path / "model.h5"
+    shutil.copyfile(BIDIRECTIONAL, source)
+    out = tmp_path / "out"
+    convert(source, out, formats=["checkpoint", "keras"])
+
+    def row():
+        report = verify(out)
+        return report, next(r for r in report["rows"] if r["artifact"].startswith("keras/model.keras"))
+
+    report, found = row()
+    assert report["passed"] and found["passed"] is True, found
+    model = keras.saving.load_model(out / "keras" / "model.keras")
+    lstm = model.layers[1].forward_layer
+    kernel, recurrent, bias = lstm.get_weights()
+    H = lstm.units
+    kernel[:, :H], kernel[:, H:2 * H] = kernel[:, H:2 * H].copy(), kernel[:, :H].copy()  # gates i and f swapped
+    lstm.set_weights([kernel, recurrent, bias])
+    model.save(out / "keras" / "model.keras")
+    record = json.load(open(out / MANIFEST))
+    record["files"] = {rel: sha256(str(out / rel)) for rel in record["files"] if (out / rel).exists()}
+    json.dump(record, open(out / MANIFEST, "w"))
+    report, found = row()
+    assert not report["passed"] and found["passed"] is False, found
+    source.unlink()
+    report, found = row()
+    assert found["passed"] is None and "source" in found["note"], found
+
+
+@pytest.mark.slow
 def test_a_model_keras3_cannot_rebuild_says_only_per_layer_artifacts_were_written(tmp_path, capsys):
     """A layer Keras 3 does not know (a custom class of the original code): convert still writes every per-layer
     artifact, and its summary and --json say plainly that keras/model.keras was not written."""

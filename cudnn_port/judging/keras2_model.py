@@ -1,0 +1,104 @@
+"""The judge of ``OUT/keras/model.keras`` rebuilt from a Keras 2 full-model ``.h5``
+(:mod:`cudnn_port.exports.keras_rebuild`).
+
+The rebuilt model is run by Keras 3 against a second copy of it whose recurrent layers hold weights read straight
+from the source file and converted by Keras 2's own rule for loading CuDNNLSTM / CuDNNGRU weights into LSTM /
+GRU(reset_after=True) (tf.keras ``saving/hdf5_format.py``, ``_convert_rnn_weights``: each gate's input kernel
+``k.T.reshape(k.shape, order="F")``, each gate's recurrent kernel ``k.T``, the LSTM's two biases summed, the GRU's
+reshaped to ``[2, 3H]``). The judge shares nothing with the reader (:mod:`cudnn_port.readers.keras_h5`) or the
+writer (:mod:`cudnn_port.targets.keras`) the artifact came through; the other layers are the rebuilt model's own.
+With the source gone there is nothing independent to judge by: the row says so and passes nothing.
+"""
+import os
+from typing import TYPE_CHECKING, Any, Dict, List
+
+import numpy as np
+
+from .parity import compare, failed_row, sample_inputs
+
+if TYPE_CHECKING:
+    from ..manifest import Manifest
+
+LABEL = "keras/model.keras (Keras 3 rebuild of the whole model)"
+RECURRENT = {"LSTM": 4, "GRU": 3}
+
+
+def keras2_rule(kind: str, kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray) -> List[np.ndarray]:
+    """Keras 2's conversion of one CuDNNLSTM / CuDNNGRU layer's saved weights to LSTM / GRU(reset_after=True)."""
+    gates = RECURRENT[kind]
+    kernel = np.hstack([k.T.reshape(k.shape, order="F") for k in np.hsplit(kernel, gates)])
+    recurrent = np.hstack([k.T for k in np.hsplit(recurrent, gates)])
+    bias = bias[:bias.size // 2] + bias[bias.size // 2:] if kind == "LSTM" else bias.reshape(2, -1)
+    return [kernel, recurrent, bias]
+
+
+def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, seed: int, atol: float,
+                      rtol: float) -> Dict[str, Any]:
+    """The verify row of OUT/keras/model.keras for a Keras 2 ``.h5`` source (see the module docstring)."""
+    from ..readers.keras_model import load_model_file
+
+    source = manifest["source"].get("checkpoint", "")
+    if not source_unchanged or not os.path.isfile(source):
+        return {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None,
+                "note": "skipped: the source .h5 is gone or changed, and this row's judge reads it"}
+    path = os.path.join(out, manifest.model_artifacts["keras"])
+    try:
+        rebuilt, judge = load_model_file(path), load_model_file(path)
+        _source_weights(judge, source)
+        names = [t.name.split(":")[0] for t in rebuilt.inputs]
+        feeds = _feeds(rebuilt, names, seed)
+        values = [feeds[n] for n in names]
+        got, want = (_outputs(m(values if len(values) > 1 else values[0], training=False)) for m in (rebuilt, judge))
+    except Exception as e:  # noqa: BLE001 (a model that does not load or run is a failed check)
+        return failed_row(LABEL, e)
+    row = compare(LABEL, got, want, atol, rtol)
+    return dict(row, note="against the same model with its recurrent weights read from the source .h5 by Keras 2's "
+                          "own CuDNN-to-LSTM/GRU rule")
+
+
+def _outputs(result):
+    return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
+
+
+def _feeds(model, names, seed):
+    """Seeded inputs of the model's own shapes (ids in each Embedding's range), as the whole-model rows draw them."""
+    from ..deps import import_tf
+    from ..model_inputs import embedding_vocabularies
+
+    tf = import_tf()
+    specs = [tf.TensorSpec([None if d is None else d for d in t.shape], t.dtype) for t in model.inputs]
+    feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
+    rng = np.random.default_rng(seed + 1)
+    for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):
+        feeds[name] = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
+    return feeds
+
+
+def _source_weights(model, source: str) -> None:
+    """Give each LSTM / GRU (or Bidirectional of one) of ``model`` the weights its CuDNN layer of the same name holds
+    in the source file, converted by :func:`keras2_rule`."""
+    import h5py
+
+    from ..readers.h5_guard import check_h5
+    from ..readers.keras_h5 import h5_text
+
+    with h5py.File(source, "r") as f:
+        check_h5(f, source)
+        root = f["model_weights"] if "model_weights" in f else f
+        for layer in _layers(model):
+            inner = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
+            kind = type(inner[0]).__name__
+            if kind not in RECURRENT or layer.name not in root:
+                continue
+            group = root[layer.name]
+            arrays = [np.asarray(group[h5_text(n)][()]) for n in group.attrs["weight_names"]]
+            weights = [w for d in range(len(inner)) for w in keras2_rule(kind, *arrays[3 * d:3 * d + 3])]
+            layer.set_weights(weights)
+
+
+def _layers(model):
+    for layer in getattr(model, "layers", None) or []:
+        if getattr(layer, "layers", None) and not hasattr(layer, "forward_layer"):
+            yield from _layers(layer)
+        else:
+            yield layer
