@@ -156,8 +156,9 @@ def _judge_source(manifest, out, unchanged):
 def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say):
     try:
         spec = RNNSpec(**stack["spec"])
+        layout_rows = []
         if source is not None and stack["variable"] in source.shapes:
-            canon = unpack(spec, source.get(stack["variable"]))
+            canon, layout_rows = _read_buffer(spec, source.get(stack["variable"]))
         else:
             canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
     except (TypeError, KeyError, ValueError, CudnnPortError) as e:  # the manifest's spec fits no buffer
@@ -168,7 +169,7 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
     want_zero = reference.forward(canon, x, lengths)
     atol_in = atol
     atol = max(atol, case_floor(canon, (x, lengths, h, c), want))
-    rows = []
+    rows = layout_rows
     if manifest.get("kind") != "keras_model" or "checkpoint" in manifest.get("formats", []):
         say(f"{stack['variable']}: checkpoint")
         rows.append(checkpoint_judge(manifest, out, stack, spec, (x, lengths, h, c), want, atol, rtol))
@@ -181,6 +182,21 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         if row["passed"] and row["max_abs"] is not None and atol_in < row["max_abs"] <= atol:  # passed on the floor
             row["note"] = "; ".join(filter(None, [row.get("note"), f"atol {atol:.2e}: 4x this case's fp32 floor"]))
     return rows
+
+
+def _read_buffer(spec: RNNSpec, buffer: np.ndarray) -> Tuple["CanonicalRNN", List[Dict[str, Any]]]:
+    """(the stack the reference judges by, read through the cuDNN API's statement of the layout
+    (:mod:`cudnn_port.judging.cudnn_api`); a failed row where :func:`cudnn_port.layout.unpack`, which every writer
+    reads the buffer by, reads it otherwise)."""
+    from .judging import cudnn_api
+
+    canon = cudnn_api.canonical(spec, buffer)
+    where = cudnn_api.disagreement(canon, unpack(spec, buffer))
+    if not where:
+        return canon, []
+    return canon, [{"artifact": "layout (two statements of cuDNN's)", "passed": False, "max_abs": None,
+                    "max_rel": None, "note": f"the converter's layout and the cuDNN API's read the buffer "
+                                             f"differently at {where}: every artifact is suspect"}]
 
 
 def case_floor(canon: "CanonicalRNN", batch: Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],

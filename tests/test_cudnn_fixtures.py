@@ -101,6 +101,31 @@ def test_layout_is_cudnns(case):
         np.testing.assert_array_equal(getattr(canon.layers[pseudo], kind).reshape(-1), region, err_msg=name)
 
 
+@pytest.mark.parametrize("case", ALL)
+def test_the_api_statement_of_the_layout_is_cudnns_too(case):
+    """verify's second statement of the layout (judging/cudnn_api.py, from cudnnGetRNNWeightParams' pseudoLayer and
+    linLayerID, not from RNNSpec.blocks) puts every gate's matrix and bias where cuDNN does, and reads the same
+    stack as unpack()."""
+    from cudnn_port.judging import cudnn_api
+
+    spec = case_spec(case)
+    buffer, = arrays(case, "buffer")
+    G, H, D = spec.num_gates, spec.num_units, spec.num_dirs
+    found = cudnn_api.offsets(spec.mode, spec.num_layers, H, spec.input_size, D, spec.num_proj)
+    for name, (offset, shape) in META[case]["offsets"].items():
+        key, layer = name.split("_l")[0], name.split("_l")[1]
+        pseudo = int(layer.split("_")[0]) * D + layer.endswith("_reverse")
+        if key == "weight_hr":
+            assert found[pseudo, cudnn_api.PROJECTION][0] == offset, name
+            continue
+        first = G if key.endswith("_hh") else 0  # linLayerIDs 0..G-1 input, G..2G-1 recurrent
+        for g in range(G):  # torch stacks the G gate blocks; cuDNN's address of each is its own
+            want = offset + g * (int(np.prod(shape)) // G)
+            got = found[pseudo, first + g][1 if key.startswith("bias") else 0]
+            assert got == want, (name, g, got, want)
+    assert cudnn_api.disagreement(cudnn_api.canonical(spec, buffer), unpack(spec, buffer)) == ""
+
+
 # ------------------------------------------------------------------------------- the reference and the artifacts
 @pytest.mark.parametrize("case", STRICT)
 def test_reference_reproduces_cudnn(case, floors):

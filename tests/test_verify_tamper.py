@@ -218,3 +218,23 @@ def test_whole_model_artifact_from_another_model(tmp_path, tagger_out, other, ca
     (shutil.copytree if (other / path).is_dir() else shutil.copy)(other / path, target)
     rehash(out)
     verify_fails(out, capsys, {"frozen_graph.pb": "graphdef", "model.onnx": "onnx"}.get(path, path))
+
+
+def test_a_layout_read_otherwise_than_cudnns_api_fails_the_layout_row(out, capsys, monkeypatch):
+    """verify's reference reads each buffer through the cuDNN API's statement of the layout (judging/cudnn_api.py);
+    where the converter's layout (layout.unpack, which every writer reads by) reads it otherwise (here: gates i and f
+    of the first pseudo-layer swapped), the layout row fails, and only it: the artifacts were written right."""
+    import importlib
+
+    verify_module = importlib.import_module("cudnn_port.verify")  # the module (cudnn_port.verify is the function)
+    real = verify_module.unpack
+
+    def swapped(spec, buffer):
+        canon = real(spec, buffer)
+        W = canon.layers[0].W
+        W[[0, 1]] = W[[1, 0]]
+        return canon
+
+    monkeypatch.setattr(verify_module, "unpack", swapped)
+    failed = verify_fails(out, capsys, "layout")
+    assert failed and all(name.startswith("layout") for name in failed), failed
