@@ -159,6 +159,11 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         layout_rows = []
         if source is not None and stack["variable"] in source.shapes:
             canon, layout_rows = _read_buffer(spec, source.get(stack["variable"]))
+            if str(manifest["source"].get("format", "")).startswith("Keras 2 HDF5"):  # the source, unchanged
+                from .judging.keras2_model import stack_from_file
+
+                canon = stack_from_file(manifest["source"]["checkpoint"], stack["variable"], spec)
+                judged_by = "the source .h5's arrays, by Keras 2's own weight rule (not the reader)"
         else:
             canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
     except (TypeError, KeyError, ValueError, CudnnPortError) as e:  # the manifest's spec fits no buffer

@@ -102,3 +102,37 @@ def _layers(model):
             yield from _layers(layer)
         else:
             yield layer
+
+
+# Keras gate blocks (i f c o / z r h) in cuDNN order (i f c o / r z h)
+KERAS_TO_CUDNN = {"LSTM": [0, 1, 2, 3], "GRU": [1, 0, 2]}
+
+
+def stack_from_file(source: str, variable: str, spec):
+    """The stack ``variable`` (``{layer}/opaque_kernel``) of a Keras 2 ``.h5`` as the reference takes it (a
+    :class:`~cudnn_port.canonical.CanonicalRNN`, cuDNN's gate order), read from the file's own arrays by Keras 2's
+    rule (:func:`keras2_rule`) and Keras' LSTM / GRU math (``x @ kernel + h @ recurrent_kernel + bias``, gate blocks
+    i f c o / z r h along the columns; GRU bias rows: input, recurrent), not through the reader."""
+    import h5py
+
+    from ..canonical import CanonicalRNN, LayerParams
+    from ..readers.h5_guard import check_h5
+    from ..readers.keras_h5 import h5_text
+
+    kind = "LSTM" if spec.mode == "lstm" else "GRU"
+    layer = variable.rsplit("/", 1)[0]
+    with h5py.File(source, "r") as f:
+        check_h5(f, source)
+        root = f["model_weights"] if "model_weights" in f else f
+        group = root[layer]
+        arrays = [np.asarray(group[h5_text(n)][()], np.float64) for n in group.attrs["weight_names"]]
+    params, H, order = [], spec.num_units, KERAS_TO_CUDNN[kind]
+    for d in range(spec.num_dirs):
+        kernel, recurrent, bias = keras2_rule(kind, *arrays[3 * d:3 * d + 3])
+        blocks = [slice(g * H, (g + 1) * H) for g in order]
+        W = np.stack([kernel[:, b].T for b in blocks])
+        R = np.stack([recurrent[:, b].T for b in blocks])
+        b_W = np.stack([(bias if kind == "LSTM" else bias[0])[b] for b in blocks])
+        b_R = np.zeros_like(b_W) if kind == "LSTM" else np.stack([bias[1][b] for b in blocks])
+        params.append(LayerParams(W, R, b_W, b_R))
+    return CanonicalRNN(spec, params)
