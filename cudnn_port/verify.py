@@ -121,7 +121,7 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
 
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
     elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
-        from .judging.keras2_model import rebuilt_model_row
+        from .judging.keras_weights import rebuilt_model_row
 
         say("keras/model.keras: the rebuilt whole model")
         report["rows"].append(dict(rebuilt_model_row(manifest, out, unchanged, seed, atol, rtol),
@@ -159,11 +159,9 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         layout_rows = []
         if source is not None and stack["variable"] in source.shapes:
             canon, layout_rows = _read_buffer(spec, source.get(stack["variable"]))
-            if str(manifest["source"].get("format", "")).startswith("Keras 2 HDF5"):  # the source, unchanged
-                from .judging.keras2_model import stack_from_file
-
-                canon = stack_from_file(manifest["source"]["checkpoint"], stack["variable"], spec)
-                judged_by = "the source .h5's arrays, by Keras 2's own weight rule (not the reader)"
+            independent = _independent_stack(manifest, source, stack["variable"], spec)
+            if independent is not None:
+                canon, judged_by = independent
         else:
             canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
     except (TypeError, KeyError, ValueError, CudnnPortError) as e:  # the manifest's spec fits no buffer
@@ -187,6 +185,25 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         if row["passed"] and row["max_abs"] is not None and atol_in < row["max_abs"] <= atol:  # passed on the floor
             row["note"] = "; ".join(filter(None, [row.get("note"), f"atol {atol:.2e}: 4x this case's fp32 floor"]))
     return rows
+
+
+def _independent_stack(manifest, source, variable, spec):
+    """(the stack read from the source's own weights by their format's documented rule, the judge's words) where
+    the source's stacks are not cuDNN buffers (a Keras 2 ``.h5``: Keras 2's CuDNN weight rule on its arrays; a stock
+    Keras layer: its kernels by Keras' math), so that the per-stack judge shares nothing with the reader or rewrite
+    the artifacts came through; None for a source whose stacks are buffers as saved."""
+    from .judging import keras_weights
+
+    if str(manifest["source"].get("format", "")).startswith("Keras 2 HDF5"):  # the source, unchanged
+        return (keras_weights.stack_from_file(manifest["source"]["checkpoint"], variable, spec),
+                "the source .h5's arrays, by Keras 2's own weight rule (not the reader)")
+    original = getattr(source, "original", None)
+    if original is not None:
+        row = source.layer_of(variable)
+        if row["type"] in ("LSTM", "GRU", "Bidirectional"):
+            return (keras_weights.stock_stack(original, row["layer"], spec),
+                    "the stock layer's own Keras weights, by Keras' math (not the rewrite)")
+    return None
 
 
 def _read_buffer(spec: RNNSpec, buffer: np.ndarray) -> Tuple["CanonicalRNN", List[Dict[str, Any]]]:

@@ -305,3 +305,37 @@ def test_rewritten_model_matches_keras_for_each_layer_option(kind):
 def keras_outputs_of(model, inputs):
     result = model(inputs, training=False)
     return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
+
+
+def test_a_gate_the_rewrite_swaps_fails_that_stack_and_the_whole_model(tmp_path, monkeypatch):
+    """Each stack of a stock model is judged by the stock layer's own Keras weights (Keras' math), not by the fused
+    buffer the rewrite built: with the rewrite made to swap the LSTM's gates i and f (in convert and in verify, which
+    rewrites the model again), verify fails every row of the LSTM's stack and every whole-model row, and passes the
+    GRU's stack."""
+    from cudnn_port.errors import ParityError
+    from cudnn_port.targets import keras as keras_target
+    from cudnn_port.verify import verify
+
+    x = keras.Input((None, FEATURES), name="x")
+    model = keras.Model(x, L.Dense(2)(L.GRU(4, name="gru")(L.LSTM(5, return_sequences=True, name="lstm")(x))))
+    rng = np.random.default_rng(8)
+    model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
+    model.save(tmp_path / "m.keras")
+    real = keras_target.read
+
+    def swapped(tensors, prefix, spec):
+        canon = real(tensors, prefix, spec)
+        if spec.mode == "lstm":
+            for p in canon.layers:
+                p.W[[0, 1]] = p.W[[1, 0]]
+        return canon
+
+    monkeypatch.setattr(keras_target, "read", swapped)
+    with pytest.raises(ParityError):  # the whole-model parity, judged by Keras, already refuses it
+        cudnn_port.convert(tmp_path / "m.keras", tmp_path / "out", formats=["checkpoint", "onnx"], keep_failed=True)
+    judged = [r for r in verify(tmp_path / "out")["rows"] if r["passed"] is not None and r["artifact"] != "files"]
+    failed = {(r["stack"], r["artifact"]) for r in judged if r["passed"] is False}
+    lstm = next(r["stack"] for r in judged if r["stack"].startswith("lstm"))
+    should = {(r["stack"], r["artifact"]) for r in judged if r["stack"] in (lstm, "(whole model)")}
+    assert failed == should and len(should) >= 4, (sorted(failed), sorted(should))
+    assert any(r["passed"] for r in judged if r["stack"].startswith("gru")), judged

@@ -218,6 +218,7 @@ class KerasModelSource(Source):
         from ..stock_keras import plan
 
         self.stock_layers = plan(original or model)  # the model's stock recurrent layers, as given: what became of each
+        self.original = original or model  # the model as given (its stock layers' own weights judge the stacks)
         self.model, self.path = model, path
         self.prefix = path or f"Keras model {model.name} (in memory)"
         self.specs, self._values, self.shapes, self.dtypes, self._layers = {}, {}, {}, {}, {}

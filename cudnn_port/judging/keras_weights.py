@@ -115,7 +115,6 @@ def stack_from_file(source: str, variable: str, spec):
     i f c o / z r h along the columns; GRU bias rows: input, recurrent), not through the reader."""
     import h5py
 
-    from ..canonical import CanonicalRNN, LayerParams
     from ..readers.h5_guard import check_h5
     from ..readers.keras_h5 import h5_text
 
@@ -126,9 +125,20 @@ def stack_from_file(source: str, variable: str, spec):
         root = f["model_weights"] if "model_weights" in f else f
         group = root[layer]
         arrays = [np.asarray(group[h5_text(n)][()], np.float64) for n in group.attrs["weight_names"]]
+    return keras_canonical(spec, [keras2_rule(kind, *arrays[3 * d:3 * d + 3]) for d in range(spec.num_dirs)])
+
+
+def keras_canonical(spec, directions):
+    """A :class:`~cudnn_port.canonical.CanonicalRNN` (cuDNN's gate order) of Keras LSTM / GRU(reset_after=True)
+    weights ``[(kernel, recurrent_kernel, bias)]`` per direction, by Keras' math: ``x @ kernel + h @
+    recurrent_kernel + bias``, gate blocks i f c o / z r h along the columns, a GRU's bias rows input then
+    recurrent."""
+    from ..canonical import CanonicalRNN, LayerParams
+
+    kind = "LSTM" if spec.mode == "lstm" else "GRU"
     params, H, order = [], spec.num_units, KERAS_TO_CUDNN[kind]
-    for d in range(spec.num_dirs):
-        kernel, recurrent, bias = keras2_rule(kind, *arrays[3 * d:3 * d + 3])
+    for kernel, recurrent, bias in directions:
+        kernel, recurrent, bias = (np.asarray(a, np.float64) for a in (kernel, recurrent, bias))
         blocks = [slice(g * H, (g + 1) * H) for g in order]
         W = np.stack([kernel[:, b].T for b in blocks])
         R = np.stack([recurrent[:, b].T for b in blocks])
@@ -136,3 +146,15 @@ def stack_from_file(source: str, variable: str, spec):
         b_R = np.zeros_like(b_W) if kind == "LSTM" else np.stack([bias[1][b] for b in blocks])
         params.append(LayerParams(W, R, b_W, b_R))
     return CanonicalRNN(spec, params)
+
+
+def stock_stack(model, layer_path: str, spec):
+    """The stack of stock layer ``layer_path`` (``outer/inner`` for nested models) of Keras model ``model`` as the
+    reference takes it, read from the layer's own variables by Keras' math (:func:`keras_canonical`), not through
+    the rewrite that built the fused layer."""
+    layer = model
+    for name in layer_path.split("/"):
+        layer = next(inner for inner in layer.layers if inner.name == name)
+    rnns = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
+    return keras_canonical(spec, [[v.numpy() for v in (rnn.cell.kernel, rnn.cell.recurrent_kernel, rnn.cell.bias)]
+                                  for rnn in rnns])
