@@ -1,13 +1,16 @@
-"""The judge of ``OUT/keras/model.keras`` rebuilt from a Keras 2 full-model ``.h5``
-(:mod:`cudnn_port.exports.keras_rebuild`).
+"""Judges that read Keras weights by Keras' own documented rules, not through the reader or rewrite an artifact
+came through.
 
-The rebuilt model is run by Keras 3 against a second copy of it whose recurrent layers hold weights read straight
-from the source file and converted by Keras 2's own rule for loading CuDNNLSTM / CuDNNGRU weights into LSTM /
-GRU(reset_after=True) (tf.keras ``saving/hdf5_format.py``, ``_convert_rnn_weights``: each gate's input kernel
-``k.T.reshape(k.shape, order="F")``, each gate's recurrent kernel ``k.T``, the LSTM's two biases summed, the GRU's
-reshaped to ``[2, 3H]``). The judge shares nothing with the reader (:mod:`cudnn_port.readers.keras_h5`) or the
-writer (:mod:`cudnn_port.targets.keras`) the artifact came through; the other layers are the rebuilt model's own.
-With the source gone there is nothing independent to judge by: the row says so and passes nothing.
+- A Keras 2 ``.h5``'s stacks (:func:`stack_from_file`) and the whole model rebuilt from it in Keras 3
+  (``OUT/keras/model.keras``, :func:`rebuilt_model_row`, written by :mod:`cudnn_port.exports.keras_rebuild`): the
+  file's arrays converted by Keras 2's own rule for loading CuDNNLSTM / CuDNNGRU weights into LSTM /
+  GRU(reset_after=True) (tf.keras ``saving/hdf5_format.py``, ``_convert_rnn_weights``: each gate's input kernel
+  ``k.T.reshape(k.shape, order="F")``, each gate's recurrent kernel ``k.T``, the LSTM's two biases summed, the GRU's
+  reshaped to ``[2, 3H]``). The rebuilt model is run against a second copy of it holding those weights. Shares
+  nothing with :mod:`cudnn_port.readers.keras_h5` or :mod:`cudnn_port.targets.keras`. With the source gone the
+  rebuilt model's row says so and passes nothing.
+- A stock Keras layer's stack (:func:`stock_stack`): its own kernels by Keras' LSTM / GRU math
+  (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
 """
 import os
 from typing import TYPE_CHECKING, Any, Dict, List
