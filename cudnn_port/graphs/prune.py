@@ -35,7 +35,7 @@ def _function_refs(node):
             todo += ref.attr.values()
 
 
-def _called(node):
+def called_functions(node):
     """Names a NodeDef may call: its op and every function its attrs name."""
     return [node.op] + [ref.name for ref in _function_refs(node)]
 
@@ -51,7 +51,7 @@ def _roots(meta):
     """What a SavedModel can call from outside its library: main-graph nodes (signatures, save and restore), the
     object graph's functions, registered gradients."""
     objects = meta.object_graph_def
-    roots = [name for node in meta.graph_def.node for name in _called(node)] + list(objects.concrete_functions)
+    roots = [name for node in meta.graph_def.node for name in called_functions(node)] + list(objects.concrete_functions)
     for obj in objects.nodes:
         kind = obj.WhichOneof("kind")
         if kind == "function":
@@ -78,7 +78,7 @@ def prune(proto: "saved_model_pb2.SavedModel") -> Dict[str, List[str]]:
                 continue
             kept.add(name)
             function = functions[name]
-            todo += [c for node in function.node_def for c in _called(node)]
+            todo += [c for node in function.node_def for c in called_functions(node)]
             todo += [function.attr[a].s.decode() for a in PAIRED_FUNCTIONS if a in function.attr]
             todo += [gradients[name]] if name in gradients else []
             todo = [t for t in todo if t in functions and t not in kept]

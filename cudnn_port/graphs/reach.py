@@ -21,7 +21,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set
 
 from .nodes import CudnnNode, find_nodes, load_proto
-from .prune import _called, drop_slot_references, prune, select_gpu_implementations
+from .prune import called_functions, drop_slot_references, prune, select_gpu_implementations
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2
@@ -61,13 +61,13 @@ def reached_by(proto: "saved_model_pb2.SavedModel") -> Dict[str, Set[str]]:
         for name, signature in meta.signature_def.items():
             roots = [nodes[out.name.split(":")[0]] for out in signature.outputs.values()
                      if out.name.split(":")[0] in nodes and not name.startswith("__")]
-            todo = [c for node in roots for c in _called(node) if c in functions]
+            todo = [c for node in roots for c in called_functions(node) if c in functions]
             seen = found.setdefault(name, set())
             while todo:
                 current = todo.pop()
                 if current not in seen:
                     seen.add(current)
-                    todo += [c for n in functions[current].node_def for c in _called(n) if c in functions]
+                    todo += [c for n in functions[current].node_def for c in called_functions(n) if c in functions]
     return found
 
 
