@@ -14,7 +14,7 @@ from cudnn_port import deps, reference
 from cudnn_port import convert, inspect_checkpoint
 from cudnn_port.layout import unpack
 from cudnn_port.verify import verify
-from tf1_cells import tf1_cells
+from tf1_cells import canonical_tensors as tf1_canonical_tensors, tf1_cells
 
 tf = pytest.importorskip("tensorflow")
 
@@ -79,12 +79,10 @@ def test_tf1_legacy_bias_cudnn_names_are_read_checked_and_kept(tmp_path):
 @pytest.mark.parametrize("style", ["tf1", "keras", "pytorch"])
 def test_tf1_checkpoint_with_two_stacks_to_every_target(tmp_path, style):
     """An encoder (older names) and a decoder (current names, Adam slots) in one checkpoint; no flags needed."""
-    from cudnn_port.targets import STYLES
-
     enc, dec = make_spec("lstm", 2, False), make_spec("gru", 1, True, input_size=10)
     enc_blob, dec_blob = random_blob(enc, seed=41), random_blob(dec, seed=42)
     extra = legacy_tf1_tensors(unpack(enc, enc_blob), "encoder/cudnn_lstm")
-    extra.update(STYLES["tf1"].write(unpack(dec, dec_blob), "decoder/cudnn_gru"))
+    extra.update(tf1_canonical_tensors(unpack(dec, dec_blob), "decoder/cudnn_gru"))  # from TF1's cells
     extra.update({"decoder/cudnn_gru/opaque_kernel": dec_blob,
                   "decoder/cudnn_gru/opaque_kernel/Adam": random_blob(dec, seed=43)})
     src, _ = write_source(tmp_path, enc, name="encoder/cudnn_lstm/opaque_kernel", seed=41, extra=extra)

@@ -80,3 +80,27 @@ def tf1_cells(spec, prefix, ckpt_dir, x, lengths, h_0, c_0, legacy=False) -> lis
             c_n.append(c)
         layer_in = np.concatenate(outs, axis=2)
     return [layer_in, np.stack(h_n), np.stack(c_n) if lstm else None]
+
+
+def canonical_tensors(canon, prefix) -> dict:
+    """What a TF1 ``Saver`` of a ``CudnnLSTM`` / ``CudnnGRU`` wrote beside the buffer (the canonical cell variables
+    under the scopes above), written here from the cells' definitions above, not by cudnn_port's TF1 writer: LSTM
+    ``kernel`` = ``[x, h]`` rows over column blocks i, j, f, o (cuDNN's i, c, f, o) and ``bias`` = b_W + b_R; GRU
+    ``gates/kernel`` over r, u (cuDNN's r, z) with ``gates/bias`` = b_W + b_R, the candidate's input and hidden
+    projections from cuDNN's h gate, each with its own bias."""
+    spec, out = canon.spec, {}
+    for layer, direction, p in canon.pseudo_layers():
+        where = scope(prefix, spec.mode, layer, direction, spec.bidirectional)
+        W, R, b_W, b_R = (np.asarray(a, np.float64) for a in (p.W, p.R, p.b_W, p.b_R))
+        if spec.mode == "lstm":
+            order = [0, 2, 1, 3]  # i, j (cuDNN's c), f, o
+            out[f"{where}/kernel"] = np.concatenate([np.concatenate([W[g].T, R[g].T], 0) for g in order], 1)
+            out[f"{where}/bias"] = np.concatenate([b_W[g] + b_R[g] for g in order])
+        else:
+            out[f"{where}/gates/kernel"] = np.concatenate([np.concatenate([W[g].T, R[g].T], 0) for g in (0, 1)], 1)
+            out[f"{where}/gates/bias"] = np.concatenate([b_W[g] + b_R[g] for g in (0, 1)])
+            out[f"{where}/candidate/input_projection/kernel"] = W[2].T
+            out[f"{where}/candidate/input_projection/bias"] = b_W[2]
+            out[f"{where}/candidate/hidden_projection/kernel"] = R[2].T
+            out[f"{where}/candidate/hidden_projection/bias"] = b_R[2]
+    return {name: value.astype(np.float32) for name, value in out.items()}
