@@ -87,6 +87,9 @@ def _walk(model, prefix=""):
             yield from _walk(layer, f"{prefix}{layer.name}/")
             continue
         row = classify(layer)
+        if row and row["verdict"] == FUSED and prefix and "stateful" in row["why"]:
+            row.update(verdict=REFUSED, why="stateful=True inside a nested model, which does not stream; build the "
+                                            "model flat")
         if row and row["verdict"] == FUSED and type(model).__name__ not in REBUILT:
             row.update(verdict=REFUSED, why=f"it sits in {model.name}, a subclassed {type(model).__name__}, which "
                                             "cannot be rebuilt around a fused layer; build it as a Functional or "

@@ -70,8 +70,18 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if kwargs.get("initial_state") is not None:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and given "
                                    "initial_state by the model; one or the other")
+        if any(r["layer"] == layer.name for r in records):
+            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and called more than "
+                                   "once, so its states are not one stream")
         kinds = ("h", "c") if type(layer).__name__ == "LSTM" else ("h",)
-        states = [keras.Input(batch_shape=(None, layer.units), name=f"{layer.name}_{k}") for k in kinds]
+        names = [f"{layer.name}_{k}" for k in kinds]
+        if set(names) & {_input_name(t) for t in model.inputs}:
+            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True, and the model "
+                                   f"already has an input named {names[0]}, the name its state input takes; rename "
+                                   "that input")
+        states = [keras.Input(batch_shape=(None, layer.units), name=name) for name in names]
+        if kwargs.get("mask") is None and args and getattr(args[0], "_keras_mask", None) is not None:
+            kwargs["mask"] = args[0]._keras_mask  # Keras passes the input's mask only to a call of one tensor
         result = twins[id(layer)](*args, initial_state=states, **kwargs)
         state_in.extend(states)
         state_out.extend(result[1:])
@@ -86,9 +96,11 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
             x = call(layer, x)
         outputs = [x]
     else:
-        clone = keras.models.clone_model(model, input_tensors=inputs, clone_function=lambda layer: layer,
-                                         call_function=call)
-        outputs = list(clone.outputs)
+        # the model's graph run on the new inputs, each layer called through call(): what clone_model does with a
+        # call_function, except that clone_model builds a model of the original inputs alone, and the state inputs
+        # made inside call() would leave its outputs unconnected
+        result = model._run_through_graph(inputs, operation_fn=lambda op: op, call_fn=call)
+        outputs = list(result) if isinstance(result, (list, tuple)) else [result]
     first = len(outputs)
     for record in records:
         count = len(record["state_inputs"])

@@ -87,3 +87,30 @@ def test_verify_passes_and_judges_every_artifact(streamed):
     assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
     judged = {r["artifact"] for r in report["rows"] if r["stack"] == "(whole model)" and r["passed"]}
     assert {"saved_model", "graphdef", "onnx (onnxruntime)", "tflite (litert)"} <= judged, judged
+
+
+def test_a_functional_model_with_a_masked_stateful_layer_streams_like_keras(tmp_path):
+    """A Functional model of one input, Embedding(mask_zero) -> stateful LSTM: the mask reaches the stateless twin
+    (Keras passes an input's mask only to a call of one tensor, and the twin is called with initial_state too), so
+    model.onnx from zero states matches Keras' stateful model on a right-padded chunk, and on the next chunk fed the
+    first one's final states."""
+    import onnxruntime as ort
+
+    from cudnn_port import export
+
+    ids = keras.Input(batch_shape=(2, None), dtype="int32", name="ids")
+    model = keras.Model(ids, L.Dense(2)(L.LSTM(4, stateful=True, return_sequences=True, name="lm")(
+        L.Embedding(10, 3, mask_zero=True)(ids))))
+    rng = np.random.default_rng(5)
+    model.set_weights([(rng.normal(size=w.shape) * 0.5).astype(w.dtype) for w in model.get_weights()])
+    manifest = export(model, tmp_path / "out", formats=["onnx"])
+    chunks = [np.array([[3, 4, 5, 0, 0], [1, 2, 3, 4, 5]], np.int32), np.array([[6, 7, 0], [8, 9, 1]], np.int32)]
+    model.get_layer("lm").reset_states()
+    want = [np.asarray(model(chunk)) for chunk in chunks]
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    states = {"lm_h": np.zeros((2, 4), "float32"), "lm_c": np.zeros((2, 4), "float32")}
+    assert manifest["streaming"][0]["state_inputs"] == ["lm_h", "lm_c"]
+    for chunk, expected in zip(chunks, want):
+        y, h, c = session.run(["output_0", "output_1", "output_2"], dict(states, ids=chunk))
+        np.testing.assert_allclose(y, expected, **TOL)
+        states = {"lm_h": h, "lm_c": c}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Dict, List
 
 import numpy as np
 
-from ..errors import CudnnPortError, reason
+from ..errors import CudnnPortError, UnsupportedError, reason
 from ..stored_spec import PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..paths import require_file
 from ..source import Source
@@ -251,7 +251,11 @@ class KerasModelSource(Source):
         from ..streaming_model import streaming_twin
 
         model = load_model_file(path)
-        return cls(rewrite(streaming_twin(model)[0], strict=False), os.path.abspath(path), original=model)
+        try:
+            streamed = streaming_twin(model)[0]
+        except UnsupportedError:  # a stateful layer that does not stream: inspect lists it as refused
+            streamed = model
+        return cls(rewrite(streamed, strict=False), os.path.abspath(path), original=model)
 
     def nothing_found(self) -> str:
         others = "; ".join(f"{r['layer']} ({r['type']}): {r['why']}" for r in self.stock_layers)
