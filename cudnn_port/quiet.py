@@ -53,7 +53,7 @@ FOREIGN = re.compile(rb"|".join([
 # import sets absl's, and TFLite's converter then warns through it).
 FOREIGN_IN_LIBRARY = re.compile(FOREIGN.pattern.replace(
     rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:|",
-    rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):(" + rb"|".join(n.encode() for n in LOGGERS) + rb")[\w.]*:|")
+    rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):(" + rb"|".join(n.encode() for n in LOGGERS) + rb")(\.[\w.]*)?:|")
                                 .replace(rb"\S+\.py:\d+: \w*Warning: |", b""))
 CONTINUED = re.compile(rb"\s|To enable the following instructions|Custom ops: |Details:|See instructions: |$")
 FATAL = re.compile(rb"F\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+[^\s:]+:\d+\]\s*(.*)|"

@@ -214,9 +214,12 @@ with library_call(False):
     logging.getLogger("absl").setLevel(logging.INFO)  # what an import during the call may do
     logging.getLogger("absl").warning("Please consider providing the trackable_obj argument")
     logging.getLogger("myapp").warning("the caller's own line")
+    logging.getLogger("keras_tuner").warning("the caller's logger, named like a library")
+    logging.getLogger("tensorflow.core").warning("a library's child logger")
     print("cudnn-port's own line", file=sys.stderr, flush=True)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           env=environment(), cwd=ROOT)
     assert proc.returncode == 0 and proc.stderr.splitlines() == [
-        "WARNING:myapp:the caller's own line", "cudnn-port's own line"], proc.stderr
+        "WARNING:myapp:the caller's own line", "WARNING:keras_tuner:the caller's logger, named like a library",
+        "cudnn-port's own line"], proc.stderr
