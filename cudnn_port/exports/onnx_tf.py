@@ -212,7 +212,7 @@ def _squeeze_pairs_cancelled(graph) -> None:
     consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     produced = {out: node for node in graph.node for out in node.output}
     opposite = {"Squeeze": "Unsqueeze", "Unsqueeze": "Squeeze"}
-    keep = {o.name for o in graph.output}
+    keep = {o.name for o in graph.output} | _read_in_subgraphs(graph)  # what a branch or loop body reads stays
     alias = {}
 
     def axes(node):
@@ -236,10 +236,27 @@ def _squeeze_pairs_cancelled(graph) -> None:
         graph.node.extend(live)
 
 
+def _read_in_subgraphs(graph) -> set:
+    """Every tensor name a node inside an If / Loop / Scan body of ``graph`` reads (at any depth): such a body may
+    read a tensor of the graph around it by name."""
+    from onnx import AttributeProto
+
+    names = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            bodies = [attr.g] if attr.type == AttributeProto.GRAPH else \
+                list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
+            for body in bodies:
+                names |= {name for inner in body.node for name in inner.input} | {o.name for o in body.output}
+                names |= _read_in_subgraphs(body)
+    return names
+
+
 def _unread_outputs_dropped(graph) -> None:
     """Name "" (ONNX's "not produced") every optional LSTM / GRU output that nothing reads, in place: a runtime then
     skips writing it (the full output sequence of a layer whose last state is all the model reads)."""
-    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output} | \
+        _read_in_subgraphs(graph)
     for node in graph.node:
         if node.op_type in ("LSTM", "GRU"):
             for k, name in enumerate(node.output):
