@@ -1,14 +1,15 @@
 """What a whole Keras model's artifacts take as inputs: names, dtypes and shapes as the model means them.
 
 Keras fixes an input's shape from the first batch it sees when the model has no ``keras.Input``: a ``Sequential``
-built by ``fit`` (or ``predict``, or a call on a batch) records that batch's size and length, and the dtype of its
-first layer (float32 ids for an ``Embedding``). Those are facts of one training batch, not of the model, so
-:func:`input_specs` gives such an input a dynamic batch and time (every dimension but the features), and an input
-an ``Embedding`` reads int32 ids. Keras keeps no record of where a ``Sequential``'s input came from, so "built from
-a batch" is read off the one sign it leaves: a fixed batch size, which ``keras.Input`` sets only when asked
-(``batch_size=``). ``fit`` leaves the batch unknown when its rows do not divide into batches, or for a
-``tf.data`` dataset: such a model keeps its recorded length, with the warning below. Every other model keeps what
-its inputs state; each dimension fixed besides the features is said in one warning line naming the fix.
+built by ``fit`` (or ``predict``, or a call on a batch) records that batch's size (``None`` where the rows do not
+divide into batches, or come from a ``tf.data`` pipeline) and length, and the dtype of its first layer (float32 ids
+for an ``Embedding``). Those are facts of one training batch, not of the model. Keras keeps no record of where a
+``Sequential``'s input came from (a recorded shape and a ``keras.Input``'s look alike), so every ``Sequential``
+whose input records a batch size or a length is "built from a batch" (:func:`built_from_a_batch`): its specs get a
+dynamic batch and time (the first two dimensions; the features, and an image's height and width, stay), and the
+caller (:func:`cudnn_port.model_export.export`) keeps a size only where the model does not run on others, with a
+warning. An input an ``Embedding`` reads takes int32 ids. Every other model keeps what its inputs state; each
+dimension fixed besides the features is said in one warning line naming the fix.
 
 The specs are recorded in the manifest (``model_input_specs``), so that ``verify`` feeds the artifacts what they
 take, whichever model judges them.
@@ -64,8 +65,9 @@ def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.T
     specs = []
     for name, tensor in zip(names, inputs):
         shape, dtype = list(tensor.shape), tf.as_dtype(tensor.dtype)
-        if relax:
-            shape = [None] * len(shape) if name in ids else [None] * (len(shape) - 1) + shape[-1:]
+        if relax:  # batch and time, the sizes a batch fixes; features (and an image's height and width) stay
+            free = 2 if name in ids or len(shape) > 2 else 1
+            shape = [None] * free + shape[free:]
         if name in ids and dtype.is_floating:
             dtype = tf.int32
         fixed = [(i, d) for i, d in enumerate(shape[:len(shape) if name in ids else -1]) if d is not None]
