@@ -290,3 +290,34 @@ def test_a_gate_the_reader_swaps_fails_every_row_of_that_stack(tmp_path, monkeyp
               if r["stack"] in ("lstm/opaque_kernel", "bi_lstm/opaque_kernel", "(whole model)")}
     assert failed == should and len(should) >= 7, (sorted(failed), sorted(should))
     assert {r["stack"] for r in judged if r["passed"]} >= {"gru/opaque_kernel", "bi_gru/opaque_kernel", "(all)"}
+
+
+@pytest.mark.slow
+def test_the_rebuilt_model_row_takes_a_plain_gru_as_it_is(tmp_path):
+    """A Keras 2 file with a plain GRU(reset_after=True) beside its CuDNN layers: the rebuild keeps that GRU's
+    arrays, and the judge reads them as they are (Keras 2's CuDNN rule applies to CuDNN layers only), so the row
+    passes."""
+    import shutil
+
+    from cudnn_port.verify import verify
+
+    source = tmp_path / "mixed.h5"
+    shutil.copyfile(os.path.join(FIXTURES, "keras2_cudnn_model.h5"), source)
+    with h5py.File(source, "r+") as f:
+        config = json.loads(f.attrs["model_config"])
+        for layer in config["config"]["layers"]:
+            if layer["config"]["name"] == "gru":
+                layer["class_name"] = "GRU"
+                layer["config"].pop("time_major", None)
+                layer["config"].update(activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                                       reset_after=True, dropout=0.0, recurrent_dropout=0.0, implementation=2,
+                                       unroll=False)
+        f.attrs["model_config"] = json.dumps(config)
+        group = f["model_weights"]["gru"]
+        bias = np.asarray(group["gru/bias:0"])
+        del group["gru/bias:0"]
+        group.create_dataset("gru/bias:0", data=bias.reshape(2, -1))  # a plain GRU's bias: [input, recurrent]
+    convert(source, tmp_path / "out", formats=["checkpoint", "keras"])
+    report = verify(tmp_path / "out")
+    row = next(r for r in report["rows"] if r["artifact"].startswith("keras/model.keras"))
+    assert report["passed"] and row["passed"] is True, row

@@ -78,25 +78,39 @@ def _feeds(model, names, seed):
 
 
 def _source_weights(model, source: str) -> None:
-    """Give each LSTM / GRU (or Bidirectional of one) of ``model`` the weights its CuDNN layer of the same name holds
-    in the source file, converted by :func:`keras2_rule`."""
+    """Give each LSTM / GRU (or Bidirectional of one) of ``model`` the weights its layer of the same name holds in
+    the source file (a nested model's layers too): a CuDNNLSTM / CuDNNGRU's converted by :func:`keras2_rule`, a
+    plain LSTM / GRU's as they are. A recurrent layer the file holds no weights for fails the row (it would
+    otherwise judge the rebuilt weights by themselves)."""
+    import json
+
     import h5py
 
+    from ..errors import CudnnPortError
     from ..readers.h5_guard import check_h5
-    from ..readers.keras_h5 import h5_text
+    from ..readers.keras_h5 import CUDNN_CLASSES, h5_text, layer_classes
 
     with h5py.File(source, "r") as f:
         check_h5(f, source)
+        config = f.attrs.get("model_config")
+        classes = layer_classes(json.loads(h5_text(config))) if config is not None else {}
         root = f["model_weights"] if "model_weights" in f else f
+        owned = {}  # layer name -> its arrays, in the order Keras saved them (nested models' layers included)
+        for group_name in root:
+            group = root[group_name]
+            for name in (h5_text(n) for n in group.attrs.get("weight_names", [])):
+                owned.setdefault(name.split("/")[0], []).append(np.asarray(group[name][()]))
         for layer in _layers(model):
             inner = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
             kind = type(inner[0]).__name__
-            if kind not in RECURRENT or layer.name not in root:
+            if kind not in RECURRENT:
                 continue
-            group = root[layer.name]
-            arrays = [np.asarray(group[h5_text(n)][()]) for n in group.attrs["weight_names"]]
-            weights = [w for d in range(len(inner)) for w in keras2_rule(kind, *arrays[3 * d:3 * d + 3])]
-            layer.set_weights(weights)
+            arrays = owned.get(layer.name)
+            if not arrays or len(arrays) != 3 * len(inner):
+                raise CudnnPortError(f"layer {layer.name}: the source holds no weights for it")
+            cudnn = classes.get(layer.name) in CUDNN_CLASSES
+            layer.set_weights([w for d in range(len(inner)) for w in (
+                keras2_rule(kind, *arrays[3 * d:3 * d + 3]) if cudnn else arrays[3 * d:3 * d + 3])])
 
 
 def _layers(model):

@@ -61,7 +61,7 @@ def h5_text(value: Union[str, bytes]) -> str:
     return value.decode("utf8") if isinstance(value, bytes) else str(value)
 
 
-def _classes(config):
+def layer_classes(config):
     """{layer name: class name} from a Keras 2 model config; a Bidirectional wrapper reports its inner layer."""
     found = {}
 
@@ -122,7 +122,7 @@ class KerasH5(Source):
                                  "layer_names attribute); pass a file written by Keras model.save or save_weights")
         config = f.attrs.get("model_config")
         self.model_config = json.loads(h5_text(config)) if config is not None else None
-        classes = _classes(self.model_config) if self.model_config else {}
+        classes = layer_classes(self.model_config) if self.model_config else {}
         self.format = f"Keras 2 HDF5 ({'full model' if self.model_config else 'weights only'}, " \
                       f"keras {h5_text(root.attrs.get('keras_version', '?'))})"
         self.layers, self.canonical, self._arrays, self.shapes, self.dtypes = [], {}, {}, {}, {}
