@@ -256,18 +256,41 @@ class _Int8Stack:
 
 def _ideal_int8_model(model, inputs, settings):
     """``model``'s outputs with each LSTM stack (no projection: the ones int8 quantizes) rounded as int8 does and
-    every other fused stack in the float64 reference; ordinary layers are Keras' own."""
-    from ..layers import fused_layers, judged_by
-    from ..layout import unpack
+    every other fused stack in the float64 reference; ordinary layers are Keras' own. Each stack's weights come from
+    the stock layer's own variables (:func:`cudnn_port.judging.keras_weights.stock_stack`) or a fused layer's buffer
+    read through the cuDNN API's layout (:mod:`cudnn_port.judging.cudnn_api`), not from the buffer the rewrite
+    packed, so that an error of the rewrite cannot widen the tolerance that judges it."""
+    from ..layers import judged_by
+    from ..precision import float32_policy
     from ..stock_keras import rewrite
+    from . import cudnn_api
+    from .keras_weights import stock_stack
     from .stock import ReferenceStack, model_outputs
 
-    fused = rewrite(model)
-    judges = {}
-    for layer in fused_layers(fused):
-        canon = unpack(layer.spec, layer.opaque_kernel.numpy())
-        quantized = layer.spec.mode == "lstm" and not layer.spec.num_proj
-        judges[id(layer)] = _Int8Stack(canon, {k: settings[k] for k in ("per_channel", "reduce_range")}) \
-            if quantized else ReferenceStack(canon)
-    with judged_by(judges):
-        return model_outputs(fused(inputs if len(inputs) > 1 else inputs[0], training=False))
+    with float32_policy():
+        fused = rewrite(model)
+        judges = {}
+        for path, layer in _fused_by_path(fused):
+            spec = layer.spec
+            canon = stock_stack(model, path, spec) if path is not None else \
+                cudnn_api.canonical(spec, layer.opaque_kernel.numpy())
+            quantized = spec.mode == "lstm" and not spec.num_proj
+            judges[id(layer)] = _Int8Stack(canon, {k: settings[k] for k in ("per_channel", "reduce_range")}) \
+                if quantized else ReferenceStack(canon)
+        with judged_by(judges):
+            return model_outputs(fused(inputs if len(inputs) > 1 else inputs[0], training=False))
+
+
+def _fused_by_path(model, prefix=""):
+    """(the stock layer's ``outer/inner`` path, or None for a layer that was fused already, fused layer) of each
+    fused layer in ``model`` (a rewritten model: a stock layer's adapter is named as the layer)."""
+    from ..layers import CudnnRNN
+    from ..stock_adapter import StockAdapter
+
+    for layer in getattr(model, "layers", None) or []:
+        if isinstance(layer, StockAdapter):
+            yield prefix + layer.name, layer.fused
+        elif isinstance(layer, CudnnRNN):
+            yield None, layer
+        elif getattr(layer, "layers", None):
+            yield from _fused_by_path(layer, f"{prefix}{layer.name}/")
