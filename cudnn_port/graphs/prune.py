@@ -35,7 +35,7 @@ def _function_refs(node):
             todo += ref.attr.values()
 
 
-def called_functions(node):
+def called_functions(node: "node_def_pb2.NodeDef") -> List[str]:
     """Names a NodeDef may call: its op and every function its attrs name."""
     return [node.op] + [ref.name for ref in _function_refs(node)]
 

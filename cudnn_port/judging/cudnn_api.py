@@ -21,9 +21,13 @@ through ``cudnnGetRNNWeightParams``, ``tests/fixtures/cudnn``): every matrix fir
 and nothing else; ``tests/test_cudnn_fixtures.py`` checks it against cuDNN's recorded offsets, and verify reports a
 disagreement between the two statements as a failed row.
 """
-from typing import Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRNN
+    from ..layout import RNNSpec
 
 GATES = {"lstm": 4, "gru": 3}
 PROJECTION = 8  # the LSTM recurrent projection's linLayerID
@@ -72,7 +76,7 @@ def offsets(mode: str, num_layers: int, hidden: int, input_size: int, directions
                                                    index).items()}
 
 
-def canonical(spec, buffer: np.ndarray):
+def canonical(spec: "RNNSpec", buffer: np.ndarray) -> "CanonicalRNN":
     """The stack's :class:`~cudnn_port.canonical.CanonicalRNN` read through this statement (gates in cuDNN order,
     as the reference takes them)."""
     from ..canonical import CanonicalRNN, LayerParams
@@ -91,7 +95,7 @@ def canonical(spec, buffer: np.ndarray):
     return CanonicalRNN(spec, layers)
 
 
-def disagreement(first, second) -> str:
+def disagreement(first: "CanonicalRNN", second: "CanonicalRNN") -> str:
     """"" when two CanonicalRNNs of one buffer are equal, else where they first differ."""
     for p, (a, b) in enumerate(zip(first.layers, second.layers)):
         for kind in ("W", "R", "b_W", "b_R", "P"):

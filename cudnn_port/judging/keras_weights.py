@@ -13,13 +13,17 @@ came through.
   (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
 """
 import os
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 import numpy as np
 
 from .parity import compare, failed_row, sample_inputs
 
 if TYPE_CHECKING:
+    import keras
+
+    from ..canonical import CanonicalRNN
+    from ..layout import RNNSpec
     from ..manifest import Manifest
 
 LABEL = "keras/model.keras (Keras 3 rebuild of the whole model)"
@@ -125,7 +129,7 @@ def _layers(model):
 KERAS_TO_CUDNN = {"LSTM": [0, 1, 2, 3], "GRU": [1, 0, 2]}
 
 
-def stack_from_file(source: str, variable: str, spec):
+def stack_from_file(source: str, variable: str, spec: "RNNSpec") -> "CanonicalRNN":
     """The stack ``variable`` (``{layer}/opaque_kernel``) of a Keras 2 ``.h5`` as the reference takes it (a
     :class:`~cudnn_port.canonical.CanonicalRNN`, cuDNN's gate order), read from the file's own arrays by Keras 2's
     rule (:func:`keras2_rule`) and Keras' LSTM / GRU math (``x @ kernel + h @ recurrent_kernel + bias``, gate blocks
@@ -145,7 +149,7 @@ def stack_from_file(source: str, variable: str, spec):
     return keras_canonical(spec, [keras2_rule(kind, *arrays[3 * d:3 * d + 3]) for d in range(spec.num_dirs)])
 
 
-def keras_canonical(spec, directions):
+def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]]) -> "CanonicalRNN":
     """A :class:`~cudnn_port.canonical.CanonicalRNN` (cuDNN's gate order) of Keras LSTM / GRU(reset_after=True)
     weights ``[(kernel, recurrent_kernel, bias)]`` per direction, by Keras' math: ``x @ kernel + h @
     recurrent_kernel + bias``, gate blocks i f c o / z r h along the columns, a GRU's bias rows input then
@@ -165,7 +169,7 @@ def keras_canonical(spec, directions):
     return CanonicalRNN(spec, params)
 
 
-def stock_stack(model, layer_path: str, spec):
+def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec") -> "CanonicalRNN":
     """The stack of stock layer ``layer_path`` (``outer/inner`` for nested models) of Keras model ``model`` as the
     reference takes it, read from the layer's own variables by Keras' math (:func:`keras_canonical`), not through
     the rewrite that built the fused layer."""

@@ -16,7 +16,7 @@ buffer; every other weight is carried over as ``{weight name}`` without ``:0``.
 """
 import json
 import os
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def h5_text(value: Union[str, bytes]) -> str:
     return value.decode("utf8") if isinstance(value, bytes) else str(value)
 
 
-def layer_classes(config):
+def layer_classes(config: Dict[str, Any]) -> Dict[str, str]:
     """{layer name: class name} from a Keras 2 model config; a Bidirectional wrapper reports its inner layer."""
     found = {}
 
