@@ -3,10 +3,10 @@
 Keras' recurrent loop skips a masked step: the states carry over unchanged, and the output there is zeros
 (``zero_output_for_mask``) or the previous step's output (zeros before any kept step). A fused layer takes
 right-padded masks only (sequence lengths). Running it on each row's kept steps gathered to the front, in time order
-(:func:`compact`), with lengths = the count of kept steps, gives the same final states, and the output at step ``t``
-is the compacted output ``c(t) - 1`` with ``c = cumsum(mask)`` (:func:`expand`). A bidirectional fused layer's
-backward direction over the compacted steps is Keras' backward layer skipping the masked steps, so the same holds for
-it. For a right-padded mask the gather is the identity.
+(:func:`plan`, :func:`gather_steps`), with lengths = the count of kept steps, gives the same final states, and the
+output at step ``t`` is the compacted output ``c(t) - 1`` with ``c = cumsum(mask)`` (:func:`expand`). A
+bidirectional fused layer's backward direction over the compacted steps is Keras' backward layer skipping the masked
+steps, so the same holds for it. For a right-padded mask the gather is the identity.
 
 Plain TensorFlow ops only (``Cumsum``, ``Equal``, ``Sum``, ``GatherV2`` with ``batch_dims=1``, ``Select``), which
 tf2onnx, OpenVINO and the TFLite converter hold as builtins: no loop, no Flex op. Every shape follows from the input's
@@ -22,16 +22,10 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def compact(x: "tf.Tensor", mask: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
-    """(x [B, T, F] with each row's kept steps first, in time order, then its masked ones; lengths [B] (kept steps
-    per row); counts [B, T] (kept steps up to and including each step)) for a bool ``mask`` [B, T]."""
-    order, lengths, counts = plan(mask)
-    return gather_steps(x, order), lengths, counts
-
-
 def plan(mask: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
-    """(order [B, T]: the step at each slot, lengths [B], counts [B, T]) of a bool ``mask`` [B, T]: what
-    :func:`compact` computes from the mask alone (every layer reading one mask can share it)."""
+    """(order [B, T]: the step at each slot, each row's kept steps first, in time order, then its masked ones;
+    lengths [B]: kept steps per row; counts [B, T]: kept steps up to and including each step) of a bool ``mask``
+    [B, T]. It reads the mask alone, so every layer reading one mask can share it; :func:`gather_steps` applies it."""
     tf = import_tf()
     t = tf.range(tf.shape(mask)[1])
     ones = tf.cast(mask, "int32")

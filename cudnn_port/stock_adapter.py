@@ -8,7 +8,7 @@ layer's. What differs:
 - masks: Keras' loop skips a masked step (the states carry over; the output there is zeros with
   ``zero_output_for_mask``, else the previous step's output, zeros before any kept step), whatever the mask; the
   fused layer takes right-padded masks. So each row's kept steps are gathered to the front in time order
-  (:func:`cudnn_port.compaction.compact`), the fused layer runs on them with lengths = the count of kept steps, and
+  (:func:`cudnn_port.compaction.plan`), the fused layer runs on them with lengths = the count of kept steps, and
   step ``t`` gets the compacted output ``c(t) - 1``, ``c = cumsum(mask)`` (:func:`~cudnn_port.compaction.expand`);
   the final states are the compacted run's (a row keeping no step keeps its initial states). A bidirectional fused
   layer's backward direction over the kept steps is Keras' backward layer skipping the masked ones. Exact for any
