@@ -147,13 +147,14 @@ class CudnnRNN(keras.layers.Layer):
         dropout = self.dropout if training else 0.0
         if path == "lean" and judge is None:
             outputs, h, c = self._lean(x, _shared_lengths(mask, steps), states)
-        elif judge is not None:
-            outputs, h, c = judge(x, _lengths(mask, x, steps), states[0], states[1])
-        elif path == "cudnn":
-            lengths = _lengths(mask, x, steps)
-            outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
         else:
-            outputs, h, c = self._cpu(x, _lengths(mask, x, steps), states, dropout, bool(training))
+            lengths = _lengths(mask, x, steps)
+            if judge is not None:
+                outputs, h, c = judge(x, lengths, states[0], states[1])
+            elif path == "cudnn":
+                outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
+            else:
+                outputs, h, c = self._cpu(x, lengths, states, dropout, bool(training))
         if self.return_sequences:
             result = outputs
         else:
