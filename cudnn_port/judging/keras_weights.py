@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 import numpy as np
 
-from .parity import compare, failed_row, sample_inputs
+from .parity import compare, failed_row
 
 if TYPE_CHECKING:
     import keras
@@ -68,17 +68,13 @@ def _outputs(result):
 
 
 def _feeds(model, names, seed):
-    """Seeded inputs of the model's own shapes (ids in each Embedding's range), as the whole-model rows draw them."""
+    """The whole-model rows' draw (:func:`cudnn_port.judging.model_rows.model_feeds`) for the model's own input
+    shapes."""
     from ..deps import import_tf
-    from ..model_inputs import embedding_vocabularies
+    from .model_rows import model_feeds
 
     tf = import_tf()
-    specs = [tf.TensorSpec([None if d is None else d for d in t.shape], t.dtype) for t in model.inputs]
-    feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
-    rng = np.random.default_rng(seed + 1)
-    for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):
-        feeds[name] = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
-    return feeds
+    return model_feeds(model, names, [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs], seed)
 
 
 def _source_weights(model, source: str) -> None:
