@@ -115,7 +115,7 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
     if manifest.get("kind") == "saved_model":
         from .judging.model_rows import saved_model_rows
 
-        report["rows"] += saved_model_rows(manifest, out, atol, rtol, seed, say)
+        report["rows"] += saved_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
     elif manifest.get("kind") == "keras_model":
         from .judging.model_rows import keras_model_rows
 

@@ -123,6 +123,13 @@ def test_keras3_export_of_either_build_converts_to_what_keras_computes(tmp_path,
         g, w = valid_steps(value, want, inputs)
         err = float(np.max(np.abs(g - w)))
         assert err <= ATOL, f"{build} {name} {what}: max abs error {err:.3g} > {ATOL}"
+    from cudnn_port import verify
+
+    report = verify(tmp_path / "out")  # judged by the original with each cuDNN node by the NumPy reference, where
+    judges = {r.get("judge") for r in report["rows"] if r["passed"]}  # its params are in cuDNN's layout
+    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
+    by_reference = "the original SavedModel, each cuDNN node by the NumPy reference"
+    assert (by_reference in judges) == (build != "rocm"), judges
 
 
 def serving_module(build, mode, weights, scale=1.0):

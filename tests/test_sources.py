@@ -371,6 +371,84 @@ def test_keras3_export_from_a_gpu_host_runs_on_cpu_and_in_onnx(tmp_path, gpu_hos
     assert tree_hash(path) == before
 
 
+def _rows_against_keras(out, model, name):
+    """{artifact row name: whether it matches the Keras model on CPU}, judged here without verify's code."""
+    import onnxruntime as ort
+
+    feed, x = keras_inputs(name)
+    want = np.asarray(model(x))
+    if want.ndim == 3:  # past a sequence's end cuDNN emits zeros where Keras' CPU path repeats: valid steps only
+        valid = (np.abs(x).sum(-1) if x.ndim == 3 else x) != 0
+        want = np.where(valid[..., None], want, np.nan)
+    got = {"saved_model [serving_default]": list(tf.saved_model.load(str(out / "saved_model")).signatures[
+        "serving_default"](**{feed: x}).values())[0].numpy(),
+        "onnx (onnxruntime)": ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+            None, {feed: x})[0]}
+    return {row: bool(np.allclose(*_valid(value, want), atol=1e-5, rtol=1e-4)) for row, value in got.items()}
+
+
+def _judged_rows(report):
+    """{artifact: passed} of the rows judged by the original (not the "runs on CPU" rows)."""
+    return {r["artifact"]: r["passed"] for r in report["rows"] if (r.get("judge") or "").startswith("the original")}
+
+
+@pytest.mark.slow
+def test_gpu_host_export_judged_by_the_original_with_a_gate_swapped_in_the_rewrite(tmp_path, gpu_host_exports,
+                                                                                  monkeypatch):
+    """The rewrite's CPU function reads params with the first pseudo-layer's input and forget gates swapped (a
+    planted layout error in the conversion's own path): verify's judge, the original signature with each cuDNN node
+    computed by the NumPy reference, fails exactly the artifacts that differ from Keras on CPU."""
+    from cudnn_port import tf_graph
+
+    real = tf_graph.unpack_tensor
+
+    def swapped(spec, params):
+        canon = real(spec, params)
+        canon.layers[0].W = tf.gather(canon.layers[0].W, [1, 0] + list(range(2, canon.layers[0].W.shape[0])))
+        return canon
+
+    model, path = gpu_host_exports["masked_stack"]
+    with monkeypatch.context() as patch:
+        patch.setattr(tf_graph, "unpack_tensor", swapped)
+        convert(path, tmp_path / "out")
+    truth = _rows_against_keras(tmp_path / "out", model, "masked_stack")
+    assert not truth["saved_model [serving_default]"], truth  # the plant took
+    report = verify(tmp_path / "out")
+    judged = _judged_rows(report)
+    assert judged == truth and not report["passed"], (judged, truth)
+
+
+@pytest.mark.slow
+def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_host_exports):
+    """One variable of OUT/saved_model moved by N(0, 1e-3) and the hashes redone: the SavedModel's row fails against
+    the original and model.onnx, written right, still passes (it used to be judged by that SavedModel)."""
+    import json
+
+    from cudnn_port.outdir import MANIFEST
+    from cudnn_port.paths import sha256
+
+    model, path = gpu_host_exports["tagger"]
+    out = tmp_path / "out"
+    convert(path, out)
+    loaded = tf.saved_model.load(str(out / "saved_model"))
+    kernel = max(loaded.variables, key=lambda v: v.shape.num_elements())
+    kernel.assign_add(np.random.default_rng(9).normal(size=kernel.shape).astype("float32") * 1e-3)
+    signatures = dict(loaded.signatures)
+    tf.saved_model.save(loaded, str(tmp_path / "moved"), signatures=signatures)
+    import shutil
+
+    shutil.rmtree(out / "saved_model")
+    shutil.copytree(tmp_path / "moved", out / "saved_model")
+    manifest = json.load(open(out / MANIFEST))
+    files = [os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs if f != MANIFEST]
+    manifest["files"] = {rel: sha256(str(out / rel)) for rel in files}
+    json.dump(manifest, open(out / MANIFEST, "w"))
+    truth = _rows_against_keras(out, model, "tagger")
+    assert truth == {"saved_model [serving_default]": False, "onnx (onnxruntime)": True}, truth
+    report = verify(out)
+    assert _judged_rows(report) == truth and not report["passed"], report["rows"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op,as_variable", [("CudnnRNN", False), ("CudnnRNNV2", True)], ids=["v1-const", "v2-var"])
 @pytest.mark.parametrize("mode", ["lstm", "gru"])

@@ -14,13 +14,14 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed: int,
+def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed: int, unchanged: bool,
                      say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """A converted SavedModel: every signature runs on CPU with finite outputs; then every artifact of the graph
     road runs the serving signature (manifest ``onnx_signature``) through its format's runtime
     (:func:`cudnn_port.roads.graph_artifact_rows`) against the judge: the original's signature run on CPU where it
-    can run (:func:`.original.original_judge`), else the converted SavedModel. (The NumPy reference judges the
-    replacement of each kind of cuDNN node in the test suite.) Inputs take what the model accepts
+    can run (:func:`.original.original_judge`; each cuDNN node it calls computed by the NumPy reference) and is
+    ``unchanged`` since the conversion checked it (hashes as the manifest records them), else the converted
+    SavedModel. Inputs take what the model accepts
     (:func:`signature_feeds`); one that raises is a failed row saying why in one line (:func:`could_not_run`)."""
     from ..roads import GraphCheck, graph_artifact_rows
     from .original import original_judge
@@ -51,11 +52,12 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         return rows
     job.signature, feeds, want = serving
     judge, judge_key = "the converted SavedModel", "saved_model"
-    if manifest.get("onnx_input") or manifest.get("gpu_alternatives"):  # raw-text and tf.keras 2.0-2.2 graphs
-        original, said = original_judge(manifest, job.signature, feeds)
-        rows += [dict(r, stack="(whole graph)", judge="the original") for r in said]
-        if original is not None:
-            want, judge, judge_key = original, "the original SavedModel", None
+    original, said = original_judge(manifest, job.signature, feeds) if unchanged else (None, [])
+    rows += [dict(r, stack="(whole graph)", judge="the original") for r in said]
+    if original is not None:
+        want, judge, judge_key = original, "the original SavedModel", None
+        if manifest.get("nodes"):
+            judge += ", each cuDNN node by the NumPy reference"
     return rows + [dict(r, stack="(whole graph)", judge=judge)
                    for r in graph_artifact_rows(job, feeds, want, judge_key, atol, rtol, say)]
 
@@ -160,8 +162,8 @@ class ModelRun(NamedTuple):
 def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol: float, rtol: float,
                     say: Callable[[str], None]) -> ModelRun:
     """Every whole-model artifact of ``out`` (each through its format's runtime,
-    :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer rebuilt from stock Keras
-    layers, on seeded inputs with right padding, and ids in each Embedding's range for the inputs an Embedding reads.
+    :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer's stack computed by the NumPy
+    reference (:func:`.stock.model_judge`), on seeded inputs with right padding, and ids in each Embedding's range for the inputs an Embedding reads.
     The one whole-model check: export's parity and verify's rows both run it."""
     from ..model_inputs import from_records
     from ..roads import ModelJob, model_artifact_rows

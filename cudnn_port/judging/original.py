@@ -3,7 +3,9 @@
 - :func:`original_outputs`: the source SavedModel's signature in a ``tf.compat.v1`` session on CPU (Grappler swaps
   each GPU function for its CPU twin; the session loader also runs what ``tf.saved_model.load`` cannot restore,
   e.g. tf.keras 2.x optimizer slots), the tables initialised from its own assets;
-- :func:`original_judge`: those outputs as verify's judge of every artifact of the graph road, or why not.
+- :func:`original_judge`: those outputs as verify's judge of every artifact of the graph road, or why not. An
+  original that calls cuDNN nodes runs with each one computed by the NumPy reference
+  (:func:`.cudnn_nodes.original_with_reference`).
 """
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -31,13 +33,22 @@ def original_outputs(source: str, signature: str, feeds: Dict[str, np.ndarray]) 
 def original_judge(manifest: "Manifest", signature: str,
                    feeds: Dict[str, np.ndarray]) -> Tuple[Optional[Dict[str, np.ndarray]], List[Dict[str, Any]]]:
     """(the original's outputs of ``signature`` on ``feeds``, or None where it cannot judge; rows saying why not).
-    An original whose signature calls a cuDNN node has no CPU kernel for it: only the others run here; one whose
-    folder is gone is None without a row; one that raises is a row, not run and not failed."""
+    An original whose signature calls cuDNN nodes (which have no CPU kernel) runs with each computed by the NumPy
+    reference; one whose folder is gone is None without a row; one that raises is a row, not run and not failed."""
+    from .cudnn_nodes import original_with_reference
     from .graph_inputs import could_not_run
 
-    if manifest.get("nodes"):
-        return None, []
+    source = manifest["source"]["checkpoint"]
     try:
-        return original_outputs(manifest["source"]["checkpoint"], signature, feeds), []
+        if not os.path.isdir(source):
+            return None, []
+        if manifest.get("params_reordered"):  # built in another platform's gate layout: not cuDNN's math
+            return None, [{"artifact": f"saved_model [{signature}]", "max_abs": None, "max_rel": None,
+                           "passed": None, "note": "not judged by the original: its cuDNN nodes' params are built in "
+                           "a gate layout other than cuDNN's (a ROCm or non-CUDA trace), so cuDNN's reference "
+                           "cannot stand in for them; the artifacts are judged by the converted SavedModel"}]
+        if manifest.get("nodes"):
+            return original_with_reference(source, signature, feeds), []
+        return original_outputs(source, signature, feeds), []
     except Exception as e:  # noqa: BLE001 (an original that does not run here: said, not judged)
         return None, [dict(could_not_run(f"saved_model [{signature}]", "the original", e), passed=None)]
