@@ -189,14 +189,19 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
 
 def _independent_stack(manifest, source, variable, spec):
     """(the stack read from the source's own weights by their format's documented rule, the judge's words) where
-    the source's stacks are not cuDNN buffers (a Keras 2 ``.h5``: Keras 2's CuDNN weight rule on its arrays; a stock
-    Keras layer: its kernels by Keras' math), so that the per-stack judge shares nothing with the reader or rewrite
-    the artifacts came through; None for a source whose stacks are buffers as saved."""
-    from .judging import keras_weights
+    the source's stacks are not cuDNN buffers (a Keras 2 ``.h5``: Keras 2's CuDNN weight rule on its arrays; TF1
+    canonical cells: their tensors by TF1's names and gate orders; a stock Keras layer: its kernels by Keras' math),
+    so that the per-stack judge shares nothing with the reader or rewrite the artifacts came through; None for a
+    source whose stacks are buffers as saved."""
+    from .judging import keras_weights, tf1_weights
 
     if str(manifest["source"].get("format", "")).startswith("Keras 2 HDF5"):  # the source, unchanged
         return (keras_weights.stack_from_file(manifest["source"]["checkpoint"], variable, spec),
                 "the source .h5's arrays, by Keras 2's own weight rule (not the reader)")
+    if variable in getattr(source, "canonical", {}):  # TF1 canonical cells, no buffer: the reader packed one
+        checkpoint = source.checkpoint
+        return (tf1_weights.stack_from_checkpoint(checkpoint.get, checkpoint.shapes, variable, spec),
+                "the checkpoint's TF1 cell tensors, by TF1's names and gate orders (not the reader)")
     original = getattr(source, "original", None)
     if original is not None:
         row = source.layer_of(variable)

@@ -108,6 +108,27 @@ def test_canonical_only_checkpoint_converts_and_every_artifact_computes_the_orig
     assert tree_hash(tmp_path / "src") == before
 
 
+def test_a_gate_order_the_reader_and_writer_share_fails_every_row_of_the_stack(tmp_path, monkeypatch):
+    """The tf1 target reads and writes TF1's LSTM kernel columns as i, f, c, o instead of i, j(c), f, o: reader and
+    writer agree with each other, so convert's round-trip check passes, but every artifact is wrong. verify's
+    per-stack judge reads the checkpoint's TF1 tensors by their own names and order (judging/tf1_weights.py), so
+    every artifact's row fails. Nothing else does: the files and copied variables are as written, and OUT/checkpoint
+    (tf1 style: the source's tensors read and written back under the same names) holds the original values."""
+    from cudnn_port.targets import tf1
+
+    src, _, _ = save_original(tmp_path, "lstm-bi-2")
+    with monkeypatch.context() as patch:
+        patch.setattr(tf1, "TF1_LSTM", "ifco")
+        manifest = convert(src, tmp_path / "out", formats=["checkpoint", "saved_model", "onnx"])
+        report = verify(tmp_path / "out")
+    stack = manifest["stacks"][0]["variable"]
+    failed = {r["artifact"] for r in report["rows"] if r["passed"] is False}
+    judged = {r["artifact"] for r in report["rows"] if r.get("stack") == stack and r["passed"] is not None}
+    right = {"checkpoint (tf1 style)"}  # tf1 style rewrites the source's tensors: read and written back the same
+    assert right < judged and failed == judged - right, (failed, judged)
+    assert all("TF1 cell tensors" in (r.get("judge") or "") for r in report["rows"] if r["artifact"] in judged)
+
+
 def test_inspect_says_what_canonical_cells_are(tmp_path, capsys):
     src, _, _ = save_original(tmp_path, "lstm-bi-2")
     code, out, err = run_cli(capsys, "inspect", src)
