@@ -26,7 +26,8 @@ renamed into place (:mod:`cudnn_port.outdir`):
   which :mod:`cudnn_port.stock_keras` turned into fused ones for the artifacts), so that ``verify`` can rebuild the
   judge when the original file is gone;
 - ``OUT/model_parity.json``: the whole model's outputs from each artifact against an independent judge (the model
-  as given, each fused layer rebuilt from stock Keras layers, :mod:`cudnn_port.judging.stock`) on seeded inputs;
+  as given, each fused layer's stack computed by the NumPy reference, :mod:`cudnn_port.judging.stock`) on seeded
+  inputs;
 - ``OUT/task.json``: the model's task (:mod:`cudnn_port.judging.tasks`), when a ``task.json`` lies beside the ``.keras``
   file, with its data embedded: ``verify`` measures the int8 model's cost on it;
 - with ``quantize="int8"``: ``OUT/model_int8.onnx`` and ``OUT/layers/<layer>/model_int8.onnx``;

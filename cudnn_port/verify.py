@@ -8,8 +8,10 @@ share no code path with them.
   :mod:`cudnn_port.judging.stock`); both SavedModel signatures; the GraphDef; the ONNX model fed states and fed none;
   the Keras and PyTorch files; and, where TensorFlow sees a GPU, the fused cuDNN op itself (TF32 off);
 - copied variables: equal to the source's;
-- a whole model (``convert model.keras``): its SavedModel, GraphDef and ONNX against the model rebuilt from stock
-  Keras layers (:mod:`cudnn_port.judging.stock`).
+- a whole model (``convert model.keras``): its SavedModel, GraphDef and ONNX against the model with each fused
+  layer's stack computed by the NumPy reference (:mod:`cudnn_port.judging.stock`);
+- a SavedModel source: every artifact against the original signature, each cuDNN node it calls computed by the
+  NumPy reference (:mod:`cudnn_port.judging.cudnn_nodes`).
 
 The judge's weights come from the source buffer when the source is still where the manifest says and its files
 hash the same; otherwise from OUT/checkpoint (the report says which). An element passes when

@@ -1,7 +1,6 @@
 """The whole Keras model as one TFLite model (OUT/model.tflite): TF's converter for the rest of the model and each
 fused layer spliced in as builtin ops. Run by LiteRT's interpreter through the SignatureDef, judged by the model
-with each fused layer rebuilt from stock Keras layers (a projected LSTM: the float64 NumPy reference), which shares
-no code with the TFLite writer.
+with each fused layer's stack computed by the float64 NumPy reference, which shares no code with the TFLite writer.
 
 Tolerance: |error| <= ATOL_FP32 (1e-5) + RTOL (1e-4) * |judge|, the rule every whole-model fp32 artifact is held to
 (cudnn_port.judging.parity): both sides are float32 with a different order of operations, and the char LM's logits

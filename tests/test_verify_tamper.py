@@ -238,3 +238,36 @@ def test_a_layout_read_otherwise_than_cudnns_api_fails_the_layout_row(out, capsy
     monkeypatch.setattr(verify_module, "unpack", swapped)
     failed = verify_fails(out, capsys, "layout")
     assert failed and all(name.startswith("layout") for name in failed), failed
+
+
+def test_a_layout_offset_shared_by_every_writer_fails_every_row_of_a_fused_model(tmp_path, capsys, monkeypatch):
+    """The layout every writer and the fused layers' own CPU path read buffers by (``RNNSpec.blocks``) gives the
+    first two pseudo-layers each other's input bias, during export and verify. Every artifact is then wrong in the
+    same way, so only judges that read the buffer otherwise can see it: the per-stack reference (the cuDNN API's
+    layout) and the whole-model judge (each fused layer by that reference). export refuses it, and verify of what
+    it kept fails every row but the files' and the copied variables' (the Embedding's and Dense's, as they were)."""
+    import dataclasses
+
+    import cudnn_port
+    from cudnn_port.layout import RNNSpec
+
+    real = RNNSpec.blocks
+
+    def shifted(self):
+        blocks = real(self)
+        i, j = [k for k, b in enumerate(blocks) if b.kind == "b_W"][:2] if self.num_pseudo_layers > 1 else (0, 0)
+        blocks[i], blocks[j] = (dataclasses.replace(blocks[i], pseudo=blocks[j].pseudo),
+                                dataclasses.replace(blocks[j], pseudo=blocks[i].pseudo))
+        return blocks
+
+    monkeypatch.setattr(RNNSpec, "blocks", shifted)
+    with pytest.raises(cudnn_port.ParityError):  # export's own check runs the whole-model judge too
+        cudnn_port.export(tagger(stacks=(("encoder", "lstm", 2, True),)), tmp_path / "out", keep_failed=True)
+    code = cli.main(["verify", str(tmp_path / "out"), "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    judged = [r for r in report["rows"] if r["passed"] is not None and r["artifact"] not in
+              ("files (sha256)", "checkpoint (copied variables)")]  # as written: the source's bytes
+    assert code == 1 and judged and all(r["passed"] is False for r in judged), \
+        [r["artifact"] for r in judged if r["passed"]]
+    assert any(r["stack"] == "(whole model)" for r in judged)
+    assert any(r["artifact"].startswith("layout") for r in judged)

@@ -15,47 +15,9 @@ if TYPE_CHECKING:
     import keras
 
 
-class StockStack:
-    """One fused layer's stack computed by stock Keras ``LSTM`` / ``GRU(reset_after=True)`` layers holding its
-    converted weights (the Keras target's layout, :func:`cudnn_port.targets.keras.layer_weights`), one layer per
-    (layer, direction), the backward ones ``go_backwards=True`` as ``Bidirectional`` builds them. Called like the
-    fused layer's own paths: ``(x [B, T, I], lengths [B], h0 [L*D, B, H], c0) -> (outputs, h_n, c_n)``."""
-
-    def __init__(self, canon):
-        import keras
-
-        from ..targets.keras import layer_weights
-
-        self.spec, self.rnns = canon.spec, []
-        for layer, direction, params in canon.pseudo_layers():
-            kwargs = dict(return_sequences=True, return_state=True, go_backwards=bool(direction),
-                          zero_output_for_mask=True)
-            rnn = keras.layers.LSTM(self.spec.num_units, **kwargs) if self.spec.mode == "lstm" else \
-                keras.layers.GRU(self.spec.num_units, reset_after=True, **kwargs)
-            rnn.build((None, None, self.spec.layer_input_size(layer)))
-            rnn.set_weights(layer_weights(self.spec, params))
-            self.rnns.append(rnn)
-
-    def __call__(self, x, lengths, h0, c0):
-        tf = import_tf()
-        spec, D = self.spec, self.spec.num_dirs
-        mask = tf.sequence_mask(lengths, tf.shape(x)[1])
-        finals_h, finals_c = [], []
-        for layer in range(spec.num_layers):
-            outs = []
-            for direction in range(D):
-                p = layer * D + direction
-                states = [h0[p], c0[p]] if spec.mode == "lstm" else [h0[p]]
-                y, *final = self.rnns[p](x, mask=mask, initial_state=states)
-                outs.append(tf.reverse(y, [1]) if direction else y)  # go_backwards emits reversed time
-                finals_h.append(final[0])
-                finals_c += final[1:]
-            x = tf.concat(outs, axis=-1) * tf.cast(mask, x.dtype)[:, :, None]
-        return x, tf.stack(finals_h), (tf.stack(finals_c) if finals_c else None)
-
-
 class ReferenceStack:
-    """A stack Keras cannot hold (an LSTM with projection) computed by the NumPy reference, float64."""
+    """One fused layer's stack computed by the NumPy reference, float64. Called like the fused layer's own paths:
+    ``(x [B, T, I], lengths [B], h0 [L*D, B, S], c0) -> (outputs, h_n, c_n)``."""
 
     def __init__(self, canon):
         self.canon = canon
@@ -80,16 +42,15 @@ def model_outputs(result: Any) -> List[np.ndarray]:
 
 
 def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
-    """(callable(list of inputs) -> list of arrays, its name): ``model`` with every fused layer's stack computed
-    by stock Keras layers holding its converted weights (:class:`StockStack`; a projected LSTM, which Keras cannot
-    hold, by the NumPy reference), sharing no code with the fused layers' own paths (cudnn_port.tf_graph)."""
+    """(callable(list of inputs) -> list of arrays, its name): ``model`` with every fused layer's stack computed by
+    the NumPy reference on its buffer read through the cuDNN API's statement of the layout
+    (:mod:`cudnn_port.judging.cudnn_api`), sharing no code with the fused layers' own paths (cudnn_port.tf_graph),
+    the layout every writer reads buffers by (cudnn_port.layout) or the Keras target (cudnn_port.targets.keras)."""
     from ..layers import fused_layers, judged_by
-    from ..layout import unpack
+    from .cudnn_api import canonical
 
-    judges = {}
-    for layer in fused_layers(model):
-        canon = unpack(layer.spec, layer.opaque_kernel.numpy())
-        judges[id(layer)] = ReferenceStack(canon) if layer.spec.num_proj else StockStack(canon)
+    judges = {id(layer): ReferenceStack(canonical(layer.spec, layer.opaque_kernel.numpy()))
+              for layer in fused_layers(model)}
 
     def run(inputs):
         with judged_by(judges):
@@ -97,7 +58,7 @@ def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
 
     if not judges:  # a model of stock Keras layers: the judge is Keras' own computation of it
         return run, "the original model's own Keras outputs"
-    return run, "the model with each fused layer rebuilt from stock Keras LSTM/GRU layers holding its converted weights"
+    return run, "the model with each fused layer's stack computed by the NumPy reference (buffer read by the cuDNN API)"
 
 
 # ------------------------------------------------------------------------------------------------ one stack
