@@ -68,10 +68,10 @@ def _outputs(result):
 
 
 def _feeds(model, names, seed):
-    """The whole-model rows' draw (:func:`cudnn_port.judging.model_rows.model_feeds`) for the model's own input
+    """The whole-model rows' draw (:func:`cudnn_port.judging.parity.model_feeds`) for the model's own input
     shapes."""
     from ..deps import import_tf
-    from .model_rows import model_feeds
+    from .parity import model_feeds
 
     tf = import_tf()
     return model_feeds(model, names, [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs], seed)

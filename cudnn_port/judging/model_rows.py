@@ -1,12 +1,12 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 
 from ..deps import import_tf
 from .graph_inputs import could_not_run, text_inputs, token_vocabularies
-from .parity import compare, failed_row, sample_inputs
+from .parity import compare, failed_row, model_feeds, sample_inputs
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -162,9 +162,10 @@ class ModelRun(NamedTuple):
 def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol: float, rtol: float,
                     say: Callable[[str], None]) -> ModelRun:
     """Every whole-model artifact of ``out`` (each through its format's runtime,
-    :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer's stack computed by the NumPy
-    reference (:func:`.stock.model_judge`), on seeded inputs with right padding, and ids in each Embedding's range for the inputs an Embedding reads.
-    The one whole-model check: export's parity and verify's rows both run it."""
+    :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer's stack computed by the
+    NumPy reference (:func:`.stock.model_judge`), on seeded inputs with right padding, and ids in each Embedding's
+    range for the inputs an Embedding reads. The one whole-model check: export's parity and verify's rows both run
+    it."""
     from ..model_inputs import from_records
     from ..roads import ModelJob, model_artifact_rows
     from .stock import model_judge
@@ -179,22 +180,6 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     job = ModelJob(model, [tf.TensorSpec(s.shape, s.dtype, name=n) for n, s in zip(names, specs)], out, None)
     job.manifest = manifest
     return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want)
-
-
-def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: int) -> Dict[str, np.ndarray]:
-    """Seeded inputs of ``specs`` (by ``names``) for a whole model, the last row right-padded
-    (:func:`~cudnn_port.judging.parity.sample_inputs`), with ids in each Embedding's range for the inputs an
-    Embedding reads, whatever their dtype, padded like the rest."""
-    from ..model_inputs import embedding_vocabularies
-
-    feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
-    rng = np.random.default_rng(seed + 1)
-    for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):
-        ids = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
-        if ids.ndim >= 2 and ids.shape[0] > 1:
-            ids[-1, 2:] = 0  # the same right padding as sample_inputs(pad_last=True)
-        feeds[name] = ids
-    return feeds
 
 
 def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[str, Any]:

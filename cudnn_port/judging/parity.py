@@ -96,3 +96,19 @@ def write_report(path: str, report: Dict[str, Any]) -> None:
     from ..paths import write_new
 
     write_new(path, json.dumps(report, indent=2))
+
+
+def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: int) -> Dict[str, np.ndarray]:
+    """Seeded inputs of ``specs`` (by ``names``) for a whole model, the last row right-padded
+    (:func:`~cudnn_port.judging.parity.sample_inputs`), with ids in each Embedding's range for the inputs an
+    Embedding reads, whatever their dtype, padded like the rest."""
+    from ..model_inputs import embedding_vocabularies
+
+    feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
+    rng = np.random.default_rng(seed + 1)
+    for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):
+        ids = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
+        if ids.ndim >= 2 and ids.shape[0] > 1:
+            ids[-1, 2:] = 0  # the same right padding as sample_inputs(pad_last=True)
+        feeds[name] = ids
+    return feeds
