@@ -1,9 +1,9 @@
 """Stock Keras 3 recurrent layers into fused stacks: the front door for models of ``LSTM``, ``GRU``, ``Bidirectional``.
 
 :func:`rewrite` returns an equivalent model in which each stock layer whose math cuDNN computes (the conditions
-Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``, ``use_bias``,
-``GRU(reset_after=True)``; ``unroll=True`` computes the same steps without a loop, and dropout does nothing at
-inference) is a
+Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``,
+``GRU(reset_after=True)``; ``use_bias=False`` is cuDNN's math with zero biases, ``unroll=True`` computes the same
+steps without a loop, and dropout does nothing at inference) is a
 :class:`~cudnn_port.stock_adapter.StockAdapter` around a fused layer holding the same weights: Keras' kernels are the
 canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`). Every other
 layer is the user's own layer object, reused (nested Functional / Sequential models are rebuilt around them). The
@@ -12,7 +12,7 @@ ORIGINAL model: Keras' own outputs.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (``GRU(reset_after=False)``, other activations, ``use_bias=False``, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with
+layer (``GRU(reset_after=False)``, other activations, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with
 any cell), a stateful ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional /
 Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to
 TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same
@@ -44,8 +44,6 @@ def _why_not(layer) -> Optional[str]:
     for key, want in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
         if config.get(key) != want:
             return f"{key}={config.get(key)!r} (cuDNN computes {want})"
-    if not config.get("use_bias", True):
-        return "use_bias=False"
     if name == "GRU" and not config.get("reset_after", True):
         return "reset_after=False (cuDNN's GRU is reset_after=True)"
     return None
@@ -131,6 +129,18 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
     return keras.models.clone_model(model, clone_function=clone, recursive=True)
 
 
+def cell_weights(cell: Any) -> List[Any]:
+    """[kernel, recurrent_kernel, bias] of a stock LSTM / GRU cell as NumPy arrays; a ``use_bias=False`` cell's bias
+    is zeros of the shape Keras gives it (LSTM ``[4H]``, GRU(reset_after) ``[2, 3H]``)."""
+    import numpy as np
+
+    kernel, recurrent = cell.kernel.numpy(), cell.recurrent_kernel.numpy()
+    if cell.bias is not None:
+        return [kernel, recurrent, cell.bias.numpy()]
+    width = recurrent.shape[1]
+    return [kernel, recurrent, np.zeros((2, width) if type(cell).__name__ == "GRUCell" else (width,), kernel.dtype)]
+
+
 def _adapter(layer):
     """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / Bidirectional, weights packed."""
     from .layout import RNNSpec, pack
@@ -150,7 +160,8 @@ def _adapter(layer):
     input_size = int(first.cell.kernel.shape[0])
     adapter.build((None, None, input_size))
     spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional)
-    tensors = {f"layer_0/{'backward' if d else 'forward'}/{v.name}": v.numpy()
-               for d, rnn in enumerate(rnns) for v in (rnn.cell.kernel, rnn.cell.recurrent_kernel, rnn.cell.bias)}
+    tensors = {f"layer_0/{'backward' if d else 'forward'}/{name}": value
+               for d, rnn in enumerate(rnns) for name, value in zip(("kernel", "recurrent_kernel", "bias"),
+                                                                     cell_weights(rnn.cell))}
     adapter.fused.opaque_kernel.assign(pack(read(tensors, "", spec), "float32"))
     return adapter

@@ -53,19 +53,19 @@ def tagger(mixed=True):
 def states_model():
     """Masking, initial states from inputs, return_state, go_backwards, zero_output_for_mask=False (a forward layer
     with a mask repeats its last output), every other merge mode, an explicit boolean mask input, a nested
-    Sequential, several outputs."""
+    Sequential, several outputs, use_bias=False (a GRU and an LSTM: cuDNN's math with zero biases)."""
     x = keras.Input((None, FEATURES), name="x")
     h0, c0 = keras.Input((5,), name="h0"), keras.Input((5,), name="c0")
     bh, bc = keras.Input((3,), name="bh"), keras.Input((3,), name="bc")
     mask = keras.Input((None,), dtype="bool", name="mask")
     masked = L.Masking()(x)
     seq, h, c = L.LSTM(5, return_sequences=True, return_state=True, name="lstm_states")(masked, initial_state=[h0, c0])
-    back = L.GRU(4, go_backwards=True, return_sequences=True, name="gru_back")(seq)
+    back = L.GRU(4, go_backwards=True, return_sequences=True, use_bias=False, name="gru_back")(seq)
     fw, bw = L.Bidirectional(L.LSTM(3, return_sequences=True), merge_mode=None, name="bi_none")(back)
     ave, *states = L.Bidirectional(L.LSTM(3, return_state=True), merge_mode="ave", name="bi_ave")(
         seq, initial_state=[bh, bc, bc, bh])
     mul = L.Bidirectional(L.GRU(3), merge_mode="mul", name="bi_mul")(x, mask=mask)
-    nested = keras.Sequential([L.LSTM(4, return_sequences=True), L.Dense(2)], name="nested")(seq)
+    nested = keras.Sequential([L.LSTM(4, return_sequences=True, use_bias=False), L.Dense(2)], name="nested")(seq)
     outputs = [L.Dense(2)(fw), bw, h, c, ave, states[3], mul, nested]
     return seeded(keras.Model([x, h0, c0, bh, bc, mask], outputs, name="states"))
 
@@ -202,7 +202,6 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
 @pytest.mark.parametrize("layer, why", [
     (L.GRU(4, reset_after=False, name="odd"), r"^layer odd \(GRU\): reset_after=False"),
     (L.Bidirectional(L.LSTM(4, activation="relu"), name="odd"), r"^layer odd \(Bidirectional\): activation='relu'"),
-    (L.LSTM(4, use_bias=False, name="odd"), r"^layer odd \(LSTM\): use_bias=False"),
 ])
 def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     """A recurrent layer whose math cuDNN does not compute is refused, naming it and why, beside a fused one."""
@@ -292,7 +291,8 @@ def test_rewritten_model_matches_keras_for_each_layer_option(kind):
     flat = [t for out in outputs for t in (out if isinstance(out, (list, tuple)) else [out])]
     model = seeded(keras.Model([x, mask] + h, flat))
     sequential = seeded(keras.Sequential([keras.Input((None, FEATURES)), L.Masking(), cls(4, return_sequences=True),
-                                          L.Bidirectional(cls(3))]))
+                                          L.Bidirectional(cls(3, return_sequences=True, use_bias=False)),
+                                          cls(3)]))
     feeds = feeds_for(model)
     for original, inputs in ((model, [feeds[t.name.split(":")[0]] for t in model.inputs]), (sequential, feeds["x"])):
         want, got = keras_outputs_of(original, inputs), keras_outputs_of(rewrite(original), inputs)

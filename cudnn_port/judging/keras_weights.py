@@ -173,5 +173,10 @@ def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec") -> "Cano
     for name in layer_path.split("/"):
         layer = next(inner for inner in layer.layers if inner.name == name)
     rnns = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
-    return keras_canonical(spec, [[v.numpy() for v in (rnn.cell.kernel, rnn.cell.recurrent_kernel, rnn.cell.bias)]
-                                  for rnn in rnns])
+    directions = []
+    for rnn in rnns:
+        kernel, recurrent = rnn.cell.kernel.numpy(), rnn.cell.recurrent_kernel.numpy()
+        bias = rnn.cell.bias.numpy() if rnn.cell.bias is not None else \
+            np.zeros((2, recurrent.shape[1]) if spec.mode == "gru" else recurrent.shape[1])  # use_bias=False
+        directions.append([kernel, recurrent, bias])
+    return keras_canonical(spec, directions)
