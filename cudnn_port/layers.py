@@ -31,54 +31,18 @@ a projection ``[P, H]`` is glorot-uniform too.
 >>> [w.name for w in layer.weights], layer.spec.param_count
 (['opaque_kernel', 'cudnn_spec', 'cudnn_platform'], 2560)
 """
-import contextlib
-import contextvars
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import keras
 
 from .deps import import_tf
 from .initializer import CudnnInitializer
+from .layer_paths import current_judge, current_path, shared
 from .stored_spec import MIOPEN, PLATFORM_VARIABLE, SPEC_VARIABLE, spec_to_vector
 from .layout import RNNSpec
 
 if TYPE_CHECKING:
     import tensorflow as tf
-
-
-PATHS = ("cpu", "cudnn", "lean")
-_PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
-_SHARED = contextvars.ContextVar("cudnn_port_shared", default=None)  # in a forced_path: {(kind, id(t)): (t, value)}
-_JUDGES = contextvars.ContextVar("cudnn_port_layer_judges", default={})
-
-
-@contextlib.contextmanager
-def forced_path(path: str) -> Iterator[None]:
-    """Trace the fused layers with ``path`` ("cpu": standard ops; "cudnn": the CudnnRNNV3 op, for a graph that is
-    converted rather than run, e.g. to TFLite; "lean": the cuDNN op too, but a layer called without a mask computes
-    no sequence lengths (a time-major CudnnRNNV2, for ONNX: its fused nodes then get no ``sequence_lens``) and every
-    layer called with the same mask shares one lengths computation) instead of choosing by the devices TensorFlow
-    sees."""
-    if path not in PATHS:
-        raise ValueError(f"Received path={path!r}, expected one of {', '.join(PATHS)}")
-    token, cache = _PATH.set(path), _SHARED.set({})
-    try:
-        yield
-    finally:
-        _SHARED.reset(cache)
-        _PATH.reset(token)
-
-
-@contextlib.contextmanager
-def judged_by(judges: Dict[int, Callable[..., Any]]) -> Iterator[None]:
-    """While inside, each fused layer ``layer`` with ``id(layer)`` in ``judges`` computes its stack with
-    ``judges[id(layer)](x, lengths, h0, c0) -> (outputs, h_n, c_n)`` (time-major states) instead of its own paths:
-    how :func:`cudnn_port.judging.stock.model_judge` runs a whole model with stock layers in place of the fused ones."""
-    token = _JUDGES.set(dict(judges))
-    try:
-        yield
-    finally:
-        _JUDGES.reset(token)
 
 
 class CudnnRNN(keras.layers.Layer):
@@ -141,8 +105,8 @@ class CudnnRNN(keras.layers.Layer):
         spec, D = self.spec, self.num_dirs
         x = tf.convert_to_tensor(inputs)
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
-        path = _PATH.get() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")
-        judge = _JUDGES.get().get(id(self))
+        path = current_path() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")
+        judge = current_judge(self)
         states = self._states(initial_state, batch)
         dropout = self.dropout if training else 0.0
         if path == "lean" and judge is None:
@@ -206,8 +170,9 @@ class CudnnRNN(keras.layers.Layer):
                              dropout=dropout, seed=self.seed or 0, training=training)
 
     def _lean(self, x, lengths, states):
-        """The "lean" trace (see :func:`forced_path`): the stack as one cuDNN op, for a graph that is converted, not
-        run: without ``lengths`` (no mask) a time-major CudnnRNNV2, whose ONNX nodes then take no ``sequence_lens``."""
+        """The "lean" trace (see :func:`~cudnn_port.layer_paths.forced_path`): the stack as one cuDNN op, for a
+        graph that is converted, not run: without ``lengths`` (no mask) a time-major CudnnRNNV2, whose ONNX nodes
+        then take no ``sequence_lens``."""
         from .tf_graph import cudnn_forward
 
         tf = import_tf()
@@ -254,19 +219,6 @@ def _swap_first_axes(state):
     if state.shape[1] == 1:
         return tf.expand_dims(tf.squeeze(state, 1), 0)
     return tf.transpose(state, [1, 0, 2])
-
-
-def shared(kind: str, tensor: Any, make: Callable[[], Any]) -> Any:
-    """``make()``, computed once per ``kind`` and ``tensor`` while tracing inside :func:`forced_path` (every time
-    outside it): what each layer reading one mask derives from it (every layer after one Embedding / Masking reads
-    the same mask tensor), so that a graph computes it once."""
-    cache = _SHARED.get()
-    if cache is None:
-        return make()
-    key = (kind, id(tensor))
-    if key not in cache:
-        cache[key] = (tensor, make())  # the tensor held, so that its id stays its own
-    return cache[key][1]
 
 
 def _shared_lengths(mask, steps):

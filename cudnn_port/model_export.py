@@ -100,7 +100,7 @@ def _runs_on(model, specs) -> bool:
 
 def _traced(model, specs, path):
     """The model as a concrete function over ``specs``, its fused layers traced on ``path``."""
-    from .layers import forced_path
+    from .layer_paths import forced_path
 
     tf = import_tf()
 

@@ -32,7 +32,8 @@ import keras
 
 from .compaction import expand, gather_steps, last_output, plan
 from .deps import import_tf
-from .layers import CudnnGRU, CudnnLSTM, shared
+from .layer_paths import shared
+from .layers import CudnnGRU, CudnnLSTM
 
 if TYPE_CHECKING:
     import tensorflow as tf

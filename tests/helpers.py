@@ -274,7 +274,8 @@ def reference_outputs(model, inputs):
     reference (cudnn_port.reference): no TensorFlow path of the fused layers (the functions every artifact is traced
     from) runs, so it judges those artifacts independently. Ordinary layers (Embedding, Dense) are Keras' own."""
     from cudnn_port.judging.stock import ReferenceStack, model_outputs
-    from cudnn_port.layers import fused_layers, judged_by
+    from cudnn_port.layer_paths import judged_by
+    from cudnn_port.layers import fused_layers
     from cudnn_port.layout import unpack
 
     judges = {id(layer): ReferenceStack(unpack(layer.spec, layer.opaque_kernel.numpy()))

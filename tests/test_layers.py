@@ -309,7 +309,7 @@ def test_multi_worker_mirrored_strategy_with_two_local_workers():
 def test_gpu_path_is_one_fused_op_and_has_a_gradient(mode):
     """Traced (not run: no GPU here) with the cuDNN path, the whole 3-layer bidirectional stack is ONE
     CudnnRNNV3 node with the layer's settings, and its gradient is cuDNN's backward op."""
-    from cudnn_port.layers import forced_path
+    from cudnn_port.layer_paths import forced_path
 
     spec = make_spec(mode, 3, True)
     layer = make_layer(spec, random_blob(spec), return_sequences=True, dropout=0.25)

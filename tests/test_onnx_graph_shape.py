@@ -121,7 +121,7 @@ def test_the_graph_passes_keep_what_a_branch_reads():
     run in onnxruntime on random weights and inputs: both branches give the same numbers after them."""
     from onnx import TensorProto as T, helper as h, numpy_helper
 
-    from cudnn_port.exports.onnx_tf import _squeeze_pairs_cancelled, _unread_outputs_dropped
+    from cudnn_port.exports.onnx_passes import squeeze_pairs_cancelled, unread_outputs_dropped
 
     def branch(name, reads):
         return h.make_graph([h.make_node("Identity", [reads], [f"{name}_out"])], name, [],
@@ -143,8 +143,8 @@ def test_the_graph_passes_keep_what_a_branch_reads():
     feeds = {"A": rng.normal(size=(1, 2)).astype(np.float32), "X": rng.normal(size=(4, 1, 3)).astype(np.float32)}
     before = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = [before.run(None, dict(feeds, cond=np.array(c)))[0] for c in (True, False)]
-    _squeeze_pairs_cancelled(model.graph)
-    _unread_outputs_dropped(model.graph)
+    squeeze_pairs_cancelled(model.graph)
+    unread_outputs_dropped(model.graph)
     onnx.checker.check_model(model)
     assert [n.op_type for n in model.graph.node] == ["Unsqueeze", "Squeeze", "LSTM", "If"]
     assert list(model.graph.node[2].output) == ["", "Yh"]

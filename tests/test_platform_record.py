@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras")
 
 def trained_model(rocm, path):
     """A model whose fused layers took one training step through the fused-op path on a CUDA or ROCm build."""
-    from cudnn_port import layers, tf_graph
+    from cudnn_port import layer_paths, layers, tf_graph
 
     spec = make_spec("lstm", 2, True)
     inputs = keras.Input((None, spec.input_size))
@@ -26,7 +26,7 @@ def trained_model(rocm, path):
     build = dict(tf.sysconfig.get_build_info(), is_rocm_build=rocm, is_cuda_build=not rocm)
     fused = mock.patch.object(tf_graph, "cudnn_forward", lambda spec, params, *args, **kw: tf_graph.stack_forward(
         tf_graph.unpack_tensor(spec, params), *args))
-    with fused, mock.patch.object(tf.sysconfig, "get_build_info", lambda: build), layers.forced_path("cudnn"):
+    with fused, mock.patch.object(tf.sysconfig, "get_build_info", lambda: build), layer_paths.forced_path("cudnn"):
         model(np.ones((2, 3, spec.input_size), "float32"), training=True)
     model.save(path)
     return model

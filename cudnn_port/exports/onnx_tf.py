@@ -12,6 +12,7 @@ import numpy as np
 
 from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
 from .onnx_ctc import ctc_greedy_decoder_handler
+from .onnx_passes import squeeze_pairs_cancelled, unread_outputs_dropped
 from .onnx_portable import portable_stack_graph
 
 if TYPE_CHECKING:
@@ -195,73 +196,12 @@ def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], out
         model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
                                           custom_op_handlers=dict(HANDLERS), tensors_to_rename=renames)
     model.ir_version = IR_VERSION
-    _squeeze_pairs_cancelled(model.graph)
-    _unread_outputs_dropped(model.graph)
+    squeeze_pairs_cancelled(model.graph)
+    unread_outputs_dropped(model.graph)
     onnx.checker.check_model(model)
     if path is not None:
         onnx.save(model, str(path))
     return model
-
-
-def _squeeze_pairs_cancelled(graph) -> None:
-    """Remove, in place, each Squeeze that undoes the Unsqueeze before it (or the reverse) over the same constant
-    axes: what a state passed from one layer to the next through Keras' [batch, units] form leaves behind. The
-    graph's outputs keep their names."""
-    from onnx import numpy_helper
-
-    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    produced = {out: node for node in graph.node for out in node.output}
-    opposite = {"Squeeze": "Unsqueeze", "Unsqueeze": "Squeeze"}
-    keep = {o.name for o in graph.output} | _read_in_subgraphs(graph)  # what a branch or loop body reads stays
-    alias = {}
-
-    def axes(node):
-        return consts[node.input[1]].tolist() if len(node.input) == 2 and node.input[1] in consts else None
-
-    for node in graph.node:
-        node.input[:] = [alias.get(name, name) for name in node.input]
-        first = produced.get(node.input[0]) if node.op_type in opposite and node.input else None
-        if first is not None and first.op_type == opposite[node.op_type] and axes(node) is not None \
-                and axes(node) == axes(first) and node.output[0] not in keep:
-            alias[node.output[0]] = first.input[0]
-    if alias:
-        live = [n for n in graph.node if n.output[0] not in alias]
-        while True:  # drop the squeezes nothing reads any more
-            read = {name for node in live for name in node.input} | keep
-            dead = [n for n in live if n.op_type in opposite and not set(n.output) & read]
-            if not dead:
-                break
-            live = [n for n in live if n not in dead]
-        del graph.node[:]
-        graph.node.extend(live)
-
-
-def _read_in_subgraphs(graph) -> set:
-    """Every tensor name a node inside an If / Loop / Scan body of ``graph`` reads (at any depth): such a body may
-    read a tensor of the graph around it by name."""
-    from onnx import AttributeProto
-
-    names = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            bodies = [attr.g] if attr.type == AttributeProto.GRAPH else \
-                list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
-            for body in bodies:
-                names |= {name for inner in body.node for name in inner.input} | {o.name for o in body.output}
-                names |= _read_in_subgraphs(body)
-    return names
-
-
-def _unread_outputs_dropped(graph) -> None:
-    """Name "" (ONNX's "not produced") every optional LSTM / GRU output that nothing reads, in place: a runtime then
-    skips writing it (the full output sequence of a layer whose last state is all the model reads)."""
-    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output} | \
-        _read_in_subgraphs(graph)
-    for node in graph.node:
-        if node.op_type in ("LSTM", "GRU"):
-            for k, name in enumerate(node.output):
-                if name and name not in read:
-                    node.output[k] = ""
 
 
 def _unique_returns(library):

@@ -257,7 +257,7 @@ def _ideal_int8_model(model, inputs, settings):
     the stock layer's own variables (:func:`cudnn_port.judging.keras_weights.stock_stack`) or a fused layer's buffer
     read through the cuDNN API's layout (:mod:`cudnn_port.judging.cudnn_api`), not from the buffer the rewrite
     packed, so that an error of the rewrite cannot widen the tolerance that judges it."""
-    from ..layers import judged_by
+    from ..layer_paths import judged_by
     from ..precision import float32_policy
     from ..stock_keras import rewrite
     from . import cudnn_api

@@ -46,7 +46,8 @@ def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
     the NumPy reference on its buffer read through the cuDNN API's statement of the layout
     (:mod:`cudnn_port.judging.cudnn_api`), sharing no code with the fused layers' own paths (cudnn_port.tf_graph),
     the layout every writer reads buffers by (cudnn_port.layout) or the Keras target (cudnn_port.targets.keras)."""
-    from ..layers import fused_layers, judged_by
+    from ..layer_paths import judged_by
+    from ..layers import fused_layers
     from .cudnn_api import canonical
 
     judges = {id(layer): ReferenceStack(canonical(layer.spec, layer.opaque_kernel.numpy()))
