@@ -449,6 +449,53 @@ def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_ho
     assert _judged_rows(report) == truth and not report["passed"], report["rows"]
 
 
+def test_the_judge_runs_a_tf1_graph_with_cudnn_nodes_in_its_main_graph(tmp_path):
+    """A TF1 SavedModel (main graph, no functions) whose serving signature reads a CudnnRNN node, beside a backward
+    node nothing fetches (a training graph saved whole): the judge swaps the forward node for the NumPy reference and
+    the backward one for a stub, and computes what cuDNN's math gives on the params variable."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from cudnn_port.judging.cudnn_nodes import original_with_reference
+
+    spec = make_spec("lstm", 2, True)
+    blob = random_blob(spec, seed=12)
+    path = str(tmp_path / "tf1")
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, spec.input_size], name="x")
+        params = tf.compat.v1.Variable(blob, name="params", use_resource=False)
+        h0 = tf.fill([spec.num_pseudo_layers, tf.shape(x)[0], spec.num_units], 0.25)
+        marker = tf.raw_ops.IdentityN(input=[tf.transpose(x, [1, 0, 2]), h0, h0 * 2.0, tf.identity(params)],
+                                      name="rnn")  # becomes the CudnnRNN node below
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            builder = tf.compat.v1.saved_model.Builder(path)
+            builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+                "serving_default": tf.compat.v1.saved_model.predict_signature_def(
+                    {"x": x}, {"y": tf.transpose(marker[0], [1, 0, 2]), "h": marker[1], "c": marker[2]})})
+            builder.save()
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString(open(os.path.join(path, "saved_model.pb"), "rb").read())
+    nodes = proto.meta_graphs[0].graph_def.node
+    node = next(n for n in nodes if n.name == "rnn")
+    node.op = "CudnnRNN"
+    node.attr.clear()
+    node.attr["T"].type = tf.float32.as_datatype_enum
+    node.attr["rnn_mode"].s, node.attr["direction"].s = b"lstm", b"bidirectional"
+    backward = nodes.add()
+    backward.CopyFrom(node)
+    backward.name, backward.op = "rnn_backprop", "CudnnRNNBackprop"
+    del backward.input[:]
+    backward.input.extend(["rnn:0", "rnn:1", "rnn:2", "rnn:3"] * 2 + ["rnn:1", "rnn:2", "rnn:3"])
+    open(os.path.join(path, "saved_model.pb"), "wb").write(proto.SerializeToString())
+
+    x = np.random.default_rng(2).normal(size=(3, 6, spec.input_size)).astype("float32")
+    got = original_with_reference(path, "serving_default", {"x": x})
+    h0 = np.full((spec.num_pseudo_layers, 3, spec.num_units), 0.25)
+    want = reference.forward(unpack(spec, blob), x, None, h0, h0 * 2.0)
+    for name, value in zip(("y", "h", "c"), want):
+        assert_close(got[name], value, f"main-graph judge {name}")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op,as_variable", [("CudnnRNN", False), ("CudnnRNNV2", True)], ids=["v1-const", "v2-var"])
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
@@ -471,7 +518,9 @@ def test_saved_model_with_raw_cudnn_ops_multi_layer_bidirectional(tmp_path, mode
     onnx_out = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"inputs": x})))
     assert_close(onnx_out["outputs"], want[0], "ONNX outputs")
     assert_close(onnx_out["final_h"], want[1], "ONNX final_h")
-    assert verify(tmp_path / "out")["passed"]
+    report = verify(tmp_path / "out")
+    judged = _judged_rows(report)  # the original ran, each cuDNN node by the reference, and judged both artifacts
+    assert report["passed"] and set(judged) == {"saved_model [serving_default]", "onnx (onnxruntime)"}, report
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ The judge is tf_keras itself: ``expected.npz`` holds the original ``serving_defa
 stock TensorFlow when the fixtures were made. ``convert`` then ``verify`` exit 0, and OUT/saved_model and
 OUT/model.onnx match those outputs.
 """
+import json
 import os
 
 import numpy as np
@@ -42,8 +43,10 @@ def test_tf_keras_saved_model_of_any_build_matches_the_original(tmp_path, capsys
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, "convert", folder / name, out)
     assert code == 0, err
-    code, report, err = run_cli(capsys, "verify", out)
+    code, report, err = run_cli(capsys, "verify", out, "--json")
     assert code == 0, report + err
+    judged = [r for r in json.loads(report)["rows"] if r["artifact"] == "onnx (onnxruntime)"]
+    assert judged and all(r["judge"] == "the original SavedModel" for r in judged), judged  # its CPU twins ran
     signature = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
     got = {k: v.numpy() for k, v in signature(**feeds).items()}
     session = onnx_session(out / "model.onnx")

@@ -10,17 +10,22 @@ node, variables and all, is the original's. Nothing here is shared with the rewr
 (``cudnn_port.graphs``): not the node finder, not the layout, not the CPU function.
 
 The copy lives in a temporary folder beside links to the source's ``variables`` and ``assets``; the source is read,
-never written. Backward nodes are left alone: a signature that runs one cannot be judged this way and says so.
+never written, and its ``saved_model.pb`` is parsed from the very bytes whose sha256 the conversion recorded.
+Backward nodes have no reference: in the main graph (a TF1 training graph saved whole) each becomes a PyFunc that
+raises if it is ever run, so that the session can be made; a signature that runs one cannot be judged this way and
+its row says so.
 """
+import hashlib
 import os
 import tempfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from ..deps import import_tf
 
 FORWARD = ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")
+BACKWARD = ("CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3")
 
 
 def _attrs(node) -> Dict[str, Any]:
@@ -52,7 +57,7 @@ def node_outputs(attrs: Dict[str, Any], x: np.ndarray, h: np.ndarray, c: np.ndar
     x_bm = np.swapaxes(x, 0, 1) if time_major else x
     units = c.shape[-1] if proj else h.shape[-1]
     input_mode = attrs.get("input_mode", "linear_input")
-    if input_mode == "skip_input" or (input_mode == "auto_select" and x.shape[-1] == units):
+    if input_mode == "skip_input" or (input_mode == "auto_select" and x.shape[-1] == h.shape[-1]):
         raise ValueError(f"input_mode={input_mode} (no input weights) has no reference")
     spec = RNNSpec(attrs["rnn_mode"], h.shape[0] // directions, units, x.shape[-1], directions == 2, dtype.name,
                    num_proj=proj)
@@ -61,7 +66,7 @@ def node_outputs(attrs: Dict[str, Any], x: np.ndarray, h: np.ndarray, c: np.ndar
                                     h, c if lstm else None)
     y = np.swapaxes(y, 0, 1) if time_major else y
     h_n = h_n if time_major else np.swapaxes(h_n, 0, 1)
-    c_n = (c_n if time_major else np.swapaxes(c_n, 0, 1)) if lstm else np.zeros(np.shape(c), dtype)
+    c_n = (c_n if time_major else np.swapaxes(c_n, 0, 1)) if lstm else np.zeros(np.shape(c), dtype)  # unread (GRU)
     return [np.ascontiguousarray(a, dtype=dtype) for a in (y, h_n, c_n)] + [np.zeros([0], dtype)]
 
 
@@ -73,7 +78,8 @@ class _Swapper:
         self.graphs: List[Any] = []  # the graphs that hold each registered function
 
     def pyfunc(self, node, op_def) -> Any:
-        """A PyFuncStateless NodeDef with ``node``'s name and inputs that returns what ``node`` returns."""
+        """A PyFuncStateless NodeDef with ``node``'s name and inputs that returns what ``node`` returns (a backward
+        node: raises when run)."""
         tf = self.tf
         attrs = _attrs(node)
         T = tf.as_dtype(attrs["T"])
@@ -81,6 +87,8 @@ class _Swapper:
         tout = [tf.as_dtype(a.type) if not a.type_attr else T for a in op_def.output_arg]
 
         def run(*args):
+            if node.op in BACKWARD:
+                raise ValueError(f"{node.op} (cuDNN's backward op) has no reference to stand in for it")
             outputs = node_outputs(attrs, *args)
             return outputs + [np.zeros([0], np.int8)] * (len(tout) - len(outputs))
 
@@ -97,14 +105,15 @@ class _Swapper:
         return swapped
 
     def swap(self, nodes, in_function: bool, returns=None) -> int:
-        """Swaps every forward cuDNN node of ``nodes`` (a repeated NodeDef field); in a function body, rewires
-        consumers' ``node:output_h:0`` to the PyFunc's ``node:output:1``. Returns how many were swapped."""
+        """Swaps every forward cuDNN node of ``nodes`` (a repeated NodeDef field), and in the main graph every
+        backward one; in a function body, rewires consumers' ``node:output_h:0`` to the PyFunc's
+        ``node:output:1``. Returns how many were swapped."""
         from tensorflow.python.framework import op_def_registry
 
         renames: Dict[str, str] = {}
         swapped = 0
         for i, node in enumerate(nodes):
-            if node.op in FORWARD:
+            if node.op in FORWARD or (node.op in BACKWARD and not in_function):
                 swapped += 1
                 op_def = op_def_registry.get(node.op)
                 for k, arg in enumerate(op_def.output_arg):
@@ -121,16 +130,20 @@ class _Swapper:
         return swapped
 
 
-def original_with_reference(source: str, signature: str,
-                            feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+def original_with_reference(source: str, signature: str, feeds: Dict[str, np.ndarray],
+                            sha256: Optional[str] = None) -> Dict[str, np.ndarray]:
     """{output name: value} of the SavedModel folder ``source``'s ``signature`` on ``feeds``, with every forward
-    cuDNN node computed by the NumPy reference. Raises what TensorFlow raises (a backward node, for one)."""
+    cuDNN node computed by the NumPy reference. ``sha256``: what its ``saved_model.pb`` must hash to (the bytes
+    parsed are the bytes checked). Raises what TensorFlow raises (a backward node run, for one)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     tf = import_tf()
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(source, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
+        data = f.read()
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError("its saved_model.pb changed since the conversion checked it")
+    proto.ParseFromString(data)
     swapper = _Swapper()
     for meta in proto.meta_graphs:
         swapper.swap(meta.graph_def.node, False)

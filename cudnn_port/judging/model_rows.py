@@ -52,7 +52,7 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         return rows
     job.signature, feeds, want = serving
     judge, judge_key = "the converted SavedModel", "saved_model"
-    original, said = original_judge(manifest, job.signature, feeds) if unchanged else (None, [])
+    original, said = original_judge(manifest, job.signature, feeds, unchanged)
     rows += [dict(r, stack="(whole graph)", judge="the original") for r in said]
     if original is not None:
         want, judge, judge_key = original, "the original SavedModel", None

@@ -30,25 +30,32 @@ def original_outputs(source: str, signature: str, feeds: Dict[str, np.ndarray]) 
                            {sig.inputs[k].name: v for k, v in feeds.items() if k in sig.inputs})
 
 
-def original_judge(manifest: "Manifest", signature: str,
-                   feeds: Dict[str, np.ndarray]) -> Tuple[Optional[Dict[str, np.ndarray]], List[Dict[str, Any]]]:
+def original_judge(manifest: "Manifest", signature: str, feeds: Dict[str, np.ndarray],
+                   unchanged: bool = True) -> Tuple[Optional[Dict[str, np.ndarray]], List[Dict[str, Any]]]:
     """(the original's outputs of ``signature`` on ``feeds``, or None where it cannot judge; rows saying why not).
     An original whose signature calls cuDNN nodes (which have no CPU kernel) runs with each computed by the NumPy
-    reference; one whose folder is gone is None without a row; one that raises is a row, not run and not failed."""
+    reference; one whose files changed since the conversion checked them (``unchanged`` False) or whose called
+    cuDNN nodes read params in another platform's gate layout is not run, and a row says why; one that raises is a
+    row, not run and not failed."""
     from .cudnn_nodes import original_with_reference
     from .graph_inputs import could_not_run
 
+    def not_judged(why):
+        return None, [{"artifact": f"saved_model [{signature}]", "max_abs": None, "max_rel": None, "passed": None,
+                       "note": f"not judged by the original: {why}; the artifacts are judged by the converted "
+                               "SavedModel"}]
+
     source = manifest["source"]["checkpoint"]
+    if not unchanged:
+        return not_judged("its files are gone or changed since the conversion checked them")
+    called = {f"{n['function']}/{n['node']}" for n in manifest.get("nodes") or []}
+    if called & set(manifest.get("params_reordered") or {}):  # built in another platform's gate layout
+        return not_judged("its cuDNN nodes' params are built in a gate layout other than cuDNN's (a ROCm or non-CUDA "
+                          "trace), so cuDNN's reference cannot stand in for them")
     try:
-        if not os.path.isdir(source):
-            return None, []
-        if manifest.get("params_reordered"):  # built in another platform's gate layout: not cuDNN's math
-            return None, [{"artifact": f"saved_model [{signature}]", "max_abs": None, "max_rel": None,
-                           "passed": None, "note": "not judged by the original: its cuDNN nodes' params are built in "
-                           "a gate layout other than cuDNN's (a ROCm or non-CUDA trace), so cuDNN's reference "
-                           "cannot stand in for them; the artifacts are judged by the converted SavedModel"}]
-        if manifest.get("nodes"):
-            return original_with_reference(source, signature, feeds), []
+        if called:
+            pb = manifest["source"].get("files", {}).get("saved_model.pb")
+            return original_with_reference(source, signature, feeds, pb), []
         return original_outputs(source, signature, feeds), []
     except Exception as e:  # noqa: BLE001 (an original that does not run here: said, not judged)
         return None, [dict(could_not_run(f"saved_model [{signature}]", "the original", e), passed=None)]
