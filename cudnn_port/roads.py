@@ -44,12 +44,11 @@ class ModelJob:
 
 class GraphJob:
     """A SavedModel whose cuDNN nodes are being rewritten (:mod:`cudnn_port.graphs`): its folder, parsed proto, the
-    cuDNN nodes found, which of them have a projection, and which params were gathered into cuDNN's gate order."""
+    cuDNN nodes found, and which params were gathered into cuDNN's gate order."""
 
     def __init__(self, source: str, proto: Any, nodes: List[Any], reordered: Any, say: Callable[[str], None],
                  user_graph: Callable[[str], Any]) -> None:
         self.source, self.proto, self.nodes, self.reordered, self.say = source, proto, nodes, reordered, say
-        self.projected = [n for n in nodes if n.spec.num_proj]
         self.user_graph = user_graph  # user_graph(what): a context in which errors on the graph are one line
         self.manifest: Optional[Manifest] = None  # the manifest being written (a writer records warnings in it)
 

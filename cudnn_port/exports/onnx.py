@@ -44,6 +44,12 @@ OPSET = 17
 IR_VERSION = 8
 
 
+def cannot_hold(spec: "RNNSpec") -> Optional[str]:
+    """Why ONNX cannot hold a stack of ``spec`` (None if it can): the one statement of it, which the format registry,
+    the graph road and the writers all ask."""
+    return "ONNX's LSTM has no projection" if spec.num_proj else None
+
+
 def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, node: Callable[..., Any],
                 const: Callable[[str, np.ndarray], str], prefix: str = "",
                 weights: Optional[Callable[[int], Tuple[str, str, str]]] = None) -> Tuple[str, str, Optional[str]]:
@@ -127,8 +133,8 @@ def build_model(canon: "CanonicalRNN", name: str = "rnn", states: bool = False,
 
 
     spec = canon.spec
-    if spec.num_proj:
-        raise UnsupportedError(f"ONNX's LSTM has no projection, so a {spec.describe()} has no ONNX form")
+    if cannot_hold(spec):
+        raise UnsupportedError(f"{cannot_hold(spec)}, so a {spec.describe()} has no ONNX form")
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
     names_in, names_out = io_names(spec)
     state_shape = [spec.num_pseudo_layers, "batch", H]

@@ -35,7 +35,9 @@ def _open_openvino(path, spec):
 
 
 def _cannot_hold(spec):
-    return "ONNX's LSTM has no projection" if spec.num_proj else None
+    from ..exports.onnx import cannot_hold
+
+    return cannot_hold(spec)
 
 
 def _write_model(job, paths):
@@ -45,9 +47,9 @@ def _write_model(job, paths):
     from ..exports.onnx_tf import name_dynamic_dims, write_graph_onnx
     from ..layers import fused_layers
 
-    projected = [layer.name for layer in fused_layers(job.model) if layer.num_proj]
-    if projected:
-        raise NotWritten(f"fused layer {projected[0]} has a projection, which ONNX's LSTM cannot hold")
+    refused = [(layer.name, _cannot_hold(layer.spec)) for layer in fused_layers(job.model) if _cannot_hold(layer.spec)]
+    if refused:
+        raise NotWritten(f"fused layer {refused[0][0]}: {refused[0][1]}")
     fused = job.frozen("lean")
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     renames = dict(zip(names_in, job.input_names))

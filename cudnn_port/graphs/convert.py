@@ -52,10 +52,9 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
     if backward and "onnx" in formats:
         raise CudnnPortError(f"node {backward[0].name} ({backward[0].op}) is cuDNN's backward op, called by a "
                              "signature that computes gradients; ONNX has no such op, so pass --formats saved_model")
-    projected = [n for n in nodes if n.spec.num_proj]
-    if "onnx" in formats and projected and formats != graph_formats:
-        raise CudnnPortError(f"node {projected[0].name} is an LSTM with projection, which ONNX's LSTM cannot hold; "
-                             "leave onnx out of --formats")
+    refused = [(n.name, registry.refusal("onnx", n.spec)) for n in nodes if registry.refusal("onnx", n.spec)]
+    if "onnx" in formats and refused and formats != graph_formats:
+        raise CudnnPortError(f"node {refused[0][0]}: {refused[0][1]}; leave onnx out of --formats")
     if uncalled:
         say(f"dropped {len(dropped)} library functions nothing calls, {len(uncalled)} of them holding cuDNN ops "
             "(GPU alternatives, e.g. tf_keras's gpu_lstm_with_fallback and its gradient)")
@@ -87,9 +86,9 @@ def write_graph_onnx_artifact(job: GraphJob, path: str) -> Dict[str, Any]:
     ONNX LSTM / GRU nodes in place of the cuDNN nodes; NotWritten where ONNX cannot hold it."""
     from .onnx_parts import write_signature_onnx
 
-    if job.projected:
-        raise registry.NotWritten(f"node {job.projected[0].name} is an LSTM with projection, which ONNX's LSTM "
-                                  "cannot hold")
+    refused = [(n.name, registry.refusal("onnx", n.spec)) for n in job.nodes if registry.refusal("onnx", n.spec)]
+    if refused:
+        raise registry.NotWritten(f"node {refused[0][0]}: {refused[0][1]}")
     signature = onnx_signature(job.proto)
     if signature is None:
         names = signature_names(job.proto)

@@ -118,8 +118,10 @@ class CudnnNode:
     def converts_as(self) -> str:
         if self.backward:
             return f"{self.spec.describe()}: its gradient in CPU ops in the SavedModel; no ONNX (no backward op)"
-        onnx = "no ONNX (ONNX's LSTM has no projection)" if self.spec.num_proj else \
-            f"fused ONNX {self.spec.mode.upper()} nodes in ONNX"
+        from ..exports.onnx import cannot_hold
+
+        why = cannot_hold(self.spec)
+        onnx = f"no ONNX ({why})" if why else f"fused ONNX {self.spec.mode.upper()} nodes in ONNX"
         return f"{self.spec.describe()}: CPU ops in the SavedModel, {onnx}"
 
 
