@@ -57,6 +57,34 @@ def test_tf_keras_saved_model_of_any_build_matches_the_original(tmp_path, capsys
         np.testing.assert_allclose(onnx_got[key], value, atol=ATOL, rtol=0, err_msg=f"{name} ONNX {key}")
 
 
+@pytest.mark.slow
+def test_a_gate_order_the_graph_road_gets_wrong_fails_only_the_onnx_row(tmp_path, capsys, fixtures, monkeypatch):
+    """The graph road reads a tf_keras GRU's params with its first two gate blocks of the input matrix swapped (a
+    planted error in :mod:`cudnn_port.graphs.layouts`, which only the ONNX is written through): verify, judging by
+    the original's own CPU twin, fails the ONNX row and nothing else; the SavedModel (the original's CPU functions)
+    passes."""
+    from cudnn_port.graphs import layouts
+
+    real = layouts.params_permutation
+
+    def wrong(function_def, node_name, spec):
+        perm = real(function_def, node_name, spec)
+        perm = np.arange(spec.param_count) if perm is None else perm.copy()
+        block = spec.num_units * spec.input_size
+        perm[:block], perm[block:2 * block] = perm[block:2 * block].copy(), perm[:block].copy()
+        return perm
+
+    folder, _ = fixtures
+    monkeypatch.setattr(layouts, "params_permutation", wrong)
+    code, _, err = run_cli(capsys, "convert", folder / "gru_cpu_build", tmp_path / "out")
+    assert code == 0, err
+    code, report, err = run_cli(capsys, "verify", tmp_path / "out", "--json")
+    rows = json.loads(report)["rows"]
+    failed = {r["artifact"] for r in rows if r["passed"] is False}
+    assert code == 1 and failed == {"onnx (onnxruntime)"}, failed
+    assert all(r["judge"] == "the original SavedModel" for r in rows if r["artifact"] in failed)
+
+
 def test_token_inputs_declared_float_get_ids_in_the_vocabulary(fixtures):
     """verify's feeds for a signature whose float32 inputs index an Embedding of 9 rows: integer ids in [0, 9);
     the original model raises on the N(0, 1) floats it fed before."""
