@@ -5,10 +5,13 @@
     save_manifest(manifest, tmp)                          # hashes every file of tmp into manifest.files, writes it
     manifest = load_manifest(out)                         # checked to be ours, whole, of a version we read
 
-Every road (stacks, whole model, rewritten graph) writes the same :class:`Manifest`; what only one road records (a
-whole model's ``parity``, a graph's ``nodes``, a checkpoint's ``name_map``) sits in ``extra``, written at the top
-level of the JSON. The records also answer ``manifest["key"]`` / ``.get`` / ``.setdefault`` for the JSON key of a
-field or an extra, so that code and users reading the JSON form see one set of names.
+Every road (stacks, whole model, rewritten graph) writes the same :class:`Manifest`. What only one road records (a
+whole model's ``parity``, a graph's ``nodes``, a checkpoint's ``name_map``) is a typed field too, declared with
+:func:`road_field`: None, and absent from the JSON and from ``in``, until that road sets it. ``extra`` keeps only keys
+this version does not know (a manifest a newer cudnn-port wrote), so that they are written back unchanged; the code
+reads none and writes none (setting an undeclared key raises). The records also answer ``manifest["key"]`` /
+``.get`` / ``.setdefault`` for the JSON key of a field, so that code and users reading the JSON form see one set of
+names.
 
 ``manifest_version`` is this layout's number. A manifest without one (written before it existed: version 1, the same
 keys) loads; a newer one is refused with one line (convert again with this version, or upgrade cudnn-port).
@@ -27,25 +30,36 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2  # 1: the untyped dict of cudnn-port <= 0.2.0 (same keys, no version field)
 
 
+def road_field() -> Any:
+    """A field that one road sets: None (absent from the JSON and from ``in``) until it does."""
+    return dataclasses.field(default=None, metadata={"road": True})
+
+
 class _Record:
     """Dict-style access by JSON key: a declared field, else an entry of ``extra``."""
 
     def _fields(self) -> List[str]:
         return [f.name for f in dataclasses.fields(self) if f.name != "extra"]
 
+    def _present(self, name: str) -> bool:
+        """Whether field ``name`` is in the JSON form: always, but for a road field its road has not set."""
+        field = next(f for f in dataclasses.fields(self) if f.name == name)
+        return getattr(self, name) is not None or not field.metadata.get("road")
+
     def __getitem__(self, key: str) -> Any:
         if key in self._fields():
+            if not self._present(key):
+                raise KeyError(key)
             return getattr(self, key)
         return self.extra[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key in self._fields():
-            setattr(self, key, value)
-        else:
-            self.extra[key] = value
+        if key not in self._fields():  # what the code writes is declared: extra only carries what it reads unknown
+            raise KeyError(f"{key!r} is not a field of {type(self).__name__}; declare it in cudnn_port/manifest.py")
+        setattr(self, key, value)
 
     def __contains__(self, key: str) -> bool:
-        return key in self._fields() or key in self.extra
+        return (key in self._fields() and self._present(key)) or key in self.extra
 
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self else default
@@ -64,7 +78,7 @@ class _Record:
 
     def to_dict(self) -> Dict[str, Any]:
         """The JSON form: the fields (records nested as dicts), then the extras."""
-        out = {name: _plain(getattr(self, name)) for name in self._fields()}
+        out = {name: _plain(getattr(self, name)) for name in self._fields() if self._present(name)}
         out.update({key: _plain(value) for key, value in self.extra.items()})
         return out
 
@@ -106,6 +120,9 @@ class StackRecord(_Record):
     targets: List[str] = dataclasses.field(default_factory=list)
     slots: Dict[str, Any] = dataclasses.field(default_factory=dict)
     artifacts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    scheme: Optional[str] = road_field()  # the target's naming scheme, where it has several (tf1: legacy names)
+    stored_canonical: Optional[Dict[str, Any]] = road_field()  # canonical tensors stored beside the buffer: agree?
+    graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()  # the frozen graph's input and output tensors
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -125,6 +142,33 @@ class Manifest(_Record):
     model_artifacts: Dict[str, str] = dataclasses.field(default_factory=dict)
     warnings: List[str] = dataclasses.field(default_factory=list)
     files: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # the stack road (cudnn_port.stacks)
+    slot_policy: Optional[str] = road_field()  # how optimizer slots are converted
+    name_map: Optional[Dict[str, List[str]]] = road_field()  # buffer variable -> the tensors written for it
+    copied: Optional[List[str]] = road_field()  # source variables copied unchanged
+    dropped: Optional[List[str]] = road_field()  # source variables left out
+    replaced: Optional[Dict[str, Any]] = road_field()  # canonical tensors rewritten under their own names
+    saved_model_xla: Optional[bool] = road_field()
+    int8: Optional[List[Dict[str, Any]]] = road_field()  # each int8 artifact and its quantization settings
+    # the graph road (cudnn_port.graphs)
+    nodes: Optional[List[Dict[str, Any]]] = road_field()  # the cuDNN nodes called, each rewritten
+    uncalled_functions_dropped: Optional[Dict[str, Any]] = road_field()
+    gpu_alternatives: Optional[List[Dict[str, Any]]] = road_field()
+    params_reordered: Optional[Dict[str, str]] = road_field()  # "function/node" -> what was done
+    onnx_signature: Optional[str] = road_field()  # the signature model.onnx holds
+    onnx_input: Optional[Dict[str, Any]] = road_field()  # the input of the numeric part, where model.onnx is one
+    onnx_part: Optional[str] = road_field()  # what that part leaves out
+    # the whole-model road (cudnn_port.model_export); graphdef_nodes on the graph road too
+    graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()
+    model_inputs: Optional[List[str]] = road_field()
+    model_input_specs: Optional[List[Dict[str, Any]]] = road_field()  # {name, dtype, shape (None: any size)}
+    model_output_specs: Optional[List[Dict[str, Any]]] = road_field()
+    model_layers: Optional[List[Dict[str, Any]]] = road_field()  # each fused or stock recurrent layer and its stack
+    parity: Optional[Dict[str, Any]] = road_field()  # the export's own whole-model check
+    not_asked_for: Optional[List[str]] = road_field()  # whole-model formats --formats left out
+    precision: Optional[Dict[str, Any]] = road_field()  # a mixed-precision model's policy and how it is judged
+    task: Optional[str] = road_field()  # OUT's task.json, where the model came with one
+    streaming: Optional[List[Dict[str, Any]]] = road_field()  # stateful layers: their state inputs and outputs
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod

@@ -26,7 +26,7 @@ def test_a_written_manifest_reads_back_field_for_field(tmp_path):
     manifest = new_manifest(str(tmp_path / "absent.ckpt"), "name-based (TF1)", "names kept", ["onnx"], "tf1")
     manifest.stacks.append(StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn",
                                        spec={"mode": "gru"}, artifacts={"onnx": "model.onnx"}))
-    manifest.stacks[0]["scheme"] = "keras"  # a road's own key: kept in extra, written at the top level
+    manifest.stacks[0]["scheme"] = "keras"  # a road's own field: written at the top level of its record
     manifest["name_map"] = {"rnn/opaque_kernel": ["rnn/kernel"]}
     save_manifest(manifest, str(tmp_path), {"model.onnx": "ab" * 32})
     raw = json.loads((tmp_path / MANIFEST).read_text())
@@ -64,3 +64,21 @@ def test_not_ours_is_refused(tmp_path):
     (tmp_path / MANIFEST).write_text(json.dumps({"tool": "something else"}))
     with pytest.raises(CudnnPortError, match="not a cudnn-port output"):
         load_manifest(tmp_path)
+
+
+def test_road_fields_are_absent_until_set_and_unknown_keys_are_carried_not_written(tmp_path):
+    """A road's field (``nodes``) is absent from the JSON and from ``in`` until its road sets it; a key this version
+    does not know (a newer cudnn-port's) is read into ``extra`` and written back unchanged; code cannot set one."""
+    manifest = new_manifest(str(tmp_path / "absent.ckpt"), "name-based (TF1)", "names kept", ["onnx"], "tf1")
+    assert "nodes" not in manifest and manifest.get("nodes", "none") == "none" and "nodes" not in manifest.to_dict()
+    with pytest.raises(KeyError):
+        manifest["nodes"]
+    manifest["nodes"] = []
+    assert "nodes" in manifest and manifest.to_dict()["nodes"] == []
+    with pytest.raises(KeyError, match="not a field of Manifest"):
+        manifest["from_the_future"] = 1
+    (tmp_path / MANIFEST).write_text(json.dumps(dict(VERSION_1, manifest_version=MANIFEST_VERSION,
+                                                     from_the_future={"a": 1})))
+    back = load_manifest(tmp_path)
+    assert back.extra == {"from_the_future": {"a": 1}} and back.to_dict()["from_the_future"] == {"a": 1}
+    assert back["name_map"] == {"x": ["x"]} and back.stacks[0].scheme == "cudnn_compatible" and not back.stacks[0].extra
