@@ -134,3 +134,90 @@ def test_verify_and_bench_run_a_rewritten_graph_through_each_formats_graph_runti
     assert moved["onnx (onnxruntime)"]["passed"] is False and moved["onnx (onnxruntime)"]["max_abs"] >= 1e-3, moved
     assert {k: r["passed"] for k, r in moved.items() if k != "onnx (onnxruntime)"} == \
         {k: r["passed"] for k, r in rows.items() if k != "onnx (onnxruntime)"}
+
+
+def _toy_format():
+    """A format defined here and nowhere else, on every road: a stack's canonical weights as ``.npz``, run by the
+    NumPy reference; a whole model's and a rewritten graph's SavedModel (what the saved_model format wrote before it)
+    as a ``.tar``, run by TensorFlow from a copy unpacked at open."""
+    import tarfile
+    import tempfile
+
+    from cudnn_port import reference
+    from cudnn_port.canonical import CanonicalRNN, LayerParams
+    from cudnn_port.formats import Artifact, Format, GraphOutputs, Road, Runtime
+
+    kinds = ("W", "R", "b_W", "b_R")
+
+    def write(canon, paths, *, name, options):
+        np.savez(paths["toy"], **{f"{p}_{k}": np.asarray(getattr(layer, k)) for p, layer in enumerate(canon.layers)
+                                  for k in kinds})
+
+    def open_stack(path, spec):
+        data = np.load(path)
+        canon = CanonicalRNN(spec, [LayerParams(*(data[f"{p}_{k}"] for k in kinds))
+                                    for p in range(spec.num_pseudo_layers)])
+
+        def run(feeds):
+            return list(reference.forward(canon, feeds["inputs"], feeds["sequence_lengths"], feeds.get("initial_h"),
+                                          feeds.get("initial_c")))
+        return run
+
+    def write_tar(job, paths):
+        with tarfile.open(paths["toy"], "w") as tar:
+            tar.add(job.written["saved_model"], arcname="saved_model")
+
+    def signature(path, name):
+        folder = tempfile.mkdtemp(prefix="toy_format_")
+        with tarfile.open(path) as tar:
+            tar.extractall(folder, filter="data")
+        return tf.saved_model.load(f"{folder}/saved_model").signatures[name]
+
+    def open_model(path, job):
+        function = signature(path, "serving_default")
+        return lambda feeds: [function(**{n: tf.constant(feeds[n]) for n in job.input_names})[f"output_{i}"].numpy()
+                              for i in range(job.count)]
+
+    def open_graph(path, job):
+        function = signature(path, job.signature)
+        return lambda feeds: GraphOutputs({k: v.numpy() for k, v in function(**{k: tf.constant(v) for k, v in
+                                                                               feeds.items()}).items()})
+
+    return Format(name="toy", help="a test's toy format", artifacts=(Artifact("toy", "toy/{label}.npz"),),
+                  write=write, runtimes=(Runtime("numpy", open_stack),), order=200, default=True,
+                  model=Road((Artifact("toy", "toy/model.tar"),), write_tar, open_model, "toy (tar)"),
+                  graph=Road((Artifact("toy", "toy/model.tar"),), write_tar, open_graph, "toy (tar)"))
+
+
+@pytest.mark.slow
+def test_a_toy_format_defined_in_one_place_is_written_and_verified_on_every_road(tmp_path):
+    """Adding a format is its definition and nothing else: registered, the toy format (a default one) is offered by
+    convert's --formats, planned by inspect, written by the stack road (a TF1 checkpoint), the whole-model road (a
+    Keras model) and the graph road (a SavedModel with cuDNN nodes), listed in each manifest, and judged by verify on
+    each road."""
+    from helpers import save_raw_op_model, tagger
+    from cudnn_port import convert, export, inspect_source, verify
+    from cudnn_port.cli_args import build_parser
+    from cudnn_port.layout import RNNSpec
+
+    formats.register(_toy_format())
+    try:
+        convert_help = build_parser()._subparsers._group_actions[0].choices["convert"].format_help()
+        assert "toy (a test's toy format)" in " ".join(convert_help.split())
+        spec = make_spec("gru", 2, True)
+        src, _ = write_source(tmp_path, spec)
+        planned = inspect_source(src, **spec_flags(spec))["stacks"][0]["plan"]["artifacts"]
+        assert any(rel.startswith("toy/") and rel.endswith(".npz") for rel in planned), planned
+        stacks = convert(src, tmp_path / "stacks", formats=["checkpoint", "toy"], **spec_flags(spec))
+        model = export(tagger(), tmp_path / "model", formats=["saved_model", "toy"])
+        blob = np.random.default_rng(3).normal(size=RNNSpec("lstm", 1, 4, 3).param_count).astype("float32") * 0.3
+        graph = convert(save_raw_op_model(tmp_path / "saved", RNNSpec("lstm", 1, 4, 3), blob, "CudnnRNNV2"),
+                        tmp_path / "graph", formats=["saved_model", "toy"])
+        assert "toy" in stacks["stacks"][0]["artifacts"], stacks["stacks"][0]["artifacts"]
+        assert model["model_artifacts"]["toy"] == graph["model_artifacts"]["toy"] == "toy/model.tar"
+        for out, row in (("stacks", "toy (numpy)"), ("model", "toy (tar)"), ("graph", "toy (tar)")):
+            report = verify(tmp_path / out)
+            toy = [r for r in report["rows"] if r["artifact"].startswith(row)]
+            assert toy and all(r["passed"] for r in toy) and report["passed"], (out, report["rows"])
+    finally:
+        formats.unregister("toy")

@@ -164,6 +164,22 @@ def formats() -> Dict[str, Format]:
     return _REGISTRY
 
 
+def register(fmt: Format) -> None:
+    """Add ``fmt`` to the registry (after the modules of this package), as its module would: a format defined
+    elsewhere (a plugin, a test's toy format). A name already registered is refused."""
+    found = formats()
+    if fmt.name in found:
+        raise RuntimeError(f"a format called {fmt.name!r} is registered already")
+    every = sorted([*found.values(), fmt], key=lambda f: (f.order, f.name))
+    _REGISTRY.clear()
+    _REGISTRY.update((f.name, f) for f in every)
+
+
+def unregister(name: str) -> None:
+    """Take format ``name`` out of the registry (what :func:`register` added)."""
+    formats().pop(name, None)
+
+
 def names() -> Tuple[str, ...]:
     return tuple(formats())
 
