@@ -56,8 +56,8 @@ def load_proto(path: str) -> "saved_model_pb2.SavedModel":
     return proto
 
 
-def _attrs(node):
-    """The node's attributes with the op's defaults filled in, as plain Python values."""
+def node_attrs(node: Any) -> Dict[str, Any]:
+    """A NodeDef's attributes with its op's defaults filled in (TensorFlow's op registry), as plain Python values."""
     from tensorflow.python.framework import op_def_registry
 
     values = {}
@@ -75,7 +75,7 @@ class CudnnNode:
     def __init__(self, function, node, shapes):
         self.function, self.name, self.op = function, node.name, node.op
         self.backward = node.op in BACKWARD_OPS
-        attrs = _attrs(node)
+        attrs = node_attrs(node)
         where = f"node {node.name} ({node.op}) in {function or 'the main graph'}"
         if attrs["rnn_mode"] not in ("lstm", "gru"):
             raise CudnnPortError(f"{where} has rnn_mode={attrs['rnn_mode']}; only lstm and gru convert")

@@ -6,8 +6,9 @@ forward cuDNN node (in the main graph and in every function) is swapped, in a co
 ``PyFuncStateless`` node that computes cuDNN's math in NumPy (:func:`cudnn_port.reference.forward`) on the node's
 own inputs at run time: the params tensor exactly as the graph feeds it, read through the cuDNN API's layout
 (:mod:`.cudnn_api`), the sizes from the inputs' run-time shapes and the node's attributes. Everything around the
-node, variables and all, is the original's. Nothing here is shared with the rewrite that made ``OUT/saved_model``
-(``cudnn_port.graphs``): not the node finder, not the layout, not the CPU function.
+node, variables and all, is the original's. Of the rewrite that made ``OUT/saved_model`` (``cudnn_port.graphs``)
+only the reading of a node's attributes with its op's defaults (TensorFlow's registry) is shared: not the node
+finder, not the layout, not the CPU function.
 
 The copy lives in a temporary folder beside links to the source's ``variables`` and ``assets``; the source is read,
 never written, and its ``saved_model.pb`` is parsed from the very bytes whose sha256 the conversion recorded.
@@ -23,21 +24,10 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..deps import import_tf
+from ..graphs.nodes import node_attrs
 
 FORWARD = ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")
 BACKWARD = ("CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3")
-
-
-def _attrs(node) -> Dict[str, Any]:
-    """The node's attributes, the op's defaults filled in, as plain values."""
-    from tensorflow.python.framework import op_def_registry
-
-    values = {}
-    for attr in op_def_registry.get(node.op).attr:
-        value = node.attr[attr.name] if attr.name in node.attr else attr.default_value
-        kind = value.WhichOneof("value")
-        values[attr.name] = value.s.decode() if kind == "s" else getattr(value, kind) if kind else None
-    return values
 
 
 def node_outputs(attrs: Dict[str, Any], x: np.ndarray, h: np.ndarray, c: np.ndarray, params: np.ndarray,
@@ -81,7 +71,7 @@ class _Swapper:
         """A PyFuncStateless NodeDef with ``node``'s name and inputs that returns what ``node`` returns (a backward
         node: raises when run)."""
         tf = self.tf
-        attrs = _attrs(node)
+        attrs = node_attrs(node)
         T = tf.as_dtype(attrs["T"])
         tin = [tf.as_dtype(a.type) if not a.type_attr else T for a in op_def.input_arg]
         tout = [tf.as_dtype(a.type) if not a.type_attr else T for a in op_def.output_arg]
