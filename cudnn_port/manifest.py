@@ -8,8 +8,9 @@
 Every road (stacks, whole model, rewritten graph) writes the same :class:`Manifest`. What only one road records (a
 whole model's ``parity``, a graph's ``nodes``, a checkpoint's ``name_map``) is a typed field too, declared with
 :func:`road_field`: None, and absent from the JSON and from ``in``, until that road sets it. ``extra`` keeps only keys
-this version does not know (a manifest a newer cudnn-port wrote), so that they are written back unchanged; the code
-reads none and writes none (setting an undeclared key raises). The records also answer ``manifest["key"]`` /
+this version does not know (a manifest a newer cudnn-port wrote, or details a format defined outside this package
+records through :meth:`Manifest.record`), so that they are written back unchanged; the code reads none, and setting
+an undeclared key raises. The records also answer ``manifest["key"]`` /
 ``.get`` / ``.setdefault`` for the JSON key of a field, so that code and users reading the JSON form see one set of
 names.
 
@@ -72,6 +73,15 @@ class _Record:
     def update(self, **items: Any) -> None:
         for key, value in items.items():
             self[key] = value
+
+    def record(self, details: Dict[str, Any]) -> None:
+        """Merge what a format's writer returns: declared keys into their fields, others (a format defined outside
+        this package records its own) into ``extra``, written back as they are."""
+        for key, value in details.items():
+            if key in self._fields():
+                self[key] = value
+            else:
+                self.extra[key] = value
 
     def keys(self) -> Iterator[str]:
         return iter(self.to_dict())
@@ -142,33 +152,33 @@ class Manifest(_Record):
     model_artifacts: Dict[str, str] = dataclasses.field(default_factory=dict)
     warnings: List[str] = dataclasses.field(default_factory=list)
     files: Dict[str, str] = dataclasses.field(default_factory=dict)
-    # the stack road (cudnn_port.stacks)
+    # road fields, declared in the order the roads write them (the JSON keeps that order): the stack road
+    # (cudnn_port.stacks) slot_policy .. saved_model_xla; the graph road (cudnn_port.graphs) nodes .. params_reordered,
+    # onnx_*; the whole-model road (cudnn_port.model_export) model_* .. parity; graphdef_nodes and int8 on several
     slot_policy: Optional[str] = road_field()  # how optimizer slots are converted
     name_map: Optional[Dict[str, List[str]]] = road_field()  # buffer variable -> the tensors written for it
     copied: Optional[List[str]] = road_field()  # source variables copied unchanged
     dropped: Optional[List[str]] = road_field()  # source variables left out
     replaced: Optional[Dict[str, Any]] = road_field()  # canonical tensors rewritten under their own names
     saved_model_xla: Optional[bool] = road_field()
-    int8: Optional[List[Dict[str, Any]]] = road_field()  # each int8 artifact and its quantization settings
-    # the graph road (cudnn_port.graphs)
     nodes: Optional[List[Dict[str, Any]]] = road_field()  # the cuDNN nodes called, each rewritten
     uncalled_functions_dropped: Optional[Dict[str, Any]] = road_field()
     gpu_alternatives: Optional[List[Dict[str, Any]]] = road_field()
     params_reordered: Optional[Dict[str, str]] = road_field()  # "function/node" -> what was done
+    model_inputs: Optional[List[str]] = road_field()
+    model_input_specs: Optional[List[Dict[str, Any]]] = road_field()  # {name, dtype, shape (None: any size)}
+    streaming: Optional[List[Dict[str, Any]]] = road_field()  # stateful layers: their state inputs and outputs
+    graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()
     onnx_signature: Optional[str] = road_field()  # the signature model.onnx holds
     onnx_input: Optional[Dict[str, Any]] = road_field()  # the input of the numeric part, where model.onnx is one
     onnx_part: Optional[str] = road_field()  # what that part leaves out
-    # the whole-model road (cudnn_port.model_export); graphdef_nodes on the graph road too
-    graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()
-    model_inputs: Optional[List[str]] = road_field()
-    model_input_specs: Optional[List[Dict[str, Any]]] = road_field()  # {name, dtype, shape (None: any size)}
-    model_output_specs: Optional[List[Dict[str, Any]]] = road_field()
-    model_layers: Optional[List[Dict[str, Any]]] = road_field()  # each fused or stock recurrent layer and its stack
-    parity: Optional[Dict[str, Any]] = road_field()  # the export's own whole-model check
     not_asked_for: Optional[List[str]] = road_field()  # whole-model formats --formats left out
-    precision: Optional[Dict[str, Any]] = road_field()  # a mixed-precision model's policy and how it is judged
+    model_layers: Optional[List[Dict[str, Any]]] = road_field()  # each fused or stock recurrent layer and its stack
+    model_output_specs: Optional[List[Dict[str, Any]]] = road_field()
     task: Optional[str] = road_field()  # OUT's task.json, where the model came with one
-    streaming: Optional[List[Dict[str, Any]]] = road_field()  # stateful layers: their state inputs and outputs
+    int8: Optional[List[Dict[str, Any]]] = road_field()  # each int8 artifact and its quantization settings
+    precision: Optional[Dict[str, Any]] = road_field()  # a mixed-precision model's policy and how it is judged
+    parity: Optional[Dict[str, Any]] = road_field()  # the export's own whole-model check
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod

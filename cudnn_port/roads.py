@@ -98,7 +98,7 @@ def write_road(road: str, job: Any, tmp: str, manifest: Manifest, say: Callable[
         except registry.NotWritten as e:
             warn(manifest, say, f"{', '.join(rels.values())} not written: {e}")
             continue
-        manifest.update(**(details or {}))
+        manifest.record(details or {})
         written.update(rels)
         job.written.update((k, os.path.join(tmp, rel)) for k, rel in rels.items())
     return written

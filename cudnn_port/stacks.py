@@ -249,7 +249,7 @@ def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla, s
         details = fmt.write(canon, {k: os.path.join(tmp, rel) for k, rel in rels.items()}, name=stack.label,
                             options={"xla": xla})
         entry.artifacts.update(rels)
-        entry.update(**(details or {}))
+        entry.record(details or {})
     return entry
 
 

@@ -149,9 +149,10 @@ def _toy_format():
 
     kinds = ("W", "R", "b_W", "b_R")
 
-    def write(canon, paths, *, name, options):
+    def write(canon, paths, *, name, options):  # what it returns for the manifest is kept there as it is
         np.savez(paths["toy"], **{f"{p}_{k}": np.asarray(getattr(layer, k)) for p, layer in enumerate(canon.layers)
                                   for k in kinds})
+        return {"toy_arrays": len(canon.layers) * len(kinds)}
 
     def open_stack(path, spec):
         data = np.load(path)
@@ -166,6 +167,7 @@ def _toy_format():
     def write_tar(job, paths):
         with tarfile.open(paths["toy"], "w") as tar:
             tar.add(job.written["saved_model"], arcname="saved_model")
+        return {"toy_tar": "saved_model"}
 
     def signature(path, name):
         folder = tempfile.mkdtemp(prefix="toy_format_")
@@ -213,7 +215,8 @@ def test_a_toy_format_defined_in_one_place_is_written_and_verified_on_every_road
         blob = np.random.default_rng(3).normal(size=RNNSpec("lstm", 1, 4, 3).param_count).astype("float32") * 0.3
         graph = convert(save_raw_op_model(tmp_path / "saved", RNNSpec("lstm", 1, 4, 3), blob, "CudnnRNNV2"),
                         tmp_path / "graph", formats=["saved_model", "toy"])
-        assert "toy" in stacks["stacks"][0]["artifacts"], stacks["stacks"][0]["artifacts"]
+        assert "toy" in stacks["stacks"][0]["artifacts"] and stacks["stacks"][0]["toy_arrays"] == 4 * 4, stacks
+        assert model["toy_tar"] == graph["toy_tar"] == "saved_model"  # its own details, in the manifest
         assert model["model_artifacts"]["toy"] == graph["model_artifacts"]["toy"] == "toy/model.tar"
         for out, row in (("stacks", "toy (numpy)"), ("model", "toy (tar)"), ("graph", "toy (tar)")):
             report = verify(tmp_path / out)

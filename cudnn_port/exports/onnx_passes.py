@@ -1,8 +1,12 @@
 """Clean-up passes over an ONNX graph that tf2onnx wrote, each in place and each keeping what an If / Loop / Scan
 body reads by name: a Squeeze that undoes the Unsqueeze before it, and LSTM / GRU outputs that nothing reads."""
+from typing import TYPE_CHECKING, Set
+
+if TYPE_CHECKING:
+    import onnx
 
 
-def squeeze_pairs_cancelled(graph) -> None:
+def squeeze_pairs_cancelled(graph: "onnx.GraphProto") -> None:
     """Remove, in place, each Squeeze that undoes the Unsqueeze before it (or the reverse) over the same constant
     axes: what a state passed from one layer to the next through Keras' [batch, units] form leaves behind. The
     graph's outputs keep their names."""
@@ -35,7 +39,7 @@ def squeeze_pairs_cancelled(graph) -> None:
         graph.node.extend(live)
 
 
-def read_in_subgraphs(graph) -> set:
+def read_in_subgraphs(graph: "onnx.GraphProto") -> Set[str]:
     """Every tensor name a node inside an If / Loop / Scan body of ``graph`` reads (at any depth): such a body may
     read a tensor of the graph around it by name."""
     from onnx import AttributeProto
@@ -51,7 +55,7 @@ def read_in_subgraphs(graph) -> set:
     return names
 
 
-def unread_outputs_dropped(graph) -> None:
+def unread_outputs_dropped(graph: "onnx.GraphProto") -> None:
     """Name "" (ONNX's "not produced") every optional LSTM / GRU output that nothing reads, in place: a runtime then
     skips writing it (the full output sequence of a layer whose last state is all the model reads)."""
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output} | \

@@ -165,8 +165,9 @@ def formats() -> Dict[str, Format]:
 
 
 def register(fmt: Format) -> None:
-    """Add ``fmt`` to the registry (after the modules of this package), as its module would: a format defined
-    elsewhere (a plugin, a test's toy format). A name already registered is refused."""
+    """Add ``fmt`` to the registry, in its ``order`` among the modules of this package, as its module would: a format
+    defined elsewhere (a plugin, a test's toy format). A name already registered is refused. What its writers return
+    for the manifest is kept there as it is (:meth:`cudnn_port.manifest.Manifest.record`)."""
     found = formats()
     if fmt.name in found:
         raise RuntimeError(f"a format called {fmt.name!r} is registered already")

@@ -105,12 +105,13 @@ def _source_weights(model, source: str) -> None:
             kind = type(inner[0]).__name__
             if kind not in RECURRENT:
                 continue
-            arrays = owned.get(layer.name)
-            if not arrays or len(arrays) != 3 * len(inner):
-                raise CudnnPortError(f"layer {layer.name}: the source holds no weights for it")
+            arrays = owned.get(layer.name) or []
             cudnn = classes.get(layer.name) in CUDNN_CLASSES
+            per = len(arrays) // len(inner)  # kernel, recurrent kernel and bias (a plain use_bias=False layer: none)
+            if not arrays or per * len(inner) != len(arrays) or per not in ((3,) if cudnn else (2, 3)):
+                raise CudnnPortError(f"layer {layer.name}: the source holds no weights for it")
             layer.set_weights([w for d in range(len(inner)) for w in (
-                keras2_rule(kind, *arrays[3 * d:3 * d + 3]) if cudnn else arrays[3 * d:3 * d + 3])])
+                keras2_rule(kind, *arrays[3 * d:3 * d + 3]) if cudnn else arrays[per * d:per * (d + 1)])])
 
 
 def _layers(model):
