@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..deps import import_tf
 from ..errors import CudnnPortError
+from ..op_attrs import node_attrs
 from ..infer import candidates
 from ..layout import RNNSpec
 from ..paths import require_file
@@ -54,18 +55,6 @@ def load_proto(path: str) -> "saved_model_pb2.SavedModel":
                                  "tf.saved_model.save (or model.export) wrote")
         raise CudnnPortError(f"{pb} holds no graph (it is empty or damaged); is it a complete SavedModel folder?")
     return proto
-
-
-def node_attrs(node: Any) -> Dict[str, Any]:
-    """A NodeDef's attributes with its op's defaults filled in (TensorFlow's op registry), as plain Python values."""
-    from tensorflow.python.framework import op_def_registry
-
-    values = {}
-    for attr in op_def_registry.get(node.op).attr:
-        value = node.attr[attr.name] if attr.name in node.attr else attr.default_value
-        kind = value.WhichOneof("value")
-        values[attr.name] = value.s.decode() if kind == "s" else getattr(value, kind) if kind else None
-    return values
 
 
 class CudnnNode:

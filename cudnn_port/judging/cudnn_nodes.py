@@ -7,8 +7,8 @@ forward cuDNN node (in the main graph and in every function) is swapped, in a co
 own inputs at run time: the params tensor exactly as the graph feeds it, read through the cuDNN API's layout
 (:mod:`.cudnn_api`), the sizes from the inputs' run-time shapes and the node's attributes. Everything around the
 node, variables and all, is the original's. Of the rewrite that made ``OUT/saved_model`` (``cudnn_port.graphs``)
-only the reading of a node's attributes with its op's defaults (TensorFlow's registry) is shared: not the node
-finder, not the layout, not the CPU function.
+only the reading of a node's attributes with its op's defaults (:mod:`cudnn_port.op_attrs`, TensorFlow's registry)
+is shared: not the node finder, not the layout, not the CPU function.
 
 The copy lives in a temporary folder beside links to the source's ``variables`` and ``assets``; the source is read,
 never written, and its ``saved_model.pb`` is parsed from the very bytes whose sha256 the conversion recorded.
@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..deps import import_tf
-from ..graphs.nodes import node_attrs
+from ..op_attrs import node_attrs
 
 FORWARD = ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")
 BACKWARD = ("CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3")
