@@ -27,7 +27,7 @@ Both record in ``metadata_props`` (:func:`metadata`) the state inputs and output
 
 ONNX's LSTM has no projection: a stack with one gets no ONNX artifact (:class:`~cudnn_port.errors.UnsupportedError`).
 """
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -48,6 +48,11 @@ def cannot_hold(spec: "RNNSpec") -> Optional[str]:
     """Why ONNX cannot hold a stack of ``spec`` (None if it can): the one statement of it, which the format registry,
     the graph road and the writers all ask."""
     return "ONNX's LSTM has no projection" if spec.num_proj else None
+
+
+def first_refusal(named_specs: Iterable[Tuple[str, "RNNSpec"]]) -> Optional[str]:
+    """"name: why" of the first of ``(name, spec)`` that ONNX cannot hold (:func:`cannot_hold`), or None."""
+    return next((f"{name}: {why}" for name, why in ((n, cannot_hold(s)) for n, s in named_specs) if why), None)
 
 
 def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, node: Callable[..., Any],

@@ -44,12 +44,13 @@ def _write_model(job, paths):
     """The whole model traced on the fused op (the "lean" trace: no sequence lengths where a layer has no mask),
     through tf2onnx with fused ONNX LSTM / GRU nodes for the fused layers;
     inputs as the model names them, outputs ``output_0`` ..."""
+    from ..exports.onnx import first_refusal
     from ..exports.onnx_tf import name_dynamic_dims, write_graph_onnx
     from ..layers import fused_layers
 
-    refused = [(layer.name, _cannot_hold(layer.spec)) for layer in fused_layers(job.model) if _cannot_hold(layer.spec)]
+    refused = first_refusal((layer.name, layer.spec) for layer in fused_layers(job.model))
     if refused:
-        raise NotWritten(f"fused layer {refused[0][0]}: {refused[0][1]}")
+        raise NotWritten(f"fused layer {refused}")
     fused = job.frozen("lean")
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     renames = dict(zip(names_in, job.input_names))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
-from ..exports.onnx import cannot_hold
+from ..exports.onnx import first_refusal
 from .. import formats as registry
 from ..manifest import Manifest, new_manifest, warn
 from ..outdir import OutputFolder, finish
@@ -53,9 +53,9 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
     if backward and "onnx" in formats:
         raise CudnnPortError(f"node {backward[0].name} ({backward[0].op}) is cuDNN's backward op, called by a "
                              "signature that computes gradients; ONNX has no such op, so pass --formats saved_model")
-    refused = [(n.name, cannot_hold(n.spec)) for n in nodes if cannot_hold(n.spec)] if "onnx" in formats else []
+    refused = first_refusal((n.name, n.spec) for n in nodes) if "onnx" in formats else None
     if refused and formats != graph_formats:
-        raise CudnnPortError(f"node {refused[0][0]}: {refused[0][1]}; leave onnx out of --formats")
+        raise CudnnPortError(f"node {refused}; leave onnx out of --formats")
     if uncalled:
         say(f"dropped {len(dropped)} library functions nothing calls, {len(uncalled)} of them holding cuDNN ops "
             "(GPU alternatives, e.g. tf_keras's gpu_lstm_with_fallback and its gradient)")
@@ -87,9 +87,9 @@ def write_graph_onnx_artifact(job: GraphJob, path: str) -> Dict[str, Any]:
     ONNX LSTM / GRU nodes in place of the cuDNN nodes; NotWritten where ONNX cannot hold it."""
     from .onnx_parts import write_signature_onnx
 
-    refused = [(n.name, cannot_hold(n.spec)) for n in job.nodes if cannot_hold(n.spec)]
+    refused = first_refusal((n.name, n.spec) for n in job.nodes)
     if refused:
-        raise registry.NotWritten(f"node {refused[0][0]}: {refused[0][1]}")
+        raise registry.NotWritten(f"node {refused}")
     signature = onnx_signature(job.proto)
     if signature is None:
         names = signature_names(job.proto)
