@@ -10,9 +10,8 @@ whole model's ``parity``, a graph's ``nodes``, a checkpoint's ``name_map``) is a
 :func:`road_field`: None, and absent from the JSON and from ``in``, until that road sets it. ``extra`` keeps only keys
 this version does not know (a manifest a newer cudnn-port wrote, or details a format defined outside this package
 records through :meth:`Manifest.record`), so that they are written back unchanged; the code reads none, and setting
-an undeclared key raises. The records also answer ``manifest["key"]`` /
-``.get`` / ``.setdefault`` for the JSON key of a field, so that code and users reading the JSON form see one set of
-names.
+an undeclared key raises. The records also answer ``manifest["key"]`` / ``.get`` / ``.setdefault`` for the JSON key
+of a field, so that code and users reading the JSON form see one set of names.
 
 ``manifest_version`` is this layout's number. A manifest without one (written before it existed: version 1, the same
 keys) loads; a newer one is refused with one line (convert again with this version, or upgrade cudnn-port).

@@ -94,17 +94,15 @@ class _Swapper:
         swapped.input.extend(node.input)
         return swapped
 
-    def swap(self, nodes, in_function: bool, returns=None) -> int:
+    def swap(self, nodes, in_function: bool, returns=None) -> None:
         """Swaps every forward cuDNN node of ``nodes`` (a repeated NodeDef field), and in the main graph every
         backward one; in a function body, rewires consumers' ``node:output_h:0`` to the PyFunc's
-        ``node:output:1``. Returns how many were swapped."""
+        ``node:output:1``."""
         from tensorflow.python.framework import op_def_registry
 
         renames: Dict[str, str] = {}
-        swapped = 0
         for i, node in enumerate(nodes):
             if node.op in FORWARD or (node.op in BACKWARD and not in_function):
-                swapped += 1
                 op_def = op_def_registry.get(node.op)
                 for k, arg in enumerate(op_def.output_arg):
                     renames[f"{node.name}:{arg.name}:0"] = f"{node.name}:output:{k}"
@@ -117,7 +115,6 @@ class _Swapper:
             for key in list(returns or ()):
                 if returns[key] in renames:
                     returns[key] = renames[returns[key]]
-        return swapped
 
 
 def original_with_reference(source: str, signature: str, feeds: Dict[str, np.ndarray],
