@@ -4,6 +4,7 @@ checks every comparison and every refusal makes, and the small fused-layer model
 import hashlib
 import itertools
 import os
+import subprocess
 
 import numpy as np
 
@@ -95,6 +96,20 @@ def run_cli(capsys, *argv):
     code = cli.main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def cli(*argv) -> subprocess.CompletedProcess:
+    """``cudnn-port ARGV`` in this process, where no capsys is at hand (a module fixture): what a subprocess gives
+    (returncode, stdout, stderr: cudnn-port's own lines), without a TensorFlow import per call."""
+    import contextlib
+    import io
+
+    from cudnn_port import cli as cli_module
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_module.main([str(a) for a in argv])
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
 
 
 def assert_clean_error(code, err, *needles):

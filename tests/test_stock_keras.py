@@ -8,13 +8,11 @@ fused layer"). A fused layer beside stock ones is judged by Keras' stock layers 
 """
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from helpers import ATOL_FP32, ROOT, op_codes
+from helpers import ATOL_FP32, cli as run_cli, op_codes
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -127,11 +125,6 @@ def assert_matches_keras(out, model, feeds):
             err = np.abs(g - w)
             assert np.all(err <= ATOL_FP32 + RTOL * np.abs(w)), f"{runtime} output_{k}: max |error| {err.max():.3g}"
     return got
-
-
-def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "cudnn_port.cli", *map(str, args)], capture_output=True, text=True,
-                          env=dict(os.environ, **(env or {})), cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -248,26 +241,8 @@ def test_subclassed_model_with_stock_layers_is_refused(tmp_path):
         cudnn_port.export(keras.Model(x, L.Dense(2)(model(x))), str(tmp_path / "out"))
 
 
-@pytest.mark.parametrize("backend", ["torch"])
-@pytest.mark.slow
-def test_model_saved_under_another_backend_converts(tmp_path, backend):
-    """The .keras file is the same whatever backend saved it: one saved here under torch converts and matches Keras.
-    Files saved under JAX (on a GPU, JAX not being in this environment) are tests/fixtures/gpu_keras/jax/, converted
-    and judged in test_gpu_trained.py."""
-    pytest.importorskip(backend)
-    probe = subprocess.run([sys.executable, "-c", "import keras"], env=dict(os.environ, KERAS_BACKEND=backend),
-                           capture_output=True, text=True)
-    if probe.returncode:  # e.g. torch 2.0 (the lowest version set) lacks dtypes Keras' torch backend names
-        pytest.skip(f"Keras does not run on this {backend}: {probe.stderr.strip().splitlines()[-1]}")
-    script = ("import sys; sys.path.insert(0, sys.argv[2]); import test_stock_keras as t; "
-              "t.tagger(mixed=False).save(sys.argv[1])")  # cudnn_port's layers compute with TensorFlow only
-    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "t.keras"), os.path.dirname(__file__)],
-                            env=dict(os.environ, KERAS_BACKEND=backend), capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
-    result = run_cli("convert", tmp_path / "t.keras", tmp_path / "out")
-    assert result.returncode == 0, result.stderr
-    model = keras.saving.load_model(tmp_path / "t.keras")
-    assert_matches_keras(tmp_path / "out", model, feeds_for(model))
+# A .keras file is the same whatever backend saved it: files Keras saved under torch and JAX (trained on a GPU) are
+# tests/fixtures/gpu_keras/, converted and judged by Keras in test_gpu_trained.py.
 
 
 OPTIONS = [dict(go_backwards=g, return_sequences=s, return_state=r) for g in (False, True) for s in (False, True)
