@@ -71,10 +71,10 @@ def bench(out: "os.PathLike[str] | str", batches: Sequence[int] = (1, 32), steps
 
 
 def _runners(out, stack, spec):
-    """(row name, what states it takes, run) for every artifact of ``stack`` in each runtime its format benches (one
-    whose package is missing is left out). Artifacts that take states are fed zeros."""
+    """(row name, what states it takes, run) for every artifact of ``stack`` (int8 ones included) in each runtime its
+    format benches (one whose package is missing is left out). Artifacts that take states are fed zeros."""
     usable = [(key, rel, artifact, runtime) for key, rel, _, artifact, runtime, missing
-              in stack_runtimes(stack["artifacts"]) if runtime.bench and not missing]
+              in stack_runtimes(stack["artifacts"], derived=True) if runtime.bench and not missing]
     for key, rel, artifact, runtime in usable:
         name = key if sum(k == key for k, *_ in usable) == 1 else f"{key} ({runtime.name})"
         yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
@@ -109,11 +109,15 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
     rows, stack = [], "(whole model)" if road == "model" else "(whole graph)"
     for fmt in registry.on_road(road):
         part = getattr(fmt, road)
-        for artifact in part.artifacts:
-            if artifact.key not in arts or part.open is None or not all(deps.available(m) for m in part.needs):
+        if part.open is None or not all(deps.available(m) for m in part.needs):
+            continue
+        row = part.row.format(signature=check.signature)
+        keys = [(a.key, row) for a in part.artifacts] + [(d.key(a.key), f"{row} {d.name}") for a in part.artifacts
+                                                          for d in fmt.derived if a.key in d.of]  # int8 too
+        for key, name in keys:
+            if key not in arts:
                 continue
-            run = part.open(os.path.join(out, arts[artifact.key]), job)
-            name = part.row.format(signature=check.signature)
+            run = part.open(os.path.join(out, arts[key]), job)
             for batch in [len(base[ragged[0]]) - 1] if ragged else batches:
                 feeds = base if ragged else {
                     key: np.resize(value, [want if dim is None else dim for want, dim in

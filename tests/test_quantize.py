@@ -110,6 +110,7 @@ def test_whole_model_int8_is_judged_with_a_finite_tolerance(tmp_path):
     from onnx import numpy_helper
 
     from cudnn_port import export, verify
+    from cudnn_port.benchmark import bench
     from cudnn_port.outdir import MANIFEST
     from cudnn_port.paths import sha256
 
@@ -120,10 +121,13 @@ def test_whole_model_int8_is_judged_with_a_finite_tolerance(tmp_path):
     rng = np.random.default_rng(2)
     model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
     out = tmp_path / "out"
-    manifest = export(model, out, formats=["onnx"], quantize="int8")
+    manifest = export(model, out, formats=["onnx", "saved_model"], quantize="int8")  # bench feeds its signature
     report = verify(out)
     row = next(r for r in report["rows"] if r["stack"] == "(whole model)" and "int8" in r["artifact"])
     assert report["passed"] and row["passed"] is True and 0 < row["max_abs"] <= row["tolerance"] < 1, row
+    timed = {(r["stack"], r["artifact"]) for r in bench(out, batches=(2,), steps=5, repeat=1)["rows"]}
+    assert ("(whole model)", "onnx (onnxruntime) int8") in timed, timed  # bench times int8 like any artifact
+    assert any(artifact.startswith("onnx_int8") for stack, artifact in timed if stack != "(whole model)"), timed
     path = out / manifest.model_artifacts["onnx_int8"]
     tampered = onnx.load(str(path))
     node = next(n for n in tampered.graph.node if n.op_type == "DynamicQuantizeLSTM")

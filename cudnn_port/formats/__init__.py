@@ -215,12 +215,18 @@ def artifacts() -> Dict[str, Tuple[Format, Artifact]]:
     return {a.key: (f, a) for f in formats().values() for a in f.artifacts}
 
 
-def stack_runtimes(stack_artifacts: Dict[str, str]) -> Iterator[Tuple[str, str, Format, Artifact, Runtime, List[str]]]:
+def stack_runtimes(stack_artifacts: Dict[str, str], derived: bool = False
+                   ) -> Iterator[Tuple[str, str, Format, Artifact, Runtime, List[str]]]:
     """``(key, relative path, format, artifact, runtime, missing modules)`` for each artifact of a stack's manifest
-    entry (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order."""
+    entry (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order.
+    ``derived``: a derived artifact (``onnx_int8``) too, in the runtimes of the artifact it is made from (bench times
+    it like any other; verify judges it by its own tolerance, :mod:`cudnn_port.judging.int8`)."""
     from .. import deps
 
     known = artifacts()
+    if derived:
+        known.update({d.key(key): known[key] for f in formats().values() for d in f.derived for key in d.of
+                      if key in known})
     for key, rel in stack_artifacts.items():
         if key in known:
             fmt, artifact = known[key]
