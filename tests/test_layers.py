@@ -275,16 +275,22 @@ def result_of(process):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def mirrored():
+    """One MirroredStrategy fit over two CPU devices (a process of its own), read by both distributed tests."""
+    return result_of(run_distributed("mirrored"))
+
+
 @pytest.mark.slow
-def test_mirrored_strategy_over_two_cpu_devices():
-    result = result_of(run_distributed("mirrored"))
+def test_mirrored_strategy_over_two_cpu_devices(mirrored):
+    result = mirrored
     assert result["replicas"] == 2 and result["buffers"] == 2
     assert result["copies"] == [2, 2] and result["copies_agree"]  # one buffer per layer, mirrored on each device
     assert result["loss"][-1] < 0.5 * result["loss"][0]
 
 
 @pytest.mark.slow
-def test_multi_worker_mirrored_strategy_with_two_local_workers():
+def test_multi_worker_mirrored_strategy_with_two_local_workers(mirrored):
     import json
     import socket
 
@@ -301,7 +307,7 @@ def test_multi_worker_mirrored_strategy_with_two_local_workers():
     assert all(r["replicas"] == 2 for r in results)
     assert results[0]["digest"] == results[1]["digest"]  # synchronous training: both end with the same buffers
     assert results[0]["loss"][-1] < 0.5 * results[0]["loss"][0]
-    mirrored = result_of(run_distributed("mirrored"))  # same global batches, same math as on one machine
+    # the same global batches on one machine's two devices: the same math
     np.testing.assert_allclose(results[0]["loss"], mirrored["loss"], rtol=1e-4)
 
 
