@@ -52,6 +52,10 @@ def _why_not(layer) -> Optional[str]:
 def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
     kind = type(layer).__name__
+    if kind == "TimeDistributed" and type(layer.layer).__name__ in RECURRENT:
+        return {"layer": layer.name, "type": kind, "verdict": REFUSED,
+                "why": f"it wraps a {type(layer.layer).__name__}, and a recurrent layer inside TimeDistributed has no "
+                       "fused form yet"}
     if kind not in RECURRENT or not type(layer).__module__.startswith("keras."):
         return None
     row = {"layer": layer.name, "type": kind, "verdict": FUSED, "why": ""}
@@ -124,9 +128,24 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
     fused = {id(layer) for row, layer in rows if row["verdict"] == FUSED}
 
     def clone(layer):
-        return _adapter(layer) if id(layer) in fused else layer
+        if id(layer) in fused:
+            return _adapter(layer)
+        return _folded(layer) if _foldable(layer) else layer
 
     return keras.models.clone_model(model, clone_function=clone, recursive=True)
+
+
+def _foldable(layer) -> bool:
+    """A stock ``TimeDistributed`` around a layer that takes no mask: :class:`~cudnn_port.stock_adapter.TimeFolded`
+    computes it without Keras' per-step loop."""
+    return type(layer).__name__ == "TimeDistributed" and type(layer).__module__.startswith("keras.") and \
+        not layer.layer._call_has_mask_arg
+
+
+def _folded(layer):
+    from .stock_adapter import TimeFolded
+
+    return TimeFolded(layer.layer, name=layer.name, dtype=layer.dtype_policy)
 
 
 def cell_weights(cell: Any) -> List[Any]:

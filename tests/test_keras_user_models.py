@@ -7,7 +7,8 @@
   ``LayerNormalization`` and ``GRU(unroll=True)`` (the same math without a loop), saved as ``.h5``: float32
   artifacts judged by the model in float32, the distance to the
   float16 original reported; its ``model.tflite`` written (zero states sized before the model runs).
-- A Functional seq2seq (encoder states into the decoder) with ``BatchNormalization``, saved as ``.keras``.
+- A Functional seq2seq (encoder states into the decoder) with ``BatchNormalization`` and ``TimeDistributed(Dense)``
+  (Keras loops over the steps where time is dynamic; computed as one Dense over batch x time), saved as ``.keras``.
 """
 import json
 import os
@@ -126,7 +127,7 @@ def test_mixed_float16_h5_converts_to_float32_artifacts_judged_in_float32(tmp_pa
     assert twin.layers[0].compute_dtype == "float32"
 
 
-def test_functional_seq2seq_with_states_and_batch_norm(tmp_path):
+def test_functional_seq2seq_with_states_batch_norm_and_time_distributed(tmp_path):
     import keras
 
     from cudnn_port import convert, verify
@@ -136,7 +137,7 @@ def test_functional_seq2seq_with_states_and_batch_norm(tmp_path):
     src, tgt = keras.Input((None, 6), name="src"), keras.Input((None, 4), name="tgt")
     _, h, c = L.LSTM(16, return_state=True)(L.BatchNormalization()(src))
     y = L.LSTM(16, return_sequences=True)(tgt, initial_state=[h, c])
-    model = keras.Model([src, tgt], L.Dense(4)(L.Dropout(0.2)(y)))
+    model = keras.Model([src, tgt], L.TimeDistributed(L.Dense(4))(L.Dropout(0.2)(y)))  # Keras: a per-step loop
     model.compile("adam", "mse")
     rng = np.random.default_rng(0)
     model.fit([rng.normal(size=(64, 8, 6)), rng.normal(size=(64, 5, 4))], rng.normal(size=(64, 5, 4)), epochs=1,

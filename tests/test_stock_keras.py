@@ -205,6 +205,16 @@ def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 
 
+def test_recurrent_layer_inside_time_distributed_is_refused_in_one_line(tmp_path):
+    """TimeDistributed(LSTM) (a sentence encoder run per document sentence): no fused form yet, so one line; a
+    TimeDistributed around any layer that takes no mask converts (test_keras_user_models.py's seq2seq)."""
+    x = keras.Input((None, None, FEATURES), name="x")
+    model = keras.Model(x, L.TimeDistributed(L.LSTM(4), name="words")(x))
+    with pytest.raises(UnsupportedError, match=r"^layer words \(TimeDistributed\): it wraps a LSTM") as e:
+        cudnn_port.export(model, str(tmp_path / "out"))
+    assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
+
+
 def test_stateful_bidirectional_layer_is_refused_in_one_line(tmp_path):
     """A stateful Bidirectional layer does not stream (its backward direction reads each chunk from its end)."""
     model = keras.Sequential([keras.Input((None, 3), batch_size=2),
