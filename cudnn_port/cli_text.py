@@ -47,7 +47,8 @@ def io_line(inputs: List[Dict[str, Any]], outputs: Optional[List[Dict[str, Any]]
     def one(r):
         dims = ["batch" if i == 0 and d is None else "time" if i == 1 and d is None else "?" if d is None else str(d)
                 for i, d in enumerate(r["shape"])]
-        return f"{r['name']} {r['dtype']} [{', '.join(dims)}]"
+        key = f" ({r['key']!r})" if r.get("key") else ""  # which of a dict of outputs
+        return f"{r['name']}{key} {r['dtype']} [{', '.join(dims)}]"
     text = "every artifact takes " + ", ".join(map(one, inputs))
     return text + ("; returns " + ", ".join(map(one, outputs)) if outputs else "")
 

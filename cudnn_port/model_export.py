@@ -98,16 +98,28 @@ def _runs_on(model, specs) -> bool:
         return False
 
 
+def _output_keys(model) -> List[str]:
+    """The keys of a model whose outputs are a dict ({"cls": ..., "tag": ...}), in the order the artifacts return
+    them (sorted, as Keras flattens a dict); [] for a tensor or a list."""
+    import keras
+
+    structure = getattr(model, "output", None) if type(model).__name__ in ("Functional", "Sequential") else None
+    if not isinstance(structure, dict):
+        return []
+    return ["/".join(map(str, path)) for path, _ in keras.tree.flatten_with_path(structure)]
+
+
 def _traced(model, specs, path):
     """The model as a concrete function over ``specs``, its fused layers traced on ``path``."""
     from .layer_paths import forced_path
+
+    import keras
 
     tf = import_tf()
 
     def call(*xs):
         result = model(xs[0] if len(xs) == 1 else list(xs), training=False)
-        results = result if isinstance(result, (list, tuple)) else [result]
-        return {f"output_{i}": r for i, r in enumerate(results)}
+        return {f"output_{i}": r for i, r in enumerate(keras.tree.flatten(result))}  # a dict: in sorted key order
 
     with forced_path(path):
         return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
@@ -187,6 +199,8 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         outputs = job.traced("cpu").structured_outputs
         manifest["model_output_specs"] = [{"name": k, "dtype": v.dtype.name, "shape": v.shape.as_list()}
                                           for k, v in sorted(outputs.items(), key=lambda kv: int(kv[0][7:]))]
+        for record, key in zip(manifest["model_output_specs"], _output_keys(original)):
+            record["key"] = key  # a dict of outputs: output_0 ... are its values in sorted key order
         os.makedirs(os.path.join(tmp, "keras"))
         original.save(os.path.join(tmp, "keras", "model.keras"))
         manifest.model_artifacts["keras"] = "keras/model.keras"

@@ -100,7 +100,7 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         # call_function, except that clone_model builds a model of the original inputs alone, and the state inputs
         # made inside call() would leave its outputs unconnected
         result = model._run_through_graph(inputs, operation_fn=lambda op: op, call_fn=call)
-        outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+        outputs = keras.tree.flatten(result)  # a dict of outputs in sorted key order
     first = len(outputs)
     for record in records:
         count = len(record["state_inputs"])

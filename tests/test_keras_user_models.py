@@ -8,7 +8,8 @@
   artifacts judged by the model in float32, the distance to the
   float16 original reported; its ``model.tflite`` written (zero states sized before the model runs).
 - A Functional seq2seq (encoder states into the decoder) with ``BatchNormalization`` and ``TimeDistributed(Dense)``
-  (Keras loops over the steps where time is dynamic; computed as one Dense over batch x time), saved as ``.keras``.
+  (Keras loops over the steps where time is dynamic; computed as one Dense over batch x time), its outputs a dict
+  (``output_0`` ... its values in sorted key order, each key in the manifest), saved as ``.keras``.
 """
 import json
 import os
@@ -137,15 +138,19 @@ def test_functional_seq2seq_with_states_batch_norm_and_time_distributed(tmp_path
     src, tgt = keras.Input((None, 6), name="src"), keras.Input((None, 4), name="tgt")
     _, h, c = L.LSTM(16, return_state=True)(L.BatchNormalization()(src))
     y = L.LSTM(16, return_sequences=True)(tgt, initial_state=[h, c])
-    model = keras.Model([src, tgt], L.TimeDistributed(L.Dense(4))(L.Dropout(0.2)(y)))  # Keras: a per-step loop
+    tokens = L.TimeDistributed(L.Dense(4))(L.Dropout(0.2)(y))  # Keras: a per-step loop where time is dynamic
+    model = keras.Model([src, tgt], {"tokens": tokens, "summary": L.Dense(2)(h)})  # a dict of outputs
     model.compile("adam", "mse")
     rng = np.random.default_rng(0)
-    model.fit([rng.normal(size=(64, 8, 6)), rng.normal(size=(64, 5, 4))], rng.normal(size=(64, 5, 4)), epochs=1,
-              batch_size=16, verbose=0)
+    model.fit([rng.normal(size=(64, 8, 6)), rng.normal(size=(64, 5, 4))],
+              {"tokens": rng.normal(size=(64, 5, 4)), "summary": rng.normal(size=(64, 2))}, epochs=1, batch_size=16,
+              verbose=0)
     model.save(tmp_path / "seq2seq.keras")
     manifest = convert(tmp_path / "seq2seq.keras", tmp_path / "out")
     assert {"saved_model", "graphdef", "onnx", "tflite"} <= set(manifest.model_artifacts), manifest.warnings
     assert manifest.model_artifacts and not manifest.warnings, manifest.warnings
+    assert [(r["name"], r["key"]) for r in manifest["model_output_specs"]] == [("output_0", "summary"),
+                                                                                ("output_1", "tokens")]
     report = verify(tmp_path / "out")
     assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
 

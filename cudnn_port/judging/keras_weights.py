@@ -64,7 +64,9 @@ def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, se
 
 
 def _outputs(result):
-    return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
+    import keras
+
+    return [np.asarray(r) for r in keras.tree.flatten(result)]
 
 
 def _feeds(model, names, seed):

@@ -37,8 +37,11 @@ class ReferenceStack:
 
 
 def model_outputs(result: Any) -> List[np.ndarray]:
-    """A model call's result as a list of NumPy arrays."""
-    return [np.asarray(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
+    """A model call's result as a list of NumPy arrays: one tensor, a list, or a dict of them (in sorted key order, as
+    Keras flattens it and the artifacts' ``output_0`` ... follow)."""
+    import keras
+
+    return [np.asarray(r) for r in keras.tree.flatten(result)]
 
 
 def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
