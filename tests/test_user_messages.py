@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from helpers import ROOT, refused, run_cli
+from helpers import ROOT, assert_clean_error, refused, run_cli
 
 FIRST = os.path.join(ROOT, "models", "first_model")
 
@@ -63,3 +63,22 @@ def test_inspect_and_convert_speak_of_the_users_layers(capsys, tmp_path):
     assert "opaque_kernel" not in out and "--num-units" not in out, out
     code, out, err = run_cli(capsys, "inspect", os.path.join(FIRST, "model.h5"), "--verbose")
     assert code == 0 and "lstm/lstm/opaque_kernel" in out, out  # the buffer, for those who ask
+
+
+def test_an_h5_that_keras_itself_cannot_load_says_so_and_how_to_save_it(capsys, tmp_path):
+    """Keras 3 saves a mixed-precision model's mask (Embedding(mask_zero)) in .h5 as a 'NotEqual' layer it cannot
+    read back: the refusal says Keras cannot load it and how to save a file it can."""
+    import keras
+
+    L = keras.layers
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        ids = keras.Input((None,), dtype="int32")
+        model = keras.Model(ids, L.Dense(1)(L.LSTM(4)(L.Embedding(20, 8, mask_zero=True)(ids))))
+    finally:
+        keras.config.set_dtype_policy(before)
+    model.save(tmp_path / "m.h5")
+    code, _, err = run_cli(capsys, "convert", tmp_path / "m.h5", tmp_path / "out")
+    assert_clean_error(code, err, "Keras itself cannot load", "'NotEqual'", "save the model as .keras")
+    assert not (tmp_path / "out").exists()

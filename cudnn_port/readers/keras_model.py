@@ -166,6 +166,10 @@ def _refusal(path, error) -> str:
         return (f"{path} uses {missing.group(1)!r}, a custom object whose code is not in the file (neither Keras nor "
                 f"cudnn_port defines it); import its code, then {how.format('custom_objects={...}')}")
     kind = ".h5" if path.endswith((".h5", ".hdf5")) else ".keras"
+    unknown = re.search(r"Unknown layer: '([^']+)'", text)
+    if unknown:  # e.g. Keras 3's .h5 of a mask computed under mixed precision names an op ('NotEqual') as a layer
+        return (f"Keras itself cannot load {path}: it names a layer {unknown.group(1)!r} that Keras does not know; "
+                "save the model as .keras (model.save('m.keras')), which Keras reads back")
     return f"cannot load {path} as a Keras model ({reason(error)}); is it a complete {kind} file?"
 
 
