@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import CudnnPortError
 from .exports import io_names
-from .formats import stack_runtimes
+from .formats import derived_label, stack_runtimes
 from .layout import RNNSpec
 from .manifest import load_manifest
 from .verify import file_rows
@@ -76,7 +76,9 @@ def _runners(out, stack, spec):
     usable = [(key, rel, artifact, runtime) for key, rel, _, artifact, runtime, missing
               in stack_runtimes(stack["artifacts"], derived=True) if runtime.bench and not missing]
     for key, rel, artifact, runtime in usable:
-        name = key if sum(k == key for k, *_ in usable) == 1 else f"{key} ({runtime.name})"
+        label = derived_label(key)  # "onnx int8 (onnxruntime)", verify's name for the row
+        name = f"{label} ({runtime.name})" if label else key if sum(k == key for k, *_ in usable) == 1 else \
+            f"{key} ({runtime.name})"
         yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
 
 
@@ -112,8 +114,10 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
         if part.open is None or not all(deps.available(m) for m in part.needs):
             continue
         row = part.row.format(signature=check.signature)
-        keys = [(a.key, row) for a in part.artifacts] + [(d.key(a.key), f"{row} {d.name}") for a in part.artifacts
-                                                          for d in fmt.derived if a.key in d.of]  # int8 too
+        head, _, runtime = row.rstrip(")").partition(" (")  # int8 too, named as verify names it: "onnx int8 (...)"
+        keys = [(a.key, row) for a in part.artifacts] + [
+            (d.key(a.key), f"{head} {d.name}" + (f" ({runtime})" if runtime else "")) for a in part.artifacts
+            for d in fmt.derived if a.key in d.of and (not d.runtimes or runtime in d.runtimes)]
         for key, name in keys:
             if key not in arts:
                 continue

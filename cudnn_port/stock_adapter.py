@@ -131,26 +131,3 @@ def _plan(mask):
     order, lengths, counts = plan(mask)
     return order, lengths, counts, import_tf().sequence_mask(lengths, import_tf().shape(mask)[1])
 
-
-class TimeFolded(keras.layers.Layer):
-    """``TimeDistributed(layer)`` as one call of ``layer`` on ``[batch * time, ...]``: the same numbers, since each
-    step is computed alone either way. Keras' ``TimeDistributed`` calls ``layer`` once per step, in a loop where the
-    time axis is dynamic, which traces to TensorList ops that ONNX and TFLite do not hold. Only for a ``layer`` that
-    takes no mask (``TimeDistributed`` then passes its input mask through, as this does)."""
-
-    def __init__(self, layer: keras.layers.Layer, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.layer = layer
-        self.supports_masking = True
-
-    def call(self, inputs: Any, training: Optional[bool] = None, mask: Any = None) -> Any:
-        del mask  # the inner layer takes none; the output keeps the input's mask (supports_masking)
-        ops = keras.ops
-        shape = ops.shape(inputs)
-        kwargs = {"training": training} if self.layer._call_has_training_arg else {}
-        outputs = self.layer.call(ops.reshape(inputs, (-1, *shape[2:])), **kwargs)
-        return ops.reshape(outputs, (shape[0], shape[1], *ops.shape(outputs)[1:]))
-
-    def compute_output_shape(self, input_shape: Sequence[Optional[int]]) -> Tuple[Optional[int], ...]:
-        inner = self.layer.compute_output_shape((None, *input_shape[2:]))
-        return (input_shape[0], input_shape[1], *inner[1:])

@@ -5,9 +5,11 @@ Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activatio
 ``GRU(reset_after=True)``; ``use_bias=False`` is cuDNN's math with zero biases, ``unroll=True`` computes the same
 steps without a loop, and dropout does nothing at inference) is a
 :class:`~cudnn_port.stock_adapter.StockAdapter` around a fused layer holding the same weights: Keras' kernels are the
-canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`). Every other
-layer is the user's own layer object, reused (nested Functional / Sequential models are rebuilt around them). The
-rewritten model then takes the whole-model road (:mod:`cudnn_port.model_export`), which judges it against the
+canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`).
+``Dense``, ``Reshape``, ``RepeatVector`` and ``TimeDistributed`` are recomputed with ops LiteRT sizes before the
+model runs, and without Keras' per-step loop (:mod:`cudnn_port.sized_layers`). Every other layer is the user's own
+layer object, reused (nested Functional / Sequential models are rebuilt around them).
+The rewritten model then takes the whole-model road (:mod:`cudnn_port.model_export`), which judges it against the
 ORIGINAL model: Keras' own outputs.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
@@ -52,10 +54,10 @@ def _why_not(layer) -> Optional[str]:
 def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
     kind = type(layer).__name__
-    if kind == "TimeDistributed" and type(layer.layer).__name__ in RECURRENT:
+    inner = _recurrent_inside(layer.layer) if kind == "TimeDistributed" else None
+    if inner:
         return {"layer": layer.name, "type": kind, "verdict": REFUSED,
-                "why": f"it wraps a {type(layer.layer).__name__}, and a recurrent layer inside TimeDistributed has no "
-                       "fused form yet"}
+                "why": f"it wraps {inner}, and a recurrent layer inside TimeDistributed has no fused form yet"}
     if kind not in RECURRENT or not type(layer).__module__.startswith("keras."):
         return None
     row = {"layer": layer.name, "type": kind, "verdict": FUSED, "why": ""}
@@ -106,9 +108,12 @@ def plan(model: "keras.Model") -> List[Dict[str, Any]]:
     return [row for row, _ in _walk(model)]
 
 
-def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, strict: bool = True) -> "keras.Model":
-    """``model`` itself when it holds no stock layer to fuse; else an equivalent Functional / Sequential model whose
-    eligible stock layers are fused (the other layers shared with ``model``, which is left unchanged). Raises
+def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, strict: bool = True,
+            sized: bool = True) -> "keras.Model":
+    """``model`` itself when it holds no stock layer to fuse or to size (:mod:`cudnn_port.sized_layers`: ``Dense``,
+    ``Reshape``, ``RepeatVector``, ``TimeDistributed``); else an equivalent Functional / Sequential model whose
+    eligible stock layers are fused and sized (``sized=False``: those left as they are, for a judge run in Keras;
+    the other layers are shared with ``model``, which is left unchanged). Raises
     :class:`~cudnn_port.errors.UnsupportedError` naming a refused layer and why (``strict=False``: such a layer is
     left as it is, for ``inspect``'s report)."""
     import keras
@@ -123,29 +128,35 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
     for row, _ in rows:
         if row["verdict"] == FUSED and say:
             say(f"stock layer {row['layer']} ({row['type']}) becomes a fused stack")
-    if not any(row["verdict"] == FUSED for row, _ in rows):
-        return model
+    from .sized_layers import sized as sized_form
+
     fused = {id(layer) for row, layer in rows if row["verdict"] == FUSED}
+    replaced = {id(layer): form for layer in (_layers(model) if sized else ()) if id(layer) not in fused
+                for form in [sized_form(layer, _recurrent_inside)] if form is not None}
+    if not fused and not replaced:
+        return model
 
     def clone(layer):
-        if id(layer) in fused:
-            return _adapter(layer)
-        return _folded(layer) if _foldable(layer) else layer
+        return _adapter(layer) if id(layer) in fused else replaced.get(id(layer), layer)
 
     return keras.models.clone_model(model, clone_function=clone, recursive=True)
 
 
-def _foldable(layer) -> bool:
-    """A stock ``TimeDistributed`` around a layer that takes no mask: :class:`~cudnn_port.stock_adapter.TimeFolded`
-    computes it without Keras' per-step loop."""
-    return type(layer).__name__ == "TimeDistributed" and type(layer).__module__.startswith("keras.") and \
-        not layer.layer._call_has_mask_arg
+def _recurrent_inside(layer) -> Optional[str]:
+    """"an LSTM" (or "a GRU", ...) when ``layer`` is, or holds, a stock recurrent layer; else None."""
+    name = type(layer).__name__
+    if name in RECURRENT:
+        return f"{'an' if name in ('LSTM', 'RNN') else 'a'} {name}"
+    inner = list(getattr(layer, "layers", None) or []) + ([layer.layer] if name == "TimeDistributed" else [])
+    return next(filter(None, map(_recurrent_inside, inner)), None)
 
 
-def _folded(layer):
-    from .stock_adapter import TimeFolded
-
-    return TimeFolded(layer.layer, name=layer.name, dtype=layer.dtype_policy)
+def _layers(model):
+    """Every layer of ``model`` and of the models nested in it that clone_model rebuilds (Functional, Sequential)."""
+    if type(model).__name__ in REBUILT:
+        for layer in model.layers:
+            yield layer
+            yield from _layers(layer)
 
 
 def cell_weights(cell: Any) -> List[Any]:

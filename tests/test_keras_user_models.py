@@ -224,3 +224,29 @@ def test_a_model_fit_on_rows_that_do_not_divide_into_batches_takes_any_length(tm
     got = session.run(None, {manifest["model_inputs"][0]: ids})[0]
     want = np.asarray(model(ids))
     assert np.allclose(got, want, atol=1e-5, rtol=1e-4), np.abs(got - want).max()
+
+
+def test_reshape_dense_repeat_vector_and_time_distributed_around_lstms_keep_model_tflite(tmp_path):
+    """Layers Keras computes with shapes read at run time (Reshape, Dense on a sequence, RepeatVector) or with a
+    per-step loop (TimeDistributed) before and after LSTMs: every artifact, model.tflite included, judged by Keras."""
+    import keras
+
+    from cudnn_port import convert, verify
+
+    L = keras.layers
+    keras.utils.set_random_seed(5)
+    x = keras.Input((12,), name="flat")
+    code = L.LSTM(6)(L.Dense(5)(L.Reshape((4, 3))(x)))  # an autoencoder of 4 steps of 3 features
+    y = L.LSTM(4, return_sequences=True)(L.RepeatVector(3)(code))
+    y = L.TimeDistributed(L.Dense(2))(L.TimeDistributed(L.BatchNormalization())(y))
+    model = keras.Model(x, y)
+    model.compile("adam", "mse")
+    rng = np.random.default_rng(3)
+    model.fit(rng.normal(size=(64, 12)), rng.normal(size=(64, 3, 2)), epochs=1, batch_size=16, verbose=0)
+    model.save(tmp_path / "ae.keras")
+    manifest = convert(tmp_path / "ae.keras", tmp_path / "out")
+    assert {"saved_model", "graphdef", "onnx", "tflite"} <= set(manifest.model_artifacts), manifest.warnings
+    assert not manifest.warnings, manifest.warnings
+    report = verify(tmp_path / "out")
+    assert report["passed"] and "tflite (litert)" in {r["artifact"] for r in report["rows"] if r["passed"]}, \
+        [r for r in report["rows"] if r["passed"] is False]

@@ -207,10 +207,10 @@ def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
 
 def test_recurrent_layer_inside_time_distributed_is_refused_in_one_line(tmp_path):
     """TimeDistributed(LSTM) (a sentence encoder run per document sentence): no fused form yet, so one line; a
-    TimeDistributed around any layer that takes no mask converts (test_keras_user_models.py's seq2seq)."""
+    TimeDistributed around layers that hold no recurrent one converts (test_keras_user_models.py)."""
     x = keras.Input((None, None, FEATURES), name="x")
     model = keras.Model(x, L.TimeDistributed(L.LSTM(4), name="words")(x))
-    with pytest.raises(UnsupportedError, match=r"^layer words \(TimeDistributed\): it wraps a LSTM") as e:
+    with pytest.raises(UnsupportedError, match=r"^layer words \(TimeDistributed\): it wraps an LSTM") as e:
         cudnn_port.export(model, str(tmp_path / "out"))
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 

@@ -245,10 +245,12 @@ def test_keras_safe_mode_refusals_say_what_was_refused_and_how_to_opt_in(tmp_pat
             return x
 
     keras.Model(inputs, Planted()(inputs)).save(tmp_path / "custom.keras")
+    keras.Model(inputs, Planted()(inputs)).save(tmp_path / "custom.h5")  # Keras' .h5 loader: "Unknown layer"
     for name in ("lambda.keras", "lambda.h5"):  # the .h5 holds the function's bytecode: it must not run either
         code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / name, tmp_path / "out")
         refusal(code, err, "holds Python code (a Lambda layer's function)", "safe mode", "safe_mode=False",
                 "cudnn_port.export(model, OUT)")
-    code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / "custom.keras", tmp_path / "out")
-    refusal(code, err, "'Planted'", "custom object whose code is not in the file", "custom_objects=")
+    for name in ("custom.keras", "custom.h5"):
+        code, _, err, _ = run_cli(tmp_path, "convert", tmp_path / name, tmp_path / "out")
+        refusal(code, err, "Planted'", "custom object whose code is not in the file", "custom_objects=")
     assert not (tmp_path / "out").exists()

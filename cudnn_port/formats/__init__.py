@@ -106,12 +106,14 @@ class Derived:
     """An artifact made from another one of the same format (ONNX's int8 model from its float32 one): ``name`` (the
     ``--quantize`` value), ``key_suffix`` (the manifest key and file stem get it: ``onnx`` -> ``onnx_int8``,
     ``model.onnx`` -> ``model_int8.onnx``), ``of``: the keys it derives from, ``write(src, dst)`` -> details,
-    raising :class:`NotWritten` where there is nothing to derive."""
+    raising :class:`NotWritten` where there is nothing to derive; ``runtimes``: the names of its format's runtimes
+    its judge runs it in, the only ones bench times it in (empty: all of them)."""
 
     name: str
     key_suffix: str
     of: Tuple[str, ...]
     write: Callable
+    runtimes: Tuple[str, ...] = ()
 
     def key(self, key: str) -> str:
         return key + self.key_suffix
@@ -219,19 +221,25 @@ def stack_runtimes(stack_artifacts: Dict[str, str], derived: bool = False
                    ) -> Iterator[Tuple[str, str, Format, Artifact, Runtime, List[str]]]:
     """``(key, relative path, format, artifact, runtime, missing modules)`` for each artifact of a stack's manifest
     entry (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order.
-    ``derived``: a derived artifact (``onnx_int8``) too, in the runtimes of the artifact it is made from (bench times
-    it like any other; verify judges it by its own tolerance, :mod:`cudnn_port.judging.int8`)."""
+    ``derived``: a derived artifact (``onnx_int8``) too, in the runtimes its judge runs it in (``Derived.runtimes``;
+    bench times it like any other, verify judges it by its own tolerance: :mod:`cudnn_port.judging.int8`)."""
     from .. import deps
 
-    known = artifacts()
+    known = {key: (fmt, artifact, fmt.runtimes) for key, (fmt, artifact) in artifacts().items()}
     if derived:
-        known.update({d.key(key): known[key] for f in formats().values() for d in f.derived for key in d.of
-                      if key in known})
+        known.update({d.key(key): (f, known[key][1], [r for r in f.runtimes if r.name in d.runtimes or not d.runtimes])
+                      for f in formats().values() for d in f.derived for key in d.of if key in known})
     for key, rel in stack_artifacts.items():
         if key in known:
-            fmt, artifact = known[key]
-            for runtime in fmt.runtimes:
+            fmt, artifact, runtimes = known[key]
+            for runtime in runtimes:
                 yield key, rel, fmt, artifact, runtime, [m for m in runtime.needs if not deps.available(m)]
+
+
+def derived_label(key: str) -> Optional[str]:
+    """A derived artifact's row label, as verify names its rows ("onnx_int8" -> "onnx int8"); None for another key."""
+    return next((f"{of} {d.name}" for f in formats().values() for d in f.derived for of in d.of if d.key(of) == key),
+                None)
 
 
 def open_artifact(key: str, path: str, spec: "RNNSpec", runtime: Optional[str] = None) -> Callable:

@@ -160,4 +160,4 @@ FORMAT = Format(name="onnx", help="OUT/model.onnx and OUT/model_stateful.onnx (s
                            ("onnxruntime",), more=(("onnx (openvino f32)", _open_model_openvino, ("openvino",)),)),
                 graph=Road((Artifact("onnx", "model.onnx"),), _write_graph, _open_graph, "onnx (onnxruntime)",
                            ("onnxruntime",)),
-                derived=(Derived("int8", "_int8", ("onnx", "onnx_stateful"), _write_int8),))
+                derived=(Derived("int8", "_int8", ("onnx", "onnx_stateful"), _write_int8, ("onnxruntime",)),))

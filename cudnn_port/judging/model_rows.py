@@ -265,7 +265,7 @@ def _ideal_int8_model(model, inputs, settings):
     from .stock import ReferenceStack, model_outputs
 
     with float32_policy():
-        fused = rewrite(model)
+        fused = rewrite(model, sized=False)  # Keras' own Dense, TimeDistributed...: the judge shares no sized_layers
         judges = {}
         for path, layer in _fused_by_path(fused):
             spec = layer.spec

@@ -151,6 +151,13 @@ def load_keras_h5(path: str) -> "keras.Model":
             raise CudnnPortError(_refusal(path, e)) from None
 
 
+def _is_tf_op(name: str) -> bool:
+    """Whether ``name`` is a TensorFlow op's (a layer Keras wrote for an op it traced, not a user's class)."""
+    from ..deps import import_tf
+
+    return hasattr(import_tf().raw_ops, name)
+
+
 def _refusal(path, error) -> str:
     """Why Keras did not load ``path``: its safe mode refusing code in the file (a Lambda's Python function, a
     class that neither Keras nor cudnn_port defines), or a damaged file."""
@@ -161,15 +168,15 @@ def _refusal(path, error) -> str:
     if "safe_mode" in text or "arbitrary code" in text:
         return (f"{path} holds Python code (a Lambda layer's function), which Keras' safe mode refuses to load, "
                 f"since loading would run it; if you trust the file, {how.format('safe_mode=False')}")
-    missing = re.search(r"Could not locate (?:class|function) '([^']+)'", text)
+    unknown = re.search(r"Unknown layer: '([^']+)'", text)  # the .h5 loader's words for the same
+    if unknown and _is_tf_op(unknown.group(1)):  # Keras 3's .h5 of a mixed-precision mask: a 'NotEqual' op layer
+        return (f"Keras itself cannot load {path}: it names a layer {unknown.group(1)!r} (a TensorFlow op, saved by "
+                "Keras) that Keras does not read back from .h5; save the model as .keras (model.save('m.keras'))")
+    missing = re.search(r"Could not locate (?:class|function) '([^']+)'", text) or unknown
     if missing:
         return (f"{path} uses {missing.group(1)!r}, a custom object whose code is not in the file (neither Keras nor "
                 f"cudnn_port defines it); import its code, then {how.format('custom_objects={...}')}")
     kind = ".h5" if path.endswith((".h5", ".hdf5")) else ".keras"
-    unknown = re.search(r"Unknown layer: '([^']+)'", text)
-    if unknown:  # e.g. Keras 3's .h5 of a mask computed under mixed precision names an op ('NotEqual') as a layer
-        return (f"Keras itself cannot load {path}: it names a layer {unknown.group(1)!r} that Keras does not know; "
-                "save the model as .keras (model.save('m.keras')), which Keras reads back")
     return f"cannot load {path} as a Keras model ({reason(error)}); is it a complete {kind} file?"
 
 

@@ -1,0 +1,102 @@
+"""Stock Keras layers recomputed with ops whose output shapes follow from their inputs' alone, so that LiteRT sizes
+every tensor before the model runs, and with no per-step loop.
+
+LiteRT sizes a ``RESHAPE`` whose shape is computed from ``tf.shape`` only while the model runs, and the whole-model
+``model.tflite`` refuses a fused LSTM after such a tensor (LiteRT aborts on it when the batch shrinks). Keras 3
+computes a ``Dense`` on a sequence as ``tf.tensordot`` (reshapes around a ``MatMul``), a ``Reshape`` with the batch
+size read at run time and a ``RepeatVector`` as a reshape and ``tf.repeat``; its ``TimeDistributed`` loops over the
+steps where the time axis is dynamic, which traces to TensorList ops that ONNX and TFLite do not hold. Each class here
+takes such a layer's place in the rewritten model (:func:`cudnn_port.stock_keras.rewrite`), holding the same layer
+(its variables shared), and computes the same numbers:
+
+- :class:`SequenceDense`: ``Dense`` on ``[batch, time, ..., features]`` as one broadcasting ``MatMul``
+  (``BatchMatMulV2``: ``BATCH_MATMUL`` in TFLite, ``MatMul`` in ONNX);
+- :class:`FixedReshape`: ``Reshape`` to a target with no ``-1`` as a reshape to ``(-1, *target)``;
+- :class:`TiledRepeat`: ``RepeatVector(n)`` as ``Tile`` of ``[batch, 1, features]`` by ``[1, n, 1]``;
+- :class:`TimeFolded`: ``TimeDistributed(layer)`` as one call of ``layer`` on ``[batch * time, ...]`` (step ``i``'s
+  ``mask[i]`` passed for all steps at once where ``layer`` takes a mask); exact for a layer that computes each sample
+  alone (every stock layer at inference, but one that reduces over the batch axis, which the whole-model judge would
+  fail). Its reshapes are sized at run time: a ``TimeDistributed`` of a ``Dense`` is a :class:`SequenceDense`.
+
+Masks pass through each as through the layer it replaces.
+"""
+from typing import Any, Optional, Sequence, Tuple
+
+import keras
+
+
+class _Replacing(keras.layers.Layer):
+    """A layer in another layer's place: its name and dtype policy, the other layer held (weights shared)."""
+
+    def __init__(self, layer: keras.layers.Layer, name: str, dtype: Any, inner: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.layer, self.inner = layer, inner
+        self.supports_masking = layer.supports_masking
+
+    def compute_output_shape(self, input_shape: Sequence[Optional[int]]) -> Tuple[Optional[int], ...]:
+        return tuple(self.layer.compute_output_shape(input_shape))
+
+
+class SequenceDense(_Replacing):
+    """``Dense`` computed as ``activation(x @ kernel + bias)`` with a broadcasting matmul, whatever ``x``'s rank."""
+
+    def call(self, inputs: Any, mask: Any = None) -> Any:
+        from .deps import import_tf
+
+        dense = self.layer
+        x = import_tf().linalg.matmul(inputs, keras.ops.cast(dense.kernel, inputs.dtype))
+        if dense.bias is not None:
+            x = x + keras.ops.cast(dense.bias, inputs.dtype)
+        return dense.activation(x) if dense.activation is not None else x
+
+
+class FixedReshape(_Replacing):
+    """``Reshape`` to a target shape with no ``-1``: the batch dimension is the one left to infer."""
+
+    def call(self, inputs: Any) -> Any:
+        return keras.ops.reshape(inputs, (-1, *self.layer.target_shape))
+
+
+class TiledRepeat(_Replacing):
+    """``RepeatVector(n)``: ``[batch, features]`` tiled to ``[batch, n, features]``."""
+
+    def call(self, inputs: Any) -> Any:
+        return keras.ops.tile(keras.ops.expand_dims(inputs, 1), (1, self.layer.n, 1))
+
+
+class TimeFolded(_Replacing):
+    """``TimeDistributed(layer)``: ``layer`` called once on ``[batch * time, ...]``."""
+
+    def call(self, inputs: Any, training: Optional[bool] = None, mask: Any = None) -> Any:
+        ops, inner = keras.ops, self.inner  # the wrapped layer, or the layer of this module in its place
+        shape = ops.shape(inputs)
+        kwargs = {"training": training} if inner._call_has_training_arg else {}
+        if mask is not None and inner._call_has_mask_arg:  # every step's mask[i] at once: [batch * time, ...]
+            kwargs["mask"] = ops.reshape(mask, (-1, *ops.shape(mask)[2:]))
+        outputs = inner.call(ops.reshape(inputs, (-1, *shape[2:])), **kwargs)
+        return ops.reshape(outputs, (shape[0], shape[1], *ops.shape(outputs)[1:]))
+
+
+def _plain_dense(layer) -> bool:
+    return type(layer).__name__ == "Dense" and getattr(layer, "quantization_mode", None) is None and \
+        not getattr(layer, "lora_enabled", False)
+
+
+def sized(layer: keras.layers.Layer, recurrent_inside: Any) -> Optional[keras.layers.Layer]:
+    """The layer of this module that takes the stock ``layer``'s place, or None to keep ``layer``.
+    ``recurrent_inside(layer)``: whether a layer holds a recurrent one (a ``TimeDistributed`` of one is refused
+    before this is asked, :func:`cudnn_port.stock_keras.classify`)."""
+    if not type(layer).__module__.startswith("keras."):
+        return None
+    kind, args = type(layer).__name__, dict(name=layer.name, dtype=layer.dtype_policy)
+    if _plain_dense(layer):
+        return SequenceDense(layer, **args)
+    if kind == "Reshape" and -1 not in tuple(layer.target_shape):
+        return FixedReshape(layer, **args)
+    if kind == "RepeatVector":
+        return TiledRepeat(layer, **args)
+    if kind == "TimeDistributed" and not recurrent_inside(layer.layer):
+        if _plain_dense(layer.layer):
+            return SequenceDense(layer.layer, **args)
+        return TimeFolded(layer, inner=sized(layer.layer, recurrent_inside) or layer.layer, **args)
+    return None
