@@ -44,11 +44,14 @@ def float32_policy() -> Iterator[None]:
 
 
 def _float32_config(config: Any) -> Any:
-    """``config`` with every mixed dtype policy in it replaced by ``"float32"``."""
+    """``config`` with every mixed dtype policy in it replaced by ``"float32"``, and a half-precision input too (a
+    ``Sequential`` that ``fit`` built under the mixed policy records its input in the compute dtype)."""
     if isinstance(config, list):
         return [_float32_config(c) for c in config]
     if not isinstance(config, dict):
         return config
+    if config.get("class_name") == "InputLayer" and config.get("config", {}).get("dtype") in ("float16", "bfloat16"):
+        config = dict(config, config=dict(config["config"], dtype="float32"))
     if config.get("class_name") in ("DTypePolicy", "FloatDTypePolicy") and \
             str(config.get("config", {}).get("name", "")).startswith("mixed_"):
         return "float32"

@@ -250,3 +250,27 @@ def test_reshape_dense_repeat_vector_and_time_distributed_around_lstms_keep_mode
     report = verify(tmp_path / "out")
     assert report["passed"] and "tflite (litert)" in {r["artifact"] for r in report["rows"] if r["passed"]}, \
         [r for r in report["rows"] if r["passed"] is False]
+
+
+def test_a_mixed_precision_sequential_built_by_fit_takes_float32_inputs():
+    """Without keras.Input, fit builds a mixed_float16 Sequential on float16 inputs (the policy's compute dtype):
+    the float32 twin every artifact is traced from takes float32, as docs/stock_keras.md says, and so do the specs."""
+    import keras
+
+    from cudnn_port.model_inputs import input_specs
+    from cudnn_port.precision import float32_twin
+
+    L = keras.layers
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = keras.Sequential([L.LSTM(4), L.Dense(1, dtype="float32")])
+        model.compile("adam", "mse")
+        model.fit(np.zeros((8, 5, 3)), np.zeros((8, 1)), epochs=1, batch_size=4, verbose=0)
+    finally:
+        keras.config.set_dtype_policy(before)
+    assert model.inputs[0].dtype == "float16"  # what Keras recorded
+    twin, policy = float32_twin(model)
+    assert policy == "mixed_float16" and [s.dtype.name for s in input_specs(twin, print)] == ["float32"]
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+    np.testing.assert_allclose(twin.predict(x, verbose=0), model.predict(x, verbose=0), atol=2e-2)  # fp16 original
