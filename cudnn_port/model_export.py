@@ -99,14 +99,14 @@ def _runs_on(model, specs) -> bool:
 
 
 def _output_keys(model) -> List[str]:
-    """The keys of a model whose outputs are a dict ({"cls": ..., "tag": ...}), in the order the artifacts return
-    them (sorted, as Keras flattens a dict); [] for a tensor or a list."""
+    """Where each output sits in a model whose outputs hold a dict ({"cls": ..., "tag": ...}; [y, {"a": ...}] gives
+    "0", "1/a"), in the order the artifacts return them (a dict's values in sorted key order, as Keras flattens it);
+    [] for a tensor or a list of tensors."""
     import keras
 
     structure = getattr(model, "output", None) if type(model).__name__ in ("Functional", "Sequential") else None
-    if not isinstance(structure, dict):
-        return []
-    return ["/".join(map(str, path)) for path, _ in keras.tree.flatten_with_path(structure)]
+    paths = [path for path, _ in keras.tree.flatten_with_path(structure)] if structure is not None else []
+    return ["/".join(map(str, path)) for path in paths] if any(isinstance(p, str) for q in paths for p in q) else []
 
 
 def _traced(model, specs, path):

@@ -151,6 +151,13 @@ def test_functional_seq2seq_with_states_batch_norm_and_time_distributed(tmp_path
     assert manifest.model_artifacts and not manifest.warnings, manifest.warnings
     assert [(r["name"], r["key"]) for r in manifest["model_output_specs"]] == [("output_0", "summary"),
                                                                                 ("output_1", "tokens")]
+    import onnxruntime as ort
+
+    feeds = {"src": rng.normal(size=(3, 7, 6)).astype("float32"), "tgt": rng.normal(size=(3, 4, 4)).astype("float32")}
+    got = ort.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, feeds)
+    want = model.predict([feeds["src"], feeds["tgt"]], verbose=0)  # Keras' own dict, by key
+    for r, value in zip(manifest["model_output_specs"], got):
+        np.testing.assert_allclose(value, want[r["key"]], atol=1e-5, rtol=1e-4, err_msg=r["key"])
     report = verify(tmp_path / "out")
     assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
 
