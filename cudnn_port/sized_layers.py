@@ -61,7 +61,10 @@ class TiledRepeat(_Replacing):
     """``RepeatVector(n)``: ``[batch, features]`` tiled to ``[batch, n, features]``."""
 
     def call(self, inputs: Any) -> Any:
-        return keras.ops.tile(keras.ops.expand_dims(inputs, 1), (1, self.layer.n, 1))
+        from .deps import import_tf
+
+        tf = import_tf()  # tf.tile itself: TF 2.16's TFLite converter loses the width of keras.ops.tile's output
+        return tf.tile(tf.expand_dims(inputs, 1), tf.constant([1, self.layer.n, 1]))
 
 
 class TimeFolded(_Replacing):
