@@ -130,4 +130,3 @@ def _plan(mask):
     """:func:`cudnn_port.compaction.plan` of ``mask`` and the right-padded mask of its lengths."""
     order, lengths, counts = plan(mask)
     return order, lengths, counts, import_tf().sequence_mask(lengths, import_tf().shape(mask)[1])
-

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 import numpy as np
 
 from .parity import compare, failed_row
+from .stock import model_outputs
 
 if TYPE_CHECKING:
     import keras
@@ -55,18 +56,13 @@ def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, se
         names = [t.name.split(":")[0] for t in rebuilt.inputs]
         feeds = _feeds(rebuilt, names, seed)
         values = [feeds[n] for n in names]
-        got, want = (_outputs(m(values if len(values) > 1 else values[0], training=False)) for m in (rebuilt, judge))
+        x = values if len(values) > 1 else values[0]
+        got, want = (model_outputs(m(x, training=False)) for m in (rebuilt, judge))
     except Exception as e:  # noqa: BLE001 (a model that does not load or run is a failed check)
         return failed_row(LABEL, e)
     row = compare(LABEL, got, want, atol, rtol)
     return dict(row, note="against the same model with its recurrent weights read from the source .h5 by Keras 2's "
                           "own CuDNN-to-LSTM/GRU rule")
-
-
-def _outputs(result):
-    import keras
-
-    return [np.asarray(r) for r in keras.tree.flatten(result)]
 
 
 def _feeds(model, names, seed):
