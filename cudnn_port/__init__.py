@@ -15,7 +15,7 @@ from .converter import convert
 from .errors import CudnnPortError, ParityError, UnsupportedError
 from .inspection import inspect_source
 from .layout import RNNSpec, pack, unpack
-from .model_export import export
+from .roads.model import export
 from .verify import verify
 
 inspect_checkpoint = inspect_source  # the name earlier versions used

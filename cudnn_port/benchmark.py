@@ -85,13 +85,14 @@ def _runners(out, stack, spec):
 def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], steps: int, repeat: int,
                      say: Progress) -> List[Dict[str, Any]]:
     """The artifacts of a whole model or a rewritten graph (each format on the ``model`` or ``graph`` road that can
-    run one, :mod:`cudnn_port.roads`), timed on the inputs verify draws for the serving signature (token ids where an
+    run one), timed on the inputs verify draws for the serving signature (token ids where an
     input indexes a table, sentences for strings), resized to each batch and ``steps`` where the signature leaves
     those dimensions open (a ragged input is timed as drawn: its row splits fix the batch)."""
     from . import deps
     from . import formats as registry
     from .judging.model_rows import signature_feeds
-    from .roads import GraphCheck, ModelJob
+    from .formats.jobs import ModelJob
+    from .judging.artifact_rows import GraphCheck
 
     arts = manifest.model_artifacts
     road = {"keras_model": "model", "saved_model": "graph"}.get(manifest.kind)

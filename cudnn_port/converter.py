@@ -1,10 +1,10 @@
 """``convert``: which kind of source this is, and the module that converts it.
 
     manifest = convert("train/model.ckpt", "out/", style="tf1")   # checkpoint or Keras 2 .h5: stack by stack
-    manifest = convert("exported/", "out/")                       # SavedModel with cuDNN nodes: cudnn_port.graphs
-    manifest = convert("model.keras", "out/")                     # model with fused layers: cudnn_port.model_export
+    manifest = convert("exported/", "out/")                       # SavedModel with cuDNN nodes: cudnn_port.roads.graph
+    manifest = convert("model.keras", "out/")                     # model with fused layers: cudnn_port.roads.model
 
-Stack by stack (:mod:`cudnn_port.stacks`): every cuDNN buffer's spec is chosen and its buffer checked before
+Stack by stack (:mod:`cudnn_port.roads.stack`): every cuDNN buffer's spec is chosen and its buffer checked before
 anything is written; OUT is built by :class:`cudnn_port.outdir.OutputFolder`, whole or not at all.
 """
 import os
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .deps import require
 from .errors import CudnnPortError, short
-from .graphs.convert import convert_saved_model
+from .roads.graph import convert_saved_model
 from .outdir import OutputFolder, finish
 from . import formats as registry
-from .stacks import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
+from .roads.stack import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
 from .readers import WEIGHTS, source_kind
 from .targets import STYLES
 from .progress import say_to
@@ -91,7 +91,7 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if kind == "keras_model":
-        from .model_export import export_keras_file
+        from .roads.model import export_keras_file
 
         return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
                                  keep_failed=keep_failed, progress=progress, formats=formats)
@@ -105,7 +105,7 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
     if quantize:
-        from .exports.quantize import refuse_nothing_to_quantize
+        from .roads.int8 import refuse_nothing_to_quantize
 
         refuse_nothing_to_quantize(s.spec for s in stacks)
     refused = refusals(stacks, formats) if explicit else []
@@ -116,7 +116,7 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         manifest = write_stacks(src, stacks, tmp, style=style, formats=formats, drop_slots=drop_optimizer_slots,
                                 xla=xla, allow_nonfinite=allow_nonfinite, say=say)
         if quantize:
-            from .exports.quantize import quantize_outputs
+            from .roads.int8 import quantize_outputs
 
             quantize_outputs(manifest, tmp, say)
         return finish(manifest, tmp)

@@ -10,6 +10,10 @@ class UnsupportedError(CudnnPortError, NotImplementedError):
     """Valid for cuDNN, but not implemented by cudnn-port; the message says why."""
 
 
+class NotWritten(CudnnPortError):
+    """A format cannot hold this model (its reason is the message); the road writes the rest and warns."""
+
+
 class ParityError(Exception):
     """An artifact disagrees with its judge: the export is wrong, whatever was written. ``report`` is the parity
     report (a dict with ``rows`` and ``passed``); ``report_path`` where it was kept, if anywhere."""

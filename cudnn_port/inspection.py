@@ -8,8 +8,8 @@ from .canonical import LayerParams
 from .errors import CudnnPortError
 from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
-from .roads import road_plan
-from .stacks import artifact_paths, clues_for, default_formats, find_stacks
+from .formats.jobs import road_plan
+from .roads.stack import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
 
 
@@ -60,8 +60,7 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
 
 def _inspect_saved_model(path):
     from .graphs import load_proto
-    from .graphs.convert import dropped_summary
-    from .graphs.reach import describe, reach
+    from .graphs.reach import describe, dropped_summary, reach
     from .graphs.trust import inspect_entries
 
     proto = load_proto(path)

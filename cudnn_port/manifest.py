@@ -152,8 +152,9 @@ class Manifest(_Record):
     warnings: List[str] = dataclasses.field(default_factory=list)
     files: Dict[str, str] = dataclasses.field(default_factory=dict)
     # road fields, declared in the order the roads write them (the JSON keeps that order): the stack road
-    # (cudnn_port.stacks) slot_policy .. saved_model_xla; the graph road (cudnn_port.graphs) nodes .. params_reordered,
-    # onnx_*; the whole-model road (cudnn_port.model_export) model_* .. parity; graphdef_nodes and int8 on several
+    # (cudnn_port.roads.stack) slot_policy .. saved_model_xla; the graph road (cudnn_port.roads.graph) nodes ..
+    # params_reordered, onnx_*; the whole-model road (cudnn_port.roads.model) model_* .. parity; graphdef_nodes and
+    # int8 on several
     slot_policy: Optional[str] = road_field()  # how optimizer slots are converted
     name_map: Optional[Dict[str, List[str]]] = road_field()  # buffer variable -> the tensors written for it
     copied: Optional[List[str]] = road_field()  # source variables copied unchanged

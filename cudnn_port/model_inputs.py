@@ -7,7 +7,7 @@ for an ``Embedding``). Those are facts of one training batch, not of the model. 
 ``Sequential``'s input came from (a recorded shape and a ``keras.Input``'s look alike), so every ``Sequential``
 whose input records a batch size or a length is "built from a batch" (:func:`built_from_a_batch`): its specs get a
 dynamic batch and time (the first two dimensions; the features, and an image's height and width, stay), and the
-caller (:func:`cudnn_port.model_export.export`) keeps a size only where the model does not run on others, with a
+caller (:func:`cudnn_port.roads.model.export`) keeps a size only where the model does not run on others, with a
 warning. An input an ``Embedding`` reads takes int32 ids. Every other model keeps what its inputs state; each
 dimension fixed besides the features is said in one warning line naming the fix.
 

@@ -15,6 +15,11 @@ class NotRegularFile(CudnnPortError, OSError):
     treats an unreadable file as absent."""
 
 
+def is_saved_model(path: str) -> bool:
+    """Whether ``path`` is a SavedModel folder (it holds saved_model.pb)."""
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, "saved_model.pb"))
+
+
 def require_file(path: str, what: str = "file") -> str:
     """``path`` if it is a regular file; a pipe or device would block a reader for ever, a folder would mislead it."""
     try:

@@ -17,7 +17,7 @@ class Source:
     format: str = ""
     default_style: str = "tf1"  # the --style a plain `convert` writes
     names_note: str = "names kept as they are"
-    whole_model: bool = False  # a Keras model with fused layers: exported whole by cudnn_port.model_export
+    whole_model: bool = False  # a Keras model with fused layers: exported whole by cudnn_port.roads.model
     model_config: Optional[dict] = None  # a Keras 2 full-model file's config (rebuilt whole in Keras 3)
     shapes: Dict[str, tuple]
     dtypes: Dict[str, str]

@@ -9,7 +9,7 @@ canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn
 ``Dense``, ``Reshape``, ``RepeatVector`` and ``TimeDistributed`` are recomputed with ops LiteRT sizes before the
 model runs, and without Keras' per-step loop (:mod:`cudnn_port.sized_layers`). Every other layer is the user's own
 layer object, reused (nested Functional / Sequential models are rebuilt around them).
-The rewritten model then takes the whole-model road (:mod:`cudnn_port.model_export`), which judges it against the
+The rewritten model then takes the whole-model road (:mod:`cudnn_port.roads.model`), which judges it against the
 ORIGINAL model: Keras' own outputs.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model

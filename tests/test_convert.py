@@ -296,7 +296,7 @@ def test_force_never_replaces_a_foreign_folder(tmp_path, tf1_ckpt, capsys):
 
 
 def test_interrupted_run_leaves_nothing(tmp_path, tf1_ckpt, capsys, monkeypatch):
-    from cudnn_port import stacks
+    from cudnn_port.roads import stack as stacks
 
     def boom(*args, **kwargs):
         raise KeyboardInterrupt

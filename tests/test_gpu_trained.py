@@ -35,7 +35,8 @@ def _artifacts_on(out, manifest, model, feeds, want, atol):
     """Every whole-model artifact of ``out`` on ``feeds``, against ``want`` within ``atol``: the rows."""
     import tensorflow as tf
 
-    from cudnn_port.roads import ModelJob, model_artifact_rows
+    from cudnn_port.formats.jobs import ModelJob
+    from cudnn_port.judging.artifact_rows import model_artifact_rows
 
     names = manifest["model_inputs"]
     specs = [tf.TensorSpec(None, tf.as_dtype(feeds[n].dtype), name=n) for n in names]

@@ -77,7 +77,7 @@ def test_verify_never_writes_its_report_through_a_planted_link(tmp_path, capsys,
 MUTATE = """
     import os, sys, numpy as np
     from cudnn_port import formats
-    from cudnn_port.artifact_check import check_artifact
+    from cudnn_port.exports.artifact_check import check_artifact
     from cudnn_port.errors import CudnnPortError
     from cudnn_port.judging.parity import sample_batch
     from cudnn_port.layout import RNNSpec
@@ -181,7 +181,7 @@ def test_quantize_with_nothing_to_quantize_is_refused_before_converting(tmp_path
 def test_quantize_of_a_keras_model_with_nothing_to_quantize_is_refused_before_exporting(tmp_path, monkeypatch):
     """The whole-model road too: a model whose only recurrent layer is a GRU has no int8 form, said before any
     artifact is traced or written."""
-    from cudnn_port import model_export
+    from cudnn_port.roads import model as model_export
     from cudnn_port.errors import CudnnPortError
 
     monkeypatch.setattr(model_export, "write_stacks", lambda *a, **k: pytest.fail("exported before refusing"))

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def compile_onnx(path: str, precision: str = "f32") -> "ov.CompiledModel":
     """An OpenVINO CPU ``CompiledModel`` of the ONNX model at ``path``, computing in ``precision`` ("f32" or
     "bf16")."""
-    from ..artifact_check import check_artifact
+    from .artifact_check import check_artifact
     from ..deps import optional
 
     check_artifact(path)

@@ -36,14 +36,10 @@ int8 models: :mod:`cudnn_port.judging.int8`.
 import os
 import tempfile
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
+from typing import Any, Dict, Optional
 
 from ..deps import optional
 from ..errors import CudnnPortError
-
-if TYPE_CHECKING:
-    from ..manifest import Manifest
-    from ..layout import RNNSpec
 
 LSTM_SETTINGS = dict(per_channel=True, reduce_range=True)
 MATMUL_SETTINGS = dict(per_channel=False, reduce_range=True)
@@ -162,51 +158,3 @@ def _check_lstm_wiring(source, result):
                                         and new[i] == before.input[0])
             if not same:
                 raise CudnnPortError(f"int8 node {node.name}: input {label} is {new[i]!r}, its LSTM read {old[i]!r}")
-
-
-NOTHING_TO_QUANTIZE = ("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it has no "
-                       "int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
-
-
-def refuse_nothing_to_quantize(specs: "Sequence[RNNSpec]") -> None:
-    """Before any work: --quantize int8 with no stack it can quantize (only LSTM stacks without projection have an
-    int8 form) is refused."""
-    specs = list(specs)
-    if specs and not any(s.mode == "lstm" and not s.num_proj for s in specs):
-        raise CudnnPortError(NOTHING_TO_QUANTIZE)
-
-
-def int8_path(rel: str) -> str:
-    """Where the int8 model of the float32 ONNX artifact ``rel`` goes: beside it (``model_int8.onnx``)."""
-    from ..formats import derived
-
-    return derived("int8")[0][1].path(rel)
-
-
-def quantize_outputs(manifest: "Manifest", tmp: str, say: Callable[[str], None]) -> None:
-    """Write the derived int8 artifact (:class:`cudnn_port.formats.Derived`, declared by the ONNX format) of each
-    artifact it derives from in an output being built in ``tmp`` (each LSTM stack's ``model.onnx`` and
-    ``model_stateful.onnx``, and the whole model's) and record it in ``manifest`` under its derived key. GRU and
-    projected stacks have no int8 form (a warning says so); nothing quantizable at all is an error."""
-    from ..formats import NotWritten, derived
-
-    written, skipped = [], []
-    targets = [(stack.artifacts, f"stack {stack.variable}") for stack in manifest.stacks]
-    targets.append((manifest.model_artifacts, "the whole model"))
-    for _, form in derived("int8"):
-        for artifacts, what, key in ((a, w, k) for a, w in targets for k in form.of if k in a):
-            rel = artifacts[key]
-            try:
-                report = form.write(os.path.join(tmp, rel), os.path.join(tmp, form.path(rel)))
-                say(f"wrote {form.path(rel)} (int8)")  # said once written: a GRU stack's file never is
-            except NotWritten as e:
-                if key == form.of[0]:  # one line per stack, not one per file
-                    skipped.append(f"{what}: no int8 model ({e})")
-                continue
-            artifacts[form.key(key)] = form.path(rel)
-            written.append({"artifact": form.path(rel), **{k: report[k] for k in (
-                "settings", "bytes", "quantized", "float32_left", "warnings")}})
-    if not written:
-        raise CudnnPortError(NOTHING_TO_QUANTIZE)
-    manifest["int8"] = written
-    manifest.warnings.extend(skipped)

@@ -29,7 +29,7 @@ def onnx_session(path: str) -> "ort.InferenceSession":
     """An onnxruntime CPU session of the model at ``path`` (or of a serialized model). Its log level is "fatal":
     what onnxruntime logs (warnings at load, a failing node's error) is not ours to print; a failure still raises,
     and the caller reports it in one line."""
-    from ..artifact_check import check_artifact
+    from .artifact_check import check_artifact
     from ..deps import optional
 
     if isinstance(path, (str, os.PathLike)):
@@ -70,8 +70,8 @@ def load_saved_model(path: str) -> "Any":
 def litert_interpreter(path: str, tf_lite: bool = False) -> "Any":
     """A TFLite interpreter of the model at ``path``: LiteRT's (``ai_edge_litert``), or with ``tf_lite`` TensorFlow's
     own ``tf.lite.Interpreter`` (TF >= 2.20 warns that it moves to ai_edge_litert; that warning is not the user's).
-    The file's flatbuffer is checked first (:mod:`cudnn_port.artifact_check`): damaged is an error, not a crash."""
-    from ..artifact_check import check_artifact
+    The file's flatbuffer is checked first (:mod:`.artifact_check`): damaged is an error, not a crash."""
+    from .artifact_check import check_artifact
 
     check_artifact(path)
     if not tf_lite:

@@ -1,5 +1,5 @@
 """The whole Keras model as ONE TFLite model, builtin ops only: ``OUT/model.tflite`` (embeddings, heads and every
-fused layer), for :mod:`cudnn_port.model_export`.
+fused layer), for :mod:`cudnn_port.roads.model`.
 
 Toolchain: TensorFlow's own TFLite converter for everything but the fused layers, and this project's model of each
 fused stack (:mod:`cudnn_port.exports.tflite`) spliced in where the converter leaves the stack's cuDNN op::

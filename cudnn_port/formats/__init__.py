@@ -3,7 +3,7 @@
 A format module defines ``FORMAT = Format(...)``: its ``--formats`` name, the files it writes inside OUT, its writer,
 the runtimes that run it (for ``verify`` and ``bench``), what it cannot hold and why, and the packages it needs.
 Everything that lists, writes, runs or checks formats (the CLI's ``--formats`` help, ``convert``'s dependency
-checks, ``stacks.write_stacks``, ``inspect``'s plan, ``verify``'s rows and ``bench``) asks this registry, so a new
+checks, ``roads.stack.write_stacks``, ``inspect``'s plan, ``verify``'s rows and ``bench``) asks this registry, so a new
 format is one module here plus its test::
 
     FORMAT = Format(name="tflite", help="OUT/model.tflite: ...", artifacts=(Artifact("tflite", "model{suffix}.tflite",
@@ -23,7 +23,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
-from ..errors import CudnnPortError, short
+from ..errors import CudnnPortError, NotWritten, short  # noqa: F401 (NotWritten: formats raise it from here)
 
 if TYPE_CHECKING:
     from ..layout import RNNSpec
@@ -66,16 +66,16 @@ class Runtime:
 @dataclass(frozen=True)
 class Road:
     """A format's part on a road that writes one model for the whole source: ``model`` (a Keras model exported
-    whole, :mod:`cudnn_port.model_export`) or ``graph`` (a SavedModel whose cuDNN nodes are rewritten,
+    whole, :mod:`cudnn_port.roads.model`) or ``graph`` (a SavedModel whose cuDNN nodes are rewritten,
     :mod:`cudnn_port.graphs`).
     ``artifacts``: what it writes (paths in OUT, no ``{label}``); ``write(job, paths)`` writes them (``job``: the
-    road's :class:`cudnn_port.roads.ModelJob` or :class:`cudnn_port.roads.GraphJob`) and returns details for the
+    road's :class:`.jobs.ModelJob` or :class:`.jobs.GraphJob`) and returns details for the
     manifest or None, or raises :class:`NotWritten` (a warning; the other artifacts stand); ``open(path, job)`` ->
     ``run(feeds)`` -> the outputs in order, for verify's row named ``row``; ``needs``: modules that runtime imports;
     ``applies(job)``: whether the format writes anything for this job (None: always); one that does not is passed
     over without a word (graphdef on the graph road: only for a signature that holds lookup tables); ``more``: further
     runtimes of the same artifact, each ``(row, open, needs)`` (ONNX in OpenVINO beside onnxruntime).
-    On the graph road ``open(path, job)`` takes a :class:`cudnn_port.roads.GraphCheck`, ``row`` may name
+    On the graph road ``open(path, job)`` takes a :class:`cudnn_port.judging.artifact_rows.GraphCheck`, ``row`` may name
     ``{signature}``, and ``run(feeds)`` (the signature's inputs by name) returns a :class:`GraphOutputs`."""
 
     artifacts: Tuple[Artifact, ...]
@@ -121,10 +121,6 @@ class Derived:
     def path(self, rel: str) -> str:
         stem, dot, ext = rel.rpartition(".")
         return f"{stem}{self.key_suffix}.{ext}" if dot else rel + self.key_suffix
-
-
-class NotWritten(CudnnPortError):
-    """A format cannot hold this model (its reason is the message); the road writes the rest and warns."""
 
 
 @dataclass(frozen=True)

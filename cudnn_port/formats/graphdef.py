@@ -56,7 +56,7 @@ def _write_graph(job, paths):
     """A raw-text SavedModel's whole signature, strings in, its lookup tables' contents written in and an
     ``init_all_tables`` op (:mod:`cudnn_port.graphs.frozen`), frozen from the rewritten OUT/saved_model."""
     from .. import formats as registry
-    from ..graphs.convert import onnx_signature
+    from ..graphs.nodes import onnx_signature
     from ..graphs.frozen import write_frozen
 
     if "saved_model" not in job.written:

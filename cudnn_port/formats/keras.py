@@ -16,7 +16,7 @@ def _open(path, spec):
     """The file loaded by plain Keras, run layer by layer with a right-padded mask; returns [outputs]."""
     import keras
 
-    from ..artifact_check import check_artifact
+    from ..exports.artifact_check import check_artifact
 
     check_artifact(path)
     model = keras.saving.load_model(path, compile=False)

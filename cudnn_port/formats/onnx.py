@@ -80,9 +80,32 @@ def _open_model_openvino(path, job):
 
 
 def _write_graph(job, paths):
-    from ..graphs.convert import write_graph_onnx_artifact
+    """The graph road's model.onnx: the serving signature (or the only one) through tf2onnx with fused ONNX LSTM /
+    GRU nodes in place of the cuDNN nodes; NotWritten where ONNX cannot hold it."""
+    from ..exports.onnx import first_refusal
+    from ..graphs.nodes import onnx_signature, signature_names
+    from ..graphs.onnx_parts import foreign_part, write_signature_onnx
+    from ..graphs.reach import gpu_selected
+    from ..manifest import warn
 
-    return write_graph_onnx_artifact(job, paths["onnx"])
+    refused = first_refusal((n.name, n.spec) for n in job.nodes)
+    if refused:
+        raise NotWritten(f"node {refused}")
+    signature = onnx_signature(job.proto)
+    if signature is None:
+        names = signature_names(job.proto)
+        raise NotWritten(f"the SavedModel has no serving_default signature and {len(names)} others "
+                         f"({', '.join(names) or 'none'}), so which one ONNX should hold is not known")
+    job.say(f"model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
+    with foreign_part("saved_model" in job.written), job.user_graph("write ONNX for"), \
+            gpu_selected(job.source, job.reordered) as selected:  # tf_keras: its cuDNN path
+        part = write_signature_onnx(selected, paths["onnx"], signature)
+    if part:  # raw text: the numeric part
+        warn(job.manifest, job.say, part["onnx_part"])
+    if job.reordered:
+        job.say(f"{len(job.reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a "
+                "build without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
+    return dict(onnx_signature=signature, **part)
 
 
 F16_ATOL, F16_RTOL = 2e-3, 1e-2  # the least tolerance for float16 outputs: about two float16 steps

@@ -26,10 +26,6 @@ def is_cudnn(op: str) -> bool:
     return op in FORWARD_OPS or op in BACKWARD_OPS
 
 
-def is_saved_model(path: str) -> bool:
-    return os.path.isdir(path) and os.path.lexists(os.path.join(path, "saved_model.pb"))
-
-
 def load_proto(path: str) -> "saved_model_pb2.SavedModel":
     """The parsed saved_model.pb of folder ``path``; one line if it is empty, damaged or not a SavedModel."""
     import_tf()  # TensorFlow's environment set before its first import
@@ -183,3 +179,15 @@ def find_nodes(proto: "saved_model_pb2.SavedModel", needed: Optional[Set[str]] =
         shapes = _graph_input_shapes(meta.graph_def) if main else {}
         nodes += [CudnnNode(None, node, shapes.get(node.name)) for node in main]
     return nodes
+
+
+def signature_names(proto: "saved_model_pb2.SavedModel") -> List[str]:
+    """The SavedModel's signatures, sorted (not TensorFlow's own ``__saved_model_init_op``)."""
+    names = proto.meta_graphs[0].signature_def if proto.meta_graphs else {}
+    return sorted(name for name in names if not name.startswith("__"))
+
+
+def onnx_signature(proto: "saved_model_pb2.SavedModel") -> Optional[str]:
+    """The signature model.onnx holds: ``serving_default``, or the only signature there is (None otherwise)."""
+    names = signature_names(proto)
+    return "serving_default" if "serving_default" in names else (names[0] if len(names) == 1 else None)

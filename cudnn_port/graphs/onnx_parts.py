@@ -157,9 +157,9 @@ def cut_runner(saved_model: str, signature: str,
 @contextlib.contextmanager
 def foreign_part(kept: bool) -> Iterator[None]:
     """Where writing model.onnx fails in a part of the graph that is not a cuDNN node (an op tf2onnx or ONNX has
-    no counterpart for): :class:`~cudnn_port.formats.NotWritten` naming it (one warning) when ``kept`` (the SavedModel
+    no counterpart for): :class:`~cudnn_port.errors.NotWritten` naming it (one warning) when ``kept`` (the SavedModel
     is written: exit 0), else one line (exit 2). The ONNX file is not left behind."""
-    from ..formats import NotWritten
+    from ..errors import NotWritten
 
     try:
         yield

@@ -102,3 +102,8 @@ def gpu_selected(source: str, reordered: Optional[Dict[str, str]] = None) -> Ite
         with open(os.path.join(tmp, "saved_model.pb"), "wb") as f:
             f.write(proto.SerializeToString())
         yield tmp
+
+
+def dropped_summary(dropped: Dict[str, List[str]]) -> Dict[str, Any]:
+    """What pruning dropped: how many functions, and those that held cuDNN ops."""
+    return {"count": len(dropped), "with_cudnn_ops": {name: ops for name, ops in sorted(dropped.items()) if ops}}

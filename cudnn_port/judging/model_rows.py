@@ -18,12 +18,12 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
                      say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """A converted SavedModel: every signature runs on CPU with finite outputs; then every artifact of the graph
     road runs the serving signature (manifest ``onnx_signature``) through its format's runtime
-    (:func:`cudnn_port.roads.graph_artifact_rows`) against the judge: the original's signature run on CPU where it
+    (:func:`.artifact_rows.graph_artifact_rows`) against the judge: the original's signature run on CPU where it
     can run (:func:`.original.original_judge`; each cuDNN node it calls computed by the NumPy reference) and is
     ``unchanged`` since the conversion checked it (hashes as the manifest records them), else the converted
     SavedModel. Inputs take what the model accepts
     (:func:`signature_feeds`); one that raises is a failed row saying why in one line (:func:`could_not_run`)."""
-    from ..roads import GraphCheck, graph_artifact_rows
+    from .artifact_rows import GraphCheck, graph_artifact_rows
     from .original import original_judge
 
     arts, rows = manifest["model_artifacts"], []
@@ -162,12 +162,13 @@ class ModelRun(NamedTuple):
 def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol: float, rtol: float,
                     say: Callable[[str], None]) -> ModelRun:
     """Every whole-model artifact of ``out`` (each through its format's runtime,
-    :func:`cudnn_port.roads.model_artifact_rows`) against ``model`` with each fused layer's stack computed by the
+    :func:`.artifact_rows.model_artifact_rows`) against ``model`` with each fused layer's stack computed by the
     NumPy reference (:func:`.stock.model_judge`), on seeded inputs with right padding, and ids in each Embedding's
     range for the inputs an Embedding reads. The one whole-model check: export's parity and verify's rows both run
     it."""
     from ..model_inputs import from_records
-    from ..roads import ModelJob, model_artifact_rows
+    from ..formats.jobs import ModelJob
+    from .artifact_rows import model_artifact_rows
     from .stock import model_judge
 
     tf = import_tf()

@@ -1,5 +1,5 @@
 """One reader per input format, each opening a path as a :class:`cudnn_port.source.Source` (the protocol every
-reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.stacks` takes it from there.
+reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.roads.stack` takes it from there.
 
 - TensorFlow checkpoints (TF1 name-based, TF2 object-based): :class:`cudnn_port.checkpoint.Checkpoint`; one
   holding only TF1 canonical cells (no buffer) gets a synthesised buffer from :mod:`.tf1_canonical`
@@ -24,9 +24,9 @@ WEIGHTS = ("keras_h5", "checkpoint")  # the kinds converted stack by stack
 def source_kind(path: "os.PathLike[str] | str") -> str:
     """What ``path`` is, decided here once for convert, inspect and the readers: "saved_model" (a folder with
     saved_model.pb: :mod:`cudnn_port.graphs`), "keras_model" (a .keras file, or a whole model Keras 3 saved as
-    .h5: :mod:`cudnn_port.model_export`), "keras_h5" (another HDF5 file: Keras 2's cuDNN layers) or "checkpoint" (a
+    .h5: :mod:`cudnn_port.roads.model`), "keras_h5" (another HDF5 file: Keras 2's cuDNN layers) or "checkpoint" (a
     prefix, index or folder; also what does not exist yet)."""
-    from ..graphs import is_saved_model
+    from ..paths import is_saved_model
 
     path = os.fspath(path)
     if is_saved_model(path):

@@ -222,7 +222,7 @@ class KerasModelSource(Source):
     default_style = "keras"
     format = "Keras 3 model"
     names_note = "Keras layer and variable names"
-    whole_model = True  # converts as a whole model (cudnn_port.model_export), not buffer by buffer
+    whole_model = True  # converts as a whole model (cudnn_port.roads.model), not buffer by buffer
 
     def __init__(self, model, path=None, original=None):
         from ..layers import fused_layers

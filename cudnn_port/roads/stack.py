@@ -14,20 +14,20 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .checkpoint import contiguous, write_checkpoint
-from .errors import CudnnPortError
-from . import formats as registry
-from .infer import Clues, choose, clues_from
-from .stored_spec import SPEC_VARIABLE, spec_from_vector
-from .layout import FLOAT_DTYPES, RNNSpec, unpack
-from .manifest import Manifest, StackRecord, new_manifest
-from .paths import sha256, unique_components
-from .targets import STYLES, target_for, tf1
-from .progress import say_to
+from ..checkpoint import contiguous, write_checkpoint
+from ..errors import CudnnPortError
+from .. import formats as registry
+from ..infer import Clues, choose, clues_from
+from ..stored_spec import SPEC_VARIABLE, spec_from_vector
+from ..layout import FLOAT_DTYPES, RNNSpec, unpack
+from ..manifest import Manifest, StackRecord, new_manifest
+from ..paths import sha256, unique_components
+from ..targets import STYLES, target_for, tf1
+from ..progress import say_to
 
 if TYPE_CHECKING:
-    from .formats import Format
-    from .source import Source
+    from ..formats import Format
+    from ..source import Source
 
 BUFFER_SUFFIX = "opaque_kernel"
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
@@ -200,7 +200,7 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
         if drop_slots:
             manifest["dropped"] += stack.slots
     if "keras" in formats and source.model_config:
-        from .exports.keras_rebuild import save_keras3_model
+        from ..exports.keras_rebuild import save_keras3_model
 
         say("writing keras/model.keras (the whole model in Keras 3)")
         problem = save_keras3_model(source, os.path.join(tmp, "keras", "model.keras"))

@@ -13,7 +13,7 @@ line naming the file: verify and bench fail that artifact's rows with it.
 import math
 import os
 
-from .errors import CudnnPortError, reason
+from ..errors import CudnnPortError, reason
 
 CONTROL_FLOW = {"WhileOptions": ("condSubgraphIndex", "bodySubgraphIndex"),
                 "IfOptions": ("thenSubgraphIndex", "elseSubgraphIndex"),
@@ -30,7 +30,7 @@ def check_artifact(path: str) -> None:
     elif path.endswith(".onnx"):
         check_onnx(path)
     elif path.endswith(".keras"):
-        from .readers.zip_guard import check_keras_zip
+        from ..readers.zip_guard import check_keras_zip
 
         check_keras_zip(path)
 
@@ -57,7 +57,7 @@ def check_onnx(path: str) -> None:
 
 def check_tflite(path: str) -> None:
     """``path`` is a TFLite flatbuffer every offset and index of which stays inside what it points into."""
-    from .exports.tflite_fb import schema
+    from .tflite_fb import schema
 
     fb = schema()
     with open(path, "rb") as f:

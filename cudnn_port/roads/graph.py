@@ -1,25 +1,25 @@
-"""``cudnn-port convert SAVEDMODEL OUT``: a SavedModel holding cuDNN nodes -> OUT/saved_model (each node replaced by
-CPU ops, :mod:`.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them, tf2onnx for the rest) and
-OUT/manifest.json."""
+"""The graph road: ``cudnn-port convert SAVEDMODEL OUT``, a SavedModel holding cuDNN nodes -> OUT/saved_model (each
+node replaced by CPU ops, :mod:`cudnn_port.graphs.rewrite`), OUT/model.onnx (fused ONNX LSTM / GRU nodes for them,
+tf2onnx for the rest) and OUT/manifest.json. The graph operations are :mod:`cudnn_port.graphs`; each format on the
+graph road writes its own artifact (:func:`cudnn_port.formats.jobs.write_road`)."""
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
+from .. import formats as registry
 from .. import tf_index
 from ..errors import CudnnPortError, ParityError, reason
 from ..exports.onnx import first_refusal
-from .. import formats as registry
-from ..manifest import Manifest, new_manifest, warn
+from ..formats.jobs import GraphJob, write_road
+from ..graphs.allowlist import check_saved_model
+from ..graphs.layouts import put_params_in_cudnn_order
+from ..graphs.nodes import load_proto
+from ..graphs.prune import drop_slot_references
+from ..graphs.reach import describe, dropped_summary, reach
+from ..manifest import Manifest, new_manifest
 from ..outdir import OutputFolder, finish
 from ..paths import refuse_links_out, require_file, sha256
 from ..progress import say_to
-from ..roads import GraphJob, write_road
-from .allowlist import check_saved_model
-from .layouts import put_params_in_cudnn_order
-from .nodes import load_proto
-from .onnx_parts import foreign_part
-from .prune import drop_slot_references
-from .reach import describe, gpu_selected, reach
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] = None, force: bool = False,
                         say: Optional[Callable[[str], None]] = None, trust_source: bool = False) -> Manifest:
     """Convert SavedModel folder ``source`` into ``out``; returns the manifest. Its graph must pass the op
-    allow-list (:mod:`.allowlist`) before any of it is loaded or run, unless ``trust_source``."""
+    allow-list (:mod:`cudnn_port.graphs.allowlist`) before any of it is loaded or run, unless ``trust_source``."""
     say = say_to(say)
     graph_formats = tuple(f.name for f in registry.on_road("graph"))
     formats = tuple(formats or graph_formats)
@@ -82,36 +82,6 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
     return folder.build(write, say)
 
 
-def write_graph_onnx_artifact(job: GraphJob, path: str) -> Dict[str, Any]:
-    """The ONNX format's writer on the graph road: the serving signature (or the only one) through tf2onnx with fused
-    ONNX LSTM / GRU nodes in place of the cuDNN nodes; NotWritten where ONNX cannot hold it."""
-    from .onnx_parts import write_signature_onnx
-
-    refused = first_refusal((n.name, n.spec) for n in job.nodes)
-    if refused:
-        raise registry.NotWritten(f"node {refused}")
-    signature = onnx_signature(job.proto)
-    if signature is None:
-        names = signature_names(job.proto)
-        raise registry.NotWritten(f"the SavedModel has no serving_default signature and {len(names)} others "
-                                  f"({', '.join(names) or 'none'}), so which one ONNX should hold is not known")
-    job.say(f"model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-    with foreign_part("saved_model" in job.written), job.user_graph("write ONNX for"), \
-            gpu_selected(job.source, job.reordered) as selected:  # tf_keras: its cuDNN path
-        part = write_signature_onnx(selected, path, signature)
-    if part:  # raw text: the numeric part
-        warn(job.manifest, job.say, part["onnx_part"])
-    if job.reordered:
-        job.say(f"{len(job.reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a "
-                "build without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
-    return dict(onnx_signature=signature, **part)
-
-
-def dropped_summary(dropped: Dict[str, List[str]]) -> Dict[str, Any]:
-    """What pruning dropped: how many functions, and those that held cuDNN ops."""
-    return {"count": len(dropped), "with_cudnn_ops": {name: ops for name, ops in sorted(dropped.items()) if ops}}
-
-
 def check_files(source: str, proto: "saved_model_pb2.SavedModel") -> None:
     """Refuse a SavedModel folder TensorFlow would hang or crash on: a file that is not a regular one (a pipe), or
     variables whose checkpoint is missing or corrupt (checked like any checkpoint, :mod:`cudnn_port.tf_index`), a
@@ -143,18 +113,6 @@ def user_graph(source: str, what: str) -> Iterator[None]:
             raise CudnnPortError(f"cannot {what} {source} ({reason(e)}); is it a complete, undamaged SavedModel "
                                  "folder?") from None
         raise
-
-
-def signature_names(proto: "saved_model_pb2.SavedModel") -> List[str]:
-    """The SavedModel's signatures, sorted (not TensorFlow's own ``__saved_model_init_op``)."""
-    names = proto.meta_graphs[0].signature_def if proto.meta_graphs else {}
-    return sorted(name for name in names if not name.startswith("__"))
-
-
-def onnx_signature(proto: "saved_model_pb2.SavedModel") -> Optional[str]:
-    """The signature model.onnx holds: ``serving_default``, or the only signature there is (None otherwise)."""
-    names = signature_names(proto)
-    return "serving_default" if "serving_default" in names else (names[0] if len(names) == 1 else None)
 
 
 def run_onnx_once(saved_model: str, onnx_path: str, signature: str = "serving_default", seed: int = 0) -> None:

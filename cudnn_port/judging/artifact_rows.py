@@ -1,0 +1,94 @@
+"""Each whole-model or graph-road artifact of OUT run through every runtime its format declares, and judged: one row
+per (artifact, runtime), in registry order. The judge's outputs come from the caller (:mod:`.model_rows`); a runtime
+that is not installed is a skipped row, an artifact that fails to run a failed one."""
+import os
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from .. import formats as registry
+from ..manifest import Manifest
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..formats.jobs import ModelJob
+
+
+class GraphCheck:
+    """A converted SavedModel being verified (the graph road's runtimes read it): OUT, its manifest, the signature
+    every artifact is judged on, and each SavedModel of OUT loaded once (:meth:`saved_model`)."""
+
+    def __init__(self, out: str, manifest: Manifest, signature: str) -> None:
+        self.out, self.manifest, self.signature, self._loaded = out, manifest, signature, {}
+
+    def saved_model(self, path: str) -> Any:
+        from ..exports.runners import load_saved_model
+
+        if path not in self._loaded:
+            self._loaded[path] = load_saved_model(path)
+        return self._loaded[path]
+
+
+def model_artifact_rows(out: str, job: "ModelJob", feeds: Dict[str, "np.ndarray"], want: List["np.ndarray"],
+                        atol: float, rtol: float, say: Callable[[str], None]) -> List[Dict[str, Any]]:
+    """A row per whole-model artifact of ``job.manifest`` that a format can run: its outputs on ``feeds`` against
+    ``want`` (an artifact that fails to run: a failed row; a runtime that is not installed: a skipped row)."""
+    from .parity import compare, failed_row
+
+    job.count = len(want)
+    return _runner_rows("model", out, job.manifest.model_artifacts, job, feeds, say,
+                        lambda row, got: compare(row, got, want, atol, rtol), lambda row, needs, e: failed_row(row, e))
+
+
+def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: Dict[str, "np.ndarray"],
+                        judge_key: Optional[str], atol: float, rtol: float,
+                        say: Callable[[str], None]) -> List[Dict[str, Any]]:
+    """A row per artifact of a converted SavedModel (``job``) that a format on the graph road runs: the signature's
+    outputs on ``feeds`` against ``want`` ({output name: array}, the judge's), each at the larger of the user's
+    tolerance and the one its runtime states; the artifact ``judge_key`` (the converted SavedModel, when the
+    original could not run) is the judge and has no row."""
+    from .graph_inputs import could_not_run
+    from .parity import compare
+
+    def judge(row, got):
+        names = sorted(want)
+        if set(got.values) != set(names):
+            return {"artifact": row, "max_abs": None, "max_rel": None, "passed": False,
+                    "note": f"outputs {sorted(got.values)}, the judge's {names}"}
+        return compare(row, [got.values[n] for n in names], [want[n] for n in names], max(atol, got.atol),
+                       max(rtol, got.rtol), note=got.note)
+
+    def fail(row, needs, error):
+        return could_not_run(row, {"tensorflow": "TensorFlow"}.get(needs[0], needs[0]) if needs else "it", error)
+
+    arts = {k: v for k, v in job.manifest.model_artifacts.items() if k != judge_key}
+    return _runner_rows("graph", job.out, arts, job, feeds, say, judge, fail)
+
+
+def _runner_rows(road: str, out: str, arts: Dict[str, str], job: Any, feeds: Dict[str, "np.ndarray"],
+                 say: Callable[[str], None], judge: Callable[[str, Any], Dict[str, Any]],
+                 fail: Callable[[str, Tuple[str, ...], BaseException], Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Each artifact of ``arts`` ({key: path in OUT}) run through every runtime its format declares on ``road``,
+    in registry order; ``judge(row name, outputs)`` makes the row, ``fail(row name, the runtime's needs, error)``
+    the failed row of one that raises; a runtime that is not installed is a skipped row."""
+    from .. import deps
+    from .parity import skipped_row
+
+    rows = []
+    for fmt in registry.on_road(road):
+        part = getattr(fmt, road)
+        for artifact in part.artifacts:
+            for row, open_, needs in (part.runners() if artifact.key in arts else ()):
+                row = row.format(signature=getattr(job, "signature", ""))
+                missing = [m for m in needs if not deps.available(m)]
+                if missing:
+                    rows.append(skipped_row(row, f"{missing[0]} is not installed "
+                                                 f"({deps.EXTRAS.get(missing[0], 'pip install ' + missing[0])})"))
+                    continue
+                say(f"parity: {row}")
+                try:
+                    got = open_(os.path.join(out, arts[artifact.key]), job)(feeds)
+                except Exception as e:  # noqa: BLE001 (an artifact that fails to run is a failed check)
+                    rows.append(fail(row, needs, e))
+                    continue
+                rows.append(judge(row, got))
+    return rows
