@@ -19,6 +19,11 @@ from .verify import file_rows
 if TYPE_CHECKING:
     from .manifest import Manifest
 from .progress import Progress, say_to
+from . import deps, formats as registry
+from .formats.jobs import ModelJob
+from .graphs.trust import check_out
+from .judging.artifact_rows import GraphCheck
+from .judging.model_rows import signature_feeds
 
 
 def time_call(fn: Callable[[Dict[str, np.ndarray]], Any], feeds: Dict[str, np.ndarray], repeat: int,
@@ -38,8 +43,6 @@ def bench(out: "os.PathLike[str] | str", batches: Sequence[int] = (1, 32), steps
           progress: Optional[Progress] = None, trust_source: bool = False) -> Dict[str, Any]:
     """Time every artifact of ``out`` at each batch size; return a JSON-ready dict. A graph in OUT that is not pure
     computation is refused before anything runs, unless ``trust_source``."""
-    from .graphs.trust import check_out
-
     out = os.fspath(out)
     manifest = load_manifest(out)
     files = file_rows(out, manifest)[0]
@@ -88,12 +91,6 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
     run one), timed on the inputs verify draws for the serving signature (token ids where an
     input indexes a table, sentences for strings), resized to each batch and ``steps`` where the signature leaves
     those dimensions open (a ragged input is timed as drawn: its row splits fix the batch)."""
-    from . import deps
-    from . import formats as registry
-    from .judging.model_rows import signature_feeds
-    from .formats.jobs import ModelJob
-    from .judging.artifact_rows import GraphCheck
-
     arts = manifest.model_artifacts
     road = {"keras_model": "model", "saved_model": "graph"}.get(manifest.kind)
     if road is None or "saved_model" not in arts:

@@ -7,6 +7,7 @@ keys (``model/rnn/opaque_kernel/.ATTRIBUTES/VARIABLE_VALUE``) are shown by their
 Writing goes through TensorFlow's own SaveV2 in shards of bounded size, merged into one checkpoint at the end,
 so memory stays near one shard above what the caller holds. TensorFlow is imported only here, and lazily.
 """
+import difflib
 import glob
 import os
 from typing import Callable, Iterable, List, Optional, Tuple
@@ -68,8 +69,6 @@ MODEL_FILES = (".keras", ".h5", ".hdf5")
 def missing_source(path: str) -> str:
     """What to say of a SOURCE that is not there, with the closest existing name beside it when one is close: a
     model file (``.keras``, ``.h5``) that does not exist, or a checkpoint prefix without its ``.index``."""
-    import difflib
-
     folder, name = os.path.split(os.path.abspath(path))
     entries = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     names = {e[:-len(".index")] if e.endswith(".index") else e for e in entries

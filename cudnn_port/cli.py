@@ -13,6 +13,15 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, NoReturn, Optional, Seque
 from .cli_args import flag_values, parse
 from .cli_text import failed_rows, one_line, trusting
 from .errors import CudnnPortError, ParityError, reason
+from . import cli_text
+from .benchmark import bench, format_table as bench_table
+from .converter import convert
+from .inspection import inspect_source
+from .deps import missing_message
+from .outdir import disk_error
+from .quiet import quiet_stderr
+from .signals import raised_signal, signals_interrupt
+from .verify import format_table as verify_table, verify
 
 if TYPE_CHECKING:
     import argparse
@@ -20,24 +29,15 @@ if TYPE_CHECKING:
 
 def run(args: "argparse.Namespace", progress: Callable[[str], None]) -> Tuple[int, Dict[str, Any], str]:
     """Run the parsed command; returns (exit code, JSON-ready result, text for a person)."""
-    from . import cli_text
-
     if args.command == "inspect":
-        from .inspection import inspect_source
-
         report = inspect_source(args.checkpoint, variable=args.variable, **flag_values(args))
         return 0, report, cli_text.inspect_text(report, args.verbose)
     if args.command == "verify":
-        from .verify import format_table, verify
-
         report = verify(args.out, atol=args.atol, rtol=args.rtol, seed=args.seed, progress=progress, **trusting(args))
-        return (0 if report["passed"] else 1), report, format_table(report)
+        return (0 if report["passed"] else 1), report, verify_table(report)
     if args.command == "bench":
-        from .benchmark import bench, format_table
-
         report = bench(args.out, steps=args.steps, repeat=args.repeat, progress=progress, **trusting(args))
-        return 0, report, format_table(report)
-    from .converter import convert
+        return 0, report, bench_table(report)
 
     formats = None if args.formats is None else [f.strip() for f in args.formats.split(",") if f.strip()]
     manifest = convert(args.checkpoint, args.out, style=args.style, formats=formats, variable=args.variable,
@@ -51,8 +51,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line ``argv``; returns the exit code. Only cudnn-port's own lines reach stderr (progress,
     and one line per failure): other libraries' logging is filtered out (:mod:`cudnn_port.quiet`) unless
     ``--verbose`` or ``CUDNN_PORT_VERBOSE=1``."""
-    from .quiet import quiet_stderr
-
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = "--verbose" in argv[:argv.index("--") if "--" in argv else len(argv)]
     with quiet_stderr(verbose):  # before anything imports TensorFlow, which reads its environment once
@@ -60,8 +58,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv):
-    from .signals import raised_signal, signals_interrupt
-
     want_json, args = "--json" in argv, None
     with signals_interrupt(lambda signum, published: _interrupted(signum, published, want_json)):
         try:
@@ -90,9 +86,6 @@ def _interrupted(signum, published, want_json):
 def _error(e, want_json, out=None):
     """The one line and exit code for an exception that is not an interrupt; internals never leak tracebacks to CLI
     users. ``out``: the command's OUT, if any (a full disk is named by it)."""
-    from .deps import missing_message
-    from .outdir import disk_error
-
     disk = disk_error(e, out or getattr(e, "filename", None) or os.getcwd())
     if disk is not None and not isinstance(e, CudnnPortError):
         return _fail(f"cudnn-port: error: {disk}", 2, want_json)

@@ -3,6 +3,8 @@
 import argparse
 import math
 from typing import Any, Dict, List, NoReturn
+import difflib
+import re
 
 from . import formats
 from ._version import __version__
@@ -192,9 +194,6 @@ def parse(argv: List[str]) -> argparse.Namespace:
 def _nearest_flag(parser: argparse.ArgumentParser, argv: List[str], message: str):
     """The valid flag nearest to the first one argparse's ``message`` calls unrecognized ("--forse" -> "--force"),
     among the options of the command given (the first argument, as argparse reads it), or None."""
-    import difflib
-    import re
-
     found = re.search(r"unrecognized arguments: (\S+)", message)
     if not found or not found.group(1).startswith("--"):
         return None

@@ -1,6 +1,7 @@
 """The CLI's reports for a person (``--json`` prints the same dicts as JSON)."""
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from .layout import RNNSpec
 
 if TYPE_CHECKING:
     import argparse
@@ -28,8 +29,6 @@ def trusting(args: "argparse.Namespace") -> dict:
 
 def describe(spec: Dict[str, Any]) -> str:
     """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
-    from .layout import RNNSpec
-
     return RNNSpec(**{k: spec[k] for k in SPEC_FIELDS if k in spec}).describe()
 
 

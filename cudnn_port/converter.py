@@ -16,9 +16,13 @@ from .roads.graph import convert_saved_model
 from .outdir import OutputFolder, finish
 from . import formats as registry
 from .roads.stack import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
-from .readers import WEIGHTS, source_kind
+from .readers import open_source, source_kind, WEIGHTS
 from .targets import STYLES
 from .progress import say_to
+from .checkpoint import Checkpoint, resolve_prefix
+from .roads.int8 import quantize_outputs, refuse_nothing_to_quantize
+from .roads.model import export_keras_file
+from .quiet import library_call
 
 if TYPE_CHECKING:
     from .manifest import Manifest
@@ -54,8 +58,6 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
     :class:`~cudnn_port.errors.ParityError`. Only cudnn-port's own words reach stderr during the call
     (:func:`cudnn_port.quiet.library_call`); ``verbose=True`` lets TensorFlow's and the other libraries' through.
     """
-    from .quiet import library_call
-
     args = dict(locals())
     del args["verbose"], args["library_call"]
     with library_call(verbose):
@@ -75,8 +77,6 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
                  bidirectional=bidirectional, num_proj=num_proj)
     kind = source_kind(source)
     if kind in WEIGHTS and not os.path.lexists(source):  # a prefix, or nothing: said before the heavy imports
-        from .checkpoint import resolve_prefix
-
         resolve_prefix(source)
     onnx = formats is None or "onnx" in formats
     require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
@@ -91,11 +91,8 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if kind == "keras_model":
-        from .roads.model import export_keras_file
-
         return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
                                  keep_failed=keep_failed, progress=progress, formats=formats)
-    from .readers import open_source
 
     src = open_source(source)
     folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))
@@ -105,8 +102,6 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
     if quantize:
-        from .roads.int8 import refuse_nothing_to_quantize
-
         refuse_nothing_to_quantize(s.spec for s in stacks)
     refused = refusals(stacks, formats) if explicit else []
     if refused:
@@ -116,8 +111,6 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         manifest = write_stacks(src, stacks, tmp, style=style, formats=formats, drop_slots=drop_optimizer_slots,
                                 xla=xla, allow_nonfinite=allow_nonfinite, say=say)
         if quantize:
-            from .roads.int8 import quantize_outputs
-
             quantize_outputs(manifest, tmp, say)
         return finish(manifest, tmp)
 
@@ -127,6 +120,4 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
 def _folder(src):
     """A checkpoint's folder, which is its source folder however SOURCE names it (prefix, index or folder): OUT
     must not lie inside it."""
-    from .checkpoint import Checkpoint
-
     return [os.path.dirname(os.path.abspath(src.prefix))] if isinstance(src, Checkpoint) else []

@@ -1,6 +1,8 @@
 """Error types. The CLI prints a :class:`CudnnPortError` as one line and exits 2, a :class:`ParityError` as one line
 and exits 1."""
 
+import re
+
 
 class CudnnPortError(Exception):
     """Bad input or usage: the message names the problem and the fix."""
@@ -32,8 +34,6 @@ def reason(error: BaseException, limit: int = 80) -> str:
     >>> reason(ValueError("x" * 100), limit=20)
     'ValueError: xxxxxxx…'
     """
-    import re
-
     text = (getattr(error, "message", None) or str(error)).strip()
     text = re.sub(r"(?:/[^\s/:;,()'\"]+)+/([^\s/:;,()'\"]+)", r"\1", text.splitlines()[0] if text else "")
     text = f"{type(error).__name__}: {text}" if text else type(error).__name__

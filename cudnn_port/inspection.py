@@ -1,6 +1,7 @@
 """``cudnn-port inspect``: what a source holds, which specs fit each cuDNN buffer, and how it would convert."""
 import os
 from typing import Any, Dict, Optional, Union
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -9,8 +10,13 @@ from .errors import CudnnPortError
 from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
 from .formats.jobs import road_plan
+from .model_inputs import input_specs, to_records
 from .roads.stack import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
+from .graphs import load_proto
+from .graphs.reach import describe, dropped_summary, reach
+from .graphs.trust import inspect_entries
+from .readers import open_source, source_kind
 
 
 
@@ -20,8 +26,6 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
 
     flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given).
     """
-    from .readers import open_source, source_kind
-
     path = os.fspath(path)
     if source_kind(path) == "saved_model":
         return _inspect_saved_model(path)
@@ -34,8 +38,6 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
     if getattr(source, "stock_layers", None):  # a Keras model's stock recurrent layers: fused or refused
         report["stock_layers"] = source.stock_layers
     if getattr(source, "whole_model", False):  # what the whole model's artifacts take
-        from .model_inputs import input_specs, to_records
-
         warnings = []
         report["model_inputs"] = to_records(input_specs(source.model, warnings.append))
         report["warnings"] = warnings
@@ -59,10 +61,6 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
 
 
 def _inspect_saved_model(path):
-    from .graphs import load_proto
-    from .graphs.reach import describe, dropped_summary, reach
-    from .graphs.trust import inspect_entries
-
     proto = load_proto(path)
     safety = inspect_entries(path, proto)  # before anything reads its constants
     reached = reach(proto)
@@ -83,8 +81,6 @@ def _inspect_saved_model(path):
 
 
 def _graph_plan(nodes, proto):
-    from types import SimpleNamespace
-
     paths, not_written = road_plan("graph", [n.spec for n in nodes], SimpleNamespace(proto=proto))
     return dict(artifacts=paths, not_written=not_written) if not_written else {"artifacts": paths}
 

@@ -40,6 +40,8 @@ from .initializer import CudnnInitializer
 from .layer_paths import current_judge, current_path, shared
 from .stored_spec import MIOPEN, PLATFORM_VARIABLE, SPEC_VARIABLE, spec_to_vector
 from .layout import RNNSpec
+from .tf_graph import cudnn_forward, stack_forward, unpack_tensor
+from .tf_train import stack_train
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -148,9 +150,6 @@ class CudnnRNN(keras.layers.Layer):
         its hand-written backward pass. Otherwise (inference, and what an export traces): the export path's
         :func:`~cudnn_port.tf_graph.stack_forward`, which keeps no per-step activations; gradients still flow
         through it, by autodiff, to the same values."""
-        from .tf_graph import stack_forward, unpack_tensor
-        from .tf_train import stack_train
-
         between = None
         if dropout:
             def between(y, layer):
@@ -161,8 +160,6 @@ class CudnnRNN(keras.layers.Layer):
         return run(canon, x, lengths, states[0], states[1], between=between)
 
     def _cudnn(self, x, lengths, states, dropout, training):
-        from .tf_graph import cudnn_forward
-
         tf = import_tf()
         if training:  # the fused op trains the buffer in its library's layout: record which (not on export traces)
             self.cudnn_platform.assign(MIOPEN if tf.sysconfig.get_build_info().get("is_rocm_build") else 1)
@@ -173,8 +170,6 @@ class CudnnRNN(keras.layers.Layer):
         """The "lean" trace (see :func:`~cudnn_port.layer_paths.forced_path`): the stack as one cuDNN op, for a
         graph that is converted, not run: without ``lengths`` (no mask) a time-major CudnnRNNV2, whose ONNX nodes
         then take no ``sequence_lens``."""
-        from .tf_graph import cudnn_forward
-
         tf = import_tf()
         if lengths is not None or self.num_proj:  # CudnnRNNV2 has no projection
             lengths = _lengths(None, x, tf.shape(x)[1]) if lengths is None else lengths

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ._version import __version__
 from .errors import CudnnPortError
+from .paths import require_file
 
 TOOL = "cudnn-port"
 MANIFEST = "manifest.json"
@@ -243,8 +244,6 @@ def read_manifest(path: str) -> Optional[Manifest]:
 def load_manifest(out: "os.PathLike[str] | str") -> Manifest:
     """OUT's manifest, checked to be ours and whole. A file of OUT that is a pipe or a device (a reader would wait
     on it for ever) is refused here, before anything opens it."""
-    from .paths import require_file
-
     path = os.path.join(os.fspath(out), MANIFEST)
     try:
         require_file(path, MANIFEST)

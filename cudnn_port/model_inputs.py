@@ -15,6 +15,8 @@ The specs are recorded in the manifest (``model_input_specs``), so that ``verify
 take, whichever model judges them.
 """
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from .deps import import_tf
+from .errors import CudnnPortError
 
 if TYPE_CHECKING:
     import keras
@@ -42,6 +44,7 @@ def built_from_a_batch(model: "keras.Model") -> bool:
     the first batch's shape (``[None, T, ...]`` where the rows do not divide into batches, or come from a
     ``tf.data`` pipeline); once built, Keras records that exactly as it records a ``keras.Input``, so the two cannot
     be told apart, and the caller probes which sizes the model runs on."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     inputs = getattr(model, "inputs", None) or []
@@ -51,9 +54,6 @@ def built_from_a_batch(model: "keras.Model") -> bool:
 
 def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.TensorSpec"]:
     """The whole model's inputs as its artifacts take them (see the module docstring); the names are the model's."""
-    from .deps import import_tf
-    from .errors import CudnnPortError
-
     tf = import_tf()
     inputs = getattr(model, "inputs", None)
     if not inputs:
@@ -89,7 +89,6 @@ def from_records(records: Optional[Sequence[Dict[str, Any]]]) -> Optional[List["
     """The manifest's records back as TensorSpecs (None when the manifest has none)."""
     if not records:
         return None
-    from .deps import import_tf
 
     tf = import_tf()
     return [tf.TensorSpec(r["shape"], tf.as_dtype(r["dtype"]), name=r["name"]) for r in records]

@@ -6,6 +6,7 @@ from typing import Any, Dict
 
 def node_attrs(node: Any) -> Dict[str, Any]:
     """A NodeDef's attributes with its op's defaults filled in (TensorFlow's op registry), as plain Python values."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.framework import op_def_registry
 
     values = {}

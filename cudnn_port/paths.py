@@ -8,6 +8,7 @@ import stat
 from typing import Dict, Iterable, Optional, Union
 
 from .errors import CudnnPortError
+from .signals import forget, remove_on_exit
 
 
 class NotRegularFile(CudnnPortError, OSError):
@@ -103,8 +104,6 @@ def write_new(path: str, data: Union[str, bytes]) -> None:
     """Write ``data`` (str or bytes) as ``path`` without following any link: into a new file of a random name
     beside it (exclusive create, no link followed), then renamed over ``path`` (a link there is replaced, never
     written through)."""
-    from .signals import forget, remove_on_exit
-
     data = data.encode() if isinstance(data, str) else data
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.urandom(4).hex()}.tmp")
     created = False

@@ -8,6 +8,7 @@ verdict (a number, not a failure: it is the half-precision rounding the original
 """
 import contextlib
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
+from .errors import UnsupportedError
 
 if TYPE_CHECKING:
     import keras
@@ -33,6 +34,7 @@ def _layers(layer):
 def float32_policy() -> Iterator[None]:
     """Keras' global dtype policy set to ``float32`` inside the block (layers made there compute in float32 whatever
     the caller's training script set), and given back as it was after it."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     before = keras.config.dtype_policy()
@@ -62,8 +64,6 @@ def _float32_config(config: Any) -> Any:
 def float32_twin(model: "keras.Model") -> Tuple["keras.Model", Optional[str]]:
     """(``model`` computing in float32, the mixed policy it had or None). A float32 model is returned as it is; a
     mixed Functional or Sequential model is rebuilt from its config with float32 policies and given its variables."""
-    from .errors import UnsupportedError
-
     policy = mixed_policy(model)
     if policy is None:
         return model, None

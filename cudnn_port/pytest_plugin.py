@@ -22,6 +22,7 @@ def parity_report(request: "pytest.FixtureRequest") -> dict:
     marker = request.node.get_closest_marker("parity")
     if marker is None or not marker.args:
         pytest.fail("parity_report needs @pytest.mark.parity(OUT) naming a cudnn-port convert output folder")
+    # lazy: pytest loads this plugin in every run; cudnn_port loads only for a test that asks
     from cudnn_port.verify import verify
 
     return verify(*marker.args, **marker.kwargs)

@@ -23,6 +23,7 @@ Masks pass through each as through the layer it replaces.
 from typing import Any, Optional, Sequence, Tuple
 
 import keras
+from .deps import import_tf
 
 
 class _Replacing(keras.layers.Layer):
@@ -41,8 +42,6 @@ class SequenceDense(_Replacing):
     """``Dense`` computed as ``activation(x @ kernel + bias)`` with a broadcasting matmul, whatever ``x``'s rank."""
 
     def call(self, inputs: Any, mask: Any = None) -> Any:
-        from .deps import import_tf
-
         dense = self.layer
         x = import_tf().linalg.matmul(inputs, keras.ops.cast(dense.kernel, inputs.dtype))
         if dense.bias is not None:
@@ -61,8 +60,6 @@ class TiledRepeat(_Replacing):
     """``RepeatVector(n)``: ``[batch, features]`` tiled to ``[batch, n, features]``."""
 
     def call(self, inputs: Any) -> Any:
-        from .deps import import_tf
-
         tf = import_tf()  # tf.tile itself: TF 2.16's TFLite converter loses the width of keras.ops.tile's output
         return tf.tile(tf.expand_dims(inputs, 1), tf.constant([1, self.layer.n, 1]))
 

@@ -28,7 +28,11 @@ set.
 """
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+import numpy as np
+
 from .errors import UnsupportedError
+from .layout import RNNSpec, pack
+from .targets.keras import read
 
 if TYPE_CHECKING:
     import keras
@@ -83,6 +87,7 @@ REBUILT = ("Functional", "Sequential")  # the models clone_model rebuilds around
 def _walk(model, prefix=""):
     """(row, layer) for each stock recurrent layer inside ``model``, nested models included; one inside a model
     that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .layers import CudnnRNN
     from .stock_adapter import StockAdapter
 
@@ -116,6 +121,7 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
     the other layers are shared with ``model``, which is left unchanged). Raises
     :class:`~cudnn_port.errors.UnsupportedError` naming a refused layer and why (``strict=False``: such a layer is
     left as it is, for ``inspect``'s report)."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     rows = list(_walk(model))
@@ -162,8 +168,6 @@ def _layers(model):
 def cell_weights(cell: Any) -> List[Any]:
     """[kernel, recurrent_kernel, bias] of a stock LSTM / GRU cell as NumPy arrays; a ``use_bias=False`` cell's bias
     is zeros of the shape Keras gives it (LSTM ``[4H]``, GRU(reset_after) ``[2, 3H]``)."""
-    import numpy as np
-
     kernel, recurrent = cell.kernel.numpy(), cell.recurrent_kernel.numpy()
     if cell.bias is not None:
         return [kernel, recurrent, cell.bias.numpy()]
@@ -173,9 +177,8 @@ def cell_weights(cell: Any) -> List[Any]:
 
 def _adapter(layer):
     """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / Bidirectional, weights packed."""
-    from .layout import RNNSpec, pack
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .stock_adapter import StockAdapter
-    from .targets.keras import read
 
     bidirectional = type(layer).__name__ == "Bidirectional"
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]

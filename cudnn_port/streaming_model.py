@@ -44,6 +44,7 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
     docstring and one record per stateful layer: {layer, state_inputs, state_outputs (the output names every
     artifact gives them: ``output_k``)}). Raises :class:`~cudnn_port.errors.UnsupportedError` for what does not
     stream."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     found = list(_walk(model))

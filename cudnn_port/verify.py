@@ -34,6 +34,14 @@ from .paths import sha256
 from .judging.stack_rows import checkpoint_judge, gpu_row, stack_artifact_rows
 from .targets import reader
 from .progress import Progress, say_to
+from .checkpoint import Checkpoint
+from .exports.runners import loads_shared
+from .graphs.trust import check_out
+from .judging import cudnn_api, keras_weights, tf1_weights
+from .judging.keras_weights import rebuilt_model_row
+from .judging.model_rows import keras_model_rows, saved_model_rows
+from .quiet import library_call
+from .readers import open_source
 
 if TYPE_CHECKING:
     from .canonical import CanonicalRNN
@@ -84,8 +92,6 @@ def source_unchanged(manifest: "Manifest") -> bool:
 
 def converted_canon(manifest: "Manifest", out: str, stack: "StackRecord", spec: RNNSpec) -> "CanonicalRNN":
     """The stack read back from OUT/checkpoint by the style's reader (the judge's weights when the source is gone)."""
-    from .checkpoint import Checkpoint
-
     ckpt = Checkpoint(os.path.join(out, "checkpoint"))
     tensors = {name: ckpt.get(name) for name in stack["targets"]}
     return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
@@ -97,16 +103,11 @@ def verify(out: "os.PathLike[str] | str", atol: float = ATOL, rtol: float = RTOL
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict. A graph in
     OUT that is not pure computation is refused before anything runs, unless ``trust_source``. Only cudnn-port's own
     words reach stderr during the call; ``verbose=True`` lets the libraries' through."""
-    from .exports.runners import loads_shared
-    from .quiet import library_call
-
     with library_call(verbose), loads_shared():
         return _verify(os.fspath(out), atol, rtol, seed, batch, steps, progress, trust_source)
 
 
 def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
-    from .graphs.trust import check_out
-
     out = os.fspath(out)
     manifest = load_manifest(out)
     say = say_to(progress)
@@ -115,16 +116,10 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
               "rows": file_rows(out, manifest)}
     unchanged = source_unchanged(manifest)
     if manifest.get("kind") == "saved_model":
-        from .judging.model_rows import saved_model_rows
-
         report["rows"] += saved_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
     elif manifest.get("kind") == "keras_model":
-        from .judging.model_rows import keras_model_rows
-
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
     elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
-        from .judging.keras_weights import rebuilt_model_row
-
         say("keras/model.keras: the rebuilt whole model")
         report["rows"].append(dict(rebuilt_model_row(manifest, out, unchanged, seed, atol, rtol),
                                    stack="(whole model)", judge="the source .h5, by Keras 2's own weight rule"))
@@ -141,8 +136,6 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
 def _judge_source(manifest, out, unchanged):
     """(the source the judge reads buffers from, words for the report): the source itself when it is unchanged;
     for a whole Keras model whose file is gone, the copy export kept in OUT; else None (OUT/checkpoint read back)."""
-    from .readers import open_source
-
     path, words = manifest["source"].get("checkpoint", ""), "source buffer"
     if not unchanged:
         copy = os.path.join(out, manifest.get("model_artifacts", {}).get("keras", ""))
@@ -195,8 +188,6 @@ def _independent_stack(manifest, source, variable, spec):
     canonical cells: their tensors by TF1's names and gate orders; a stock Keras layer: its kernels by Keras' math),
     so that the per-stack judge shares nothing with the reader or rewrite the artifacts came through; None for a
     source whose stacks are buffers as saved."""
-    from .judging import keras_weights, tf1_weights
-
     if str(manifest["source"].get("format", "")).startswith("Keras 2 HDF5"):  # the source, unchanged
         return (keras_weights.stack_from_file(manifest["source"]["checkpoint"], variable, spec),
                 "the source .h5's arrays, by Keras 2's own weight rule (not the reader)")
@@ -217,8 +208,6 @@ def _read_buffer(spec: RNNSpec, buffer: np.ndarray) -> Tuple["CanonicalRNN", Lis
     """(the stack the reference judges by, read through the cuDNN API's statement of the layout
     (:mod:`cudnn_port.judging.cudnn_api`); a failed row where :func:`cudnn_port.layout.unpack`, which every writer
     reads the buffer by, reads it otherwise)."""
-    from .judging import cudnn_api
-
     canon = cudnn_api.canonical(spec, buffer)
     where = cudnn_api.disagreement(canon, unpack(spec, buffer))
     if not where:
@@ -242,8 +231,6 @@ def case_floor(canon: "CanonicalRNN", batch: Tuple[np.ndarray, np.ndarray, np.nd
 
 def _copied_row(manifest, out, source):
     """Every variable OUT/checkpoint copied from the source, byte for byte equal to the source's."""
-    from .checkpoint import Checkpoint
-
     copied = manifest.get("copied", [])
     try:
         ckpt = Checkpoint(os.path.join(out, "checkpoint"))

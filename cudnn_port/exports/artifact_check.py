@@ -14,6 +14,8 @@ import math
 import os
 
 from ..errors import CudnnPortError, reason
+from ..readers.zip_guard import check_keras_zip
+from .tflite_fb import schema
 
 CONTROL_FLOW = {"WhileOptions": ("condSubgraphIndex", "bodySubgraphIndex"),
                 "IfOptions": ("thenSubgraphIndex", "elseSubgraphIndex"),
@@ -30,8 +32,6 @@ def check_artifact(path: str) -> None:
     elif path.endswith(".onnx"):
         check_onnx(path)
     elif path.endswith(".keras"):
-        from ..readers.zip_guard import check_keras_zip
-
         check_keras_zip(path)
 
 
@@ -46,6 +46,7 @@ NO_SHAPE = "Field 'shape' of 'type' is required but missing"
 
 def check_onnx(path: str) -> None:
     """``path`` parses as an ONNX model and passes ``onnx.checker`` (but for :data:`NO_SHAPE`)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
 
     try:
@@ -57,8 +58,6 @@ def check_onnx(path: str) -> None:
 
 def check_tflite(path: str) -> None:
     """``path`` is a TFLite flatbuffer every offset and index of which stays inside what it points into."""
-    from .tflite_fb import schema
-
     fb = schema()
     with open(path, "rb") as f:
         data = f.read()

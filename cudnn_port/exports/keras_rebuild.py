@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..errors import reason
 from ..readers.keras_h5 import CUDNN_CLASSES, h5_text
+from ..targets.keras import VARS, layer_weights
 
 if TYPE_CHECKING:
     from ..readers.keras_h5 import KerasH5
@@ -45,10 +46,9 @@ def save_keras3_model(source: "KerasH5", path: str) -> Optional[str]:
     every other layer keeps its config and weights. Keras 3 builds the model from an edited copy of the file.
     Returns None, or why Keras 3 could not rebuild it (the caller reports that and goes on with the per-layer
     files)."""
+    # lazy: h5py, Keras, loaded on first use (import cudnn_port stays light)
     import h5py
     import keras
-
-    from ..targets.keras import VARS, layer_weights
 
     edited = f"{path}.keras2.h5"
     shutil.copyfile(source.prefix, edited)

@@ -133,9 +133,9 @@ def build_model(canon: "CanonicalRNN", name: str = "rnn", states: bool = False,
     ``sequence_lengths`` only (zero initial states); True also ``initial_h`` (and ``initial_c``), required.
     ``portable`` False: the nodes of :func:`stack_graph` instead (right only where ``sequence_lens`` is honoured,
     i.e. not in OpenVINO; kept to compare against)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-
 
     spec = canon.spec
     if cannot_hold(spec):
@@ -178,6 +178,7 @@ def build_model(canon: "CanonicalRNN", name: str = "rnn", states: bool = False,
 
 def write_onnx(canon: "CanonicalRNN", path: str, name: str = "rnn", states: bool = False) -> None:
     """Save :func:`build_model` at ``path`` (weights inside the file)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
 
     onnx.save(build_model(canon, name, states), str(path))

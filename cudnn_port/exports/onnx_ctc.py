@@ -27,6 +27,7 @@ _INT64, _BOOL = 7, 9  # onnx.TensorProto.INT64, BOOL
 def ctc_greedy_decoder_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
     """Replace CTCGreedyDecoder node ``node`` of tf2onnx graph ``ctx`` by the ONNX ops of the module docstring;
     its four outputs keep their consumers."""
+    # lazy: tf2onnx, loaded on first use (import cudnn_port stays light)
     from tf2onnx import utils
 
     inputs, lengths = node.input[0], node.input[1]

@@ -10,6 +10,7 @@ def squeeze_pairs_cancelled(graph: "onnx.GraphProto") -> None:
     """Remove, in place, each Squeeze that undoes the Unsqueeze before it (or the reverse) over the same constant
     axes: what a state passed from one layer to the next through Keras' [batch, units] form leaves behind. The
     graph's outputs keep their names."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import numpy_helper
 
     consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
@@ -42,6 +43,7 @@ def squeeze_pairs_cancelled(graph: "onnx.GraphProto") -> None:
 def read_in_subgraphs(graph: "onnx.GraphProto") -> Set[str]:
     """Every tensor name a node inside an If / Loop / Scan body of ``graph`` reads (at any depth): such a body may
     read a tensor of the graph around it by name."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import AttributeProto
 
     names = set()

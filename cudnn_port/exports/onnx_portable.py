@@ -160,6 +160,7 @@ def plain_lstm_inputs(model: "onnx.ModelProto") -> int:
     ``sequence_lens``, so the channel changes nothing there), such as int8, whose per-row weight scales the
     channel's +-K would swamp. Nodes whose W is computed in the graph keep the channel. Returns the number of
     nodes changed."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import numpy_helper
 
     producer = {out: n for n in model.graph.node for out in n.output}

@@ -14,6 +14,9 @@ from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
 from .onnx_ctc import ctc_greedy_decoder_handler
 from .onnx_passes import squeeze_pairs_cancelled, unread_outputs_dropped
 from .onnx_portable import portable_stack_graph
+from ..errors import CudnnPortError
+from ..infer import candidates
+from ..layout import unpack
 
 if TYPE_CHECKING:
     import onnx
@@ -27,11 +30,8 @@ def cudnn_node_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
     constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
     :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without). A float16 or float64 node
     (tf_keras's mixed_float16 policy, floatx float64) gets Casts to float32 around those nodes and back."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import TensorProto
-
-    from ..errors import CudnnPortError
-    from ..infer import candidates
-    from ..layout import unpack
 
     FLOAT = TensorProto.FLOAT
 
@@ -124,6 +124,7 @@ def _zeros(ctx, name):
 
 
 def _tensor_value(proto):
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import numpy_helper
 
     return numpy_helper.to_array(proto)
@@ -152,6 +153,7 @@ def _output_ranks(ctx, op, inputs, attrs):
 def _output_dtype(ctx, op, inputs, attrs):
     """ONNX dtype of a node's outputs: Cast's target, int64 for Shape, bool for comparisons, float for the fused
     nodes, else its first input's (int64 index arithmetic stays int64)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import TensorProto
 
     fixed = {"Cast": attrs.get("to"), "Shape": TensorProto.INT64, "Less": TensorProto.BOOL, "Not": TensorProto.BOOL,
@@ -185,6 +187,7 @@ def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], out
     each cuDNN node (:func:`cudnn_node_handler`), CTCGreedyDecoder by :mod:`.onnx_ctc` instead of tf2onnx's;
     ``renames`` maps tensor names to ONNX input/output names. Saved at ``path`` unless it is None; returns the
     ModelProto."""
+    # lazy: onnx, tf2onnx, loaded on first use (import cudnn_port stays light)
     import onnx
     from tf2onnx import convert
 
@@ -223,6 +226,7 @@ def _unique_returns(library):
 def name_dynamic_dims(model: "onnx.ModelProto", path: str) -> None:
     """Name the unknown dimensions of the model's inputs and outputs ``batch`` (first) and ``time`` (second) instead
     of tf2onnx's ``unk__N``, and save it at ``path``."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
 
     for value in list(model.graph.input) + list(model.graph.output):
@@ -234,6 +238,7 @@ def name_dynamic_dims(model: "onnx.ModelProto", path: str) -> None:
 
 def write_saved_model_onnx(saved_model: str, path: str, signature: str = "serving_default") -> "onnx.ModelProto":
     """:func:`write_graph_onnx` of a SavedModel signature; inputs and outputs keep the signature's names."""
+    # lazy: tf2onnx, loaded on first use (import cudnn_port stays light)
     from tf2onnx import tf_loader
 
     with quiet_converters():

@@ -7,6 +7,9 @@ other runtime of this project computes.
 """
 import os
 from typing import TYPE_CHECKING, Callable
+from . import io_names
+from ..deps import optional
+from .artifact_check import check_artifact
 
 if TYPE_CHECKING:
     import openvino as ov
@@ -16,9 +19,6 @@ if TYPE_CHECKING:
 def compile_onnx(path: str, precision: str = "f32") -> "ov.CompiledModel":
     """An OpenVINO CPU ``CompiledModel`` of the ONNX model at ``path``, computing in ``precision`` ("f32" or
     "bf16")."""
-    from .artifact_check import check_artifact
-    from ..deps import optional
-
     check_artifact(path)
     ov = optional("openvino", "running ONNX models in OpenVINO")
     core = ov.Core()
@@ -27,8 +27,6 @@ def compile_onnx(path: str, precision: str = "f32") -> "ov.CompiledModel":
 
 def open_onnx(path: str, spec: "RNNSpec", precision: str = "f32") -> Callable:
     """``run(feeds) -> [outputs, final_h, final_c or None]`` of a stack's ONNX model at ``path`` in OpenVINO."""
-    from . import io_names
-
     compiled = compile_onnx(path, precision)
     request = compiled.create_infer_request()
     names_out = list(io_names(spec)[1])

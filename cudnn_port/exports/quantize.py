@@ -37,9 +37,12 @@ import os
 import tempfile
 from collections import Counter
 from typing import Any, Dict, Optional
+import inspect
+import logging
 
 from ..deps import optional
 from ..errors import CudnnPortError
+from .onnx_portable import plain_lstm_inputs
 
 LSTM_SETTINGS = dict(per_channel=True, reduce_range=True)
 MATMUL_SETTINGS = dict(per_channel=False, reduce_range=True)
@@ -52,8 +55,7 @@ def _value_infos(values):
 
 
 def _quantize_pass(src, dst, op_type, settings):
-    import inspect
-
+    # lazy: onnxruntime, loaded on first use (import cudnn_port stays light)
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     extra = {}
@@ -80,13 +82,10 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
     nodes float32, True for :data:`MATMUL_SETTINGS`, or a settings dict. Raises CudnnPortError when nothing would be
     quantized (e.g. a GRU stack) or when the result lost an input or output of the source.
     """
-    import logging
-
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
 
     onnxruntime = optional("onnxruntime", "int8 quantization")
-
-    from .onnx_portable import plain_lstm_inputs
 
     lstm = dict(LSTM_SETTINGS, **(lstm or {}))
     matmul = dict(MATMUL_SETTINGS, **(matmul if isinstance(matmul, dict) else {})) if matmul else None

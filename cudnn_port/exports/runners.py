@@ -5,6 +5,9 @@ import contextlib
 import contextvars
 import os
 from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
+import warnings
+from ..deps import import_tf, optional
+from .artifact_check import check_artifact
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -13,8 +16,6 @@ if TYPE_CHECKING:
 
 def load_graph(path: str) -> "tf.Graph":
     """A tf.Graph holding the frozen GraphDef at ``path`` (node names kept)."""
-    from ..deps import import_tf
-
     tf = import_tf()
     graph_def = tf.compat.v1.GraphDef()
     with open(path, "rb") as f:
@@ -29,9 +30,6 @@ def onnx_session(path: str) -> "ort.InferenceSession":
     """An onnxruntime CPU session of the model at ``path`` (or of a serialized model). Its log level is "fatal":
     what onnxruntime logs (warnings at load, a failing node's error) is not ours to print; a failure still raises,
     and the caller reports it in one line."""
-    from .artifact_check import check_artifact
-    from ..deps import optional
-
     if isinstance(path, (str, os.PathLike)):
         check_artifact(path)
     ort = optional("onnxruntime", "running ONNX models")
@@ -56,8 +54,6 @@ def loads_shared() -> Iterator[None]:
 
 def load_saved_model(path: str) -> "Any":
     """``tf.saved_model.load`` of the SavedModel folder at ``path`` (once per folder inside :func:`loads_shared`)."""
-    from ..deps import import_tf
-
     shared, key = _LOADED.get(), os.path.realpath(os.fspath(path))
     if shared is not None and key in shared:
         return shared[key]
@@ -71,16 +67,11 @@ def litert_interpreter(path: str, tf_lite: bool = False) -> "Any":
     """A TFLite interpreter of the model at ``path``: LiteRT's (``ai_edge_litert``), or with ``tf_lite`` TensorFlow's
     own ``tf.lite.Interpreter`` (TF >= 2.20 warns that it moves to ai_edge_litert; that warning is not the user's).
     The file's flatbuffer is checked first (:mod:`.artifact_check`): damaged is an error, not a crash."""
-    from .artifact_check import check_artifact
-
     check_artifact(path)
-    if not tf_lite:
+    if not tf_lite:  # lazy: LiteRT, an optional dependency loaded on first use
         from ai_edge_litert.interpreter import Interpreter
 
         return Interpreter(model_path=os.fspath(path))
-    import warnings
-
-    from ..deps import import_tf
 
     tf = import_tf()
     with warnings.catch_warnings():

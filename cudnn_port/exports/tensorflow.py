@@ -145,6 +145,7 @@ def strip_unused_placeholders(graph_def: "graph_pb2.GraphDef", keep: Sequence[st
     """A frozen GraphDef without placeholders nothing reads (``convert_variables_to_constants_v2`` leaves one
     ``unused_control_flow_input_N`` per loop input), and with an Identity node named after each key of ``outputs``
     ({name: tensor name}), so the outputs have stable names."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.core.framework import graph_pb2
 
     read = {inp.split(":")[0].lstrip("^") for node in graph_def.node for inp in node.input}

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..gates import CUDNN_ORDER
 from .tflite_fb import FlatModel
+from .tflite_gru import gru_layer
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -137,8 +138,6 @@ def _lstm(graph, canon, x, layer, direction):
 
 def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
     """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs."""
-    from .tflite_gru import gru_layer
-
     spec = canon.spec
     graph = _Graph(spec, stateful)
     g = graph.g

@@ -101,6 +101,7 @@ def drop_unused_codes(model: Any) -> None:
 
 
 def serialize(model: Any) -> bytes:
+    # lazy: flatbuffers, loaded on first use (import cudnn_port stays light)
     import flatbuffers
 
     builder = flatbuffers.Builder(1024)

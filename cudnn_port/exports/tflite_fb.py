@@ -15,17 +15,17 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
+from ..deps import import_tf
+
 TYPES = {"float32": "FLOAT32", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
 VERSION = 3  # the schema version every current TFLite runtime reads
 
 
 def schema() -> ModuleType:
     """The flatbuffer schema bindings: LiteRT's, else TensorFlow's."""
-    try:
+    try:  # lazy: LiteRT or TensorFlow, optional dependencies loaded on first use
         from ai_edge_litert import schema_py_generated
     except ImportError:
-        from ..deps import import_tf
-
         import_tf()
         from tensorflow.lite.python import schema_py_generated
     return schema_py_generated
@@ -121,6 +121,7 @@ class FlatModel:
         return self.codes.index(code)
 
     def serialize(self) -> bytes:
+        # lazy: flatbuffers, loaded on first use (import cudnn_port stays light)
         import flatbuffers
 
         fb = self.fb

@@ -32,11 +32,13 @@ Interface: SignatureDef ``serving_default`` over the model's inputs (named as th
     logits = run(tokens=ids)["output_0"]
 """
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence
+import re
+import warnings
 
 import numpy as np
 
 from ..deps import import_tf
-from ..errors import UnsupportedError
+from ..errors import CudnnPortError, reason, UnsupportedError
 from .tflite import SIGNATURE, build_model as build_stack
 from . import tflite_edit as edit
 from .tflite_fb import schema
@@ -55,8 +57,6 @@ def convert(frozen: "tf.types.experimental.ConcreteFunction", input_names: Seque
     named), ``output_names``: the names of its outputs in ``frozen.outputs`` order; ``canons``: {a fused layer's
     buffer as float32 bytes: its CanonicalRNN}. Raises :class:`~cudnn_port.errors.UnsupportedError` (or the
     converter's error) when some op has no builtin TFLite op."""
-    import warnings
-
     tf = import_tf()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
     converter.allow_custom_ops = True  # the CudnnRNNV3 ops, replaced below; any other custom op is refused
@@ -132,10 +132,6 @@ def _check_static(model) -> None:
 
 def why(error: BaseException) -> str:
     """Why the model could not be converted, in one line: the refused ops' names where the converter lists them."""
-    import re
-
-    from ..errors import CudnnPortError, reason
-
     if isinstance(error, CudnnPortError):
         return str(error)
     ops = sorted(set(re.findall(r"\btf\.(\w+)\(", str(error))) - {CUSTOM.decode()})

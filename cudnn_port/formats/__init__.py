@@ -19,10 +19,12 @@ inputs by name (``inputs`` [B, T, I] float32, ``sequence_lengths`` [B] int32, an
 returns only ``outputs`` returns ``[outputs]``).
 """
 import importlib
+import os
 import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
+from .. import deps
 from ..errors import CudnnPortError, NotWritten, short  # noqa: F401 (NotWritten: formats raise it from here)
 
 if TYPE_CHECKING:
@@ -219,8 +221,6 @@ def stack_runtimes(stack_artifacts: Dict[str, str], derived: bool = False
     entry (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order.
     ``derived``: a derived artifact (``onnx_int8``) too, in the runtimes its judge runs it in (``Derived.runtimes``;
     bench times it like any other, verify judges it by its own tolerance: :mod:`cudnn_port.judging.int8`)."""
-    from .. import deps
-
     known = {key: (fmt, artifact, fmt.runtimes) for key, (fmt, artifact) in artifacts().items()}
     if derived:
         known.update({d.key(key): (f, known[key][1], [r for r in f.runtimes if r.name in d.runtimes or not d.runtimes])
@@ -241,8 +241,6 @@ def derived_label(key: str) -> Optional[str]:
 def open_artifact(key: str, path: str, spec: "RNNSpec", runtime: Optional[str] = None) -> Callable:
     """``run(feeds)`` of the artifact ``key`` of a stack (a key of the manifest's ``artifacts``) at ``path``, through
     ``runtime`` (a name; default the format's first runtime)."""
-    import os
-
     fmt, _ = artifacts()[key]
     chosen = [r for r in fmt.runtimes if runtime in (None, r.name)]
     if not chosen:

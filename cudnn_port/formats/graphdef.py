@@ -1,20 +1,21 @@
 """``graphdef``: OUT/frozen_graph.pb, the SavedModel's computation as a frozen GraphDef for TF1-style sessions:
 placeholders ``inputs:0``, ``sequence_lengths:0``, ``initial_h:0`` (and ``initial_c:0``; zeros by default), outputs
 ``outputs:0``, ``final_h:0`` (``final_c:0``) (:mod:`cudnn_port.exports.tensorflow`)."""
-from . import Artifact, Format, Road, Runtime
+from . import Artifact, Format, GraphOutputs, Road, Runtime
+from .. import formats as registry
+from ..deps import import_tf
+from ..exports import io_names, tensorflow as tf_export
+from ..exports.runners import load_graph
+from ..exports.tensorflow import strip_unused_placeholders
+from ..graphs.frozen import has_tables, open_frozen, write_frozen
+from ..graphs.nodes import onnx_signature
 
 
 def _write(canon, paths, *, name, options):
-    from ..exports import tensorflow as tf_export
-
     return {"graphdef_nodes": tf_export.write_frozen_graph(canon, paths["graphdef"])}
 
 
 def _open(path, spec):
-    from ..deps import import_tf
-    from ..exports import io_names
-    from ..exports.runners import load_graph
-
     tf = import_tf()
     session = tf.compat.v1.Session(graph=load_graph(path))
     fetches = [f"{n}:0" for n in io_names(spec)[1]]
@@ -28,8 +29,6 @@ def _open(path, spec):
 
 def _write_model(job, paths):
     """The whole model's CPU trace frozen: inputs as the model names them, outputs ``output_0`` ..."""
-    from ..exports.tensorflow import strip_unused_placeholders
-
     frozen = job.frozen("cpu")
     outputs = [f"output_{i}" for i in range(len(frozen.outputs))]
     graph_def = strip_unused_placeholders(frozen.graph.as_graph_def(), keep=[t.name for t in frozen.inputs],
@@ -40,9 +39,6 @@ def _write_model(job, paths):
 
 
 def _open_model(path, job):
-    from ..deps import import_tf
-    from ..exports.runners import load_graph
-
     session = import_tf().compat.v1.Session(graph=load_graph(path))
     names = job.manifest["graphdef_nodes"]
 
@@ -55,10 +51,6 @@ def _open_model(path, job):
 def _write_graph(job, paths):
     """A raw-text SavedModel's whole signature, strings in, its lookup tables' contents written in and an
     ``init_all_tables`` op (:mod:`cudnn_port.graphs.frozen`), frozen from the rewritten OUT/saved_model."""
-    from .. import formats as registry
-    from ..graphs.nodes import onnx_signature
-    from ..graphs.frozen import write_frozen
-
     if "saved_model" not in job.written:
         raise registry.NotWritten("it is frozen from saved_model/; add saved_model to --formats")
     with job.user_graph("freeze"):
@@ -68,16 +60,11 @@ def _write_graph(job, paths):
 
 def _open_graph(path, job):
     """frozen_graph.pb in a TF1 session, its tables initialised by its ``init_all_tables`` first; strings in."""
-    from ..graphs.frozen import open_frozen
-    from . import GraphOutputs
-
     run = open_frozen(path, job.manifest["graphdef_nodes"])
     return lambda feeds: GraphOutputs(run(feeds), "strings in, init_all_tables run first")
 
 
 def _has_tables(job):
-    from ..graphs.frozen import has_tables
-
     return has_tables(job.proto)
 
 

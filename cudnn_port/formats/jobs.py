@@ -35,6 +35,7 @@ class ModelJob:
 
     def frozen(self, path: str) -> Any:
         """:meth:`traced` with its variables frozen into constants."""
+        # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
         from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
         return self._once(f"frozen {path}", lambda: convert_variables_to_constants_v2(self.traced(path)))

@@ -4,19 +4,18 @@ sequence lengths, so the file is run with a right-padded mask and zero initial s
 import numpy as np
 
 from . import Artifact, Format, Runtime
+from ..exports.artifact_check import check_artifact
+from ..targets import keras as keras_target
 
 
 def _write(canon, paths, *, name, options):
-    from ..targets import keras as keras_target
-
     keras_target.save_model(canon, paths["keras"], name=name)
 
 
 def _open(path, spec):
     """The file loaded by plain Keras, run layer by layer with a right-padded mask; returns [outputs]."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
-
-    from ..exports.artifact_check import check_artifact
 
     check_artifact(path)
     model = keras.saving.load_model(path, compile=False)

@@ -3,21 +3,28 @@
 initial states), OUT/model_stateful.onnx also takes ``initial_h`` (and ``initial_c``) as required inputs, for
 streaming. Run by onnxruntime, and by OpenVINO where it is installed (:mod:`cudnn_port.exports.openvino`). ONNX's
 LSTM has no projection, so a projected stack has no ONNX form."""
-from . import Artifact, Derived, Format, NotWritten, Road, Runtime
+import os
+from . import Artifact, Derived, Format, GraphOutputs, NotWritten, Road, Runtime
+from ..exports import io_names, onnx as onnx_export
+from ..exports.onnx import cannot_hold, first_refusal
+from ..exports.onnx_tf import name_dynamic_dims, write_graph_onnx
+from ..exports.openvino import compile_onnx, open_onnx
+from ..exports.quantize import NothingToQuantize, quantize_onnx
+from ..exports.runners import onnx_session
+from ..graphs.frozen import open_frozen
+from ..graphs.nodes import onnx_signature, signature_names
+from ..graphs.onnx_parts import cut_runner, foreign_part, write_signature_onnx
+from ..graphs.reach import gpu_selected
+from ..manifest import warn
 
 
 def _write(canon, paths, *, name, options):
-    from ..exports import onnx as onnx_export
-
     for key, states in (("onnx", False), ("onnx_stateful", True)):
         if key in paths:
             onnx_export.write_onnx(canon, paths[key], name=name, states=states)
 
 
 def _open_onnxruntime(path, spec):
-    from ..exports import io_names
-    from ..exports.runners import onnx_session
-
     session = onnx_session(path)
     names_out = list(io_names(spec)[1])
 
@@ -29,14 +36,10 @@ def _open_onnxruntime(path, spec):
 
 
 def _open_openvino(path, spec):
-    from ..exports.openvino import open_onnx
-
     return open_onnx(path, spec)
 
 
 def _cannot_hold(spec):
-    from ..exports.onnx import cannot_hold
-
     return cannot_hold(spec)
 
 
@@ -44,8 +47,7 @@ def _write_model(job, paths):
     """The whole model traced on the fused op (the "lean" trace: no sequence lengths where a layer has no mask),
     through tf2onnx with fused ONNX LSTM / GRU nodes for the fused layers;
     inputs as the model names them, outputs ``output_0`` ..."""
-    from ..exports.onnx import first_refusal
-    from ..exports.onnx_tf import name_dynamic_dims, write_graph_onnx
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from ..layers import fused_layers
 
     refused = first_refusal((layer.name, layer.spec) for layer in fused_layers(job.model))
@@ -59,8 +61,6 @@ def _write_model(job, paths):
 
 
 def _open_model(path, job):
-    from ..exports.runners import onnx_session
-
     session = onnx_session(path)
     return lambda feeds: session.run([f"output_{i}" for i in range(job.count)],
                                      {name: feeds[name] for name in job.input_names})
@@ -68,8 +68,6 @@ def _open_model(path, job):
 
 def _open_model_openvino(path, job):
     """The whole model's ONNX in OpenVINO's CPU plugin, computing in float32."""
-    from ..exports.openvino import compile_onnx
-
     compiled = compile_onnx(path)
 
     def run(feeds):
@@ -82,12 +80,6 @@ def _open_model_openvino(path, job):
 def _write_graph(job, paths):
     """The graph road's model.onnx: the serving signature (or the only one) through tf2onnx with fused ONNX LSTM /
     GRU nodes in place of the cuDNN nodes; NotWritten where ONNX cannot hold it."""
-    from ..exports.onnx import first_refusal
-    from ..graphs.nodes import onnx_signature, signature_names
-    from ..graphs.onnx_parts import foreign_part, write_signature_onnx
-    from ..graphs.reach import gpu_selected
-    from ..manifest import warn
-
     refused = first_refusal((n.name, n.spec) for n in job.nodes)
     if refused:
         raise NotWritten(f"node {refused}")
@@ -115,9 +107,6 @@ def _open_graph(path, job):
     """The rewritten graph's model.onnx in onnxruntime, fed the signature's inputs; a numeric-part model (manifest
     ``onnx_input``: a raw-text signature whose string ops stay in TensorFlow) is fed the token ids that OUT's own
     preprocessing computes from the same strings (in frozen_graph.pb where it is there, else in OUT/saved_model)."""
-    from ..exports.runners import onnx_session
-    from . import GraphOutputs
-
     session, manifest = onnx_session(path), job.manifest
     names = [o.name for o in session.get_outputs()]
     floor = (F16_ATOL, F16_RTOL) if _computes_in_float16(path) else (0.0, 0.0)
@@ -138,11 +127,6 @@ def _open_graph(path, job):
 def _token_ids(job, cut):
     """``ids(feeds)``: the tensor the numeric part starts from, computed by OUT's TensorFlow graph from the
     signature's inputs (the graph loaded once)."""
-    import os
-
-    from ..graphs.frozen import open_frozen
-    from ..graphs.onnx_parts import cut_runner
-
     arts, name = job.manifest["model_artifacts"], cut["replaces"]
     if "graphdef" in arts:
         run = open_frozen(os.path.join(job.out, arts["graphdef"]), job.manifest["graphdef_nodes"], [name])
@@ -154,6 +138,7 @@ def _token_ids(job, cut):
 def _computes_in_float16(path) -> bool:
     """Whether the ONNX model at ``path`` casts to float16 or holds float16 weights (a Keras mixed_float16 graph:
     the ONNX runs its fused nodes in float32, TensorFlow each op in float16; they differ by a few float16 steps)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
 
     graph = onnx.load(path, load_external_data=False).graph
@@ -163,8 +148,6 @@ def _computes_in_float16(path) -> bool:
 
 
 def _write_int8(src, dst):
-    from ..exports.quantize import NothingToQuantize, quantize_onnx
-
     try:
         return quantize_onnx(src, dst)
     except NothingToQuantize as e:

@@ -5,18 +5,18 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 import numpy as np
 
 from . import Artifact, Format, Runtime
+from ..targets import pytorch as torch_target
 
 if TYPE_CHECKING:
     from ..layout import RNNSpec
 
 
 def _write(canon, paths, *, name, options):
-    from ..targets import pytorch as torch_target
-
     torch_target.save_file(canon, paths["pytorch"])
 
 
 def _open(path, spec):
+    # lazy: safetensors, loaded on first use (import cudnn_port stays light)
     from safetensors.numpy import load_file
 
     state = load_file(path)
@@ -28,6 +28,7 @@ def torch_modules(spec: "RNNSpec", state_dict: Dict[str, np.ndarray], x: np.ndar
                   h_0: np.ndarray, c_0: Optional[np.ndarray]) -> List[Optional[np.ndarray]]:
     """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` loading ``state_dict`` strictly, run on a
     packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError without PyTorch."""
+    # lazy: torch, loaded on first use (import cudnn_port stays light)
     import torch
 
     cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU

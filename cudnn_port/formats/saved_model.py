@@ -4,27 +4,25 @@
 signatures (TF Serving, ``loaded.signatures[...]``) and through the functions ``loaded.serve`` /
 ``loaded.serve_state`` that ``tf.saved_model.load(path)`` exposes, which hold their own copy of the graph."""
 
-from . import Artifact, Format, Road, Runtime
+from . import Artifact, Format, GraphOutputs, Road, Runtime
+from ..deps import import_tf
+from ..errors import CudnnPortError
+from ..exports import io_names, tensorflow as tf_export
+from ..exports.runners import load_saved_model
+from ..exports.tensorflow import op_types
+from ..graphs.rewrite import write_cpu_saved_model
 
 
 def _write(canon, paths, *, name, options):
-    from ..exports import tensorflow as tf_export
-
     tf_export.write_saved_model(canon, paths["saved_model"], options.get("xla", False))
 
 
 def _outputs(spec, result):
-    from ..exports import io_names
-
     values = [result[n].numpy() for n in io_names(spec)[1]]
     return values + [None] * (3 - len(values))
 
 
 def _open_signatures(path, spec):
-    from ..deps import import_tf
-
-    from ..exports.runners import load_saved_model
-
     tf = import_tf()
     loaded = load_saved_model(path)
 
@@ -36,10 +34,6 @@ def _open_signatures(path, spec):
 
 
 def _open_functions(path, spec):
-    from ..deps import import_tf
-
-    from ..exports.runners import load_saved_model
-
     tf = import_tf()
     loaded = load_saved_model(path)
 
@@ -52,10 +46,6 @@ def _open_functions(path, spec):
 
 def _write_model(job, paths):
     """The whole model's serving function on the fused layers' CPU path, saved with the model's variables."""
-    from ..deps import import_tf
-    from ..errors import CudnnPortError
-    from ..exports.tensorflow import op_types
-
     tf = import_tf()
     cpu = job.traced("cpu")
     module = tf.Module()
@@ -67,9 +57,6 @@ def _write_model(job, paths):
 
 
 def _open_model(path, job):
-    from ..deps import import_tf
-    from ..exports.runners import load_saved_model
-
     tf = import_tf()
     serving = load_saved_model(path).signatures["serving_default"]
 
@@ -82,9 +69,6 @@ def _open_model(path, job):
 
 def _write_graph(job, paths):
     """The SavedModel with each cuDNN node replaced by CPU ops, loaded once to prove it loads."""
-    from ..exports.runners import load_saved_model
-    from ..graphs.rewrite import write_cpu_saved_model
-
     with job.user_graph("rewrite"):
         write_cpu_saved_model(job.source, paths["saved_model"], job.nodes, job.proto)
         load_saved_model(paths["saved_model"])  # a damaged graph or variables fail here
@@ -93,9 +77,6 @@ def _write_graph(job, paths):
 def _open_graph(path, job):
     """The rewritten SavedModel's signature ``job.signature`` (loaded once per verify: it also ran every
     signature), as TF Serving runs it."""
-    from ..deps import import_tf
-    from . import GraphOutputs
-
     tf = import_tf()
     function = job.saved_model(path).signatures[job.signature]
     return lambda feeds: GraphOutputs({k: v.numpy() for k, v in function(**{k: tf.constant(v) for k, v in

@@ -8,11 +8,12 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from . import Artifact, Format, NotWritten, Road, Runtime
+from ..exports import OUTPUT_NAMES, tflite as tflite_export, tflite_model
+from ..exports.runners import litert_interpreter
+from ..layout import unpack
 
 
 def _write(canon, paths, *, name, options):
-    from ..exports import tflite as tflite_export
-
     tflite_export.write_tflite(canon, paths["tflite"])
     tflite_export.write_tflite(canon, paths["tflite_stateful"], stateful=True)
 
@@ -20,8 +21,6 @@ def _write(canon, paths, *, name, options):
 def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], List[Optional[np.ndarray]]]:
     """``run(feeds) -> [outputs, final_h, final_c or None]`` over a TFLite ``interpreter`` of an exported stack; it
     resizes the inputs (and reallocates) only when the feeds' shapes change."""
-    from ..exports import OUTPUT_NAMES
-
     inputs = {d["name"]: d["index"] for d in interpreter.get_input_details()}
     outputs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
     shapes = {}
@@ -46,22 +45,17 @@ def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], Li
 
 
 def _open_litert(path, spec):
-    from ..exports.runners import litert_interpreter
-
     return interpreter_runner(litert_interpreter(path))
 
 
 def _open_tf(path, spec):
-    from ..exports.runners import litert_interpreter
-
     return interpreter_runner(litert_interpreter(path, tf_lite=True))
 
 
 def _write_model(job, paths):
     """TFLite's converter over the whole model, each fused layer spliced in as builtin ops."""
-    from ..exports import tflite_model
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from ..layers import fused_layers
-    from ..layout import unpack
 
     kernels = {layer.opaque_kernel.numpy().astype("float32").tobytes(): unpack(layer.spec, layer.opaque_kernel.numpy())
                for layer in fused_layers(job.model)}
@@ -76,8 +70,6 @@ def _write_model(job, paths):
 
 def _open_model(path, job):
     """LiteRT's interpreter through the model's SignatureDef, which resizes the inputs itself."""
-    from ..exports.runners import litert_interpreter
-
     runner = litert_interpreter(path).get_signature_runner("serving_default")
 
     def run(feeds):

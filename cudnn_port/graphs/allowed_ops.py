@@ -169,7 +169,7 @@ RISKY_REASON = ("is a kernel inference does not need (a gradient, a quantized or
 @functools.lru_cache(maxsize=1)
 def _registry_stateless() -> frozenset:
     """The ops the installed TensorFlow registers as stateless (empty where TensorFlow is not installed)."""
-    try:
+    try:  # lazy: TensorFlow, an optional dependency loaded on first use
         import tensorflow as tf
         from tensorflow.python.framework import op_def_registry  # the registry itself: no public accessor
     except ImportError:

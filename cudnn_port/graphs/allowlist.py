@@ -193,6 +193,7 @@ def _assets(meta) -> list:
     """The SavedModel's AssetFileDefs: TF2's asset_file_def, TF1's ``saved_model_assets`` collection."""
     if meta is None:
         return []
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.core.protobuf import meta_graph_pb2
 
     found = list(meta.asset_file_def)
@@ -217,6 +218,7 @@ def _asset_findings(meta) -> List[Finding]:
 
 def check_constants(graph_def: "graph_pb2.GraphDef", path: str) -> None:
     """Refuse a constant that declares far more bytes than it stores, before anything allocates it."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.framework import dtypes
 
     for function, nodes in _graphs(graph_def):

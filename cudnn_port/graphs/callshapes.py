@@ -93,6 +93,7 @@ class CallShapes:
     def _object_facts(self, name, count) -> Optional[List[Fact]]:
         """Facts of a function the object graph holds (a layer's call): its input signature's shapes, then its
         captured variables' shapes (``bound_inputs``, the last arguments)."""
+        # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
         from tensorflow.python.saved_model import nested_structure_coder
 
         objects = self.meta.object_graph_def
@@ -148,6 +149,7 @@ class CallShapes:
         shape."""
         if name in self._graphs:
             return self._graphs[name]
+        # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
         from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
 
         tf = import_tf()
@@ -176,7 +178,7 @@ class CallShapes:
 
     @property
     def base(self) -> "tf.Graph":
-        if self._base is None:
+        if self._base is None:  # lazy: TensorFlow, loaded on first use
             from tensorflow.core.framework import graph_pb2
 
             tf, library = import_tf(), graph_pb2.GraphDef()

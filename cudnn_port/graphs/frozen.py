@@ -34,6 +34,7 @@ def has_tables(proto: "saved_model_pb2.SavedModel") -> bool:
 
 def frozen_signature(saved_model: str, signature: str) -> "Tuple[graph_pb2.GraphDef, Dict[str, str], Dict[str, str]]":
     """(GraphDef with :data:`INIT`, {signature input: tensor name}, {signature output: tensor name})."""
+    # lazy: tf2onnx, loaded on first use (import cudnn_port stays light)
     from tf2onnx import tf_loader
 
     tf = import_tf()

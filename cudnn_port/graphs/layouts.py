@@ -19,6 +19,7 @@ from ..canonical import CanonicalRNN, LayerParams
 from ..errors import UnsupportedError
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import pack
+from ..deps import import_tf
 
 if TYPE_CHECKING:
     from ..graphs.nodes import CudnnNode
@@ -76,9 +77,8 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
     and ``bias`` arguments where the function has them, else the variable reads, arguments or constants of Keras'
     weight shapes (:func:`keras_shapes`) that params is computed from (Keras 3 builds params inline, from its
     variables). Raises UnsupportedError for a construction that no gate permutation explains."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
-
-    from ..deps import import_tf
 
     if spec.num_layers != 1 or spec.bidirectional or spec.num_proj:
         return None
@@ -134,6 +134,7 @@ def _weight_sources(construction, whole, spec) -> Optional[Dict[str, List[str]]]
     """{role: node names} of the nodes in ``construction`` (params and what it depends on) whose output has the shape
     of Keras weight ``role`` (:func:`keras_shapes`): variable reads, float arguments, constants that are not one value
     repeated (TensorFlow folds ``zeros_like(bias)`` into one). None unless a kernel and a recurrent kernel are found."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.framework import tensor_util
 
     roles = {role: [] for role in WEIGHT_ARGS}
@@ -237,8 +238,6 @@ def put_params_in_cudnn_order(proto: "saved_model_pb2.SavedModel", nodes: "Seque
 
 def _insert_gather(function, node_name, perm):
     """In FunctionDef ``function``: node ``node_name``'s params input becomes ``GatherV2(params, perm, 0)``."""
-    from ..deps import import_tf
-
     tf = import_tf()
     target = next(n for n in function.node_def if n.name == node_name)
     dtype = target.attr["T"].type

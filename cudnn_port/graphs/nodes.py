@@ -13,6 +13,8 @@ from ..op_attrs import node_attrs
 from ..infer import candidates
 from ..layout import RNNSpec
 from ..paths import require_file
+from ..exports.onnx import cannot_hold
+from .callshapes import CallShapes
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2
@@ -29,6 +31,7 @@ def is_cudnn(op: str) -> bool:
 def load_proto(path: str) -> "saved_model_pb2.SavedModel":
     """The parsed saved_model.pb of folder ``path``; one line if it is empty, damaged or not a SavedModel."""
     import_tf()  # TensorFlow's environment set before its first import
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -103,7 +106,6 @@ class CudnnNode:
     def converts_as(self) -> str:
         if self.backward:
             return f"{self.spec.describe()}: its gradient in CPU ops in the SavedModel; no ONNX (no backward op)"
-        from ..exports.onnx import cannot_hold
 
         why = cannot_hold(self.spec)
         onnx = f"no ONNX ({why})" if why else f"fused ONNX {self.spec.mode.upper()} nodes in ONNX"
@@ -119,6 +121,7 @@ def _dim(shape, axis):
 
 def _function_input_shapes(function_def):
     """{node name: [input shapes]} of the cuDNN nodes of one function, by shape inference over it."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
     try:
@@ -165,8 +168,6 @@ def find_nodes(proto: "saved_model_pb2.SavedModel", needed: Optional[Set[str]] =
                 continue
             shapes = _function_input_shapes(function)
             if not all(_sized(shapes.get(n.name)) for n in found):  # tf.keras 2.0-2.2 recorded no shapes: callers'
-                from .callshapes import CallShapes
-
                 calls = calls or CallShapes(meta)
                 shapes = _called_shapes(calls, function.signature.name) or shapes
             for node in found:

@@ -13,7 +13,10 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..deps import import_tf
-from ..errors import CudnnPortError, reason
+from ..errors import CudnnPortError, NotWritten, reason
+from ..exports import onnx_tf
+from .frozen import INIT, frozen_signature, graph_runner
+from .nodes import load_proto
 
 if TYPE_CHECKING:
     from tensorflow.core.framework import graph_pb2
@@ -96,10 +99,8 @@ def write_signature_onnx(saved_model: str, path: str, signature: str) -> Dict[st
     tables as LabelEncoder), else its numeric part (:func:`numeric_cut`). Returns {} for the whole signature, or
     what the manifest says of the numeric part: ``onnx_input`` (name, dtype, shape, the tensor it replaces, the
     string inputs it comes from) and ``onnx_part`` (why)."""
+    # lazy: tf2onnx, loaded on first use (import cudnn_port stays light)
     from tf2onnx import tf_loader
-
-    from ..exports import onnx_tf
-    from .nodes import load_proto
 
     tf = import_tf()
     declared = load_proto(saved_model).meta_graphs[0].signature_def[signature].inputs
@@ -142,8 +143,6 @@ def cut_values(saved_model: str, signature: str, feeds: Dict[str, Any], cut_name
 def cut_runner(saved_model: str, signature: str,
                cut_name: str) -> Callable[[Dict[str, Any]], Tuple[Any, Dict[str, Any]]]:
     """:func:`cut_values` as ``run(feeds)``: the signature frozen and its tables filled once, for many runs."""
-    from .frozen import INIT, frozen_signature, graph_runner
-
     graph_def, inputs, outputs = frozen_signature(saved_model, signature)
     run = graph_runner(graph_def, {"inputs": inputs, "outputs": outputs, "init": INIT}, [cut_name])
 
@@ -159,8 +158,6 @@ def foreign_part(kept: bool) -> Iterator[None]:
     """Where writing model.onnx fails in a part of the graph that is not a cuDNN node (an op tf2onnx or ONNX has
     no counterpart for): :class:`~cudnn_port.errors.NotWritten` naming it (one warning) when ``kept`` (the SavedModel
     is written: exit 0), else one line (exit 2). The ONNX file is not left behind."""
-    from ..errors import NotWritten
-
     try:
         yield
     except Exception as e:  # CudnnPortError from user_graph, onnx's ValidationError, tf2onnx's errors

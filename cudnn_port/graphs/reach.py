@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set
 
 from .nodes import CudnnNode, find_nodes, load_proto
 from .prune import called_functions, drop_slot_references, prune, select_gpu_implementations
+from .callshapes import record_input_shapes
+from .layouts import put_params_in_cudnn_order
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2
@@ -30,8 +32,6 @@ if TYPE_CHECKING:
 def select(proto: "saved_model_pb2.SavedModel") -> bool:
     """Make (in place) ``proto`` call the GPU alternatives, drop what nothing calls, and record the shapes calls pass
     where the graph has none: the graph the ONNX writer converts. Returns whether a call or a shape changed."""
-    from .callshapes import record_input_shapes
-
     swapped = select_gpu_implementations(proto)
     prune(proto)
     return bool(record_input_shapes(proto)) or bool(swapped)
@@ -85,8 +85,6 @@ def gpu_selected(source: str, reordered: Optional[Dict[str, str]] = None) -> Ite
     (tf.keras 2.0-2.2, :mod:`.callshapes`), each cuDNN node's params in cuDNN's gate layout
     (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
     not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
-    from .layouts import put_params_in_cudnn_order
-
     proto = load_proto(source)
     swapped = select(proto)
     changed = put_params_in_cudnn_order(proto, find_nodes(proto, set().union(*reached_by(proto).values())))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, List, Sequence
 from ..deps import import_tf
 from .nodes import FORWARD_OPS, is_cudnn
 from .prune import redirect
+from ..tf_graph import cudnn_op_cpu
 
 if TYPE_CHECKING:
     from tensorflow.core.framework import function_pb2
@@ -41,8 +42,6 @@ FUNCTION_PREFIX = "cudnn_port_cpu_rnn"
 def _backward(tf, spec, time_major, dtype, forward_inputs):
     """The CPU function of a backward node: args are the forward op's inputs (4, or 5 with sequence_lengths), its
     three outputs, their three backprops, reserve_space[, host_reserved]."""
-    from ..tf_graph import cudnn_op_cpu
-
     def run(*args):
         inputs = list(args[:forward_inputs])
         backprops = args[forward_inputs + 3:forward_inputs + 6]
@@ -62,8 +61,6 @@ def replacement_functions(node: "CudnnNode") -> List["function_pb2.FunctionDef"]
     """FunctionDefs computing ``node`` on CPU: the replacement (first) and the loop functions it calls, all named
     uniquely for this node's configuration. The replacement's outputs are named like the op's (OUTPUTS, or
     BACKWARD_OUTPUTS for a backward node)."""
-    from ..tf_graph import cudnn_op_cpu
-
     tf = import_tf()
     spec, v3 = node.spec, node.op.endswith("V3")
     dtype = tf.as_dtype(node.dtype)

@@ -9,6 +9,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .allowlist import check_constants, check_graph_def, check_saved_model, saved_model_findings
+from ..deps import import_tf
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -57,9 +58,9 @@ def check_out(out: str, manifest: Dict[str, Any], *, trust_source: bool = False,
     paths = graph_paths(os.fspath(out), manifest)
     if not paths:
         return
-    from ..deps import import_tf
 
     import_tf()
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import saved_model_pb2
 

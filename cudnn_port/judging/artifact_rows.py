@@ -4,8 +4,11 @@ that is not installed is a skipped row, an artifact that fails to run a failed o
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from .. import formats as registry
+from .. import deps, formats as registry
 from ..manifest import Manifest
+from ..exports.runners import load_saved_model
+from .graph_inputs import could_not_run
+from .parity import compare, failed_row, skipped_row
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,8 +24,6 @@ class GraphCheck:
         self.out, self.manifest, self.signature, self._loaded = out, manifest, signature, {}
 
     def saved_model(self, path: str) -> Any:
-        from ..exports.runners import load_saved_model
-
         if path not in self._loaded:
             self._loaded[path] = load_saved_model(path)
         return self._loaded[path]
@@ -32,8 +33,6 @@ def model_artifact_rows(out: str, job: "ModelJob", feeds: Dict[str, "np.ndarray"
                         atol: float, rtol: float, say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """A row per whole-model artifact of ``job.manifest`` that a format can run: its outputs on ``feeds`` against
     ``want`` (an artifact that fails to run: a failed row; a runtime that is not installed: a skipped row)."""
-    from .parity import compare, failed_row
-
     job.count = len(want)
     return _runner_rows("model", out, job.manifest.model_artifacts, job, feeds, say,
                         lambda row, got: compare(row, got, want, atol, rtol), lambda row, needs, e: failed_row(row, e))
@@ -46,9 +45,6 @@ def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: D
     outputs on ``feeds`` against ``want`` ({output name: array}, the judge's), each at the larger of the user's
     tolerance and the one its runtime states; the artifact ``judge_key`` (the converted SavedModel, when the
     original could not run) is the judge and has no row."""
-    from .graph_inputs import could_not_run
-    from .parity import compare
-
     def judge(row, got):
         names = sorted(want)
         if set(got.values) != set(names):
@@ -70,9 +66,6 @@ def _runner_rows(road: str, out: str, arts: Dict[str, str], job: Any, feeds: Dic
     """Each artifact of ``arts`` ({key: path in OUT}) run through every runtime its format declares on ``road``,
     in registry order; ``judge(row name, outputs)`` makes the row, ``fail(row name, the runtime's needs, error)``
     the failed row of one that raises; a runtime that is not installed is a skipped row."""
-    from .. import deps
-    from .parity import skipped_row
-
     rows = []
     for fmt in registry.on_road(road):
         part = getattr(fmt, road)

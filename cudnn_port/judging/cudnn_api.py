@@ -24,6 +24,7 @@ disagreement between the two statements as a failed row.
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
 import numpy as np
+from ..canonical import CanonicalRNN, LayerParams
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -79,8 +80,6 @@ def offsets(mode: str, num_layers: int, hidden: int, input_size: int, directions
 def canonical(spec: "RNNSpec", buffer: np.ndarray) -> "CanonicalRNN":
     """The stack's :class:`~cudnn_port.canonical.CanonicalRNN` read through this statement (gates in cuDNN order,
     as the reference takes them)."""
-    from ..canonical import CanonicalRNN, LayerParams
-
     gates, D = GATES[spec.mode], spec.num_dirs
     found = matrices_and_biases(spec.mode, spec.num_layers, spec.num_units, spec.input_size, D, spec.num_proj,
                                 buffer)

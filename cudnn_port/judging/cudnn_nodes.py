@@ -25,6 +25,9 @@ import numpy as np
 
 from ..deps import import_tf
 from ..op_attrs import node_attrs
+from .. import reference
+from ..layout import RNNSpec
+from .cudnn_api import canonical
 
 FORWARD = ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")
 BACKWARD = ("CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3")
@@ -34,10 +37,6 @@ def node_outputs(attrs: Dict[str, Any], x: np.ndarray, h: np.ndarray, c: np.ndar
                  lengths: Any = None) -> List[np.ndarray]:
     """cuDNN's forward op on these inputs in the op's own layouts: [output, output_h, output_c, reserve_space]
     (and host_reserved for V2 / V3, empty as reserve_space is: only cuDNN's backward op reads them)."""
-    from .. import reference
-    from ..layout import RNNSpec
-    from .cudnn_api import canonical
-
     time_major = attrs.get("time_major", True) is not False
     directions = 2 if attrs["direction"] == "bidirectional" else 1
     proj = int(attrs.get("num_proj") or 0)
@@ -98,6 +97,7 @@ class _Swapper:
         """Swaps every forward cuDNN node of ``nodes`` (a repeated NodeDef field), and in the main graph every
         backward one; in a function body, rewires consumers' ``node:output_h:0`` to the PyFunc's
         ``node:output:1``."""
+        # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
         from tensorflow.python.framework import op_def_registry
 
         renames: Dict[str, str] = {}
@@ -122,6 +122,7 @@ def original_with_reference(source: str, signature: str, feeds: Dict[str, np.nda
     """{output name: value} of the SavedModel folder ``source``'s ``signature`` on ``feeds``, with every forward
     cuDNN node computed by the NumPy reference. ``sha256``: what its ``saved_model.pb`` must hash to (the bytes
     parsed are the bytes checked). Raises what TensorFlow raises (a backward node run, for one)."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.core.protobuf import saved_model_pb2
 
     tf = import_tf()

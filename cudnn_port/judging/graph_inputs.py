@@ -84,6 +84,7 @@ class _Scopes:
 def token_vocabularies(function: "tf.types.experimental.ConcreteFunction") -> dict:
     """{input name: vocab} for each input of ConcreteFunction ``function`` (a loaded signature) that reaches the
     indices of a gather; vocab is the indexed table's first dimension, or None where it cannot be told."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.ops import handle_data_util
 
     graph_def = function.graph.as_graph_def()

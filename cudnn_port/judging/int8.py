@@ -10,10 +10,15 @@ tagger stacks; wrong weights, a swapped gate, a zeroed bias, a dropped ``sequenc
 them 2-100x.
 """
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+import os
 
 import numpy as np
 
 from ..exports.quantize import LSTM_SETTINGS
+from ..canonical import CanonicalRNN, LayerParams
+from ..exports.onnx import layer_weights
+from ..formats import artifacts, derived_keys, open_artifact
+from .parity import failed_row
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -35,8 +40,6 @@ def _round_like_int8(a, per_channel, reduce_range):
 def rounded_canon(canon: "CanonicalRNN", per_channel: bool = False, reduce_range: bool = False) -> "CanonicalRNN":
     """``canon`` with W and R rounded as the int8 model rounds them (biases unchanged): the reference on it gives
     the error of weight rounding alone, the scale of :func:`judge_int8`'s tolerance."""
-    from ..canonical import CanonicalRNN, LayerParams
-
     layers = [LayerParams(_round_like_int8(np.asarray(p.W, np.float64), per_channel, reduce_range),
                           _round_like_int8(np.asarray(p.R, np.float64), per_channel, reduce_range),
                           p.b_W, p.b_R) for p in canon.layers]
@@ -99,9 +102,8 @@ def check_int8_weights(model: "onnx.ModelProto", canon: "CanonicalRNN",
     """Every DynamicQuantizeLSTM weight of ``model`` (ModelProto), taken in graph order as pseudo-layers 0..L*D-1
     (a node holds one direction or both), against ``canon``: dequantized within half a step of the source weight,
     the step at most ``2**max_bits_lost * amax / 127`` of its row. Returns (ok, worst normalised error, note)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import numpy_helper
-
-    from ..exports.onnx import layer_weights
 
     def directions(arrays):  # [D, ...] arrays -> one tuple per direction
         return [tuple(a[d:d + 1] for a in arrays) for d in range(arrays[0].shape[0])]
@@ -141,6 +143,7 @@ def check_int8_weights(model: "onnx.ModelProto", canon: "CanonicalRNN",
 def infer_settings(model: "onnx.ModelProto") -> Dict[str, bool]:
     """The LSTM settings an int8 model was made with, read off its first DynamicQuantizeLSTM node: per channel when
     its W scale has one entry per row, reduce_range when no int8 weight exceeds 64 in magnitude."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import numpy_helper
 
     inits = {i.name: i for i in model.graph.initializer}
@@ -158,10 +161,6 @@ def int8_rows(out: str, arts: Dict[str, str], spec: "RNNSpec", canon: "Canonical
     """verify's rows of a stack's int8 models (``arts``: its manifest artifacts): ``model_int8.onnx`` on ``plain``
     (inputs and lengths; ``want_zero`` from zero states), ``model_stateful_int8.onnx`` on ``fed`` (with states;
     ``want``)."""
-    import os
-
-    from ..formats import artifacts, derived_keys
-
     rows = []
     for key, of in derived_keys("int8").items():  # {"onnx_int8": "onnx", ...}, as the ONNX format declares them
         if key in arts:
@@ -175,10 +174,8 @@ def int8_row(label: str, path: str, spec: "RNNSpec", canon: "CanonicalRNN", feed
     """The verify row of the int8 model at ``path`` of stack ``canon``, run on ``feeds`` (verify's seeded ragged
     batch, with non-zero states or without states: zeros), against ``want`` (the float64 reference's outputs,
     final_h, final_c)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
-
-    from ..formats import open_artifact
-    from .parity import failed_row
 
     try:
         model = onnx.load(str(path))

@@ -14,11 +14,18 @@ came through.
 """
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence
+import json
 
 import numpy as np
 
-from .parity import compare, failed_row
+from .parity import compare, failed_row, model_feeds
 from .stock import model_outputs
+from ..canonical import CanonicalRNN, LayerParams
+from ..deps import import_tf
+from ..errors import CudnnPortError
+from ..readers.h5_guard import check_h5
+from ..readers.keras_h5 import CUDNN_CLASSES, h5_text, layer_classes
+from ..readers.keras_model import load_model_file
 
 if TYPE_CHECKING:
     import keras
@@ -43,8 +50,6 @@ def keras2_rule(kind: str, kernel: np.ndarray, recurrent: np.ndarray, bias: np.n
 def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, seed: int, atol: float,
                       rtol: float) -> Dict[str, Any]:
     """The verify row of OUT/keras/model.keras for a Keras 2 ``.h5`` source (see the module docstring)."""
-    from ..readers.keras_model import load_model_file
-
     source = manifest["source"].get("checkpoint", "")
     if not source_unchanged or not os.path.isfile(source):
         return {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None,
@@ -68,9 +73,6 @@ def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, se
 def _feeds(model, names, seed):
     """The whole-model rows' draw (:func:`cudnn_port.judging.parity.model_feeds`) for the model's own input
     shapes."""
-    from ..deps import import_tf
-    from .parity import model_feeds
-
     tf = import_tf()
     return model_feeds(model, names, [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs], seed)
 
@@ -80,13 +82,8 @@ def _source_weights(model, source: str) -> None:
     the source file (a nested model's layers too): a CuDNNLSTM / CuDNNGRU's converted by :func:`keras2_rule`, a
     plain LSTM / GRU's as they are. A recurrent layer the file holds no weights for fails the row (it would
     otherwise judge the rebuilt weights by themselves)."""
-    import json
-
+    # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
-
-    from ..errors import CudnnPortError
-    from ..readers.h5_guard import check_h5
-    from ..readers.keras_h5 import CUDNN_CLASSES, h5_text, layer_classes
 
     with h5py.File(source, "r") as f:
         check_h5(f, source)
@@ -129,10 +126,8 @@ def stack_from_file(source: str, variable: str, spec: "RNNSpec") -> "CanonicalRN
     :class:`~cudnn_port.canonical.CanonicalRNN`, cuDNN's gate order), read from the file's own arrays by Keras 2's
     rule (:func:`keras2_rule`) and Keras' LSTM / GRU math (``x @ kernel + h @ recurrent_kernel + bias``, gate blocks
     i f c o / z r h along the columns; GRU bias rows: input, recurrent), not through the reader."""
+    # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
-
-    from ..readers.h5_guard import check_h5
-    from ..readers.keras_h5 import h5_text
 
     kind = "LSTM" if spec.mode == "lstm" else "GRU"
     layer = variable.rsplit("/", 1)[0]
@@ -149,8 +144,6 @@ def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]])
     weights ``[(kernel, recurrent_kernel, bias)]`` per direction, by Keras' math: ``x @ kernel + h @
     recurrent_kernel + bias``, gate blocks i f c o / z r h along the columns, a GRU's bias rows input then
     recurrent."""
-    from ..canonical import CanonicalRNN, LayerParams
-
     kind = "LSTM" if spec.mode == "lstm" else "GRU"
     params, H, order = [], spec.num_units, KERAS_TO_CUDNN[kind]
     for kernel, recurrent, bias in directions:

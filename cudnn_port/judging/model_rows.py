@@ -1,12 +1,29 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Tuple
+import json
 
 import numpy as np
 
 from ..deps import import_tf
 from .graph_inputs import could_not_run, text_inputs, token_vocabularies
 from .parity import compare, failed_row, model_feeds, sample_inputs
+from . import cudnn_api
+from ..exports.runners import onnx_session
+from .tasks import task_row
+from ..formats import derived_keys
+from ..formats.jobs import ModelJob
+from ..layer_paths import judged_by
+from ..model_inputs import from_records
+from ..precision import float32_policy, float32_twin
+from ..readers.keras_model import load_model_file
+from ..stock_keras import rewrite
+from ..streaming_model import streaming_twin
+from .artifact_rows import GraphCheck, graph_artifact_rows, model_artifact_rows
+from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int8_forward, infer_settings
+from .keras_weights import stock_stack
+from .original import original_judge
+from .stock import ReferenceStack, model_judge, model_outputs
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -23,9 +40,6 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     ``unchanged`` since the conversion checked it (hashes as the manifest records them), else the converted
     SavedModel. Inputs take what the model accepts
     (:func:`signature_feeds`); one that raises is a failed row saying why in one line (:func:`could_not_run`)."""
-    from .artifact_rows import GraphCheck, graph_artifact_rows
-    from .original import original_judge
-
     arts, rows = manifest["model_artifacts"], []
     if "saved_model" not in arts:
         return rows
@@ -108,13 +122,6 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     """A whole Keras model's SavedModel, GraphDef and ONNX against the model with each fused layer rebuilt from
     stock Keras layers (from the source .keras file, or from OUT/keras/model.keras when the source is gone); the
     int8 model by its task cost, when OUT holds a task."""
-    import json
-
-    from ..formats import derived_keys
-    from ..precision import float32_policy, float32_twin
-    from ..readers.keras_model import load_model_file
-    from ..streaming_model import streaming_twin
-
     source = manifest["source"].get("checkpoint", "")
     copy = os.path.join(out, manifest["model_artifacts"].get("keras", "keras/model.keras"))
     path, where = (source, "the source") if unchanged and os.path.isfile(source) else (copy, "OUT/keras/model.keras")
@@ -135,9 +142,6 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     if int8:
         rows.append(_int8_model_row(out, manifest, names, feeds, want, int8, model))
     if manifest.get("task") and int8 and len(names) == 1:
-        from ..exports.runners import onnx_session
-        from .tasks import task_row
-
         with open(os.path.join(out, manifest["task"])) as f:
             task = json.load(f)
         say("task: fp32 and int8 ONNX")
@@ -166,11 +170,6 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     NumPy reference (:func:`.stock.model_judge`), on seeded inputs with right padding, and ids in each Embedding's
     range for the inputs an Embedding reads. The one whole-model check: export's parity and verify's rows both run
     it."""
-    from ..model_inputs import from_records
-    from ..formats.jobs import ModelJob
-    from .artifact_rows import model_artifact_rows
-    from .stock import model_judge
-
     tf = import_tf()
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
     specs = from_records(manifest.get("model_input_specs")) or \
@@ -187,8 +186,6 @@ def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[s
     """The distance from the judge (the model in float32, which every artifact matches) to ``original``'s own
     outputs in ``policy`` (mixed precision) on the same inputs: reported, not judged (``passed`` None); the
     original computes in half precision, the artifacts in float32."""
-    from .stock import model_judge
-
     name = f"original in {policy} (reported)"
     try:
         got = model_judge(original)[0]([run.feeds[n] for n in run.names])
@@ -206,10 +203,8 @@ def _int8_model_row(out, manifest, names, feeds, want, key, model):
     from ``want`` of the same model with each int8 LSTM stack computed as an exact int8 implementation rounds
     (:func:`~cudnn_port.judging.int8.ideal_int8_forward`), plus small floors. Its cost on the task is the task's
     row, where OUT holds a task."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
-
-    from ..exports.runners import onnx_session
-    from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, infer_settings
 
     name = "onnx int8 (onnxruntime)"
     path = os.path.join(out, manifest.model_artifacts[key])
@@ -240,8 +235,6 @@ class _Int8Stack:
         self.canon, self.settings = canon, settings
 
     def __call__(self, x, lengths, h0, c0):
-        from .int8 import ideal_int8_forward
-
         tf = import_tf()
 
         def run(x, lengths, h0, c0):
@@ -258,13 +251,6 @@ def _ideal_int8_model(model, inputs, settings):
     the stock layer's own variables (:func:`cudnn_port.judging.keras_weights.stock_stack`) or a fused layer's buffer
     read through the cuDNN API's layout (:mod:`cudnn_port.judging.cudnn_api`), not from the buffer the rewrite
     packed, so that an error of the rewrite cannot widen the tolerance that judges it."""
-    from ..layer_paths import judged_by
-    from ..precision import float32_policy
-    from ..stock_keras import rewrite
-    from . import cudnn_api
-    from .keras_weights import stock_stack
-    from .stock import ReferenceStack, model_outputs
-
     with float32_policy():
         fused = rewrite(model, sized=False)  # Keras' own Dense, TimeDistributed...: the judge shares no sized_layers
         judges = {}
@@ -282,6 +268,7 @@ def _ideal_int8_model(model, inputs, settings):
 def _fused_by_path(model, prefix=""):
     """(the stock layer's ``outer/inner`` path, or None for a layer that was fused already, fused layer) of each
     fused layer in ``model`` (a rewritten model: a stock layer's adapter is named as the layer)."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from ..layers import CudnnRNN
     from ..stock_adapter import StockAdapter
 

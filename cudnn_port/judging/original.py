@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..deps import import_tf
+from .cudnn_nodes import original_with_reference
+from .graph_inputs import could_not_run
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -37,9 +39,6 @@ def original_judge(manifest: "Manifest", signature: str, feeds: Dict[str, np.nda
     reference; one whose files changed since the conversion checked them (``unchanged`` False) or whose called
     cuDNN nodes read params in another platform's gate layout is not run, and a row says why; one that raises is a
     row, not run and not failed."""
-    from .cudnn_nodes import original_with_reference
-    from .graph_inputs import could_not_run
-
     def not_judged(why):
         return None, [{"artifact": f"saved_model [{signature}]", "max_abs": None, "max_rel": None, "passed": None,
                        "note": f"not judged by the original: {why}; the artifacts are judged by the converted "

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import reason
+from ..model_inputs import embedding_vocabularies
+from ..paths import write_new
 
 if TYPE_CHECKING:
     from ..layout import RNNSpec
@@ -93,8 +95,6 @@ def fp32_floor(reference_error: float, factor: float = 4.0, minimum: float = 1e-
 def write_report(path: str, report: Dict[str, Any]) -> None:
     """Write ``report`` as JSON at ``path`` through a new temporary file, so a reader never sees half of it and
     no link planted there (``parity.json``, a ``.tmp`` beside it) is written through."""
-    from ..paths import write_new
-
     write_new(path, json.dumps(report, indent=2))
 
 
@@ -102,8 +102,6 @@ def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: in
     """Seeded inputs of ``specs`` (by ``names``) for a whole model, the last row right-padded
     (:func:`~cudnn_port.judging.parity.sample_inputs`), with ids in each Embedding's range for the inputs an
     Embedding reads, whatever their dtype, padded like the rest."""
-    from ..model_inputs import embedding_vocabularies
-
     feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
     rng = np.random.default_rng(seed + 1)
     for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):

@@ -7,7 +7,14 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from ..exports import io_names
+from .int8 import int8_rows
 from .parity import compare, failed_row, skipped_row
+from ..deps import import_tf
+from ..formats import derived_keys, stack_runtimes
+from ..formats.pytorch import torch_modules
+from ..layout import pack
+from ..tf_graph import cudnn_forward
+from .stock import keras_layers, tf1_cells
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -20,10 +27,6 @@ def checkpoint_judge(manifest: "Manifest", out: str, stack: "StackRecord", spec:
                      batch: "Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]", want: "List[Optional[np.ndarray]]",
                      atol: float, rtol: float) -> Dict[str, Any]:
     """OUT/checkpoint restored by name into the stock components of its style, against the reference."""
-    from ..deps import import_tf
-    from ..formats.pytorch import torch_modules
-    from .stock import keras_layers, tf1_cells
-
     x, lengths, h, c = batch
     style, prefix, ckpt_dir = manifest.get("style"), stack.get("prefix", ""), os.path.join(out, "checkpoint")
     name = f"checkpoint ({style} style)"
@@ -58,8 +61,6 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
     """Every artifact of the stack (:mod:`cudnn_port.formats`), in every runtime its format names, called every way
     its users call it: with states fed (judged against ``want``) and with none (zero states: ``want_zero``), as the
     artifact takes them; then the int8 model, if any."""
-    from ..formats import derived_keys, stack_runtimes
-
     x, lengths, h, c = batch
     names_in, _ = io_names(spec)
     fed = dict(zip(names_in, (x, lengths, h, c)))
@@ -86,8 +87,6 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
             except Exception as e:  # an artifact that fails to run is a failed check, not a crash
                 rows.append(failed_row(label, e))
     if any(key in arts for key in derived_keys("int8")):
-        from .int8 import int8_rows
-
         say(f"{stack['variable']}: onnx int8")
         rows += int8_rows(out, arts, spec, canon, fed, want, plain, want_zero)
     return rows
@@ -98,8 +97,6 @@ def gpu_row(spec: "RNNSpec", canon: "CanonicalRNN", batch: "Tuple[np.ndarray, np
     """The fused cuDNN op itself (one CudnnRNNV3 call on the judge's buffer), where TensorFlow sees a GPU, with
     TensorFloat-32 off (TensorFlow allows it by default on Ampere and newer, and it moves cuDNN's fp32 output by
     up to ~3e-3 on small stacks, 7.5e-2 on large ones). Its tolerance is the fp32 floor of the case: ``atol``."""
-    from ..deps import import_tf
-
     name = "cudnn (GPU, TF32 off)"
     try:
         tf = import_tf()
@@ -108,8 +105,6 @@ def gpu_row(spec: "RNNSpec", canon: "CanonicalRNN", batch: "Tuple[np.ndarray, np
         gpus = []
     if not gpus:
         return skipped_row(name, "TensorFlow sees no GPU")
-    from ..layout import pack
-    from ..tf_graph import cudnn_forward
 
     x, lengths, h, c = batch
     tf32 = tf.config.experimental.tensor_float_32_execution_enabled()

@@ -8,7 +8,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .. import reference
 from ..deps import import_tf
+from ..layer_paths import judged_by
+from ..targets.tf1 import cell_scope
+from .cudnn_api import canonical
 
 if TYPE_CHECKING:
     from ..layout import RNNSpec
@@ -23,8 +27,6 @@ class ReferenceStack:
         self.canon = canon
 
     def __call__(self, x, lengths, h0, c0):
-        from .. import reference
-
         tf = import_tf()
         lstm = self.canon.spec.mode == "lstm"
 
@@ -39,6 +41,7 @@ class ReferenceStack:
 def model_outputs(result: Any) -> List[np.ndarray]:
     """A model call's result as a list of NumPy arrays: one tensor, a list, or a dict of them (in sorted key order, as
     Keras flattens it and the artifacts' ``output_0`` ... follow)."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     return [np.asarray(r) for r in keras.tree.flatten(result)]
@@ -49,9 +52,8 @@ def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
     the NumPy reference on its buffer read through the cuDNN API's statement of the layout
     (:mod:`cudnn_port.judging.cudnn_api`), sharing no code with the fused layers' own paths (cudnn_port.tf_graph),
     the layout every writer reads buffers by (cudnn_port.layout) or the Keras target (cudnn_port.targets.keras)."""
-    from ..layer_paths import judged_by
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from ..layers import fused_layers
-    from .cudnn_api import canonical
 
     judges = {id(layer): ReferenceStack(canonical(layer.spec, layer.opaque_kernel.numpy()))
               for layer in fused_layers(model)}
@@ -74,8 +76,6 @@ def tf1_cells(spec: "RNNSpec", prefix: str, ckpt_dir: str, x: np.ndarray, length
     the GRU through their cells' math (``LSTMCell(num_proj)``, ``CudnnCompatibleGRUCell``). ``legacy``: the older
     ``{prefix}/multi_rnn_cell/...`` names. x [B, T, I], lengths [B], h_0 [L*D, B, S], c_0 [L*D, B, H]. Returns
     [outputs [B, T, D*S], h_n, c_n or None]."""
-    from ..targets.tf1 import cell_scope  # the names are the convention (docs/conventions.md); the math is the judge's
-
     tf = import_tf()
     H, S, D, T = spec.num_units, spec.state_size, spec.num_dirs, x.shape[1]
     graph = tf.Graph()
@@ -153,6 +153,7 @@ def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callabl
     """Stock Keras ``LSTM`` / ``GRU(reset_after=True)`` layers holding ``tensors[f"{scope(l, d)}/kernel"]`` etc.
     (Keras' own names and layouts), run over a right-padded batch with a mask and initial states; the backward
     direction is ``go_backwards=True`` as ``Bidirectional`` builds it. Returns [outputs, h_n, c_n or None]."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     mask = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]

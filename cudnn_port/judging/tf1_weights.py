@@ -18,6 +18,7 @@ Written from TensorFlow 1.15's cell definitions:
 from typing import TYPE_CHECKING, Callable, Container
 
 import numpy as np
+from ..canonical import CanonicalRNN, LayerParams
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -43,8 +44,6 @@ def stack_from_checkpoint(read: Callable[[str], np.ndarray], names: Container[st
                           spec: "RNNSpec") -> "CanonicalRNN":
     """The stack whose synthesised buffer is ``variable`` (``{prefix}/opaque_kernel``), in cuDNN's gate order, read
     by ``read(name)`` from the tensors TF1's cells saved under ``prefix``."""
-    from ..canonical import CanonicalRNN, LayerParams
-
     prefix = variable.rsplit("/", 1)[0] if "/" in variable else ""
     H, S = spec.num_units, spec.state_size
     layers = []

@@ -14,8 +14,10 @@ import os
 from ..checkpoint import Checkpoint
 from ..source import Source
 from .keras_h5 import KerasH5, is_hdf5, is_keras3_model_h5
+from .keras_model import KerasModelSource
 from .platform import check_source
 from .tf1_canonical import with_canonical_stacks
+from ..paths import is_saved_model
 
 
 WEIGHTS = ("keras_h5", "checkpoint")  # the kinds converted stack by stack
@@ -26,8 +28,6 @@ def source_kind(path: "os.PathLike[str] | str") -> str:
     saved_model.pb: :mod:`cudnn_port.graphs`), "keras_model" (a .keras file, or a whole model Keras 3 saved as
     .h5: :mod:`cudnn_port.roads.model`), "keras_h5" (another HDF5 file: Keras 2's cuDNN layers) or "checkpoint" (a
     prefix, index or folder; also what does not exist yet)."""
-    from ..paths import is_saved_model
-
     path = os.fspath(path)
     if is_saved_model(path):
         return "saved_model"
@@ -46,8 +46,6 @@ def open_source(path: "os.PathLike[str] | str") -> Source:
     if kind == "keras_h5":
         return KerasH5(path)
     if kind == "keras_model":
-        from .keras_model import KerasModelSource
-
         return KerasModelSource.from_file(path)
     checkpoint = Checkpoint(path)
     check_source(checkpoint)

@@ -39,6 +39,7 @@ def check_h5(f: "h5py.File", path: str) -> None:
 
 
 def _group(group, path, totals, seen):
+    # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
 
     key = hash(group.id)  # h5py hashes an object by its file and address

@@ -46,6 +46,7 @@ def is_keras3_model_h5(path: str) -> bool:
     """Whether ``path`` is a whole model saved by Keras 3 in the legacy HDF5 format (``model.save("m.h5")``: a root
     ``model_config`` and ``keras_version`` 3.x). Such a file is a Keras model like a ``.keras`` file and takes the
     same road; only the root attributes are read."""
+    # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
 
     try:
@@ -103,6 +104,7 @@ class KerasH5(Source):
     MAX_BYTES = 1 << 34  # 16 GiB: a dataset declaring more is a damaged file, not a model
 
     def __init__(self, path):
+        # lazy: h5py, loaded on first use (import cudnn_port stays light)
         import h5py
 
         self.prefix = os.path.abspath(require_file(os.fspath(path), "Keras .h5 file"))

@@ -9,10 +9,13 @@ recurrent layer's ``seed_generator_state``) is left out: it is no weight, infere
 it afresh at every load; its ``cudnn_spec`` and ``cudnn_platform`` variables are left out (the converted
 tensors say it all); a layer whose platform record says ROCm / MIOpen is refused.
 """
+import ast
+import json
 import os
 import shutil
 import tempfile
 import zipfile
+import re
 from typing import TYPE_CHECKING, Dict, List
 
 import numpy as np
@@ -23,6 +26,11 @@ from ..paths import require_file
 from ..source import Source
 from .platform import refuse_miopen
 from .zip_guard import check_keras_zip
+from ..deps import import_tf
+from ..stock_keras import plan, rewrite
+from ..streaming_model import streaming_twin
+from .h5_guard import check_h5
+from .keras_h5 import is_hdf5
 
 if TYPE_CHECKING:
     import keras
@@ -37,6 +45,7 @@ def load_keras_file(path: str) -> "keras.Model":
         raise CudnnPortError(f"{path} is empty or not a zip archive, so not a complete .keras file; save the model "
                              "again with model.save(path)")
     check_keras_zip(path)
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
@@ -63,9 +72,6 @@ def _newer_option(error):
     """(class name, option) when Keras refused an option of a layer or initializer that this Keras does not know
     ("Unrecognized keyword arguments passed to Embedding: {'quantization_config': None}", "GlorotUniform.__init__()
     got an unexpected keyword argument 'input_axes'": Keras 3.12 on a 3.15 file), else None."""
-    import ast
-    import re
-
     text = str(error)
     found = re.search(r"Unrecognized keyword arguments passed to (\w+): (\{.*?\})", text)
     if found:
@@ -82,8 +88,6 @@ def _without_option(path, class_name, option, target):
     """A copy of the .keras archive ``path`` at ``target`` whose config drops ``option`` from every object of
     ``class_name`` that holds it as None (its default: the model a Keras without that option builds from the same
     file, the same numbers); None when no object holds it as None (a set option: not ours to drop)."""
-    import json
-
     dropped = []
 
     def drop(node):
@@ -113,8 +117,6 @@ def _without_option(path, class_name, option, target):
 def load_model_file(path: str) -> "keras.Model":
     """A Keras model file as Keras loads it, in safe mode: a ``.keras`` archive (:func:`load_keras_file`) or a whole
     model Keras 3 saved as HDF5 (:func:`load_keras_h5`)."""
-    from .keras_h5 import is_hdf5
-
     path = os.fspath(path)
     if os.path.isfile(path) and is_hdf5(path):
         return load_keras_h5(path)
@@ -125,9 +127,8 @@ def load_keras_h5(path: str) -> "keras.Model":
     """Load ``model.save("m.h5")`` of Keras 3 (legacy HDF5) with cudnn_port's layers known to Keras, after the HDF5
     guard (:func:`~.h5_guard.check_h5`: no links out, no outside data). Keras takes HDF5 by its suffix alone, so a
     file named otherwise is loaded from a copy named ``model.h5``."""
+    # lazy: h5py, Keras, loaded on first use (import cudnn_port stays light)
     import h5py
-
-    from .h5_guard import check_h5
 
     path = os.fspath(path)
     require_file(path, "Keras .h5 file")
@@ -153,16 +154,12 @@ def load_keras_h5(path: str) -> "keras.Model":
 
 def _is_tf_op(name: str) -> bool:
     """Whether ``name`` is a TensorFlow op's (a layer Keras wrote for an op it traced, not a user's class)."""
-    from ..deps import import_tf
-
     return hasattr(import_tf().raw_ops, name)
 
 
 def _refusal(path, error) -> str:
     """Why Keras did not load ``path``: its safe mode refusing code in the file (a Lambda's Python function, a
     class that neither Keras nor cudnn_port defines), or a damaged file."""
-    import re
-
     text, how = str(error), "load the model yourself with keras.saving.load_model(path, {}) and pass it to " \
         "cudnn_port.export(model, OUT)"
     if "safe_mode" in text or "arbitrary code" in text:
@@ -187,6 +184,7 @@ def variable_names(model: "keras.Model") -> Dict[int, str]:
     """{id(variable): name} for every variable of ``model``: the names of the layers it sits in (nested models
     included), then its path inside its layer (``lstm_cell/kernel``), or its own name where Keras' path does not pass
     through the layer (a seed generator's state); a name taken twice in one layer gets ``_1``, ``_2``, ..."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     names, seen = {}, set()
@@ -225,8 +223,8 @@ class KerasModelSource(Source):
     whole_model = True  # converts as a whole model (cudnn_port.roads.model), not buffer by buffer
 
     def __init__(self, model, path=None, original=None):
+        # lazy: Keras, loaded on first use (import cudnn_port stays light)
         from ..layers import fused_layers
-        from ..stock_keras import plan
 
         self.stock_layers = plan(original or model)  # the model's stock recurrent layers, as given: what became of each
         self.original = original or model  # the model as given (its stock layers' own weights judge the stacks)
@@ -258,9 +256,6 @@ class KerasModelSource(Source):
     def from_file(cls, path: str) -> "KerasModelSource":
         """A ``.keras`` (or Keras 3 ``.h5``) file saved from a model with fused layers, or stock Keras LSTM / GRU /
         Bidirectional layers (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
-        from ..stock_keras import rewrite
-        from ..streaming_model import streaming_twin
-
         model = load_model_file(path)
         try:
             streamed = streaming_twin(model)[0]

@@ -10,6 +10,7 @@ archive whose ``config.json`` inflates to 1 GiB took inspect to 2.6 GB. Here, fr
 import zipfile
 
 from ..errors import CudnnPortError, reason, short
+from .h5_guard import check_h5
 
 MAX_RATIO = 200  # Keras stores members uncompressed (ratio 1); JSON deflates about 10x
 FREE_BYTES = 1 << 20
@@ -42,9 +43,8 @@ def check_keras_zip(path: str) -> None:
 
 
 def _check_weights(archive, path):
+    # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
-
-    from .h5_guard import check_h5
 
     with archive.open(WEIGHTS) as member:
         try:

@@ -20,6 +20,9 @@ from ..manifest import Manifest, new_manifest
 from ..outdir import OutputFolder, finish
 from ..paths import refuse_links_out, require_file, sha256
 from ..progress import say_to
+from ..exports.runners import load_saved_model, onnx_session
+from ..judging.graph_inputs import run_error
+from ..judging.model_rows import signature_feeds
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2
@@ -118,10 +121,6 @@ def user_graph(source: str, what: str) -> Iterator[None]:
 def run_onnx_once(saved_model: str, onnx_path: str, signature: str = "serving_default", seed: int = 0) -> None:
     """Run the ONNX model on the inputs verify feeds ``signature`` (token ids for table lookups, fixed dimensions
     kept); raise ParityError (exit 1, nothing published) naming the failing node if onnxruntime fails."""
-    from ..exports.runners import load_saved_model, onnx_session
-    from ..judging.graph_inputs import run_error
-    from ..judging.model_rows import signature_feeds
-
     signatures = load_saved_model(saved_model).signatures
     if signature not in signatures:
         return

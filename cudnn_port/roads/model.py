@@ -44,12 +44,20 @@ from ..errors import CudnnPortError, ParityError
 from ..manifest import Manifest, warn
 from ..outdir import OutputFolder, finish
 from ..paths import sha256
-from ..judging.parity import write_report
+from ..judging.parity import ATOL, RTOL, sample_inputs, write_report
 from ..formats.jobs import ModelJob, layer_formats, write_road
+from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .stack import prepare_stacks, write_stacks
 from ..judging.tasks import TASK, load_task
-from ..model_inputs import to_records
+from ..model_inputs import built_from_a_batch, input_specs, to_records
 from ..progress import Progress, say_to
+from ..judging.model_rows import precision_row, whole_model_run
+from ..layer_paths import forced_path
+from ..precision import float32_policy, float32_twin
+from ..quiet import library_call
+from ..readers.keras_model import KerasModelSource, load_model_file
+from ..stock_keras import rewrite
+from ..streaming_model import streaming_twin
 
 if TYPE_CHECKING:
     import keras
@@ -63,8 +71,6 @@ def _input_specs(model):
     keras.Input: the two look alike) is run once on other sizes (3 rows, 7 steps): one that runs takes any batch and
     length; one that cannot run on another length (a ``Flatten`` after its recurrent layer, say) keeps its length,
     and one that cannot run on another batch size keeps that too, each with a warning."""
-    from ..model_inputs import built_from_a_batch, input_specs
-
     warnings = []
     specs = input_specs(model, warnings.append)
     if not built_from_a_batch(model):
@@ -87,8 +93,6 @@ def _input_specs(model):
 
 def _runs_on(model, specs) -> bool:
     """Whether ``model`` runs on inputs of ``specs`` (None: 3 rows, 7 steps; ids 0, in every vocabulary)."""
-    from ..judging.parity import sample_inputs
-
     feeds = sample_inputs([(s.name, s) for s in specs], seed=0, batch=3, steps=7)
     values = [feeds[s.name] * 0 if s.dtype.is_integer else feeds[s.name] for s in specs]
     try:
@@ -102,6 +106,7 @@ def _output_keys(model) -> List[str]:
     """Where each output sits in a model whose outputs hold a dict ({"cls": ..., "tag": ...}; [y, {"a": ...}] gives
     "0", "1/a"), in the order the artifacts return them (a dict's values in sorted key order, as Keras flattens it);
     [] for a tensor or a list of tensors."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     structure = getattr(model, "output", None) if type(model).__name__ in ("Functional", "Sequential") else None
@@ -111,8 +116,7 @@ def _output_keys(model) -> List[str]:
 
 def _traced(model, specs, path):
     """The model as a concrete function over ``specs``, its fused layers traced on ``path``."""
-    from ..layer_paths import forced_path
-
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     tf = import_tf()
@@ -138,9 +142,6 @@ def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Option
     float32 artifacts, judged by the model in float32 (:mod:`cudnn_port.precision`). Only cudnn-port's own words
     reach stderr during the call; ``verbose=True`` lets the libraries' through. Raises
     :class:`~cudnn_port.errors.ParityError` if an artifact disagrees with the judge."""
-    from ..precision import float32_policy
-    from ..quiet import library_call
-
     with library_call(verbose), float32_policy():  # new layers compute in float32 whatever the script's policy
         return _export(model, out, style=style, force=force, progress=progress, seed=seed, path=path, xla=xla,
                        quantize=quantize, keep_failed=keep_failed, formats=formats)
@@ -152,11 +153,6 @@ def whole_model_formats() -> List[str]:
 
 
 def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats):
-    from ..precision import float32_twin
-    from ..readers.keras_model import KerasModelSource
-    from ..stock_keras import rewrite
-    from ..streaming_model import streaming_twin
-
     say = say_to(progress)
     chosen = _chosen_formats(formats, quantize)
     original = model
@@ -172,8 +168,6 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     stacks = prepare_stacks(source, say=say)
     if quantize:  # before any export runs: only an LSTM stack without projection has an int8 form
-        from .int8 import refuse_nothing_to_quantize
-
         refuse_nothing_to_quantize(s.spec for s in stacks)
     style = style or ("tf1" if any(s.spec.num_proj for s in stacks) else "keras")
 
@@ -209,8 +203,6 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
             write_report(os.path.join(tmp, TASK), task)
             manifest["task"] = TASK
         if quantize:
-            from .int8 import quantize_outputs
-
             quantize_outputs(manifest, tmp, say)
         manifest["parity"] = _parity(job, judged, seed, say, original if policy else None, policy)
         if not manifest["parity"]["passed"] and not keep_failed:
@@ -252,9 +244,6 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
     float32) on the inputs verify draws (:func:`cudnn_port.judging.model_rows.whole_model_run`); writes
     model_parity.json (``cudnn-port verify OUT`` writes its own parity.json). ``mixed``: the model as given when it
     computes in ``policy`` (mixed precision): its distance to the judge is reported, not judged."""
-    from ..judging.model_rows import precision_row, whole_model_run
-    from ..judging.parity import ATOL, RTOL
-
     run = whole_model_run(job.tmp, job.manifest, judged, seed, ATOL, RTOL, say)
     rows, judge_name = run.rows, run.judge
     for row in rows:
@@ -276,7 +265,5 @@ def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | s
                       quantize: Optional[str] = None, keep_failed: bool = False,
                       formats: Optional[Sequence[str]] = None) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
-    from ..readers.keras_model import load_model_file
-
     return export(load_model_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
                   quantize=quantize, keep_failed=keep_failed, formats=formats)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..checkpoint import contiguous, write_checkpoint
 from ..errors import CudnnPortError
+from ..exports.keras_rebuild import save_keras3_model
 from .. import formats as registry
 from ..infer import Clues, choose, clues_from
 from ..stored_spec import SPEC_VARIABLE, spec_from_vector
@@ -200,8 +201,6 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
         if drop_slots:
             manifest["dropped"] += stack.slots
     if "keras" in formats and source.model_config:
-        from ..exports.keras_rebuild import save_keras3_model
-
         say("writing keras/model.keras (the whole model in Keras 3)")
         problem = save_keras3_model(source, os.path.join(tmp, "keras", "model.keras"))
         manifest.model_artifacts = {} if problem else {"keras": "keras/model.keras"}

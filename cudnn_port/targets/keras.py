@@ -83,6 +83,7 @@ def detect(shapes: Dict[str, Sequence[int]], prefix: str) -> None:
 
 def build_model(canon: CanonicalRNN, name: str = "rnn") -> "keras.Model":
     """A Keras 3 functional model computing the stack on full-length batches ``[B, T, I] -> [B, T, D*H]``."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     spec = canon.spec

@@ -53,6 +53,7 @@ def detect(shapes: Dict[str, Sequence[int]], prefix: str) -> None:
 
 def save_file(canon: CanonicalRNN, path: str) -> None:
     """Write the state_dict as safetensors (contiguous arrays: safetensors writes raw bytes of views)."""
+    # lazy: safetensors, loaded on first use (import cudnn_port stays light)
     from safetensors.numpy import save_file as _save
 
     _save({k: np.ascontiguousarray(v) for k, v in write(canon, "").items()}, str(path),
