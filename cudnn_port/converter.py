@@ -59,7 +59,7 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
     (:func:`cudnn_port.quiet.library_call`); ``verbose=True`` lets TensorFlow's and the other libraries' through.
     """
     args = dict(locals())
-    del args["verbose"], args["library_call"]
+    del args["verbose"]
     with library_call(verbose):
         return _convert(**args)
 
