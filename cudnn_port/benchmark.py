@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     from .manifest import Manifest
 from .progress import Progress, say_to
 from . import deps, formats as registry
-from .formats.jobs import ModelJob
+from .formats.jobs import GraphCheck, ModelJob, StackJob
 from .graphs.trust import check_out
-from .judging.artifact_rows import GraphCheck
 from .judging.model_rows import signature_feeds
 
 
@@ -82,7 +81,7 @@ def _runners(out, stack, spec):
         label = derived_label(key)  # "onnx int8 (onnxruntime)", verify's name for the row
         name = f"{label} ({runtime.name})" if label else key if sum(k == key for k, *_ in usable) == 1 else \
             f"{key} ({runtime.name})"
-        yield name, artifact.states, runtime.open(os.path.join(out, rel), spec)
+        yield name, artifact.states, runtime.open(os.path.join(out, rel), StackJob(spec))
 
 
 def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], steps: int, repeat: int,

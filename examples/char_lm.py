@@ -190,7 +190,8 @@ class StepDecoder:
 
             from cudnn_port.formats.tflite import interpreter_runner
 
-            self.step = interpreter_runner(Interpreter(os.path.join(export_dir, arts["tflite_stateful"])))
+            run = interpreter_runner(Interpreter(os.path.join(export_dir, arts["tflite_stateful"])))
+            self.step = lambda feeds: run(feeds).ordered(["outputs", "final_h", "final_c"])
         else:
             from cudnn_port.exports.runners import onnx_session
 

@@ -355,7 +355,7 @@ def test_fp16_and_fp64_buffers_export(tmp_path, dtype, tol):
     fp16 weights exact in fp32; the reference runs in fp64 on the same weights. fp16: tol 2e-3 for the fp16
     rounding of the inputs the artifacts cast to."""
     from cudnn_port.exports import io_names
-    from cudnn_port.formats import open_artifact
+    from cudnn_port.formats.jobs import open_artifact
 
     spec = make_spec("lstm", 2, True, dtype=dtype)
     src, blob = write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=33)
@@ -364,7 +364,8 @@ def test_fp16_and_fp64_buffers_export(tmp_path, dtype, tol):
     want = reference.forward(unpack(spec, blob), x, lengths, h_0, c_0)
     feeds = dict(zip(io_names(spec)[0], (x, lengths, h_0, c_0)))
     for kind in ("saved_model", "graphdef", "onnx_stateful"):  # the artifacts that take states
-        got = open_artifact(kind, tmp_path / "out" / manifest["stacks"][0]["artifacts"][kind], spec)(feeds)
+        got = open_artifact(kind, tmp_path / "out" / manifest["stacks"][0]["artifacts"][kind], spec)(feeds).ordered(
+            ["outputs", "final_h", "final_c"])
         err = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
         assert err <= tol, f"{dtype} {kind}: {err:.2e}"
     assert Checkpoint(tmp_path / "out" / "checkpoint").dtypes[manifest["stacks"][0]["targets"][0]] == dtype

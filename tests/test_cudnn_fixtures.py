@@ -153,10 +153,10 @@ def convert_case(tmp_path, case, style, formats=None):
 
 
 def run_artifacts(spec, out, manifest, feeds):
-    from cudnn_port.formats import open_artifact
+    from cudnn_port.formats.jobs import open_artifact
 
     arts = manifest["stacks"][0]["artifacts"]
-    return {kind: open_artifact(kind, out / arts[kind], spec)(feeds)  # the artifacts that take states
+    return {kind: open_artifact(kind, out / arts[kind], spec)(feeds).ordered(["outputs", "final_h", "final_c"])
             for kind in ("saved_model", "graphdef", "onnx_stateful") if kind in arts}
 
 

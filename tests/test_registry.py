@@ -145,23 +145,24 @@ def _toy_format():
 
     from cudnn_port import reference
     from cudnn_port.canonical import CanonicalRNN, LayerParams
-    from cudnn_port.formats import Artifact, Format, GraphOutputs, Road, Runtime
+    from cudnn_port.formats import Artifact, Format, Road, Runtime
+    from cudnn_port.formats.jobs import Outputs
 
     kinds = ("W", "R", "b_W", "b_R")
 
-    def write(canon, paths, *, name, options):  # what it returns for the manifest is kept there as it is
-        np.savez(paths["toy"], **{f"{p}_{k}": np.asarray(getattr(layer, k)) for p, layer in enumerate(canon.layers)
+    def write(job, paths):  # what it returns for the manifest is kept there as it is
+        np.savez(paths["toy"], **{f"{p}_{k}": np.asarray(getattr(layer, k)) for p, layer in enumerate(job.canon.layers)
                                   for k in kinds})
-        return {"toy_arrays": len(canon.layers) * len(kinds)}
+        return {"toy_arrays": len(job.canon.layers) * len(kinds)}
 
-    def open_stack(path, spec):
+    def open_stack(path, job):
         data = np.load(path)
-        canon = CanonicalRNN(spec, [LayerParams(*(data[f"{p}_{k}"] for k in kinds))
-                                    for p in range(spec.num_pseudo_layers)])
+        canon = CanonicalRNN(job.spec, [LayerParams(*(data[f"{p}_{k}"] for k in kinds))
+                                        for p in range(job.spec.num_pseudo_layers)])
 
         def run(feeds):
-            return list(reference.forward(canon, feeds["inputs"], feeds["sequence_lengths"], feeds.get("initial_h"),
-                                          feeds.get("initial_c")))
+            return Outputs.of_stack(reference.forward(canon, feeds["inputs"], feeds["sequence_lengths"],
+                                                      feeds.get("initial_h"), feeds.get("initial_c")))
         return run
 
     def write_tar(job, paths):
@@ -177,12 +178,12 @@ def _toy_format():
 
     def open_model(path, job):
         function = signature(path, "serving_default")
-        return lambda feeds: [function(**{n: tf.constant(feeds[n]) for n in job.input_names})[f"output_{i}"].numpy()
-                              for i in range(job.count)]
+        return lambda feeds: Outputs({k: v.numpy() for k, v in function(**{n: tf.constant(feeds[n])
+                                                                             for n in job.input_names}).items()})
 
     def open_graph(path, job):
         function = signature(path, job.signature)
-        return lambda feeds: GraphOutputs({k: v.numpy() for k, v in function(**{k: tf.constant(v) for k, v in
+        return lambda feeds: Outputs({k: v.numpy() for k, v in function(**{k: tf.constant(v) for k, v in
                                                                                feeds.items()}).items()})
 
     return Format(name="toy", help="a test's toy format", artifacts=(Artifact("toy", "toy/{label}.npz"),),

@@ -12,6 +12,7 @@ import pytest
 from helpers import ATOL_FP32, op_codes, random_canon
 from cudnn_port import cli, convert, reference
 from cudnn_port import formats as registry
+from cudnn_port.formats.jobs import StackJob
 from cudnn_port.layout import RNNSpec
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not installed "
@@ -33,7 +34,7 @@ def written(tmp_path_factory):
     for i, spec in enumerate(SPECS):
         tmp = tmp_path_factory.mktemp(f"tflite{i}")
         paths = {a.key: str(tmp / a.where("rnn")) for a in fmt.artifacts}
-        fmt.write(random_canon(spec, seed=i), paths, name="rnn", options={})
+        fmt.write(StackJob(spec, random_canon(spec, seed=i), "rnn"), paths)
         made[spec] = (random_canon(spec, seed=i), paths)
     return made
 

@@ -76,7 +76,7 @@ def test_verify_never_writes_its_report_through_a_planted_link(tmp_path, capsys,
 # ------------------------------------------------------------------------------------- damaged artifacts
 MUTATE = """
     import os, sys, numpy as np
-    from cudnn_port import formats
+    from cudnn_port.formats import jobs
     from cudnn_port.exports.artifact_check import check_artifact
     from cudnn_port.errors import CudnnPortError
     from cudnn_port.judging.parity import sample_batch
@@ -96,7 +96,7 @@ MUTATE = """
             continue
         try:
             x, lengths, h, c = sample_batch(spec, 2, 5, 0)
-            formats.open_artifact(key, copy, spec, runtime)({"inputs": x, "sequence_lengths": lengths})
+            jobs.open_artifact(key, copy, spec, runtime)({"inputs": x, "sequence_lengths": lengths})
         except Exception:
             pass  # an error is a failed row; only a crash would end this process
         counts["ran"] += 1

@@ -126,9 +126,11 @@ def test_weights_of_one_saved_model_function(out, converted, capsys, function):
                                            ("pytorch", "pytorch", "pytorch/cudnn_lstm.safetensors")])
 def test_weights_of_one_artifact(out, converted, capsys, kind, key, path):
     from cudnn_port import formats
+    from cudnn_port.formats.jobs import StackJob
 
     os.remove(out / path)
-    formats.get(kind).write(moved(converted[1]), {key: str(out / path)}, name="rnn", options={})
+    canon = moved(converted[1])
+    formats.get(kind).write(StackJob(canon.spec, canon, "rnn"), {key: str(out / path)})
     rehash(out)
     verify_fails(out, capsys, f"{key} (onnxruntime)" if kind == "onnx" else kind)
 

@@ -13,16 +13,17 @@ format is one module here plus its test::
 Format modules import nothing heavy at module level (``import cudnn_port`` and ``cudnn-port --help`` stay light);
 their writers and runtimes import TensorFlow, onnx, ... when called.
 
-Every runtime opener ``open(path, spec) -> run`` loads the artifact once; ``run(feeds)`` takes the interface's
-inputs by name (``inputs`` [B, T, I] float32, ``sequence_lengths`` [B] int32, and ``initial_h`` / ``initial_c``
-[L*D, B, S|H] where the artifact takes states) and returns ``[outputs, final_h, final_c or None]`` (a runtime that
-returns only ``outputs`` returns ``[outputs]``).
+On every road a writer is ``write(job, paths)`` and a runtime ``open(path, job) -> run``, ``job`` the road's
+:class:`~.jobs.Job` (:class:`~.jobs.StackJob`: ``spec``, and when writing ``canon``, ``name``, ``options``); the
+opener loads the artifact once, and ``run(feeds)`` returns :class:`~.jobs.Outputs`, values by name. On the stack road
+``feeds`` are the interface's inputs by name (``inputs`` [B, T, I] float32, ``sequence_lengths`` [B] int32, and
+``initial_h`` / ``initial_c`` [L*D, B, S|H] where the artifact takes states) and the values ``outputs``,
+``final_h`` and ``final_c`` (where the artifact returns them; :meth:`~.jobs.Outputs.of_stack`).
 """
 import importlib
-import os
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .. import deps
 from ..errors import CudnnPortError, NotWritten, short  # noqa: F401 (NotWritten: formats raise it from here)
@@ -55,8 +56,8 @@ class Artifact:
 
 @dataclass(frozen=True)
 class Runtime:
-    """A way users run an artifact: ``open(path, spec) -> run(feeds)``; ``needs``: modules it imports (a missing one
-    makes verify skip its rows with the reason); ``outputs_only``: it returns ``[outputs]`` alone."""
+    """A way users run an artifact: ``open(path, job) -> run(feeds) -> Outputs``; ``needs``: modules it imports (a
+    missing one makes verify skip its rows with the reason); ``outputs_only``: it returns ``outputs`` alone."""
 
     name: str
     open: Callable
@@ -73,12 +74,13 @@ class Road:
     ``artifacts``: what it writes (paths in OUT, no ``{label}``); ``write(job, paths)`` writes them (``job``: the
     road's :class:`.jobs.ModelJob` or :class:`.jobs.GraphJob`) and returns details for the
     manifest or None, or raises :class:`NotWritten` (a warning; the other artifacts stand); ``open(path, job)`` ->
-    ``run(feeds)`` -> the outputs in order, for verify's row named ``row``; ``needs``: modules that runtime imports;
+    ``run(feeds)`` -> :class:`.jobs.Outputs` (``output_0`` ...), for verify's row named ``row``; ``needs``: modules
+    that runtime imports;
     ``applies(job)``: whether the format writes anything for this job (None: always); one that does not is passed
     over without a word (graphdef on the graph road: only for a signature that holds lookup tables); ``more``: further
     runtimes of the same artifact, each ``(row, open, needs)`` (ONNX in OpenVINO beside onnxruntime).
-    On the graph road ``open(path, job)`` takes a :class:`cudnn_port.judging.artifact_rows.GraphCheck`, ``row`` may name
-    ``{signature}``, and ``run(feeds)`` (the signature's inputs by name) returns a :class:`GraphOutputs`."""
+    On the graph road ``open(path, job)`` takes a :class:`.jobs.GraphCheck`, ``row`` may name ``{signature}``, and
+    ``run(feeds)`` (the signature's inputs by name) returns the signature's outputs by name."""
 
     artifacts: Tuple[Artifact, ...]
     write: Callable
@@ -91,16 +93,6 @@ class Road:
     def runners(self) -> List[Tuple[str, Callable, Tuple[str, ...]]]:
         """(row, open, needs) of each way verify runs the artifact: the first runtime, then ``more``."""
         return ([(self.row, self.open, self.needs)] if self.open is not None else []) + list(self.more)
-
-
-class GraphOutputs(NamedTuple):
-    """What a graph-road runtime returns: ``values`` {signature output name: array}; ``note`` for its row;
-    ``atol`` / ``rtol``: the least tolerance its numbers allow (an ONNX that computes in float16), 0: the user's."""
-
-    values: Dict[str, Any]
-    note: str = ""
-    atol: float = 0.0
-    rtol: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -127,10 +119,11 @@ class Derived:
 
 @dataclass(frozen=True)
 class Format:
-    """One output format of a stack (see the module docstring). ``write(canon, paths, *, name, options)`` writes
-    every artifact of ``paths`` ({artifact key: absolute path}) and returns details for the manifest or None;
-    ``cannot_hold(spec)`` returns why this format cannot hold a stack of ``spec``, or None; ``order`` sorts formats in
-    help texts and tables; ``default``: written by default (with the checkpoint and the style's own format)."""
+    """One output format of a stack (see the module docstring). ``write(job, paths)`` (``job``: a
+    :class:`.jobs.StackJob`) writes every artifact of ``paths`` ({artifact key: absolute path}) and returns details
+    for the manifest or None; ``cannot_hold(spec)`` returns why this format cannot hold a stack of ``spec``, or None;
+    ``order`` sorts formats in help texts and tables; ``default``: written by default (with the checkpoint and the
+    style's own format)."""
 
     name: str
     help: str
@@ -236,16 +229,6 @@ def derived_label(key: str) -> Optional[str]:
     """A derived artifact's row label, as verify names its rows ("onnx_int8" -> "onnx int8"); None for another key."""
     return next((f"{of} {d.name}" for f in formats().values() for d in f.derived for of in d.of if d.key(of) == key),
                 None)
-
-
-def open_artifact(key: str, path: str, spec: "RNNSpec", runtime: Optional[str] = None) -> Callable:
-    """``run(feeds)`` of the artifact ``key`` of a stack (a key of the manifest's ``artifacts``) at ``path``, through
-    ``runtime`` (a name; default the format's first runtime)."""
-    fmt, _ = artifacts()[key]
-    chosen = [r for r in fmt.runtimes if runtime in (None, r.name)]
-    if not chosen:
-        raise ValueError(f"{key} has no runtime {runtime!r}")
-    return chosen[0].open(os.fspath(path), spec)
 
 
 def needs(requested: Iterable[str]) -> List[str]:

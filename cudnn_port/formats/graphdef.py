@@ -1,7 +1,7 @@
 """``graphdef``: OUT/frozen_graph.pb, the SavedModel's computation as a frozen GraphDef for TF1-style sessions:
 placeholders ``inputs:0``, ``sequence_lengths:0``, ``initial_h:0`` (and ``initial_c:0``; zeros by default), outputs
 ``outputs:0``, ``final_h:0`` (``final_c:0``) (:mod:`cudnn_port.exports.tensorflow`)."""
-from . import Artifact, Format, GraphOutputs, Road, Runtime
+from . import Artifact, Format, Road, Runtime
 from .. import formats as registry
 from ..deps import import_tf
 from ..exports import io_names, tensorflow as tf_export
@@ -9,20 +9,20 @@ from ..exports.runners import load_graph
 from ..exports.tensorflow import strip_unused_placeholders
 from ..graphs.frozen import has_tables, open_frozen, write_frozen
 from ..graphs.nodes import onnx_signature
+from .jobs import Outputs
 
 
-def _write(canon, paths, *, name, options):
-    return {"graphdef_nodes": tf_export.write_frozen_graph(canon, paths["graphdef"])}
+def _write(job, paths):
+    return {"graphdef_nodes": tf_export.write_frozen_graph(job.canon, paths["graphdef"])}
 
 
-def _open(path, spec):
+def _open(path, job):
     tf = import_tf()
     session = tf.compat.v1.Session(graph=load_graph(path))
-    fetches = [f"{n}:0" for n in io_names(spec)[1]]
+    fetches = [f"{n}:0" for n in io_names(job.spec)[1]]
 
     def run(feeds):
-        values = session.run(fetches, {f"{k}:0": v for k, v in feeds.items()})
-        return list(values) + [None] * (3 - len(values))
+        return Outputs.of_stack(session.run(fetches, {f"{k}:0": v for k, v in feeds.items()}))
 
     return run
 
@@ -43,7 +43,8 @@ def _open_model(path, job):
     names = job.manifest["graphdef_nodes"]
 
     def run(feeds):
-        return session.run(names["outputs"], {n: feeds[name] for n, name in zip(names["inputs"], job.input_names)})
+        return Outputs.of_model(session.run(names["outputs"], {n: feeds[name] for n, name in
+                                                               zip(names["inputs"], job.input_names)}))
 
     return run
 
@@ -61,7 +62,7 @@ def _write_graph(job, paths):
 def _open_graph(path, job):
     """frozen_graph.pb in a TF1 session, its tables initialised by its ``init_all_tables`` first; strings in."""
     run = open_frozen(path, job.manifest["graphdef_nodes"])
-    return lambda feeds: GraphOutputs(run(feeds), "strings in, init_all_tables run first")
+    return lambda feeds: Outputs(run(feeds), "strings in, init_all_tables run first")
 
 
 def _has_tables(job):

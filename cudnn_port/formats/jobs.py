@@ -1,27 +1,84 @@
-"""What the whole-model and graph roads hand the formats: the job each road builds (:class:`ModelJob`,
-:class:`GraphJob`), and the walk through the format registry in which each format that declares a
-:class:`~cudnn_port.formats.Road` writes its artifacts (:func:`write_road`); nothing here names a format. The judge
-runs them with :mod:`cudnn_port.judging.artifact_rows`.
+"""What every road hands the formats, and what their runtimes hand back: one :class:`Job` type (a
+:class:`StackJob` on the stack road, a :class:`ModelJob` on the whole-model road, a :class:`GraphJob` while a
+rewritten graph is written and a :class:`GraphCheck` while it is verified), read by every writer
+``write(job, paths)`` and every runtime ``open(path, job) -> run(feeds)``; every ``run`` returns :class:`Outputs`.
+Also the walk through the format registry in which each format that declares a :class:`~cudnn_port.formats.Road`
+writes its artifacts (:func:`write_road`); nothing here names a format. The judge runs them with
+:mod:`cudnn_port.judging.artifact_rows` and :mod:`cudnn_port.judging.stack_rows`.
 
     job = ModelJob(model, specs, tmp, trace)     # what every whole-model writer reads, traced once
     manifest.model_artifacts.update(write_road("model", job, tmp, manifest, say))
 """
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import formats as registry
+from ..exports import OUTPUT_NAMES
+from ..exports.runners import load_saved_model
 from ..manifest import Manifest, warn
 
 
-class ModelJob:
+class Outputs(NamedTuple):
+    """What every runtime's ``run(feeds)`` returns: ``values`` {output name: array} (a stack: ``outputs``,
+    ``final_h``, ``final_c`` where it returns them; a whole model: ``output_0`` ...; a graph: its signature's
+    names); ``note`` for the verify row; ``atol`` / ``rtol``: the least tolerance its numbers allow (an ONNX that
+    computes in float16), 0: the user's."""
+
+    values: Dict[str, Any]
+    note: str = ""
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    @classmethod
+    def of_stack(cls, values: Sequence[Any], note: str = "") -> "Outputs":
+        """A stack's ``[outputs, final_h, final_c]`` (a None or a missing one: not returned)."""
+        return cls({n: v for n, v in zip(OUTPUT_NAMES, values) if v is not None}, note)
+
+    @classmethod
+    def of_model(cls, values: Sequence[Any]) -> "Outputs":
+        """A whole model's outputs in order: ``output_0`` ..."""
+        return cls({f"output_{i}": v for i, v in enumerate(values)})
+
+    def ordered(self, names: Sequence[str]) -> List[Any]:
+        """The values of ``names``, in that order (None where one was not returned)."""
+        return [self.values.get(n) for n in names]
+
+
+class Job:
+    """What a road hands each format: the manifest being written or read (a writer records warnings in it), what
+    the formats before this one wrote ({key: absolute path}: a writer may read them), and where progress goes."""
+
+    road = ""
+
+    def __init__(self, manifest: Optional[Manifest] = None, say: Callable[[str], None] = lambda message: None
+                 ) -> None:
+        self.manifest, self.say = manifest, say
+        self.written: Dict[str, str] = {}
+
+
+class StackJob(Job):
+    """One cuDNN stack: ``spec``; when written, its canonical weights ``canon``, its label ``name`` and the
+    options of the conversion (``xla``)."""
+
+    road = "stack"
+
+    def __init__(self, spec: Any, canon: Any = None, name: str = "", options: Optional[Dict[str, Any]] = None
+                 ) -> None:
+        super().__init__()
+        self.spec, self.canon, self.name, self.options = spec, canon, name, dict(options or {})
+
+
+class ModelJob(Job):
     """A Keras model being exported whole: ``specs`` its input specs; ``trace(path)`` its serving function traced on
     the fused layers' ``"cpu"`` or ``"cudnn"`` path. The traces and frozen forms are made once, when a writer first
     asks. The runners read ``input_names`` and ``count`` (outputs ``output_0`` ...) and the manifest's records."""
 
+    road = "model"
+
     def __init__(self, model: Any, specs: Sequence[Any], tmp: str, trace: Callable[[str], Any]) -> None:
+        super().__init__()
         self.model, self.specs, self.tmp, self._trace, self._cache = model, list(specs), tmp, trace, {}
         self.input_names = [s.name for s in self.specs]
-        self.manifest: Optional[Manifest] = None
         self.count = 0
 
     def _once(self, key: str, make: Callable[[], Any]) -> Any:
@@ -41,15 +98,43 @@ class ModelJob:
         return self._once(f"frozen {path}", lambda: convert_variables_to_constants_v2(self.traced(path)))
 
 
-class GraphJob:
+class GraphJob(Job):
     """A SavedModel whose cuDNN nodes are being rewritten (:mod:`cudnn_port.graphs`): its folder, parsed proto, the
     cuDNN nodes found, and which params were gathered into cuDNN's gate order."""
 
+    road = "graph"
+
     def __init__(self, source: str, proto: Any, nodes: List[Any], reordered: Any, say: Callable[[str], None],
                  user_graph: Callable[[str], Any]) -> None:
-        self.source, self.proto, self.nodes, self.reordered, self.say = source, proto, nodes, reordered, say
+        super().__init__(say=say)
+        self.source, self.proto, self.nodes, self.reordered = source, proto, nodes, reordered
         self.user_graph = user_graph  # user_graph(what): a context in which errors on the graph are one line
-        self.manifest: Optional[Manifest] = None  # the manifest being written (a writer records warnings in it)
+
+
+class GraphCheck(Job):
+    """A converted SavedModel being verified (the graph road's runtimes read it): OUT, its manifest, the signature
+    every artifact is judged on, and each SavedModel of OUT loaded once (:meth:`saved_model`)."""
+
+    road = "graph"
+
+    def __init__(self, out: str, manifest: Manifest, signature: str) -> None:
+        super().__init__(manifest)
+        self.out, self.signature, self._loaded = out, signature, {}
+
+    def saved_model(self, path: str) -> Any:
+        if path not in self._loaded:
+            self._loaded[path] = load_saved_model(path)
+        return self._loaded[path]
+
+
+def open_artifact(key: str, path: str, spec: Any, runtime: Optional[str] = None) -> Callable[[Dict[str, Any]], Outputs]:
+    """``run(feeds) -> Outputs`` of the artifact ``key`` of a stack of ``spec`` (a key of the manifest's
+    ``artifacts``) at ``path``, through ``runtime`` (a name; default the format's first runtime)."""
+    fmt, _ = registry.artifacts()[key]
+    chosen = [r for r in fmt.runtimes if runtime in (None, r.name)]
+    if not chosen:
+        raise ValueError(f"{key} has no runtime {runtime!r}")
+    return chosen[0].open(os.fspath(path), StackJob(spec))
 
 
 def layer_formats() -> List[str]:
@@ -76,12 +161,12 @@ def road_plan(road: str, specs: Sequence[Any], job: Any = None) -> Tuple[List[st
     return paths, not_written
 
 
-def write_road(road: str, job: Any, tmp: str, manifest: Manifest, say: Callable[[str], None],
+def write_road(road: str, job: Job, tmp: str, manifest: Manifest, say: Callable[[str], None],
                formats: Optional[Sequence[str]] = None) -> Dict[str, str]:
     """Each format on ``road`` (of ``formats``, if given) writes its artifacts into ``tmp``; returns {key: path in
     OUT} of what was written; a format that cannot hold the model is a warning in ``manifest``."""
     written = {}
-    job.written = {}  # {key: absolute path} of what the formats before this one wrote (a writer may read them)
+    job.written.clear()
     for fmt in registry.on_road(road):
         if formats is not None and fmt.name not in formats:
             continue

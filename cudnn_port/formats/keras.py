@@ -6,14 +6,15 @@ import numpy as np
 from . import Artifact, Format, Runtime
 from ..exports.artifact_check import check_artifact
 from ..targets import keras as keras_target
+from .jobs import Outputs
 
 
-def _write(canon, paths, *, name, options):
-    keras_target.save_model(canon, paths["keras"], name=name)
+def _write(job, paths):
+    keras_target.save_model(job.canon, paths["keras"], name=job.name)
 
 
-def _open(path, spec):
-    """The file loaded by plain Keras, run layer by layer with a right-padded mask; returns [outputs]."""
+def _open(path, job):
+    """The file loaded by plain Keras, run layer by layer with a right-padded mask; returns outputs alone."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
@@ -26,7 +27,7 @@ def _open(path, spec):
         h = x
         for layer in model.layers[1:]:
             h = layer(h, mask=mask)
-        return [np.asarray(h) * mask[..., None]]
+        return Outputs.of_stack([np.asarray(h) * mask[..., None]])
 
     return run
 

@@ -4,7 +4,7 @@ initial states), OUT/model_stateful.onnx also takes ``initial_h`` (and ``initial
 streaming. Run by onnxruntime, and by OpenVINO where it is installed (:mod:`cudnn_port.exports.openvino`). ONNX's
 LSTM has no projection, so a projected stack has no ONNX form."""
 import os
-from . import Artifact, Derived, Format, GraphOutputs, NotWritten, Road, Runtime
+from . import Artifact, Derived, Format, NotWritten, Road, Runtime
 from ..exports import io_names, onnx as onnx_export
 from ..exports.onnx import cannot_hold, first_refusal
 from ..exports.onnx_tf import name_dynamic_dims, write_graph_onnx
@@ -16,27 +16,24 @@ from ..graphs.nodes import onnx_signature, signature_names
 from ..graphs.onnx_parts import cut_runner, foreign_part, write_signature_onnx
 from ..graphs.reach import gpu_selected
 from ..manifest import warn
+from .jobs import Outputs
 
 
-def _write(canon, paths, *, name, options):
+def _write(job, paths):
     for key, states in (("onnx", False), ("onnx_stateful", True)):
         if key in paths:
-            onnx_export.write_onnx(canon, paths[key], name=name, states=states)
+            onnx_export.write_onnx(job.canon, paths[key], name=job.name, states=states)
 
 
-def _open_onnxruntime(path, spec):
+def _open_onnxruntime(path, job):
     session = onnx_session(path)
-    names_out = list(io_names(spec)[1])
-
-    def run(feeds):
-        values = session.run(names_out, feeds)
-        return list(values) + [None] * (3 - len(values))
-
-    return run
+    names_out = list(io_names(job.spec)[1])
+    return lambda feeds: Outputs.of_stack(session.run(names_out, feeds))
 
 
-def _open_openvino(path, spec):
-    return open_onnx(path, spec)
+def _open_openvino(path, job):
+    run = open_onnx(path, job.spec)
+    return lambda feeds: Outputs.of_stack(run(feeds))
 
 
 def _cannot_hold(spec):
@@ -62,8 +59,8 @@ def _write_model(job, paths):
 
 def _open_model(path, job):
     session = onnx_session(path)
-    return lambda feeds: session.run([f"output_{i}" for i in range(job.count)],
-                                     {name: feeds[name] for name in job.input_names})
+    return lambda feeds: Outputs.of_model(session.run([f"output_{i}" for i in range(job.count)],
+                                                      {name: feeds[name] for name in job.input_names}))
 
 
 def _open_model_openvino(path, job):
@@ -72,7 +69,7 @@ def _open_model_openvino(path, job):
 
     def run(feeds):
         result = compiled({name: feeds[name] for name in job.input_names})
-        return [result[compiled.output(f"output_{i}")] for i in range(job.count)]
+        return Outputs.of_model([result[compiled.output(f"output_{i}")] for i in range(job.count)])
 
     return run
 
@@ -119,7 +116,7 @@ def _open_graph(path, job):
             feeds = {cut["name"]: token_ids(feeds)}
         values = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
         fed = f"fed {cut['name']} from {', '.join(cut['computed_from'])}" if cut else ""
-        return GraphOutputs(dict(zip(names, values)), "; ".join(filter(None, [note, fed])), *floor)
+        return Outputs(dict(zip(names, values)), "; ".join(filter(None, [note, fed])), *floor)
 
     return run
 

@@ -6,22 +6,23 @@ import numpy as np
 
 from . import Artifact, Format, Runtime
 from ..targets import pytorch as torch_target
+from .jobs import Outputs
 
 if TYPE_CHECKING:
     from ..layout import RNNSpec
 
 
-def _write(canon, paths, *, name, options):
-    torch_target.save_file(canon, paths["pytorch"])
+def _write(job, paths):
+    torch_target.save_file(job.canon, paths["pytorch"])
 
 
-def _open(path, spec):
+def _open(path, job):
     # lazy: safetensors, loaded on first use (import cudnn_port stays light)
     from safetensors.numpy import load_file
 
     state = load_file(path)
-    return lambda feeds: torch_modules(spec, state, feeds["inputs"], feeds["sequence_lengths"], feeds["initial_h"],
-                                       feeds.get("initial_c"))
+    return lambda feeds: Outputs.of_stack(torch_modules(job.spec, state, feeds["inputs"], feeds["sequence_lengths"],
+                                                        feeds["initial_h"], feeds.get("initial_c")))
 
 
 def torch_modules(spec: "RNNSpec", state_dict: Dict[str, np.ndarray], x: np.ndarray, lengths: np.ndarray,

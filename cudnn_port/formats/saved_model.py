@@ -4,42 +4,42 @@
 signatures (TF Serving, ``loaded.signatures[...]``) and through the functions ``loaded.serve`` /
 ``loaded.serve_state`` that ``tf.saved_model.load(path)`` exposes, which hold their own copy of the graph."""
 
-from . import Artifact, Format, GraphOutputs, Road, Runtime
+from . import Artifact, Format, Road, Runtime
 from ..deps import import_tf
 from ..errors import CudnnPortError
 from ..exports import io_names, tensorflow as tf_export
 from ..exports.runners import load_saved_model
 from ..exports.tensorflow import op_types
 from ..graphs.rewrite import write_cpu_saved_model
+from .jobs import Outputs
 
 
-def _write(canon, paths, *, name, options):
-    tf_export.write_saved_model(canon, paths["saved_model"], options.get("xla", False))
+def _write(job, paths):
+    tf_export.write_saved_model(job.canon, paths["saved_model"], job.options.get("xla", False))
 
 
 def _outputs(spec, result):
-    values = [result[n].numpy() for n in io_names(spec)[1]]
-    return values + [None] * (3 - len(values))
+    return Outputs.of_stack([result[n].numpy() for n in io_names(spec)[1]])
 
 
-def _open_signatures(path, spec):
+def _open_signatures(path, job):
     tf = import_tf()
     loaded = load_saved_model(path)
 
     def run(feeds):
         name = "with_initial_state" if "initial_h" in feeds else "serving_default"
-        return _outputs(spec, loaded.signatures[name](**{k: tf.constant(v) for k, v in feeds.items()}))
+        return _outputs(job.spec, loaded.signatures[name](**{k: tf.constant(v) for k, v in feeds.items()}))
 
     return run
 
 
-def _open_functions(path, spec):
+def _open_functions(path, job):
     tf = import_tf()
     loaded = load_saved_model(path)
 
     def run(feeds):
         function = loaded.serve_state if "initial_h" in feeds else loaded.serve
-        return _outputs(spec, function(**{k: tf.constant(v) for k, v in feeds.items()}))
+        return _outputs(job.spec, function(**{k: tf.constant(v) for k, v in feeds.items()}))
 
     return run
 
@@ -62,7 +62,7 @@ def _open_model(path, job):
 
     def run(feeds):
         result = serving(**{name: tf.constant(feeds[name]) for name in job.input_names})
-        return [result[f"output_{i}"].numpy() for i in range(job.count)]
+        return Outputs.of_model([result[f"output_{i}"].numpy() for i in range(job.count)])
 
     return run
 
@@ -79,7 +79,7 @@ def _open_graph(path, job):
     signature), as TF Serving runs it."""
     tf = import_tf()
     function = job.saved_model(path).signatures[job.signature]
-    return lambda feeds: GraphOutputs({k: v.numpy() for k, v in function(**{k: tf.constant(v) for k, v in
+    return lambda feeds: Outputs({k: v.numpy() for k, v in function(**{k: tf.constant(v) for k, v in
                                                                            feeds.items()}).items()})
 
 

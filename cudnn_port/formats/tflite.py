@@ -3,7 +3,7 @@ initial_c], for streaming), builtin ops only: LSTM stacks as fused ``UNIDIRECTIO
 included), GRU stacks as a ``WHILE`` loop of builtin ops (:mod:`cudnn_port.exports.tflite`). Both return outputs,
 final_h (and final_c) with cuDNN's semantics on ragged batches. Run by LiteRT's interpreter (``ai_edge_litert``) and,
 as a second judge, TensorFlow's own ``tf.lite.Interpreter``."""
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict
 
 import numpy as np
 
@@ -11,16 +11,17 @@ from . import Artifact, Format, NotWritten, Road, Runtime
 from ..exports import OUTPUT_NAMES, tflite as tflite_export, tflite_model
 from ..exports.runners import litert_interpreter
 from ..layout import unpack
+from .jobs import Outputs
 
 
-def _write(canon, paths, *, name, options):
-    tflite_export.write_tflite(canon, paths["tflite"])
-    tflite_export.write_tflite(canon, paths["tflite_stateful"], stateful=True)
+def _write(job, paths):
+    tflite_export.write_tflite(job.canon, paths["tflite"])
+    tflite_export.write_tflite(job.canon, paths["tflite_stateful"], stateful=True)
 
 
-def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], List[Optional[np.ndarray]]]:
-    """``run(feeds) -> [outputs, final_h, final_c or None]`` over a TFLite ``interpreter`` of an exported stack; it
-    resizes the inputs (and reallocates) only when the feeds' shapes change."""
+def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], Outputs]:
+    """``run(feeds) -> Outputs`` (outputs, final_h, final_c where it has one) over a TFLite ``interpreter`` of an
+    exported stack; it resizes the inputs (and reallocates) only when the feeds' shapes change."""
     inputs = {d["name"]: d["index"] for d in interpreter.get_input_details()}
     outputs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
     shapes = {}
@@ -39,16 +40,17 @@ def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], Li
             interpreter.set_tensor(inputs[key], np.asarray(value, np.int32 if key == "sequence_lengths" else
                                                            np.float32))
         interpreter.invoke()
-        return [interpreter.get_tensor(outputs[n]) if n in outputs else None for n in OUTPUT_NAMES]
+        return Outputs.of_stack([interpreter.get_tensor(outputs[n]) if n in outputs else None
+                                 for n in OUTPUT_NAMES])
 
     return run
 
 
-def _open_litert(path, spec):
+def _open_litert(path, job):
     return interpreter_runner(litert_interpreter(path))
 
 
-def _open_tf(path, spec):
+def _open_tf(path, job):
     return interpreter_runner(litert_interpreter(path, tf_lite=True))
 
 
@@ -74,7 +76,7 @@ def _open_model(path, job):
 
     def run(feeds):
         result = runner(**{name: feeds[name] for name in job.input_names})
-        return [result[f"output_{i}"] for i in range(job.count)]
+        return Outputs.of_model([result[f"output_{i}"] for i in range(job.count)])
 
     return run
 

@@ -5,37 +5,23 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .. import deps, formats as registry
-from ..manifest import Manifest
-from ..exports.runners import load_saved_model
+from ..formats.jobs import GraphCheck, Job, ModelJob, Outputs
 from .graph_inputs import could_not_run
 from .parity import compare, failed_row, skipped_row
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..formats.jobs import ModelJob
 
-
-class GraphCheck:
-    """A converted SavedModel being verified (the graph road's runtimes read it): OUT, its manifest, the signature
-    every artifact is judged on, and each SavedModel of OUT loaded once (:meth:`saved_model`)."""
-
-    def __init__(self, out: str, manifest: Manifest, signature: str) -> None:
-        self.out, self.manifest, self.signature, self._loaded = out, manifest, signature, {}
-
-    def saved_model(self, path: str) -> Any:
-        if path not in self._loaded:
-            self._loaded[path] = load_saved_model(path)
-        return self._loaded[path]
-
-
-def model_artifact_rows(out: str, job: "ModelJob", feeds: Dict[str, "np.ndarray"], want: List["np.ndarray"],
+def model_artifact_rows(out: str, job: ModelJob, feeds: Dict[str, "np.ndarray"], want: List["np.ndarray"],
                         atol: float, rtol: float, say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """A row per whole-model artifact of ``job.manifest`` that a format can run: its outputs on ``feeds`` against
     ``want`` (an artifact that fails to run: a failed row; a runtime that is not installed: a skipped row)."""
     job.count = len(want)
+    names = [f"output_{i}" for i in range(len(want))]
     return _runner_rows("model", out, job.manifest.model_artifacts, job, feeds, say,
-                        lambda row, got: compare(row, got, want, atol, rtol), lambda row, needs, e: failed_row(row, e))
+                        lambda row, got: compare(row, got.ordered(names), want, atol, rtol),
+                        lambda row, needs, e: failed_row(row, e))
 
 
 def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: Dict[str, "np.ndarray"],
@@ -60,8 +46,8 @@ def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: D
     return _runner_rows("graph", job.out, arts, job, feeds, say, judge, fail)
 
 
-def _runner_rows(road: str, out: str, arts: Dict[str, str], job: Any, feeds: Dict[str, "np.ndarray"],
-                 say: Callable[[str], None], judge: Callable[[str, Any], Dict[str, Any]],
+def _runner_rows(road: str, out: str, arts: Dict[str, str], job: Job, feeds: Dict[str, "np.ndarray"],
+                 say: Callable[[str], None], judge: Callable[[str, Outputs], Dict[str, Any]],
                  fail: Callable[[str, Tuple[str, ...], BaseException], Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Each artifact of ``arts`` ({key: path in OUT}) run through every runtime its format declares on ``road``,
     in registry order; ``judge(row name, outputs)`` makes the row, ``fail(row name, the runtime's needs, error)``

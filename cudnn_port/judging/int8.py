@@ -17,7 +17,8 @@ import numpy as np
 from ..exports.quantize import LSTM_SETTINGS
 from ..canonical import CanonicalRNN, LayerParams
 from ..exports.onnx import layer_weights
-from ..formats import artifacts, derived_keys, open_artifact
+from ..formats import artifacts, derived_keys
+from ..formats.jobs import open_artifact
 from .parity import failed_row
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ def int8_row(label: str, path: str, spec: "RNNSpec", canon: "CanonicalRNN", feed
 
     try:
         model = onnx.load(str(path))
-        got = open_artifact("onnx", path, spec)(feeds)
+        got = open_artifact("onnx", path, spec)(feeds).ordered(("outputs", "final_h", "final_c"))
     except Exception as e:  # an int8 model that fails to load or run is a failed check
         return failed_row(label, e)
     settings = dict(LSTM_SETTINGS, **infer_settings(model))

@@ -19,7 +19,8 @@ from ..precision import float32_policy, float32_twin
 from ..readers.keras_model import load_model_file
 from ..stock_keras import rewrite
 from ..streaming_model import streaming_twin
-from .artifact_rows import GraphCheck, graph_artifact_rows, model_artifact_rows
+from ..formats.jobs import GraphCheck
+from .artifact_rows import graph_artifact_rows, model_artifact_rows
 from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int8_forward, infer_settings
 from .keras_weights import stock_stack
 from .original import original_judge

@@ -6,11 +6,12 @@ failed row, never a crash; a row that cannot run here (no PyTorch, no GPU) is sk
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from ..exports import io_names
+from ..exports import OUTPUT_NAMES, io_names
 from .int8 import int8_rows
 from .parity import compare, failed_row, skipped_row
 from ..deps import import_tf
 from ..formats import derived_keys, stack_runtimes
+from ..formats.jobs import StackJob
 from ..formats.pytorch import torch_modules
 from ..layout import pack
 from ..tf_graph import cudnn_forward
@@ -77,13 +78,14 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
             continue
         say(f"{stack['variable']}: {where}")
         try:
-            run = runtime.open(os.path.join(out, rel), spec)  # loaded once, called the ways users call it
+            run = runtime.open(os.path.join(out, rel), StackJob(spec))  # loaded once, called the ways users call it
         except Exception as e:  # an artifact that fails to load is a failed check, not a crash
             rows += [failed_row(label, e) for label in labels]
             continue
         for label, (_, feeds, judge) in zip(labels, calls):
             try:
-                rows.append(compare(label, run(feeds), judge[:1] if runtime.outputs_only else judge, atol, rtol))
+                got = run(feeds).ordered(OUTPUT_NAMES[:1] if runtime.outputs_only else OUTPUT_NAMES[:len(judge)])
+                rows.append(compare(label, got, judge[:1] if runtime.outputs_only else judge, atol, rtol))
             except Exception as e:  # an artifact that fails to run is a failed check, not a crash
                 rows.append(failed_row(label, e))
     if any(key in arts for key in derived_keys("int8")):

@@ -18,6 +18,7 @@ from ..checkpoint import contiguous, write_checkpoint
 from ..errors import CudnnPortError
 from ..exports.keras_rebuild import save_keras3_model
 from .. import formats as registry
+from ..formats.jobs import StackJob
 from ..infer import Clues, choose, clues_from
 from ..stored_spec import SPEC_VARIABLE, spec_from_vector
 from ..layout import FLOAT_DTYPES, RNNSpec, unpack
@@ -245,8 +246,8 @@ def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla, s
         for rel in rels.values():
             say(f"writing {rel}")
             os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
-        details = fmt.write(canon, {k: os.path.join(tmp, rel) for k, rel in rels.items()}, name=stack.label,
-                            options={"xla": xla})
+        details = fmt.write(StackJob(stack.spec, canon, stack.label, {"xla": xla}),
+                            {k: os.path.join(tmp, rel) for k, rel in rels.items()})
         entry.artifacts.update(rels)
         entry.record(details or {})
     return entry
