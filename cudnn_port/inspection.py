@@ -17,6 +17,7 @@ from .graphs import load_proto
 from .graphs.reach import describe, dropped_summary, reach
 from .graphs.trust import inspect_entries
 from .readers import open_source, source_kind
+from .formats.keras import WHOLE_MODEL
 
 
 
@@ -116,7 +117,7 @@ def _plan(source, stack, spec, several=False):
     if source.whole_model:  # a Keras model: its artifacts cover the whole model, as the registry declares them
         paths, not_written = road_plan("model", list(source.specs.values()) or [spec])
         plan = {"style": style, "scheme": None, "layer_0_names": names,
-                "artifacts": ["checkpoint"] + paths + ["keras/model.keras", "model_parity.json"]}
+                "artifacts": ["checkpoint"] + paths + [WHOLE_MODEL, "model_parity.json"]}
         return dict(plan, not_written=not_written) if not_written else plan
     kinds = default_formats(style)
     paths, not_written = [], {}
@@ -129,7 +130,7 @@ def _plan(source, stack, spec, several=False):
         else:
             paths += rels
     plan = {"style": style, "scheme": getattr(target, "scheme", None), "layer_0_names": names,
-            "artifacts": paths + (["keras/model.keras"] if "keras" in kinds and source.model_config else [])}
+            "artifacts": paths + ([WHOLE_MODEL] if "keras" in kinds and source.model_config else [])}
     if not_written:
         plan["not_written"] = not_written
     return plan

@@ -25,6 +25,7 @@ from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int
 from .keras_weights import stock_stack
 from .original import original_judge
 from .stock import ReferenceStack, model_judge, model_outputs
+from ..formats.keras import WHOLE_MODEL
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -124,7 +125,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     stock Keras layers (from the source .keras file, or from OUT/keras/model.keras when the source is gone); the
     int8 model by its task cost, when OUT holds a task."""
     source = manifest["source"].get("checkpoint", "")
-    copy = os.path.join(out, manifest["model_artifacts"].get("keras", "keras/model.keras"))
+    copy = os.path.join(out, manifest["model_artifacts"].get("keras", WHOLE_MODEL))
     path, where = (source, "the source") if unchanged and os.path.isfile(source) else (copy, "OUT/keras/model.keras")
     try:
         original = load_model_file(path)

@@ -46,6 +46,7 @@ from ..outdir import OutputFolder, finish
 from ..paths import sha256
 from ..judging.parity import ATOL, RTOL, sample_inputs, write_report
 from ..formats.jobs import ModelJob, layer_formats, write_road
+from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .stack import prepare_stacks, write_stacks
 from ..judging.tasks import TASK, load_task
@@ -195,9 +196,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
                                           for k, v in sorted(outputs.items(), key=lambda kv: int(kv[0][7:]))]
         for record, key in zip(manifest["model_output_specs"], _output_keys(original)):
             record["key"] = key  # a dict of outputs: output_0 ... are its values in sorted key order
-        os.makedirs(os.path.join(tmp, "keras"))
-        original.save(os.path.join(tmp, "keras", "model.keras"))
-        manifest.model_artifacts["keras"] = "keras/model.keras"
+        write_whole_model(tmp, lambda where: original.save(where), manifest, say)
         task = load_task(path) if path else None
         if task:
             write_report(os.path.join(tmp, TASK), task)

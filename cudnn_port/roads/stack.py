@@ -19,6 +19,7 @@ from ..errors import CudnnPortError
 from ..exports.keras_rebuild import save_keras3_model
 from .. import formats as registry
 from ..formats.jobs import StackJob
+from ..formats.keras import write_whole_model
 from ..infer import Clues, choose, clues_from
 from ..stored_spec import SPEC_VARIABLE, spec_from_vector
 from ..layout import FLOAT_DTYPES, RNNSpec, unpack
@@ -202,10 +203,7 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
         if drop_slots:
             manifest["dropped"] += stack.slots
     if "keras" in formats and source.model_config:
-        say("writing keras/model.keras (the whole model in Keras 3)")
-        problem = save_keras3_model(source, os.path.join(tmp, "keras", "model.keras"))
-        manifest.model_artifacts = {} if problem else {"keras": "keras/model.keras"}
-        manifest.warnings += [problem] if problem else []
+        write_whole_model(tmp, lambda path: save_keras3_model(source, path), manifest, say)
     items = _checkpoint_items(source, stacks, manifest, style, owned, drop_slots, allow_nonfinite)
     total = sum(int(np.prod(shape)) for name, shape in source.shapes.items() if name not in manifest["dropped"]) * 4
 
