@@ -40,7 +40,7 @@ from .initializer import CudnnInitializer
 from .layer_paths import current_judge, current_path, shared
 from .stored_spec import MIOPEN, PLATFORM_VARIABLE, SPEC_VARIABLE, spec_to_vector
 from .layout import RNNSpec
-from .tf_graph import cudnn_forward, stack_forward, unpack_tensor
+from . import tf_graph  # looked up at call time: tests stand in for the fused op (tf_graph.cudnn_forward)
 from .tf_train import stack_train
 
 if TYPE_CHECKING:
@@ -155,15 +155,15 @@ class CudnnRNN(keras.layers.Layer):
             def between(y, layer):
                 return keras.random.dropout(y, dropout, seed=self._dropout_seed)
 
-        canon = unpack_tensor(self.spec, self.opaque_kernel.value)
-        run = stack_train if training else stack_forward
+        canon = tf_graph.unpack_tensor(self.spec, self.opaque_kernel.value)
+        run = stack_train if training else tf_graph.stack_forward
         return run(canon, x, lengths, states[0], states[1], between=between)
 
     def _cudnn(self, x, lengths, states, dropout, training):
         tf = import_tf()
         if training:  # the fused op trains the buffer in its library's layout: record which (not on export traces)
             self.cudnn_platform.assign(MIOPEN if tf.sysconfig.get_build_info().get("is_rocm_build") else 1)
-        return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1],
+        return tf_graph.cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1],
                              dropout=dropout, seed=self.seed or 0, training=training)
 
     def _lean(self, x, lengths, states):
@@ -173,7 +173,7 @@ class CudnnRNN(keras.layers.Layer):
         tf = import_tf()
         if lengths is not None or self.num_proj:  # CudnnRNNV2 has no projection
             lengths = _lengths(None, x, tf.shape(x)[1]) if lengths is None else lengths
-            return cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1])
+            return tf_graph.cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1])
         c0 = states[1] if self.mode == "lstm" else tf.zeros([])
         outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV2(
             input=tf.transpose(tf.cast(x, "float32"), [1, 0, 2]), input_h=states[0], input_c=c0,

@@ -32,7 +32,7 @@ import numpy as np
 
 from .errors import UnsupportedError
 from .layout import RNNSpec, pack
-from .targets.keras import read
+from .targets import keras as keras_target
 
 if TYPE_CHECKING:
     import keras
@@ -196,5 +196,5 @@ def _adapter(layer):
     tensors = {f"layer_0/{'backward' if d else 'forward'}/{name}": value
                for d, rnn in enumerate(rnns) for name, value in zip(("kernel", "recurrent_kernel", "bias"),
                                                                      cell_weights(rnn.cell))}
-    adapter.fused.opaque_kernel.assign(pack(read(tensors, "", spec), "float32"))
+    adapter.fused.opaque_kernel.assign(pack(keras_target.read(tensors, "", spec), "float32"))
     return adapter
