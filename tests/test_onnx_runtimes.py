@@ -84,10 +84,18 @@ def test_onnxruntime_logs_no_warning_at_load(stack, capfd, level):
     assert not [line for line in err.splitlines() if "[W:" in line or "[E:" in line], err
 
 
-def test_onnxruntime_matches_the_reference_on_ragged_batches(stack):
+def onnxruntime_opener(path, spec):
+    """The ONNX format's onnxruntime runtime as ``opener(path, spec) -> run`` returning [outputs, final_h, final_c]."""
+    from cudnn_port.exports import OUTPUT_NAMES
+    from cudnn_port.formats.jobs import StackJob
     from cudnn_port.formats.onnx import _open_onnxruntime
 
-    both_models(*stack, _open_onnxruntime)
+    run = _open_onnxruntime(path, StackJob(spec))
+    return lambda feeds: run(feeds).ordered(OUTPUT_NAMES)
+
+
+def test_onnxruntime_matches_the_reference_on_ragged_batches(stack):
+    both_models(*stack, onnxruntime_opener)
 
 
 def test_openvino_matches_the_reference_on_ragged_batches(stack):
@@ -103,15 +111,13 @@ def test_openvino_computes_the_plain_fused_graph_wrong(tmp_path):
     in onnxruntime. If a later OpenVINO honours sequence_lens, this test says so."""
     pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
     from cudnn_port.exports.openvino import open_onnx
-    from cudnn_port.formats.onnx import _open_onnxruntime
-
     canon = random_canon(make_spec("lstm", 2, True, input_size=9, hidden=4), seed=11)
     (tmp_path / "plain.onnx").write_bytes(build_model(canon, states=True, portable=False).SerializeToString())
     plain, states = ragged(canon.spec)
     feeds = dict(plain, **states)
     want = reference.forward(canon, plain["inputs"], plain["sequence_lengths"], states["initial_h"],
                              states["initial_c"])
-    assert_matches(_open_onnxruntime(tmp_path / "plain.onnx", canon.spec)(feeds), want, "plain graph, onnxruntime")
+    assert_matches(onnxruntime_opener(tmp_path / "plain.onnx", canon.spec)(feeds), want, "plain graph, onnxruntime")
     got = open_onnx(tmp_path / "plain.onnx", canon.spec)(feeds)
     assert max(float(np.abs(g - w).max()) for g, w in zip(got, want)) > 1e-2
 
