@@ -65,9 +65,7 @@ def _runner_rows(road: str, out: str, arts: Dict[str, str], job: Job, feeds: Dic
                     continue
                 say(f"parity: {row}")
                 try:
-                    got = open_(os.path.join(out, arts[artifact.key]), job)(feeds)
+                    rows.append(judge(row, open_(os.path.join(out, arts[artifact.key]), job)(feeds)))
                 except Exception as e:  # noqa: BLE001 (an artifact that fails to run is a failed check)
                     rows.append(fail(row, needs, e))
-                    continue
-                rows.append(judge(row, got))
     return rows

@@ -58,9 +58,11 @@ def compare(name: str, got: Sequence[Optional[np.ndarray]], want: Sequence[Optio
     got, want = list(got), list(want)
     if len(got) < len([w for w in want if w is not None]):
         return failed_row(name, ValueError(f"{len(got)} outputs, the judge has {len(want)}"))
-    for g, w in zip(got, want):
+    for i, (g, w) in enumerate(zip(got, want)):
         if w is None:
             continue
+        if g is None:
+            return failed_row(name, ValueError(f"output {i} was not returned; the judge has {len(want)} outputs"))
         g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
         if g.shape != w.shape:
             return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False,
