@@ -1,7 +1,7 @@
 """``cudnn-port inspect``: what a source holds, which specs fit each cuDNN buffer, and how it would convert."""
+import contextlib
 import os
 from typing import Any, Dict, Optional, Union
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -9,7 +9,7 @@ from .canonical import LayerParams
 from .errors import CudnnPortError
 from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
-from .formats.jobs import road_plan
+from .formats.jobs import GraphJob, road_plan
 from .model_inputs import input_specs, to_records
 from .roads.stack import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
@@ -82,7 +82,8 @@ def _inspect_saved_model(path):
 
 
 def _graph_plan(nodes, proto):
-    paths, not_written = road_plan("graph", [n.spec for n in nodes], SimpleNamespace(proto=proto))
+    job = GraphJob("", proto, nodes, {}, lambda message: None, lambda what: contextlib.nullcontext())
+    paths, not_written = road_plan("graph", [n.spec for n in nodes], job)
     return dict(artifacts=paths, not_written=not_written) if not_written else {"artifacts": paths}
 
 

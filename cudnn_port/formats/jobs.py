@@ -143,7 +143,7 @@ def layer_formats() -> List[str]:
     return ["checkpoint"] + [f.name for f in registry.on_road("model") if f.artifacts]
 
 
-def road_plan(road: str, specs: Sequence[Any], job: Any = None) -> Tuple[List[str], Dict[str, str]]:
+def road_plan(road: str, specs: Sequence[Any], job: Optional[Job] = None) -> Tuple[List[str], Dict[str, str]]:
     """What ``road`` would write for a model holding stacks of ``specs``: (paths in OUT, {path: why not}), from each
     format's declared artifacts and what it cannot hold (ONNX: a projection); a format that declares when it
     applies counts only where it applies to ``job``."""
