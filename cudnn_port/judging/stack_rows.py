@@ -1,7 +1,7 @@
 """verify's rows for one stack: each artifact run as its users run it, against the NumPy reference's outputs.
 
-Every function returns report rows (:func:`cudnn_port.parity.compare`); an artifact that fails to load or run is a
-failed row, never a crash; a row that cannot run here (no PyTorch, no GPU) is skipped with the reason.
+Every function returns report rows (:func:`cudnn_port.judging.parity.compare`); an artifact that fails to load or
+run is a failed row, never a crash; a row that cannot run here (no PyTorch, no GPU) is skipped with the reason.
 """
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
