@@ -48,8 +48,6 @@ class Job:
     """What a road hands each format: the manifest being written or read (a writer records warnings in it), what
     the formats before this one wrote ({key: absolute path}: a writer may read them), and where progress goes."""
 
-    road = ""
-
     def __init__(self, manifest: Optional[Manifest] = None, say: Callable[[str], None] = lambda message: None
                  ) -> None:
         self.manifest, self.say = manifest, say
@@ -59,8 +57,6 @@ class Job:
 class StackJob(Job):
     """One cuDNN stack: ``spec``; when written, its canonical weights ``canon``, its label ``name`` and the
     options of the conversion (``xla``)."""
-
-    road = "stack"
 
     def __init__(self, spec: Any, canon: Any = None, name: str = "", options: Optional[Dict[str, Any]] = None
                  ) -> None:
@@ -72,8 +68,6 @@ class ModelJob(Job):
     """A Keras model being exported whole: ``specs`` its input specs; ``trace(path)`` its serving function traced on
     the fused layers' ``"cpu"`` or ``"cudnn"`` path. The traces and frozen forms are made once, when a writer first
     asks. The runners read ``input_names`` and ``count`` (outputs ``output_0`` ...) and the manifest's records."""
-
-    road = "model"
 
     def __init__(self, model: Any, specs: Sequence[Any], tmp: str, trace: Callable[[str], Any]) -> None:
         super().__init__()
@@ -102,8 +96,6 @@ class GraphJob(Job):
     """A SavedModel whose cuDNN nodes are being rewritten (:mod:`cudnn_port.graphs`): its folder, parsed proto, the
     cuDNN nodes found, and which params were gathered into cuDNN's gate order."""
 
-    road = "graph"
-
     def __init__(self, source: str, proto: Any, nodes: List[Any], reordered: Any, say: Callable[[str], None],
                  user_graph: Callable[[str], Any]) -> None:
         super().__init__(say=say)
@@ -114,8 +106,6 @@ class GraphJob(Job):
 class GraphCheck(Job):
     """A converted SavedModel being verified (the graph road's runtimes read it): OUT, its manifest, the signature
     every artifact is judged on, and each SavedModel of OUT loaded once (:meth:`saved_model`)."""
-
-    road = "graph"
 
     def __init__(self, out: str, manifest: Manifest, signature: str) -> None:
         super().__init__(manifest)

@@ -9,11 +9,12 @@ Measured: correct exports reach at most 0.72 of either limit over 108 small stac
 tagger stacks; wrong weights, a swapped gate, a zeroed bias, a dropped ``sequence_lens`` or ``initial_c`` exceed
 them 2-100x.
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 import os
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..exports import OUTPUT_NAMES
 from ..exports.quantize import LSTM_SETTINGS
 from ..canonical import CanonicalRNN, LayerParams
 from ..exports.onnx import layer_weights
@@ -180,7 +181,7 @@ def int8_row(label: str, path: str, spec: "RNNSpec", canon: "CanonicalRNN", feed
 
     try:
         model = onnx.load(str(path))
-        got = open_artifact("onnx", path, spec)(feeds).ordered(("outputs", "final_h", "final_c"))
+        got = open_artifact("onnx", path, spec)(feeds).ordered(OUTPUT_NAMES)
     except Exception as e:  # an int8 model that fails to load or run is a failed check
         return failed_row(label, e)
     settings = dict(LSTM_SETTINGS, **infer_settings(model))
@@ -191,7 +192,7 @@ def int8_row(label: str, path: str, spec: "RNNSpec", canon: "CanonicalRNN", feed
     valid = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]
     row = {"artifact": label, "passed": True, "max_rel": None, "outputs": {}}
     notes = []
-    for name, g, w, r in zip(("outputs", "final_h", "final_c"), got, want, rounded):
+    for name, g, w, r in zip(OUTPUT_NAMES, got, want, rounded):
         if w is None:
             continue
         g, w, r = (np.asarray(v, np.float64) for v in (g, w, r))

@@ -84,8 +84,8 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
             continue
         for label, (_, feeds, judge) in zip(labels, calls):
             try:
-                got = run(feeds).ordered(OUTPUT_NAMES[:1] if runtime.outputs_only else OUTPUT_NAMES[:len(judge)])
-                rows.append(compare(label, got, judge[:1] if runtime.outputs_only else judge, atol, rtol))
+                judge = judge[:1] if runtime.outputs_only else judge
+                rows.append(compare(label, run(feeds).ordered(OUTPUT_NAMES[:len(judge)]), judge, atol, rtol))
             except Exception as e:  # an artifact that fails to run is a failed check, not a crash
                 rows.append(failed_row(label, e))
     if any(key in arts for key in derived_keys("int8")):
