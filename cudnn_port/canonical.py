@@ -1,7 +1,7 @@
 """The canonical model every reader produces and every writer consumes.
 
 One :class:`LayerParams` per pseudo-layer ``p = layer * D + direction`` (forward 0, backward 1), gates in
-cuDNN order (LSTM i, f, c, o; GRU r, z, h), biases kept separate as cuDNN keeps them. The arrays may be NumPy
+cuDNN order (LSTM i, f, c, o; GRU r, z, h; RNN h), biases kept separate as cuDNN keeps them. The arrays may be NumPy
 arrays or TensorFlow tensors (:func:`cudnn_port.tf_graph.unpack_tensor`); :func:`input_bias` works on both.
 """
 from dataclasses import dataclass
@@ -43,14 +43,14 @@ class CanonicalRNN:
 def input_bias(mode: str, b_W: Any, b_R: Any, concat: bool) -> Any:
     """The one bias the fast paths add to the input projection, gates in cuDNN order, ``[G*H]``.
 
-    LSTM: ``b_W + b_R`` for every gate. GRU: ``b_W + b_R`` for r and z, but ``b_W`` alone for h, whose ``b_R``
-    sits inside ``r * (R_h h + b_R_h)`` and is added there. ``concat`` joins a list along axis 0 (``np.concatenate``
-    or ``tf.concat``), so NumPy arrays and TensorFlow tensors share this one definition.
+    LSTM and the plain RNNs: ``b_W + b_R`` for every block. GRU: ``b_W + b_R`` for r and z, but ``b_W`` alone for
+    h, whose ``b_R`` sits inside ``r * (R_h h + b_R_h)`` and is added there. ``concat`` joins a list along axis 0
+    (``np.concatenate`` or ``tf.concat``), so NumPy arrays and TensorFlow tensors share this one definition.
 
     >>> import numpy as np
     >>> input_bias("gru", np.ones((3, 2)), np.full((3, 2), 2.0), np.concatenate).tolist()
     [3.0, 3.0, 3.0, 3.0, 1.0, 1.0]
     """
-    if mode == "lstm":
-        return concat([b_W[g] + b_R[g] for g in range(4)])
+    if mode != "gru":  # LSTM's four blocks, a plain RNN's one
+        return concat([b_W[g] + b_R[g] for g in range(int(b_W.shape[0]))])
     return concat([b_W[0] + b_R[0], b_W[1] + b_R[1], b_W[2]])

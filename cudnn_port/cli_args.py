@@ -67,7 +67,9 @@ def _tolerance(text):
 def _spec_flags(parser):
     group = parser.add_argument_group("spec (only for a bare buffer whose size fits several specs)")
     group.add_argument("--variable", metavar="NAME", help="the buffer to use (default: every *opaque_kernel)")
-    group.add_argument("--mode", choices=("lstm", "gru"), help="the cell (default: inferred from the size)")
+    group.add_argument("--mode", choices=("lstm", "gru", "rnn_tanh", "rnn_relu"),
+                       help="the cell (default: LSTM or GRU, inferred from the size; cuDNN's plain RNNs only when "
+                            "named)")
     group.add_argument("--num-layers", type=_count("--num-layers", high=64), metavar="N",
                        help="stacked layers (default: inferred)")
     group.add_argument("--num-units", type=_count("--num-units"), metavar="H", help="hidden size (default: inferred)")

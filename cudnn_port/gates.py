@@ -2,6 +2,7 @@
 
 A gate order is a string of one letter per gate block. LSTM letters: i (input), f (forget),
 c (cell candidate, also called g), o (output). GRU letters: r (reset), z (update), h (candidate).
+A plain RNN (``rnn_tanh`` / ``rnn_relu``) has one block, h.
 """
 from typing import Sequence
 
@@ -17,7 +18,9 @@ ONNX_GRU = "zrh"
 TORCH_LSTM = "ifco"
 TORCH_GRU = "rzh"
 
-CUDNN_ORDER = {"lstm": CUDNN_LSTM, "gru": CUDNN_GRU}
+CUDNN_RNN = "h"  # cuDNN linLayerID 0 (and 1 for R)
+ONNX_RNN = "h"
+CUDNN_ORDER = {"lstm": CUDNN_LSTM, "gru": CUDNN_GRU, "rnn_tanh": CUDNN_RNN, "rnn_relu": CUDNN_RNN}
 
 
 def reorder(blocks: np.ndarray, src: Sequence[str], dst: Sequence[str], axis: int = 0) -> np.ndarray:

@@ -65,6 +65,9 @@ def clues_from(name: str, shapes: Dict[str, Sequence[int]]) -> Clues:
     return clues
 
 
+INFERRED_MODES = ("gru", "lstm")  # a buffer's size alone never suggests cuDNN's plain RNNs: --mode rnn_tanh names one
+
+
 def candidates(size: int, *, mode: Optional[str] = None, num_layers: Optional[int] = None,
                num_units: Optional[int] = None, input_size: Optional[int] = None, bidirectional: Optional[bool] = None,
                num_proj: Optional[int] = None, dtype: str = "float32") -> List[RNNSpec]:
@@ -72,7 +75,7 @@ def candidates(size: int, *, mode: Optional[str] = None, num_layers: Optional[in
     is never guessed: only ``num_proj`` given (LSTM) adds one."""
     found = []
     P = int(num_proj or 0)
-    modes = [mode] if mode else (["lstm"] if P else sorted(MODES))
+    modes = [mode] if mode else (["lstm"] if P else list(INFERRED_MODES))
     layer_range = [num_layers] if num_layers else range(1, MAX_LAYERS + 1)
     dir_range = [2 if bidirectional else 1] if bidirectional is not None else (1, 2)
     H = np.array([num_units]) if num_units else np.arange(P + 1, MAX_UNITS + 1)

@@ -1,9 +1,10 @@
-"""Fused cuDNN RNN layers for Keras 3 (TensorFlow backend): :class:`CudnnLSTM` and :class:`CudnnGRU`.
+"""Fused cuDNN RNN layers for Keras 3 (TensorFlow backend): :class:`CudnnLSTM`, :class:`CudnnGRU`, and cuDNN's plain
+RNN cells :class:`CudnnRNNTanh` and :class:`CudnnRNNRelu` (h' = act(W x + b_W + R h + b_R)).
 
 Each layer holds ONE trainable variable, ``opaque_kernel``: the whole stack (``num_layers`` layers, one or two
 directions, optionally an LSTM projection ``num_proj``) in cuDNN's opaque buffer layout (:mod:`cudnn_port.layout`),
-plus a small non-trainable ``cudnn_spec`` variable ``[mode (0 lstm, 1 gru), num_layers, units, input_size,
-directions(, num_proj)]`` so that a checkpoint of the layer says what its buffer is (``cudnn-port convert`` then
+plus a small non-trainable ``cudnn_spec`` variable ``[mode (0 lstm, 1 gru, 2 rnn_tanh, 3 rnn_relu), num_layers,
+units, input_size, directions(, num_proj)]`` so that a checkpoint of the layer says what its buffer is (``cudnn-port convert`` then
 needs no flags), and ``cudnn_platform`` (int32 scalar): 0 until the fused op trains the buffer, then 1 on a CUDA
 build (cuDNN's layout) or 2 on a ROCm build (MIOpen's layout, which ``cudnn-port convert`` refuses). Files saved before
 that variable existed load with it 0.
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
 
 
 class CudnnRNN(keras.layers.Layer):
-    """The fused layers' common base (see the module docstring); use :class:`CudnnLSTM` or :class:`CudnnGRU`."""
+    """The fused layers' common base (see the module docstring); use :class:`CudnnLSTM`, :class:`CudnnGRU`,
+    :class:`CudnnRNNTanh` or :class:`CudnnRNNRelu`."""
 
     mode = None
 
@@ -75,7 +77,7 @@ class CudnnRNN(keras.layers.Layer):
 
     @property
     def num_states(self) -> int:
-        """States per pseudo-layer: h and c for LSTM, h for GRU."""
+        """States per pseudo-layer: h and c for LSTM, h for GRU and the plain RNNs."""
         return 2 if self.mode == "lstm" else 1
 
     def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
@@ -251,6 +253,25 @@ class CudnnGRU(CudnnRNN):
     """A fused multi-layer, optionally bidirectional GRU (cuDNN's reset-after form) holding one cuDNN buffer."""
 
     mode = "gru"
+
+
+@keras.saving.register_keras_serializable(package="cudnn_port")
+class CudnnRNNTanh(CudnnRNN):
+    """A fused multi-layer, optionally bidirectional plain RNN, h' = tanh(W x + b_W + R h + b_R) (cuDNN's
+    ``CUDNN_RNN_TANH``; Keras' ``SimpleRNN``), holding one cuDNN buffer."""
+
+    mode = "rnn_tanh"
+
+
+@keras.saving.register_keras_serializable(package="cudnn_port")
+class CudnnRNNRelu(CudnnRNN):
+    """A fused multi-layer, optionally bidirectional plain RNN, h' = max(0, W x + b_W + R h + b_R) (cuDNN's
+    ``CUDNN_RNN_RELU``; Keras' ``SimpleRNN(activation="relu")``), holding one cuDNN buffer."""
+
+    mode = "rnn_relu"
+
+
+FUSED_CLASSES = {"lstm": CudnnLSTM, "gru": CudnnGRU, "rnn_tanh": CudnnRNNTanh, "rnn_relu": CudnnRNNRelu}
 
 
 def fused_layers(model: keras.Model) -> List[CudnnRNN]:

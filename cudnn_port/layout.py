@@ -1,6 +1,7 @@
 """The cuDNN opaque parameter buffer: its spec, its layout, and packing to and from the canonical model.
 
-Layout (G = 4 gates for LSTM, 3 for GRU; D = 1 or 2 directions; pseudo-layer p = layer * D + direction;
+Layout (G = 4 gates for LSTM, 3 for GRU, 1 for the plain RNNs ``rnn_tanh`` / ``rnn_relu``; D = 1 or 2 directions;
+pseudo-layer p = layer * D + direction;
 S = P when the LSTM has a projection of size P, else H)::
 
     for p in pseudo-layers:                      # weights of every pseudo-layer first ...
@@ -12,7 +13,7 @@ S = P when the LSTM has a projection of size P, else H)::
         b_R_0 .. b_R_{G-1} each [H]
     size = sum_p G * H * (I_l + S + 2) + P * H   (no padding)
 
-Gates are in cuDNN order: LSTM i, f, c, o; GRU r, z, h (``gates.CUDNN_ORDER``).
+Gates are in cuDNN order: LSTM i, f, c, o; GRU r, z, h; RNN one block, h (``gates.CUDNN_ORDER``).
 
 Checked against real cuDNN (``tests/fixtures/cudnn/``, cuDNN 9.19 on an H100, 2026-11-22): in every case there
 (LSTM and GRU, 1 to 3 layers, one and two directions, fp32 and fp16, an LSTM with projection) cuDNN's own offsets
@@ -40,7 +41,8 @@ import numpy as np
 from .canonical import CanonicalRNN, LayerParams
 from .errors import CudnnPortError, UnsupportedError
 
-MODES = {"lstm": 4, "gru": 3}
+MODES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}  # cuDNN's four cells (cudnnRNNMode_t) and their G
+RNN_MODES = ("rnn_tanh", "rnn_relu")  # h' = act(W x + b_W + R h + b_R): CUDNN_RNN_TANH, CUDNN_RNN_RELU
 FLOAT_DTYPES = ("float16", "float32", "float64")
 KINDS = ("W", "R", "P", "b_W", "b_R")  # LayerParams fields, in buffer order within a pseudo-layer
 MAX_ELEMENTS = 1 << 40  # far beyond any real buffer; keeps sizes exact in int64 arithmetic
@@ -69,7 +71,8 @@ class Block:
 class RNNSpec:
     """What a cuDNN RNN stack is: enough to lay out its buffer.
 
-    mode: ``"lstm"`` or ``"gru"``; num_layers: L >= 1; num_units: H; input_size: I (width of layer 0's input);
+    mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``; num_layers: L >= 1; num_units: H;
+    input_size: I (width of layer 0's input);
     bidirectional: D = 2 when true; dtype: element type of the buffer; num_proj: P, the LSTM's projection size
     (0 = none; 0 < P < H), which makes h (and every layer's output) P wide.
     """
@@ -114,6 +117,21 @@ class RNNSpec:
     @property
     def num_gates(self) -> int:
         return MODES[self.mode]
+
+    @property
+    def is_rnn(self) -> bool:
+        """A plain RNN cell (``rnn_tanh`` / ``rnn_relu``): one block, no c."""
+        return self.mode in RNN_MODES
+
+    @property
+    def activation(self) -> str:
+        """The plain RNN's activation (``"tanh"`` / ``"relu"``); LSTM and GRU: ``"tanh"``, their candidate's."""
+        return "relu" if self.mode == "rnn_relu" else "tanh"
+
+    @property
+    def cell_name(self) -> str:
+        """The cell as people name it: ``LSTM``, ``GRU``, ``RNN (tanh)``, ``RNN (relu)``."""
+        return f"RNN ({self.activation})" if self.is_rnn else self.mode.upper()
 
     @property
     def num_dirs(self) -> int:
@@ -170,7 +188,7 @@ class RNNSpec:
     def describe(self) -> str:
         direction = "bidirectional" if self.bidirectional else "unidirectional"
         proj = f", projection {self.num_proj}" if self.num_proj else ""
-        return (f"{self.num_layers}-layer {direction} {self.mode.upper()}, input {self.input_size}, "
+        return (f"{self.num_layers}-layer {direction} {self.cell_name}, input {self.input_size}, "
                 f"hidden {self.num_units}{proj}, {self.dtype}")
 
 

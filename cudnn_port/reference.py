@@ -8,6 +8,7 @@ function::
           c' = f * c + i * c~                    h' = o * tanh(c')     (with projection: h' = Proj @ (o * tanh(c')))
     GRU   r = σ(W_r x + b_W_r + R_r h + b_R_r)   z likewise
           h~ = tanh(W_h x + b_W_h + r * (R_h h + b_R_h))      h' = (1 - z) * h~ + z * h
+    RNN   h' = act(W x + b_W + R h + b_R)             act = tanh (rnn_tanh) or max(0, .) (rnn_relu)
 
 Batches are right-padded: outputs at t >= length are zero; the forward final state is the state at
 length - 1; the backward direction runs from length - 1 down to 0 and its final state is the one after step 0.
@@ -43,6 +44,21 @@ def gru_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
     return (1.0 - z) * h_tilde + z * h, None
 
 
+def rnn_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: Optional[np.ndarray] = None,
+             relu: bool = False) -> Tuple[np.ndarray, None]:
+    """One plain RNN step for one sequence (``rnn_tanh``, or ``rnn_relu`` with ``relu``). x ``[I]``, h ``[H]`` ->
+    (h', None)."""
+    pre = params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0]
+    return (np.maximum(pre, 0.0) if relu else np.tanh(pre)), None
+
+
+def _rnn_relu_step(params, x, h, c=None):
+    return rnn_step(params, x, h, c, relu=True)
+
+
+STEPS = {"lstm": lstm_step, "gru": gru_step, "rnn_tanh": rnn_step, "rnn_relu": _rnn_relu_step}
+
+
 def _cast(params, dtype):
     return type(params)(*(None if a is None else np.asarray(a, dtype=dtype)
                           for a in (params.W, params.R, params.b_W, params.b_R, params.P)))
@@ -73,7 +89,7 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
     h_0 = np.zeros((spec.num_pseudo_layers, B, S), dtype) if h_0 is None else np.asarray(h_0, dtype=dtype)
     is_lstm = spec.mode == "lstm"
     c_0 = np.zeros((spec.num_pseudo_layers, B, H), dtype) if c_0 is None else np.asarray(c_0, dtype=dtype)
-    step = lstm_step if is_lstm else gru_step
+    step = STEPS[spec.mode]
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):

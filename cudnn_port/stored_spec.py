@@ -1,5 +1,5 @@
 """The variables a fused layer (:mod:`cudnn_port.layers`) stores beside its buffer, and their codec: ``cudnn_spec``,
-the spec as ``[mode 0|1, layers, units, input size, directions 1|2]`` (and, for an LSTM with projection, a sixth
+the spec as ``[mode 0-3, layers, units, input size, directions 1|2]`` (and, for an LSTM with projection, a sixth
 entry, the projection size), and ``cudnn_platform``, the layout its fused op used for the buffer."""
 from typing import List
 
@@ -9,7 +9,8 @@ from .errors import CudnnPortError
 from .layout import RNNSpec
 
 SPEC_VARIABLE = "cudnn_spec"  # written beside the buffer by cudnn_port.layers: [mode, layers, units, input, dirs]
-MODE_IDS = {"lstm": 0, "gru": 1}
+MODE_IDS = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
+FUSED_CLASS_NAMES = {"lstm": "CudnnLSTM", "gru": "CudnnGRU", "rnn_tanh": "CudnnRNNTanh", "rnn_relu": "CudnnRNNRelu"}
 # written beside the buffer by cudnn_port.layers when its fused op runs: the layout that op used for the buffer
 # (docs/conventions.md, section 6). 0: the fused op never ran (the layer's own cuDNN layout), 1: CUDA / cuDNN,
 # 2: ROCm / MIOpen, whose LSTM gate order and buffer layout are not cuDNN's.
@@ -18,10 +19,10 @@ MIOPEN = 2
 
 
 def spec_from_vector(vector: np.ndarray, dtype: str = "float32", name: str = SPEC_VARIABLE) -> RNNSpec:
-    """The RNNSpec stored in a ``cudnn_spec`` variable: ``[mode 0|1, layers, units, input size, directions 1|2]``
+    """The RNNSpec stored in a ``cudnn_spec`` variable: ``[mode 0-3, layers, units, input size, directions 1|2]``
     and, for an LSTM with projection, a sixth entry, the projection size."""
     values = np.asarray(vector).reshape(-1)
-    problem = f"{name} holds {values.tolist()[:8]}, which is not a spec ([mode 0|1, layers, units, input size, " \
+    problem = f"{name} holds {values.tolist()[:8]}, which is not a spec ([mode 0-3, layers, units, input size, " \
               "directions 1|2, projection]); pass the spec flags"
     if values.dtype.kind not in "iu" or values.size not in (5, 6):
         raise CudnnPortError(problem)

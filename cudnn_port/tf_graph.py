@@ -8,6 +8,7 @@ Per layer and direction d (each direction its own loops, so the two can run side
         LSTM  i, f, c~, o = σ, σ, tanh, σ of the blocks of XW_d[t] + h @ Rh_d (cuDNN's gate order; one σ over
               all four blocks);  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
+        RNN   h' = act(XW_d[t] + h @ Rh_d)     act = tanh (rnn_tanh) or relu (rnn_relu)
     Y_d = each step's h, zeros at t >= length (one select after the loop)
     final h (and c) = the state after step length - 1, gathered after the loop (h0 / c0 for length 0)
     y = concat(Y_0, Y_1 reversed within each length) on features                  [T, B, D*H]
@@ -121,7 +122,7 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
         for d in range(D):
             p = layer * D + d
             xw = tf.reshape(xws[d], [steps, batch, int(Wx.shape[-1])])
-            runs.append(time_loop(tf, xw, initial_h[p], initial_c[p], Rh[d], bh[d], is_lstm, until,
+            runs.append(time_loop(tf, xw, initial_h[p], initial_c[p], Rh[d], bh[d], spec.mode, until,
                                   None if Pt is None else Pt[d]))
         outs = []
         for d, (ys, cs) in enumerate(_together(tf, runs)):

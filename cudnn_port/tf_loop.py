@@ -7,6 +7,7 @@ Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
     LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four), c~ = tanh of block 2 (cuDNN's gate order);
           c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
     GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
+    RNN   h' = act(g)   (tanh for rnn_tanh, relu for rnn_relu)
 
 The product ``h @ Rh``:
 
@@ -44,12 +45,14 @@ UNROLL_BELOW = 8
 
 
 def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf.Tensor]", Rh: "tf.Tensor",
-              bh: "tf.Tensor", is_lstm: bool, until: "Optional[tf.Tensor]" = None,
+              bh: "tf.Tensor", mode: str, until: "Optional[tf.Tensor]" = None,
               Pt: "Optional[tf.Tensor]" = None) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
     """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
     only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
-    h (and c). ``until`` (the XLA export's longest length) stops the loop there, one step per iteration."""
+    h (and c). ``mode`` is the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``). ``until`` (the XLA export's
+    longest length) stops the loop there, one step per iteration."""
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
+    is_lstm = mode == "lstm"
     U = UNROLL if until is None else 1
 
     def small(h, weights):  # the product of the loop for batches below UNROLL_BELOW (module docstring)
@@ -68,6 +71,8 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
             if Pt is not None:
                 h = product(h, Pt)
             return h, c
+        if mode != "gru":  # a plain RNN: its one block
+            return (tf.nn.relu(g + hr) if mode == "rnn_relu" else tf.tanh(g + hr)), c
         x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
         h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
         r, z = tf.split(tf.sigmoid(x_rz + h_rz), 2, axis=-1)

@@ -8,7 +8,8 @@ bDesc, bAddr)``, cuDNN 8 and 9 API reference):
 - ``pseudoLayer`` counts layer by layer, the forward direction first: ``pseudoLayer = layer * D + direction``;
 - ``linLayerID`` 0 .. G-1 are the input weight matrices, ``G`` .. ``2G-1`` the recurrent ones, each with its bias;
   LSTM (``CUDNN_LSTM``, G = 4): 0 / 4 input gate, 1 / 5 forget gate, 2 / 6 new memory (cell) gate, 3 / 7 output
-  gate; GRU (``CUDNN_GRU``, G = 3): 0 / 3 reset gate, 1 / 4 update gate, 2 / 5 new memory gate; an LSTM with
+  gate; GRU (``CUDNN_GRU``, G = 3): 0 / 3 reset gate, 1 / 4 update gate, 2 / 5 new memory gate; ``CUDNN_RNN_TANH``
+  and ``CUDNN_RNN_RELU`` (G = 1): 0 the input matrix, 1 the recurrent one; an LSTM with
   projection (``cudnnSetRNNDescriptor_v8``'s ``projSize`` < ``hiddenSize``) adds ``linLayerID`` 8, the recurrent
   projection, a matrix with no bias;
 - each matrix is ``[hiddenSize, inputs]`` in row-major order: ``inputs`` is the layer's input width for the input
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
     from ..layout import RNNSpec
 
-GATES = {"lstm": 4, "gru": 3}
+GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 PROJECTION = 8  # the LSTM recurrent projection's linLayerID
 
 
