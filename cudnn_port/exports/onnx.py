@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from . import io_names
-from .onnx_portable import layer_weights, portable_stack_graph
+from .onnx_portable import fused_node, layer_weights, portable_stack_graph
 
 if TYPE_CHECKING:
     import onnx
@@ -65,7 +65,8 @@ def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, n
     the graph) instead of constants. This is the plain form, right where ``sequence_lens`` is honoured
     (onnxruntime); :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` is right in OpenVINO too."""
     spec = canon.spec
-    H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
+    D, is_lstm = spec.num_dirs, spec.mode == "lstm"
+    op, attrs = fused_node(spec, D)
     flatten = const(f"{prefix}flatten_dirs", np.array([0, 0, -1] if D == 2 else [1], np.int64))  # Reshape / Squeeze
     axis = const(f"{prefix}axis_0", np.array([0], np.int64)) if h0 is not None else None
     finals_h, finals_c = [], []
@@ -82,10 +83,7 @@ def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, n
             elif state is not None:  # None: the node's own default, zeros
                 states.append(node("Slice", [state, start, end, axis], [f"{prefix}{label}_{layer}"]))
         outs = [f"{prefix}y_{layer}", f"{prefix}y_h_{layer}"] + ([f"{prefix}y_c_{layer}"] if is_lstm else [])
-        attrs = dict(hidden_size=H, direction="bidirectional" if D == 2 else "forward")
-        if not is_lstm:
-            attrs["linear_before_reset"] = 1
-        node("LSTM" if is_lstm else "GRU", [x, W, R, B, lengths] + states, outs, **attrs)
+        node(op, [x, W, R, B, lengths] + states, outs, **attrs)
         if D == 1:  # [T, 1, B, H]: drop the direction axis, no copy
             x = node("Squeeze", [outs[0], flatten], [f"{prefix}x_{layer + 1}"])
         else:

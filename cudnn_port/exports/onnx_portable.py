@@ -16,7 +16,10 @@ fused nodes (LSTM: one per layer and direction; GRU: one per layer):
   and cannot change a valid output; final h is the run's output at step length-1 (``GatherElements``); final c
   comes from the padding channel, here +K on the forget gate and -K on the input gate: at a padded step f = 1 and
   i = 0 exactly, so c stays as it was after the last valid step;
-* the outputs (of both) are multiplied by the length mask (1 at valid steps, 0 past each length).
+* plain RNN (``rnn_tanh`` / ``rnn_relu``: an ONNX ``RNN`` node, ``activations`` Tanh / Relu), which has no gate to
+  hold a state: as LSTM, each direction one forward node (the backward one on ``ReverseSequence(x, lengths)``), final
+  h the output at step length-1; no padding channel;
+* the outputs (of all) are multiplied by the length mask (1 at valid steps, 0 past each length).
 
 :func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
 """
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, reorder
+from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, ONNX_RNN, reorder
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -33,14 +36,26 @@ if TYPE_CHECKING:
 
 PAD_GATE = 1.0e4  # sigmoid(+-1e4 + any pre-activation within +-1e3) is exactly 1 / 0 in float32
 PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to a node's x
+ONNX_ORDER = {"lstm": ONNX_LSTM, "gru": ONNX_GRU, "rnn_tanh": ONNX_RNN, "rnn_relu": ONNX_RNN}
+
+
+def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:
+    """The ONNX op of ``spec``'s cell and its attributes for a node of ``directions`` (1 or 2) directions:
+    ``LSTM``; ``GRU`` with ``linear_before_reset=1`` (cuDNN's reset-after form); ``RNN`` with ``activations`` Tanh
+    or Relu, one per direction."""
+    attrs = dict(hidden_size=spec.num_units, direction="bidirectional" if directions == 2 else "forward")
+    if spec.mode == "gru":
+        return "GRU", dict(attrs, linear_before_reset=1)
+    if spec.is_rnn:
+        return "RNN", dict(attrs, activations=["Relu" if spec.mode == "rnn_relu" else "Tanh"] * directions)
+    return "LSTM", attrs
 
 
 def layer_weights(canon: "CanonicalRNN", layer: int, dtype: type = np.float32) -> List[np.ndarray]:
     """W [D, G*H, I_l], R [D, G*H, H], B [D, 2*G*H] of one layer in ONNX gate order. With ``canon`` unpacked from
     ``np.arange(param_count)`` and ``dtype`` int64: the position in params each weight comes from."""
     spec = canon.spec
-    dst = ONNX_LSTM if spec.mode == "lstm" else ONNX_GRU
-    src = CUDNN_ORDER[spec.mode]
+    dst, src = ONNX_ORDER[spec.mode], CUDNN_ORDER[spec.mode]
     W, R, B = [], [], []
     for direction in range(spec.num_dirs):
         p = canon.layer(layer, direction)
@@ -70,14 +85,16 @@ def _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag):
     """Names of W (with the padding channel), R, B of one layer (``direction`` None: both directions, [D, ...]) or of
     one direction of it ([1, ...]): constants, or from ``weights(layer)`` (tensors computed in the graph), sliced to
     the direction and W concatenated with the channel's constant column."""
-    mode = canon.spec.mode
+    mode, pad = canon.spec.mode, not canon.spec.is_rnn  # a plain RNN gets no padding channel
     if weights is None:
         W, R, B = layer_weights(canon, layer) if direction is None else _direction_weights(canon, layer, direction)
-        return [const(f"{p}{n}_{tag}", a) for n, a in zip("WRB", (_with_pad_channel(W, mode), R, B))]
+        return [const(f"{p}{n}_{tag}", a) for n, a in zip("WRB", (_with_pad_channel(W, mode) if pad else W, R, B))]
     names = list(weights(layer))
     if direction is not None and canon.spec.num_dirs == 2:
         names = [node("Slice", [t, i64(f"start_{direction}", [direction]), i64(f"end_{direction}", [direction + 1]),
                                 i64("axis_0", [0])], [f"{p}{n}_{tag}_direction"]) for n, t in zip("WRB", names)]
+    if not pad:
+        return names
     count = 1 if direction is not None else canon.spec.num_dirs
     gates = len(ONNX_LSTM if mode == "lstm" else ONNX_GRU)
     column = _with_pad_channel(np.zeros((count, gates * canon.spec.num_units, 0), np.float32), mode)
@@ -94,6 +111,7 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
     ``lengths`` [B] int32 is required), in the form described in the module docstring."""
     spec = canon.spec
     H, D, is_lstm = spec.num_units, spec.num_dirs, spec.mode == "lstm"
+    op, attrs = fused_node(spec, 1)
     p, made = prefix, {}
     if weights is not None:  # each layer's tensors made once, though both directions of an LSTM layer read them
         weights = functools.lru_cache(maxsize=None)(weights)
@@ -110,9 +128,10 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
     valid = node("Less", [node("Unsqueeze", [steps, i64("axis_1", [1])], [f"{p}steps_t1"]),
                           node("Unsqueeze", [lens64, i64("axis_0", [0])], [f"{p}lengths_1b"])], [f"{p}valid"])
     mask = node("Unsqueeze", [node("Cast", [valid], [f"{p}valid_f"], to=1), i64("axis_2", [2])], [f"{p}mask"])
-    pad = node("Unsqueeze", [node("Cast", [node("Not", [valid], [f"{p}padded"])], [f"{p}padded_f"], to=1),
-                             i64("axis_2", [2])], [f"{p}pad_channel"])
-    if not is_lstm:
+    pad = None if spec.is_rnn else node("Unsqueeze", [node("Cast", [node("Not", [valid], [f"{p}padded"])],
+                                                               [f"{p}padded_f"], to=1), i64("axis_2", [2])],
+                                        [f"{p}pad_channel"])
+    if spec.mode == "gru":
         return _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p, weights)
     last = node("Unsqueeze", [node("Sub", [lens64, i64("one", 1)], [f"{p}last_step"]), i64("axes_0_2", [0, 2])],
                 [f"{p}last_1b1"])
@@ -127,7 +146,7 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
             pseudo = layer * D + direction
             xd = x if direction == 0 else node("ReverseSequence", [x, lens64], [f"{p}x_rev_{tag}"], batch_axis=1,
                                                  time_axis=0)
-            xd = node("Concat", [xd, pad], [f"{p}x_{tag}{PAD_SUFFIX}"], axis=2)
+            xd = xd if pad is None else node("Concat", [xd, pad], [f"{p}x_{tag}{PAD_SUFFIX}"], axis=2)
             names = _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag)
             states = []
             for label, state in (("h0", h0), ("c0", c0)) if is_lstm else (("h0", h0),):
@@ -136,10 +155,7 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
                                                  i64(f"end_{pseudo}", [pseudo + 1]), i64("axis_0", [0])],
                                        [f"{p}{label}_{tag}"]))
             outs = [f"{p}y_{tag}", f"{p}y_h_{tag}"] + ([f"{p}y_c_{tag}"] if is_lstm else [])
-            attrs = dict(hidden_size=H, direction="forward")
-            if not is_lstm:
-                attrs["linear_before_reset"] = 1
-            node("LSTM" if is_lstm else "GRU", [xd] + names + [lengths] + states, outs, **attrs)
+            node(op, [xd] + names + [lengths] + states, outs, **attrs)
             y = node("Squeeze", [outs[0], i64("axis_1", [1])], [f"{p}y_sq_{tag}"])  # [T, B, H]
             finals_h.append(node("GatherElements", [y, last], [f"{p}h_n_{tag}"], axis=0))
             if is_lstm:

@@ -1,5 +1,6 @@
 """ONNX of graphs that hold cuDNN nodes, through tf2onnx: tf2onnx converts everything else, and a custom handler
-turns each CudnnRNN / V2 / V3 node (its params constant once the graph is frozen) into fused ONNX LSTM / GRU nodes:
+turns each CudnnRNN / V2 / V3 node (its params constant once the graph is frozen) into fused ONNX LSTM / GRU / RNN
+nodes:
 those of :func:`cudnn_port.exports.onnx_portable.portable_stack_graph` where the node has sequence lengths (a
 CudnnRNNV3 with its lengths input), so that runtimes which ignore ``sequence_lens`` (OpenVINO) compute ragged batches
 right too; those of :func:`cudnn_port.exports.onnx.stack_graph` where it has none (full length, where the plain form
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     import onnx
     from tensorflow.core.framework import graph_pb2
 
-_FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "Shape": [1], "Range": [1]}
+_FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "RNN": [4, 3], "Shape": [1], "Range": [1]}
 
 
 def cudnn_node_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
@@ -157,7 +158,7 @@ def _output_dtype(ctx, op, inputs, attrs):
     from onnx import TensorProto
 
     fixed = {"Cast": attrs.get("to"), "Shape": TensorProto.INT64, "Less": TensorProto.BOOL, "Not": TensorProto.BOOL,
-             "LSTM": TensorProto.FLOAT, "GRU": TensorProto.FLOAT}
+             "LSTM": TensorProto.FLOAT, "GRU": TensorProto.FLOAT, "RNN": TensorProto.FLOAT}
     return fixed[op] if op in fixed else ctx.get_dtype(inputs[0])
 
 

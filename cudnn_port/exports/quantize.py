@@ -127,8 +127,9 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
     onnx.save(result, tmp_path)
     os.replace(tmp_path, dst_path)
     warnings = []
-    if before["GRU"]:
-        warnings.append(f"{before['GRU']} GRU node(s) stay float32: onnxruntime has no int8 GRU kernel")
+    for kind in ("GRU", "RNN"):
+        if before[kind]:
+            warnings.append(f"{before[kind]} {kind} node(s) stay float32: onnxruntime has no int8 {kind} kernel")
     if after["MatMul"]:
         warnings.append(f"{after['MatMul']} MatMul node(s) stay float32 (non-constant B, or matmul=False)")
     size_src, size_dst = os.path.getsize(src_path), os.path.getsize(dst_path)

@@ -16,7 +16,9 @@ Graph, x_0 = inputs, valid[b, t] = t < length_b, pad = 1 - valid, last[b, t] = (
               pad's column of W adds -BIG to gate i and +BIG to gate f past each length: i = 0, f = 1 (in float32),
               so c stays at its value at length - 1 (the op itself runs over all T steps: it takes no lengths)
         GRU:  y, h = WHILE(t < T) of builtin ops: one step of cuDNN's GRU, h kept past each length (SELECT_V2)
-        LSTM: final_h[p] = SUM(y * last, time), final_c[p] = c after the op;  GRU: final_h[p] = the loop's h
+        RNN:  y = UNIDIRECTIONAL_SEQUENCE_RNN(x, W, R, b_W + b_R, h), fused TANH or RELU (rnn_tanh / rnn_relu), h a
+              variable tensor as for LSTM; the op runs over all T steps, and a padded step comes after every valid one
+        LSTM, RNN: final_h[p] = SUM(y * last, time), final_c[p] = c after the op;  GRU: final_h[p] = the loop's h
         y = REVERSE_SEQUENCE(y, lengths) for the backward direction
     x_{l+1} = CONCATENATION(y over directions) * valid
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 BIG = 1.0e4  # |pre-activation| past each length: sigmoid(-BIG) = 0 and sigmoid(BIG) = 1 in float32
 TANH = 4  # ActivationFunctionType.TANH
+RELU = 1  # ActivationFunctionType.RELU
 SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_default")(inputs=..., sequence_lengths=...)
 
 
@@ -136,6 +139,22 @@ def _lstm(graph, canon, x, layer, direction):
     return y, graph.final(y, p), final_c
 
 
+def _rnn(graph, canon, x, layer, direction):
+    """One fused UNIDIRECTIONAL_SEQUENCE_RNN over x [B, T, I_l]: (y [B, T, H], final_h [B, H])."""
+    g, spec, p = graph.g, graph.spec, layer * graph.spec.num_dirs + direction
+    params, H = canon.layer(layer, direction), spec.num_units
+    name = f"rnn_{layer}_{direction}"
+    bias = np.asarray(params.b_W[0], np.float32) + np.asarray(params.b_R[0], np.float32)
+    h = graph.state("initial_h", p, H, variable=True)
+    # inputs: x, input weights [H, I_l], recurrent weights [H, H], bias [H], hidden state (updated in place)
+    y = g.op("UNIDIRECTIONAL_SEQUENCE_RNN", [x, g.const(f"{name}/W", np.asarray(params.W[0], np.float32)),
+                                             g.const(f"{name}/R", np.asarray(params.R[0], np.float32)),
+                                             g.const(f"{name}/bias", bias), h], f"{name}/y",
+             options="SequenceRNNOptions", timeMajor=False,
+             fusedActivationFunction=RELU if spec.mode == "rnn_relu" else TANH)
+    return y, graph.final(y, p)
+
+
 def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
     """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs."""
     spec = canon.spec
@@ -149,6 +168,8 @@ def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
             if spec.mode == "lstm":
                 y, h_n, c_n = _lstm(graph, canon, x_in, layer, direction)
                 finals_c.append(c_n)
+            elif spec.is_rnn:
+                y, h_n = _rnn(graph, canon, x_in, layer, direction)
             else:
                 y, h_n = gru_layer(graph, canon, x_in, layer, direction)
             finals_h.append(h_n)

@@ -27,13 +27,15 @@ def _open(path, job):
 
 def torch_modules(spec: "RNNSpec", state_dict: Dict[str, np.ndarray], x: np.ndarray, lengths: np.ndarray,
                   h_0: np.ndarray, c_0: Optional[np.ndarray]) -> List[Optional[np.ndarray]]:
-    """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` loading ``state_dict`` strictly, run on a
+    """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` / ``nn.RNN`` (``nonlinearity``) loading ``state_dict`` strictly, run on a
     packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError without PyTorch."""
     # lazy: torch, loaded on first use (import cudnn_port stays light)
     import torch
 
-    cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU
+    cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU if spec.mode == "gru" else torch.nn.RNN
     extra = {"proj_size": spec.num_proj} if spec.num_proj else {}
+    if spec.is_rnn:  # nn.RNN: cuDNN's RNN_TANH / RNN_RELU
+        extra["nonlinearity"] = spec.activation
     module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True,
                  bidirectional=spec.bidirectional, **extra)
     module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in state_dict.items()})
@@ -48,7 +50,7 @@ def torch_modules(spec: "RNNSpec", state_dict: Dict[str, np.ndarray], x: np.ndar
     return [out.numpy(), h_n.numpy(), None if c_n is None else c_n.numpy()]
 
 
-FORMAT = Format(name="pytorch", help="OUT/pytorch/<stack>.safetensors for torch.nn.LSTM/GRU",
+FORMAT = Format(name="pytorch", help="OUT/pytorch/<stack>.safetensors for torch.nn.LSTM/GRU/RNN",
                 artifacts=(Artifact("pytorch", "pytorch/{label}.safetensors", states="required",
                                     label="pytorch (.safetensors)"),),
                 write=_write, runtimes=(Runtime("torch", _open, needs=("torch",), bench=False),),

@@ -1,9 +1,11 @@
-"""Keras 3 ``LSTM`` / ``GRU(reset_after=True)`` (wrapped in ``Bidirectional`` for D = 2)::
+"""Keras 3 ``LSTM`` / ``GRU(reset_after=True)`` / ``SimpleRNN`` (wrapped in ``Bidirectional`` for D = 2)::
 
     LSTM  kernel [I_l, 4H] = hstack_g(W_g.T), gates i, f, c, o     recurrent_kernel [H, 4H] likewise from R
           bias [4H] = b_W + b_R
     GRU   kernel [I_l, 3H] = hstack_g(W_g.T), gates z, r, h        recurrent_kernel [H, 3H] likewise from R
           bias [2, 3H] = [[b_W z, r, h], [b_R z, r, h]]
+    RNN   kernel [I_l, H] = W.T                                    recurrent_kernel [H, H] = R.T
+          bias [H] = b_W + b_R                  (SimpleRNN, activation "tanh" for rnn_tanh, "relu" for rnn_relu)
 
 Checkpoint names: ``{prefix}/layer_{l}/{forward,backward}/{kernel,recurrent_kernel,bias}``. :func:`save_model`
 writes a ``.keras`` file of ``Input([None, I]) -> L recurrent layers (return_sequences=True)`` that plain Keras
@@ -15,14 +17,15 @@ import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from ..errors import UnsupportedError
-from ..gates import CUDNN_GRU, CUDNN_LSTM, KERAS_GRU, KERAS_LSTM, reorder
+from ..gates import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN, KERAS_GRU, KERAS_LSTM, reorder
 from .common import bias_sum, join, write_all
 
 if TYPE_CHECKING:
     import keras
     from ..layout import RNNSpec
 
-ORDER = {"lstm": (CUDNN_LSTM, KERAS_LSTM), "gru": (CUDNN_GRU, KERAS_GRU)}
+ORDER = {"lstm": (CUDNN_LSTM, KERAS_LSTM), "gru": (CUDNN_GRU, KERAS_GRU), "rnn_tanh": (CUDNN_RNN, CUDNN_RNN),
+         "rnn_relu": (CUDNN_RNN, CUDNN_RNN)}
 VARS = ("kernel", "recurrent_kernel", "bias")
 
 
@@ -38,13 +41,13 @@ def check(spec: "RNNSpec") -> None:
 
 
 def layer_weights(spec: "RNNSpec", p: LayerParams, slot: bool = False) -> List[np.ndarray]:
-    """[kernel, recurrent_kernel, bias] of one Keras LSTM/GRU layer from LayerParams ``p``."""
+    """[kernel, recurrent_kernel, bias] of one Keras LSTM / GRU / SimpleRNN layer from LayerParams ``p``."""
     check(spec)
     src, dst = ORDER[spec.mode]
     W, R = reorder(p.W, src, dst), reorder(p.R, src, dst)
     kernel = W.reshape(-1, W.shape[2]).T
     recurrent = R.reshape(-1, R.shape[2]).T
-    if spec.mode == "lstm":
+    if spec.mode != "gru":  # one bias, b_W + b_R
         bias = reorder(bias_sum(p.b_W, p.b_R, slot), src, dst).reshape(-1)
     else:
         bias = np.stack([reorder(p.b_W, src, dst).reshape(-1), reorder(p.b_R, src, dst).reshape(-1)])
@@ -69,7 +72,7 @@ def read(tensors: Dict[str, np.ndarray], prefix: str, spec: "RNNSpec") -> Canoni
         kernel, recurrent, bias = (np.asarray(tensors[f"{scope}/{v}"]) for v in VARS)
         W = reorder(kernel.T.reshape(G, H, -1), dst, src)
         R = reorder(recurrent.T.reshape(G, H, H), dst, src)
-        if spec.mode == "lstm":
+        if spec.mode != "gru":  # one bias: b_W, and zeros for b_R
             b_W, b_R = reorder(bias.reshape(G, H), dst, src), np.zeros((G, H), bias.dtype)
         else:
             b_W, b_R = (reorder(b.reshape(G, H), dst, src) for b in bias)
@@ -91,6 +94,8 @@ def build_model(canon: CanonicalRNN, name: str = "rnn") -> "keras.Model":
     for layer in range(spec.num_layers):
         def cell(direction, name):
             kwargs = dict(return_sequences=True, dtype=spec.dtype, go_backwards=bool(direction), name=name)
+            if spec.is_rnn:
+                return keras.layers.SimpleRNN(spec.num_units, activation=spec.activation, **kwargs)
             return (keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm"
                     else keras.layers.GRU(spec.num_units, reset_after=True, **kwargs))
 

@@ -1,4 +1,4 @@
-"""PyTorch ``nn.LSTM`` / ``nn.GRU`` state_dict (gate order = cuDNN's; biases kept separate)::
+"""PyTorch ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` state_dict (gate order = cuDNN's; biases kept separate)::
 
     weight_ih_l{k}[_reverse] [G*H, I_l] = vstack_g(W_g)    weight_hh_l{k}[_reverse] [G*H, S] = vstack_g(R_g)
     bias_ih_l{k}[_reverse]   [G*H]      = b_W              bias_hh_l{k}[_reverse]   [G*H]    = b_R

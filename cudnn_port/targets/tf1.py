@@ -25,6 +25,11 @@ GRU (``cudnn_compatible_gru_cell``)::
     gates/kernel [I_l + H, 2H] = concat_g([W_g R_g]).T for g in r, z       gates/bias = b_W + b_R (r, z)
     candidate/input_projection/kernel  = W_h.T    candidate/input_projection/bias  = b_W_h
     candidate/hidden_projection/kernel = R_h.T    candidate/hidden_projection/bias = b_R_h
+
+Plain RNN, ``rnn_tanh`` / ``rnn_relu`` (``basic_rnn_cell``, TF1's ``BasicRNNCell(H, activation=tanh / relu)``, the
+cell ``CudnnRNNTanh`` / ``CudnnRNNRelu`` name as their CPU form in ``tf.contrib.cudnn_rnn``)::
+
+    kernel [I_l + H, H] = [W R].T                                             bias [H] = b_W + b_R
 """
 import re
 import sys
@@ -40,7 +45,8 @@ from ..errors import CudnnPortError
 from ..layout import RNNSpec
 from .common import bias_sum, join, write_all
 
-CELL = {"lstm": "cudnn_compatible_lstm_cell", "gru": "cudnn_compatible_gru_cell"}
+CELL = {"lstm": "cudnn_compatible_lstm_cell", "gru": "cudnn_compatible_gru_cell", "rnn_tanh": "basic_rnn_cell",
+        "rnn_relu": "basic_rnn_cell"}
 PROJECTED_CELL = "lstm_cell"  # LSTMCell(num_proj=P): the only TF1 cell with a projection
 scheme = "current"  # the names this module writes; LEGACY writes the older ones
 
@@ -72,6 +78,8 @@ def write_layer(spec: RNNSpec, prefix: str, layer: int, direction: int, p: Layer
         if spec.num_proj:
             out[f"{scope}/projection/kernel"] = p.P.T
         return out
+    if spec.is_rnn:
+        return {f"{scope}/kernel": _rows(p, "h", "h").T, f"{scope}/bias": bias_sum(p.b_W, p.b_R, slot).reshape(-1)}
     return {f"{scope}/gates/kernel": _rows(p, CUDNN_GRU, "rz").T,
             f"{scope}/gates/bias": bias_sum(p.b_W[:2], p.b_R[:2], slot).reshape(-1),
             f"{scope}/candidate/input_projection/kernel": p.W[2].T,
@@ -98,6 +106,10 @@ def read(tensors: Dict[str, np.ndarray], prefix: str, spec: RNNSpec, legacy: boo
             else:
                 b_W = reorder(np.asarray(tensors[f"{scope}/bias"]).reshape(4, H), TF1_LSTM, CUDNN_LSTM)
                 b_R = np.zeros_like(b_W)
+        elif spec.is_rnn:
+            rows = np.asarray(tensors[f"{scope}/kernel"]).T.reshape(1, H, width + H)
+            b_W = np.asarray(tensors[f"{scope}/bias"]).reshape(1, H)
+            b_R = np.zeros_like(b_W)
         else:
             gates = np.asarray(tensors[f"{scope}/gates/kernel"]).T.reshape(2, H, width + H)
             cand = np.concatenate([np.asarray(tensors[f"{scope}/candidate/input_projection/kernel"]).T,
