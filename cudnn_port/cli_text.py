@@ -33,7 +33,9 @@ def describe(spec: Dict[str, Any]) -> str:
 
 
 BECOMES = {"lstm": "fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM",
-           "gru": "fused ONNX GRU, TFLite builtin ops (LiteRT has no GRU op)"}
+           "gru": "fused ONNX GRU, TFLite builtin ops (LiteRT has no GRU op)",
+           "rnn_tanh": "fused ONNX RNN (Tanh), TFLite UNIDIRECTIONAL_SEQUENCE_RNN",
+           "rnn_relu": "fused ONNX RNN (Relu), TFLite UNIDIRECTIONAL_SEQUENCE_RNN"}
 
 
 def layer_line(entry: Dict[str, Any]) -> str:

@@ -1,8 +1,10 @@
-"""A stock Keras ``LSTM`` / ``GRU`` / ``Bidirectional`` layer computed by one fused layer (:mod:`cudnn_port.layers`).
+"""A stock Keras ``LSTM`` / ``GRU`` / ``SimpleRNN`` / ``Bidirectional`` layer computed by one fused layer
+(:mod:`cudnn_port.layers`).
 
 :class:`StockAdapter` takes the stock layer's place in a rewritten model (:mod:`cudnn_port.stock_keras`): it holds a
-``CudnnLSTM`` / ``CudnnGRU`` (one layer, D = 1 or 2, ``return_sequences=True, return_state=True``) named as the stock
-layer, with the stock layer's weights packed into its buffer, and turns the fused layer's interface into the stock
+``CudnnLSTM`` / ``CudnnGRU`` / ``CudnnRNNTanh`` / ``CudnnRNNRelu`` (one layer, D = 1 or 2,
+``return_sequences=True, return_state=True``) named as the stock layer, with the stock layer's weights packed into
+its buffer, and turns the fused layer's interface into the stock
 layer's. What differs:
 
 - masks: Keras' loop skips a masked step (the states carry over; the output there is zeros with
@@ -33,7 +35,7 @@ import keras
 from .compaction import expand, gather_steps, last_output, plan
 from .deps import import_tf
 from .layer_paths import shared
-from .layers import CudnnGRU, CudnnLSTM
+from .layers import FUSED_CLASSES
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -46,7 +48,7 @@ class StockAdapter(keras.layers.Layer):
                  merge_mode: Optional[str] = "concat", return_sequences: bool = False, return_state: bool = False,
                  zero_output: bool = True, **kwargs):
         super().__init__(**kwargs)
-        cls = CudnnLSTM if mode == "lstm" else CudnnGRU
+        cls = FUSED_CLASSES[mode]
         self.fused = cls(units, bidirectional=bidirectional, return_sequences=True, return_state=True,
                          name=self.name)
         self.mode, self.units, self.bidirectional, self.go_backwards = mode, units, bidirectional, go_backwards

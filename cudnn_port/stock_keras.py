@@ -1,8 +1,10 @@
-"""Stock Keras 3 recurrent layers into fused stacks: the front door for models of ``LSTM``, ``GRU``, ``Bidirectional``.
+"""Stock Keras 3 recurrent layers into fused stacks: the front door for models of ``LSTM``, ``GRU``, ``SimpleRNN``,
+``Bidirectional``.
 
 :func:`rewrite` returns an equivalent model in which each stock layer whose math cuDNN computes (the conditions
 Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``,
-``GRU(reset_after=True)``; ``use_bias=False`` is cuDNN's math with zero biases, ``unroll=True`` computes the same
+``GRU(reset_after=True)``; a ``SimpleRNN`` with ``activation`` ``"tanh"`` or ``"relu"``, cuDNN's ``RNN_TANH`` /
+``RNN_RELU``; ``use_bias=False`` is cuDNN's math with zero biases, ``unroll=True`` computes the same
 steps without a loop, and dropout does nothing at inference) is a
 :class:`~cudnn_port.stock_adapter.StockAdapter` around a fused layer holding the same weights: Keras' kernels are the
 canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`).
@@ -14,8 +16,7 @@ ORIGINAL model: Keras' own outputs.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (``GRU(reset_after=False)``, other activations, ``SimpleRNN``, ``ConvLSTM*``, ``RNN`` with
-any cell), a stateful ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional /
+layer (``GRU(reset_after=False)``, other activations, ``ConvLSTM*``, ``RNN`` with any cell), a stateful ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional /
 Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to
 TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same
 set.
@@ -42,11 +43,14 @@ RECURRENT = ("LSTM", "GRU", "SimpleRNN", "RNN", "ConvLSTM1D", "ConvLSTM2D", "Con
 
 
 def _why_not(layer) -> Optional[str]:
-    """Why a stock LSTM / GRU does not compute cuDNN's math (None: it does)."""
+    """Why a stock LSTM / GRU / SimpleRNN does not compute cuDNN's math (None: it does)."""
     name = type(layer).__name__
-    if name not in ("LSTM", "GRU"):
+    if name not in ("LSTM", "GRU", "SimpleRNN"):
         return f"{name} is not a cuDNN layer"
     config = layer.get_config()
+    if name == "SimpleRNN":  # cuDNN's RNN_TANH and RNN_RELU
+        act = config.get("activation")
+        return None if act in ("tanh", "relu") else f"activation={act!r} (cuDNN's RNN computes tanh or relu)"
     for key, want in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
         if config.get(key) != want:
             return f"{key}={config.get(key)!r} (cuDNN computes {want})"
@@ -166,8 +170,9 @@ def _layers(model):
 
 
 def cell_weights(cell: Any) -> List[Any]:
-    """[kernel, recurrent_kernel, bias] of a stock LSTM / GRU cell as NumPy arrays; a ``use_bias=False`` cell's bias
-    is zeros of the shape Keras gives it (LSTM ``[4H]``, GRU(reset_after) ``[2, 3H]``)."""
+    """[kernel, recurrent_kernel, bias] of a stock LSTM / GRU / SimpleRNN cell as NumPy arrays; a ``use_bias=False``
+    cell's bias is zeros of the shape Keras gives it (LSTM ``[4H]``, GRU(reset_after) ``[2, 3H]``, SimpleRNN
+    ``[H]``)."""
     kernel, recurrent = cell.kernel.numpy(), cell.recurrent_kernel.numpy()
     if cell.bias is not None:
         return [kernel, recurrent, cell.bias.numpy()]
@@ -175,15 +180,24 @@ def cell_weights(cell: Any) -> List[Any]:
     return [kernel, recurrent, np.zeros((2, width) if type(cell).__name__ == "GRUCell" else (width,), kernel.dtype)]
 
 
+def _mode(rnn) -> str:
+    """The fused mode of a stock LSTM / GRU / SimpleRNN that :func:`_why_not` passed."""
+    name = type(rnn).__name__
+    if name == "SimpleRNN":
+        return "rnn_relu" if rnn.get_config().get("activation") == "relu" else "rnn_tanh"
+    return "lstm" if name == "LSTM" else "gru"
+
+
 def _adapter(layer):
-    """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / Bidirectional, weights packed."""
+    """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / SimpleRNN / Bidirectional,
+    weights packed."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .stock_adapter import StockAdapter
 
     bidirectional = type(layer).__name__ == "Bidirectional"
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
     first = rnns[0]
-    mode = "lstm" if type(first).__name__ == "LSTM" else "gru"
+    mode = _mode(first)
     adapter = StockAdapter(mode, int(first.units), bidirectional=bidirectional,
                            go_backwards=bool(first.go_backwards) and not bidirectional,
                            merge_mode=layer.merge_mode if bidirectional else None,

@@ -226,10 +226,10 @@ def test_stateful_bidirectional_layer_is_refused_in_one_line(tmp_path):
 
 def test_model_without_cudnn_math_is_refused_in_one_line(tmp_path):
     x = keras.Input((None, 3), name="x")
-    keras.Model(x, L.SimpleRNN(4)(x)).save(tmp_path / "simple.keras")
+    keras.Model(x, L.SimpleRNN(4, activation="sigmoid")(x)).save(tmp_path / "simple.keras")
     result = run_cli("convert", tmp_path / "simple.keras", tmp_path / "out")
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "simple_rnn (SimpleRNN): SimpleRNN is not a cuDNN layer" in result.stderr
+    assert "simple_rnn (SimpleRNN): activation='sigmoid' (cuDNN's RNN computes tanh or relu)" in result.stderr
 
 
 def test_subclassed_model_with_stock_layers_is_refused(tmp_path):

@@ -118,7 +118,8 @@ def _layers(model):
 
 
 # Keras gate blocks (i f c o / z r h) in cuDNN order (i f c o / r z h)
-KERAS_TO_CUDNN = {"LSTM": [0, 1, 2, 3], "GRU": [1, 0, 2]}
+KERAS_TO_CUDNN = {"LSTM": [0, 1, 2, 3], "GRU": [1, 0, 2], "SimpleRNN": [0]}
+KERAS_KIND = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
 
 
 def stack_from_file(source: str, variable: str, spec: "RNNSpec") -> "CanonicalRNN":
@@ -129,7 +130,7 @@ def stack_from_file(source: str, variable: str, spec: "RNNSpec") -> "CanonicalRN
     # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
 
-    kind = "LSTM" if spec.mode == "lstm" else "GRU"
+    kind = KERAS_KIND[spec.mode]
     layer = variable.rsplit("/", 1)[0]
     with h5py.File(source, "r") as f:
         check_h5(f, source)
@@ -143,16 +144,16 @@ def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]])
     """A :class:`~cudnn_port.canonical.CanonicalRNN` (cuDNN's gate order) of Keras LSTM / GRU(reset_after=True)
     weights ``[(kernel, recurrent_kernel, bias)]`` per direction, by Keras' math: ``x @ kernel + h @
     recurrent_kernel + bias``, gate blocks i f c o / z r h along the columns, a GRU's bias rows input then
-    recurrent."""
-    kind = "LSTM" if spec.mode == "lstm" else "GRU"
+    recurrent; a SimpleRNN's one block and one bias."""
+    kind = KERAS_KIND[spec.mode]
     params, H, order = [], spec.num_units, KERAS_TO_CUDNN[kind]
     for kernel, recurrent, bias in directions:
         kernel, recurrent, bias = (np.asarray(a, np.float64) for a in (kernel, recurrent, bias))
         blocks = [slice(g * H, (g + 1) * H) for g in order]
         W = np.stack([kernel[:, b].T for b in blocks])
         R = np.stack([recurrent[:, b].T for b in blocks])
-        b_W = np.stack([(bias if kind == "LSTM" else bias[0])[b] for b in blocks])
-        b_R = np.zeros_like(b_W) if kind == "LSTM" else np.stack([bias[1][b] for b in blocks])
+        b_W = np.stack([(bias if kind != "GRU" else bias[0])[b] for b in blocks])
+        b_R = np.zeros_like(b_W) if kind != "GRU" else np.stack([bias[1][b] for b in blocks])
         params.append(LayerParams(W, R, b_W, b_R))
     return CanonicalRNN(spec, params)
 

@@ -73,7 +73,8 @@ def tf1_cells(spec: "RNNSpec", prefix: str, ckpt_dir: str, x: np.ndarray, length
     """Restore TF1 cell variables by name (``tf.compat.v1.train.Saver``) and run them like ``dynamic_rnn`` /
     ``stack_bidirectional_dynamic_rnn`` over a right-padded batch: LSTM through ``BlockLSTM`` (the kernel of
     ``LSTMBlockFusedCell`` / ``CudnnCompatibleLSTMCell``: gates i, c, f, o, ``forget_bias=0``), a projected LSTM and
-    the GRU through their cells' math (``LSTMCell(num_proj)``, ``CudnnCompatibleGRUCell``). ``legacy``: the older
+    the GRU and the plain RNNs through their cells' math (``LSTMCell(num_proj)``, ``CudnnCompatibleGRUCell``,
+    ``BasicRNNCell``). ``legacy``: the older
     ``{prefix}/multi_rnn_cell/...`` names. x [B, T, I], lengths [B], h_0 [L*D, B, S], c_0 [L*D, B, H]. Returns
     [outputs [B, T, D*S], h_n, c_n or None]."""
     tf = import_tf()
@@ -117,6 +118,16 @@ def tf1_cells(spec: "RNNSpec", prefix: str, ckpt_dir: str, x: np.ndarray, length
                         steps.append(m)
                         cells.append(c)
                     h, cs = tf.stack(steps), tf.stack(cells)
+                elif spec.is_rnn:  # BasicRNNCell(activation=tanh / relu): h = act([x, h] W + b)
+                    kernel, bias = var(f"{scope}/kernel", [width + H, H]), var(f"{scope}/bias", [H])
+                    act = tf.nn.relu if spec.mode == "rnn_relu" else tf.tanh
+                    steps, state = [], h0
+                    mask = tf.reverse_sequence(valid, lens, seq_axis=0, batch_axis=1) if direction else valid
+                    for t in range(T):
+                        new = act(tf.matmul(tf.concat([inp[t], state], 1), kernel) + bias)
+                        state = mask[t] * new + (1 - mask[t]) * state
+                        steps.append(state)
+                    h, cs = tf.stack(steps), None
                 else:  # CudnnCompatibleGRUCell
                     names = ["gates/kernel", "gates/bias", "candidate/input_projection/kernel",
                              "candidate/input_projection/bias", "candidate/hidden_projection/kernel",
@@ -150,7 +161,8 @@ def tf1_cells(spec: "RNNSpec", prefix: str, ckpt_dir: str, x: np.ndarray, length
 def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callable[[int, int], str], x: np.ndarray,
                  lengths: np.ndarray, h_0: Optional[np.ndarray],
                  c_0: Optional[np.ndarray]) -> List[Optional[np.ndarray]]:
-    """Stock Keras ``LSTM`` / ``GRU(reset_after=True)`` layers holding ``tensors[f"{scope(l, d)}/kernel"]`` etc.
+    """Stock Keras ``LSTM`` / ``GRU(reset_after=True)`` / ``SimpleRNN`` layers holding
+    ``tensors[f"{scope(l, d)}/kernel"]`` etc.
     (Keras' own names and layouts), run over a right-padded batch with a mask and initial states; the backward
     direction is ``go_backwards=True`` as ``Bidirectional`` builds it. Returns [outputs, h_n, c_n or None]."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
@@ -164,8 +176,11 @@ def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callabl
             p = layer * spec.num_dirs + direction
             kwargs = dict(return_sequences=True, return_state=True, go_backwards=bool(direction),
                           zero_output_for_mask=True)
-            rnn = keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm" else \
-                keras.layers.GRU(spec.num_units, reset_after=True, **kwargs)
+            if spec.is_rnn:
+                rnn = keras.layers.SimpleRNN(spec.num_units, activation=spec.activation, **kwargs)
+            else:
+                rnn = keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm" else \
+                    keras.layers.GRU(spec.num_units, reset_after=True, **kwargs)
             states = [h_0[p], c_0[p]] if spec.mode == "lstm" else [h_0[p]]
             result = rnn(layer_in, mask=mask, initial_state=states)  # builds, then runs with zero weights
             rnn.set_weights([tensors[f"{scope(layer, direction)}/{v}"] for v in ("kernel", "recurrent_kernel", "bias")])

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Dict, List
 import numpy as np
 
 from ..errors import CudnnPortError, UnsupportedError, reason
-from ..stored_spec import PLATFORM_VARIABLE, SPEC_VARIABLE
+from ..stored_spec import FUSED_CLASS_NAMES, PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..paths import require_file
 from ..source import Source
 from .platform import refuse_miopen
@@ -265,8 +265,9 @@ class KerasModelSource(Source):
 
     def nothing_found(self) -> str:
         others = "; ".join(f"{r['layer']} ({r['type']}): {r['why']}" for r in self.stock_layers)
-        return (f"{self.prefix} holds no layer whose math cuDNN computes (a stock LSTM / GRU / Bidirectional, or "
-                f"cudnn_port's CudnnLSTM / CudnnGRU){f' ({others})' if others else ''}, so there is nothing to "
+        return (f"{self.prefix} holds no layer whose math cuDNN computes (a stock LSTM / GRU / SimpleRNN / "
+                f"Bidirectional, or a cudnn_port fused layer){f' ({others})' if others else ''}, so there is "
+                "nothing to "
                 "convert; export it with Keras' own model.export")
 
     def layer_of(self, name: str) -> Dict[str, str]:
@@ -274,10 +275,10 @@ class KerasModelSource(Source):
         layer = self._layers[name]
         row = max((r for r in self.stock_layers if name.startswith(r["layer"] + "/")), default=None,
                   key=lambda r: len(r["layer"]))  # the row whose path leads to this stack's variable
-        kind = "CudnnLSTM" if self.specs[name].mode == "lstm" else "CudnnGRU"
+        kind = FUSED_CLASS_NAMES[self.specs[name].mode]
         return {"layer": row["layer"] if row else layer, "type": row["type"] if row else kind}
 
     def describe(self, name: str) -> str:
         spec = self.specs[name]
-        kind = "CudnnLSTM" if spec.mode == "lstm" else "CudnnGRU"
+        kind = FUSED_CLASS_NAMES[spec.mode]
         return f"fused layer {self._layers[name]} ({kind}), spec stated by the layer"

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 NOTHING_TO_QUANTIZE = ("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it has no "
-                       "int8 GRU kernel, and ONNX has no projected LSTM); leave --quantize out")
+                       "int8 GRU or RNN kernel, and ONNX has no projected LSTM); leave --quantize out")
 
 
 def refuse_nothing_to_quantize(specs: "Sequence[RNNSpec]") -> None:
