@@ -16,7 +16,8 @@ takes such a layer's place in the rewritten model (:func:`cudnn_port.stock_keras
 - :class:`TimeFolded`: ``TimeDistributed(layer)`` as one call of ``layer`` on ``[batch * time, ...]`` (step ``i``'s
   ``mask[i]`` passed for all steps at once where ``layer`` takes a mask); exact for a layer that computes each sample
   alone (every stock layer at inference, but one that reduces over the batch axis, which the whole-model judge would
-  fail). Its reshapes are sized at run time: a ``TimeDistributed`` of a ``Dense`` is a :class:`SequenceDense`.
+  fail). Its reshapes take shapes LiteRT computes before the model runs (``SHAPE`` slices and constants); a
+  ``TimeDistributed`` of a ``Dense`` is a :class:`SequenceDense`, one op.
 
 Masks pass through each as through the layer it replaces.
 """
@@ -68,13 +69,23 @@ class TimeFolded(_Replacing):
     """``TimeDistributed(layer)``: ``layer`` called once on ``[batch * time, ...]``."""
 
     def call(self, inputs: Any, training: Optional[bool] = None, mask: Any = None) -> Any:
-        ops, inner = keras.ops, self.inner  # the wrapped layer, or the layer of this module in its place
-        shape = ops.shape(inputs)
+        tf, inner = import_tf(), self.inner  # the wrapped layer, or the layer of this module in its place
         kwargs = {"training": training} if inner._call_has_training_arg else {}
         if mask is not None and inner._call_has_mask_arg:  # every step's mask[i] at once: [batch * time, ...]
-            kwargs["mask"] = ops.reshape(mask, (-1, *ops.shape(mask)[2:]))
-        outputs = inner.call(ops.reshape(inputs, (-1, *shape[2:])), **kwargs)
-        return ops.reshape(outputs, (shape[0], shape[1], *ops.shape(outputs)[1:]))
+            kwargs["mask"] = tf.reshape(mask, _folded(tf, mask))
+        outputs = inner.call(tf.reshape(inputs, _folded(tf, inputs)), **kwargs)
+        # [batch, time] of the input's shape joined to the rest of the output's: SHAPE, STRIDED_SLICE and
+        # CONCATENATION, which LiteRT computes before the model runs (a shape packed from scalars it computes after)
+        unfolded = tf.concat([tf.shape(inputs)[:2], tf.shape(outputs)[1:]], axis=0)
+        return tf.reshape(outputs, unfolded)
+
+
+def _folded(tf, tensor):
+    """The shape ``[-1, *tensor.shape[2:]]``: constants where those dimensions are known."""
+    rest = tensor.shape[2:]
+    if all(d is not None for d in rest):
+        return [-1, *rest]
+    return tf.concat([[-1], tf.shape(tensor)[2:]], axis=0)
 
 
 def _plain_dense(layer) -> bool:

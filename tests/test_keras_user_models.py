@@ -259,6 +259,36 @@ def test_reshape_dense_repeat_vector_and_time_distributed_around_lstms_keep_mode
         [r for r in report["rows"] if r["passed"] is False]
 
 
+def test_cnn_lstm_of_time_distributed_conv_keeps_model_tflite_on_any_batch(tmp_path):
+    """A CNN-LSTM as users write one (TimeDistributed Conv2D, MaxPooling2D, Flatten, then an LSTM), trained by fit:
+    its model.tflite is written (the folded steps' reshapes are sized before the model runs) and one LiteRT runner,
+    resized to smaller and larger batches and lengths in turn, matches Keras on each."""
+    import keras
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port import convert
+
+    L = keras.layers
+    keras.utils.set_random_seed(6)
+    model = keras.Sequential([keras.Input((None, 8, 8, 1)), L.TimeDistributed(L.Conv2D(4, 3, activation="relu")),
+                              L.TimeDistributed(L.MaxPooling2D()), L.TimeDistributed(L.Flatten()), L.LSTM(6),
+                              L.Dense(2)])
+    model.compile("adam", "mse")
+    rng = np.random.default_rng(4)
+    model.fit(rng.normal(size=(32, 5, 8, 8, 1)), rng.normal(size=(32, 2)), epochs=1, batch_size=8, verbose=0)
+    model.save(tmp_path / "cnn_lstm.keras")
+    manifest = convert(tmp_path / "cnn_lstm.keras", tmp_path / "out")
+    assert "tflite" in manifest.model_artifacts and manifest.parity["passed"], manifest.warnings
+    assert not [w for w in manifest.warnings if "not written" in w], manifest.warnings
+    runner = Interpreter(str(tmp_path / "out" / "model.tflite")).get_signature_runner("serving_default")
+    name = next(iter(runner.get_input_details()))
+    for batch, steps in ((5, 7), (2, 3), (1, 9), (3, 2)):
+        x = rng.normal(size=(batch, steps, 8, 8, 1)).astype("float32")
+        want = np.asarray(model(x, training=False))
+        got = next(iter(runner(**{name: x}).values()))
+        assert np.all(np.abs(got - want) <= 1e-5 + 1e-4 * np.abs(want)), (batch, steps, np.abs(got - want).max())
+
+
 def test_a_mixed_precision_sequential_built_by_fit_takes_float32_inputs():
     """Without keras.Input, fit builds a mixed_float16 Sequential on float16 inputs (the policy's compute dtype):
     the float32 twin every artifact is traced from takes float32, as docs/stock_keras.md says, and so do the specs."""
