@@ -4,10 +4,10 @@ RNN cells :class:`CudnnRNNTanh` and :class:`CudnnRNNRelu` (h' = act(W x + b_W + 
 Each layer holds ONE trainable variable, ``opaque_kernel``: the whole stack (``num_layers`` layers, one or two
 directions, optionally an LSTM projection ``num_proj``) in cuDNN's opaque buffer layout (:mod:`cudnn_port.layout`),
 plus a small non-trainable ``cudnn_spec`` variable ``[mode (0 lstm, 1 gru, 2 rnn_tanh, 3 rnn_relu), num_layers,
-units, input_size, directions(, num_proj)]`` so that a checkpoint of the layer says what its buffer is (``cudnn-port convert`` then
-needs no flags), and ``cudnn_platform`` (int32 scalar): 0 until the fused op trains the buffer, then 1 on a CUDA
-build (cuDNN's layout) or 2 on a ROCm build (MIOpen's layout, which ``cudnn-port convert`` refuses). Files saved before
-that variable existed load with it 0.
+units, input_size, directions(, num_proj)]`` so that a checkpoint of the layer says what its buffer is (``cudnn-port
+convert`` then needs no flags), and ``cudnn_platform`` (int32 scalar): 0 until the fused op trains the buffer, then
+1 on a CUDA build (cuDNN's layout) or 2 on a ROCm build (MIOpen's layout, which ``cudnn-port convert`` refuses).
+Files saved before that variable existed load with it 0.
 
 - On a GPU the stack is one ``tf.raw_ops.CudnnRNNV3`` call (dropout between layers done by cuDNN).
 - On a CPU it is the same function of the same buffer in standard TensorFlow ops

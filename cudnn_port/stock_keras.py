@@ -16,8 +16,9 @@ ORIGINAL model: Keras' own outputs.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (``GRU(reset_after=False)``, other activations, ``ConvLSTM*``, ``RNN`` with any cell), a stateful ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional /
-Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model, traces to
+layer (``GRU(reset_after=False)``, other activations, ``ConvLSTM*``, ``RNN`` with any cell), a stateful
+``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which cannot be
+rebuilt. There is no general path: Keras' own loop, left in the model, traces to
 TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same
 set.
 

@@ -27,8 +27,9 @@ def _open(path, job):
 
 def torch_modules(spec: "RNNSpec", state_dict: Dict[str, np.ndarray], x: np.ndarray, lengths: np.ndarray,
                   h_0: np.ndarray, c_0: Optional[np.ndarray]) -> List[Optional[np.ndarray]]:
-    """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` / ``nn.RNN`` (``nonlinearity``) loading ``state_dict`` strictly, run on a
-    packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError without PyTorch."""
+    """PyTorch's ``nn.LSTM`` (``proj_size`` for a projection) / ``nn.GRU`` / ``nn.RNN`` (``nonlinearity``) loading
+    ``state_dict`` strictly, run on a packed ragged batch. Returns [outputs, h_n, c_n or None]; raises ImportError
+    without PyTorch."""
     # lazy: torch, loaded on first use (import cudnn_port stays light)
     import torch
 
