@@ -40,17 +40,18 @@ class CanonicalRNN:
             yield p // self.spec.num_dirs, p % self.spec.num_dirs, params
 
 
-def input_bias(mode: str, b_W: Any, b_R: Any, concat: bool) -> Any:
+def input_bias(mode: str, b_W: Any, b_R: Any, concat: bool, reset_after: bool = True) -> Any:
     """The one bias the fast paths add to the input projection, gates in cuDNN order, ``[G*H]``.
 
-    LSTM and the plain RNNs: ``b_W + b_R`` for every block. GRU: ``b_W + b_R`` for r and z, but ``b_W`` alone for
-    h, whose ``b_R`` sits inside ``r * (R_h h + b_R_h)`` and is added there. ``concat`` joins a list along axis 0
-    (``np.concatenate`` or ``tf.concat``), so NumPy arrays and TensorFlow tensors share this one definition.
+    LSTM, the plain RNNs and a reset-before GRU (``reset_after=False``): ``b_W + b_R`` for every block. GRU: ``b_W +
+    b_R`` for r and z, but ``b_W`` alone for h, whose ``b_R`` sits inside ``r * (R_h h + b_R_h)`` and is added there.
+    ``concat`` joins a list along axis 0 (``np.concatenate`` or ``tf.concat``), so NumPy arrays and TensorFlow tensors
+    share this one definition.
 
     >>> import numpy as np
     >>> input_bias("gru", np.ones((3, 2)), np.full((3, 2), 2.0), np.concatenate).tolist()
     [3.0, 3.0, 3.0, 3.0, 1.0, 1.0]
     """
-    if mode != "gru":  # LSTM's four blocks, a plain RNN's one
+    if mode != "gru" or not reset_after:  # LSTM's four blocks, a plain RNN's one, a reset-before GRU's three
         return concat([b_W[g] + b_R[g] for g in range(int(b_W.shape[0]))])
     return concat([b_W[0] + b_R[0], b_W[1] + b_R[1], b_W[2]])

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from .manifest import Manifest
 
 MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
-SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj")
+SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj", "reset_after")
 
 
 TRUST_HELP = ("run a SavedModel or frozen graph even where it holds ops beyond pure computation (files, network, "
@@ -38,9 +38,14 @@ BECOMES = {"lstm": "fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM",
            "rnn_relu": "fused ONNX RNN (Relu), TFLite UNIDIRECTIONAL_SEQUENCE_RNN"}
 
 
+BECOMES_RESET_BEFORE = "fused ONNX GRU (linear_before_reset=0), TFLite builtin ops (LiteRT has no GRU op)"
+
+
 def layer_line(entry: Dict[str, Any]) -> str:
     """A user's recurrent layer and what it becomes: "LSTM 'lstm' (1-layer ..., hidden 32) -> fused ONNX LSTM, ..."."""
-    return f"{entry['type']} {entry['layer']!r} ({describe(entry['spec'])}) -> {BECOMES[entry['spec']['mode']]}"
+    spec = entry["spec"]
+    becomes = BECOMES_RESET_BEFORE if not spec.get("reset_after", True) else BECOMES[spec["mode"]]
+    return f"{entry['type']} {entry['layer']!r} ({describe(spec)}) -> {becomes}"
 
 
 def io_line(inputs: List[Dict[str, Any]], outputs: Optional[List[Dict[str, Any]]] = None) -> str:

@@ -55,8 +55,11 @@ class CudnnRNN(keras.layers.Layer):
     mode = None
 
     def __init__(self, units, num_layers=1, bidirectional=False, dropout=0.0, return_sequences=False,
-                 return_state=False, seed=None, num_proj=0, **kwargs):
+                 return_state=False, seed=None, num_proj=0, reset_after=True, **kwargs):
         super().__init__(**kwargs)
+        if not reset_after and self.mode != "gru":
+            raise ValueError(f"Received reset_after=False for {type(self).__name__}; only a GRU has a reset gate")
+        self.reset_after = bool(reset_after)
         if units < 1 or num_layers < 1:
             raise ValueError(f"Received units={units}, num_layers={num_layers}, expected both >= 1")
         if not 0.0 <= dropout < 1.0:
@@ -85,7 +88,7 @@ class CudnnRNN(keras.layers.Layer):
         if input_size is None:
             raise ValueError(f"Received input shape {input_shape}, expected a known last dimension (features)")
         self.spec = RNNSpec(self.mode, self.num_layers, self.units, int(input_size), self.bidirectional,
-                            num_proj=self.num_proj)
+                            num_proj=self.num_proj, reset_after=self.reset_after)
         self.opaque_kernel = self.add_weight(name="opaque_kernel", shape=(self.spec.param_count,),
                                              initializer=CudnnInitializer(self.spec, self.seed), trainable=True)
         vector = spec_to_vector(self.spec)
@@ -109,7 +112,8 @@ class CudnnRNN(keras.layers.Layer):
         spec, D = self.spec, self.num_dirs
         x = tf.convert_to_tensor(inputs)
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
-        path = current_path() or ("cudnn" if tf.config.list_logical_devices("GPU") else "cpu")
+        on_gpu = spec.cudnn_computes and tf.config.list_logical_devices("GPU")  # a reset-before GRU: CPU ops only
+        path = current_path() or ("cudnn" if on_gpu else "cpu")
         judge = current_judge(self)
         states = self._states(initial_state, batch)
         dropout = self.dropout if training else 0.0
@@ -204,6 +208,8 @@ class CudnnRNN(keras.layers.Layer):
                       return_state=self.return_state, seed=self.seed)
         if self.num_proj:
             config["num_proj"] = self.num_proj
+        if not self.reset_after:
+            config["reset_after"] = False
         return config
 
 
@@ -250,7 +256,9 @@ class CudnnLSTM(CudnnRNN):
 
 @keras.saving.register_keras_serializable(package="cudnn_port")
 class CudnnGRU(CudnnRNN):
-    """A fused multi-layer, optionally bidirectional GRU (cuDNN's reset-after form) holding one cuDNN buffer."""
+    """A fused multi-layer, optionally bidirectional GRU (cuDNN's reset-after form) holding one cuDNN buffer.
+    ``reset_after=False``: Keras' reset-before GRU in the same buffer, which cuDNN does not compute: it runs in
+    standard TensorFlow ops on every device (how a stock ``GRU(reset_after=False)`` is converted)."""
 
     mode = "gru"
 

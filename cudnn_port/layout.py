@@ -74,7 +74,10 @@ class RNNSpec:
     mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``; num_layers: L >= 1; num_units: H;
     input_size: I (width of layer 0's input);
     bidirectional: D = 2 when true; dtype: element type of the buffer; num_proj: P, the LSTM's projection size
-    (0 = none; 0 < P < H), which makes h (and every layer's output) P wide.
+    (0 = none; 0 < P < H), which makes h (and every layer's output) P wide; reset_after: a GRU's candidate reads
+    ``r * (R_h h + b_R_h)`` (True: cuDNN's form, the only one cuDNN computes) or ``R_h (r * h) + b_R_h`` (False:
+    Keras' ``GRU(reset_after=False)``, ONNX's ``linear_before_reset=0``): the same buffer, other math, converted
+    from stock Keras layers and never run by cuDNN (:attr:`cudnn_computes`).
     """
 
     mode: str
@@ -85,6 +88,7 @@ class RNNSpec:
     dtype: str = "float32"
     num_proj: int = 0
     input_mode: str = "linear_input"
+    reset_after: bool = True
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -106,6 +110,9 @@ class RNNSpec:
             raise CudnnPortError(f"Received num_proj={proj} with num_units={self.num_units}, expected "
                                  "num_proj < num_units (cuDNN projects only to a smaller size; 0 means none)")
         object.__setattr__(self, "num_proj", int(proj))
+        object.__setattr__(self, "reset_after", bool(self.reset_after))
+        if not self.reset_after and self.mode != "gru":
+            raise CudnnPortError(f"Received reset_after=False for a {self.cell_name}; only a GRU has a reset gate")
         if self.input_mode != "linear_input":
             raise UnsupportedError(
                 f"input_mode={self.input_mode!r} is not supported: it drops layer 0's input weights "
@@ -130,8 +137,15 @@ class RNNSpec:
 
     @property
     def cell_name(self) -> str:
-        """The cell as people name it: ``LSTM``, ``GRU``, ``RNN (tanh)``, ``RNN (relu)``."""
-        return f"RNN ({self.activation})" if self.is_rnn else self.mode.upper()
+        """The cell as people name it: ``LSTM``, ``GRU``, ``GRU (reset before)``, ``RNN (tanh)``, ``RNN (relu)``."""
+        if self.is_rnn:
+            return f"RNN ({self.activation})"
+        return "GRU (reset before)" if not self.reset_after else self.mode.upper()
+
+    @property
+    def cudnn_computes(self) -> bool:
+        """Whether cuDNN computes this cell (every spec but a reset-before GRU, which only the CPU paths compute)."""
+        return self.reset_after
 
     @property
     def num_dirs(self) -> int:
@@ -177,6 +191,8 @@ class RNNSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         del d["input_mode"]
+        if d["reset_after"]:  # the cuDNN form: dicts (manifests) name reset_after only where it is not
+            del d["reset_after"]
         return d
 
     def flags(self) -> str:

@@ -8,6 +8,7 @@ function::
           c' = f * c + i * c~                    h' = o * tanh(c')     (with projection: h' = Proj @ (o * tanh(c')))
     GRU   r = σ(W_r x + b_W_r + R_r h + b_R_r)   z likewise
           h~ = tanh(W_h x + b_W_h + r * (R_h h + b_R_h))      h' = (1 - z) * h~ + z * h
+          (reset before, ``reset_after=False``, not a cuDNN cell: h~ = tanh(W_h x + b_W_h + R_h (r * h) + b_R_h))
     RNN   h' = act(W x + b_W + R h + b_R)             act = tanh (rnn_tanh) or max(0, .) (rnn_relu)
 
 Batches are right-padded: outputs at t >= length are zero; the forward final state is the state at
@@ -41,6 +42,15 @@ def gru_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
     r = _sigmoid(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
     z = _sigmoid(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
     h_tilde = np.tanh(params.W[2] @ x + params.b_W[2] + r * (params.R[2] @ h + params.b_R[2]))
+    return (1.0 - z) * h_tilde + z * h, None
+
+
+def gru_reset_before_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
+                          c: Optional[np.ndarray] = None) -> Tuple[np.ndarray, None]:
+    """One step of the reset-before GRU (Keras' ``reset_after=False``). x ``[I]``, h ``[H]`` -> (h', None)."""
+    r = _sigmoid(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
+    z = _sigmoid(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
+    h_tilde = np.tanh(params.W[2] @ x + params.b_W[2] + params.R[2] @ (r * h) + params.b_R[2])
     return (1.0 - z) * h_tilde + z * h, None
 
 
@@ -89,7 +99,7 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
     h_0 = np.zeros((spec.num_pseudo_layers, B, S), dtype) if h_0 is None else np.asarray(h_0, dtype=dtype)
     is_lstm = spec.mode == "lstm"
     c_0 = np.zeros((spec.num_pseudo_layers, B, H), dtype) if c_0 is None else np.asarray(c_0, dtype=dtype)
-    step = STEPS[spec.mode]
+    step = STEPS[spec.mode] if spec.reset_after else gru_reset_before_step
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):

@@ -1,22 +1,22 @@
 """Stock Keras 3 recurrent layers into fused stacks: the front door for models of ``LSTM``, ``GRU``, ``SimpleRNN``,
 ``Bidirectional``.
 
-:func:`rewrite` returns an equivalent model in which each stock layer whose math cuDNN computes (the conditions
-Keras checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``,
-``GRU(reset_after=True)``; a ``SimpleRNN`` with ``activation`` ``"tanh"`` or ``"relu"``, cuDNN's ``RNN_TANH`` /
-``RNN_RELU``; ``use_bias=False`` is cuDNN's math with zero biases, ``unroll=True`` computes the same
-steps without a loop, and dropout does nothing at inference) is a
-:class:`~cudnn_port.stock_adapter.StockAdapter` around a fused layer holding the same weights: Keras' kernels are the
-canonical weights (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`).
-``Dense``, ``Reshape``, ``RepeatVector`` and ``TimeDistributed`` are recomputed with ops LiteRT sizes before the
-model runs, and without Keras' per-step loop (:mod:`cudnn_port.sized_layers`). Every other layer is the user's own
-layer object, reused (nested Functional / Sequential models are rebuilt around them).
-The rewritten model then takes the whole-model road (:mod:`cudnn_port.roads.model`), which judges it against the
-ORIGINAL model: Keras' own outputs.
+:func:`rewrite` returns an equivalent model in which each stock layer whose math cuDNN computes (the conditions Keras
+checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sigmoid"``, ``GRU(reset_after=True)``, and
+``GRU(reset_after=False)``, which cuDNN does not compute but the same buffer holds: its fused layer runs CPU ops only,
+its ONNX node is ``GRU`` with ``linear_before_reset=0``; a ``SimpleRNN`` with ``activation`` ``"tanh"`` or ``"relu"``,
+cuDNN's ``RNN_TANH`` / ``RNN_RELU``; ``use_bias=False`` is cuDNN's math with zero biases, ``unroll=True`` computes the
+same steps without a loop, and dropout does nothing at inference) is a :class:`~cudnn_port.stock_adapter.StockAdapter`
+around a fused layer holding the same weights: Keras' kernels are the canonical weights
+(:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`). ``Dense``, ``Reshape``,
+``RepeatVector`` and ``TimeDistributed`` are recomputed with ops LiteRT sizes before the model runs, and without Keras'
+per-step loop (:mod:`cudnn_port.sized_layers`). Every other layer is the user's own layer object, reused (nested
+Functional / Sequential models are rebuilt around them). The rewritten model then takes the whole-model road
+(:mod:`cudnn_port.roads.model`), which judges it against the ORIGINAL model: Keras' own outputs.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (``GRU(reset_after=False)``, other activations, ``ConvLSTM*``, ``RNN`` with any cell), a stateful
+layer (other activations, ``ConvLSTM*``, ``RNN`` with any cell), a stateful
 ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which cannot be
 rebuilt. There is no general path: Keras' own loop, left in the model, traces to
 TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same
@@ -55,8 +55,6 @@ def _why_not(layer) -> Optional[str]:
     for key, want in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
         if config.get(key) != want:
             return f"{key}={config.get(key)!r} (cuDNN computes {want})"
-    if name == "GRU" and not config.get("reset_after", True):
-        return "reset_after=False (cuDNN's GRU is reset_after=True)"
     return None
 
 
@@ -172,13 +170,14 @@ def _layers(model):
 
 def cell_weights(cell: Any) -> List[Any]:
     """[kernel, recurrent_kernel, bias] of a stock LSTM / GRU / SimpleRNN cell as NumPy arrays; a ``use_bias=False``
-    cell's bias is zeros of the shape Keras gives it (LSTM ``[4H]``, GRU(reset_after) ``[2, 3H]``, SimpleRNN
-    ``[H]``)."""
+    cell's bias is zeros of the shape Keras gives it (LSTM ``[4H]``, GRU(reset_after) ``[2, 3H]``, GRU without
+    reset_after ``[3H]``, SimpleRNN ``[H]``)."""
     kernel, recurrent = cell.kernel.numpy(), cell.recurrent_kernel.numpy()
     if cell.bias is not None:
         return [kernel, recurrent, cell.bias.numpy()]
     width = recurrent.shape[1]
-    return [kernel, recurrent, np.zeros((2, width) if type(cell).__name__ == "GRUCell" else (width,), kernel.dtype)]
+    two_rows = type(cell).__name__ == "GRUCell" and getattr(cell, "reset_after", True)
+    return [kernel, recurrent, np.zeros((2, width) if two_rows else (width,), kernel.dtype)]
 
 
 def _mode(rnn) -> str:
@@ -199,15 +198,16 @@ def _adapter(layer):
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
     first = rnns[0]
     mode = _mode(first)
+    reset_after = mode != "gru" or bool(first.get_config().get("reset_after", True))
     adapter = StockAdapter(mode, int(first.units), bidirectional=bidirectional,
                            go_backwards=bool(first.go_backwards) and not bidirectional,
                            merge_mode=layer.merge_mode if bidirectional else None,
                            return_sequences=bool(first.return_sequences),
                            return_state=bool(layer.return_state), zero_output=bool(first.zero_output_for_mask),
-                           name=layer.name)
+                           reset_after=reset_after, name=layer.name)
     input_size = int(first.cell.kernel.shape[0])
     adapter.build((None, None, input_size))
-    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional)
+    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional, reset_after=reset_after)
     tensors = {f"layer_0/{'backward' if d else 'forward'}/{name}": value
                for d, rnn in enumerate(rnns) for name, value in zip(("kernel", "recurrent_kernel", "bias"),
                                                                      cell_weights(rnn.cell))}

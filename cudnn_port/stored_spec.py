@@ -20,24 +20,27 @@ MIOPEN = 2
 
 def spec_from_vector(vector: np.ndarray, dtype: str = "float32", name: str = SPEC_VARIABLE) -> RNNSpec:
     """The RNNSpec stored in a ``cudnn_spec`` variable: ``[mode 0-3, layers, units, input size, directions 1|2]``
-    and, for an LSTM with projection, a sixth entry, the projection size."""
+    and, for an LSTM with projection, a sixth entry, the projection size; a seventh, 1, marks a reset-before GRU."""
     values = np.asarray(vector).reshape(-1)
     problem = f"{name} holds {values.tolist()[:8]}, which is not a spec ([mode 0-3, layers, units, input size, " \
               "directions 1|2, projection]); pass the spec flags"
-    if values.dtype.kind not in "iu" or values.size not in (5, 6):
+    if values.dtype.kind not in "iu" or values.size not in (5, 6, 7):
         raise CudnnPortError(problem)
-    mode, layers, units, input_size, dirs, proj = (int(v) for v in list(values) + [0] * (6 - values.size))
+    mode, layers, units, input_size, dirs, proj, before = (int(v) for v in list(values) + [0] * (7 - values.size))
     modes = {i: m for m, i in MODE_IDS.items()}
     if mode not in modes or dirs not in (1, 2):
         raise CudnnPortError(problem)
     try:
-        return RNNSpec(modes[mode], layers, units, input_size, dirs == 2, dtype, num_proj=proj)
+        return RNNSpec(modes[mode], layers, units, input_size, dirs == 2, dtype, num_proj=proj,
+                       reset_after=before != 1)
     except CudnnPortError:
         raise CudnnPortError(problem) from None
 
 
 def spec_to_vector(spec: RNNSpec) -> List[int]:
     """What a fused layer stores in its ``cudnn_spec`` variable for ``spec`` (five entries without projection, as
-    always; six with)."""
+    always; six with; seven, the last 1, for a reset-before GRU)."""
     vector = [MODE_IDS[spec.mode], spec.num_layers, spec.num_units, spec.input_size, spec.num_dirs]
+    if not spec.reset_after:
+        return vector + [spec.num_proj, 1]
     return vector + [spec.num_proj] if spec.num_proj else vector

@@ -8,6 +8,7 @@ Per layer and direction d (each direction its own loops, so the two can run side
         LSTM  i, f, c~, o = σ, σ, tanh, σ of the blocks of XW_d[t] + h @ Rh_d (cuDNN's gate order; one σ over
               all four blocks);  c' = f*c + i*c~;  h' = o*tanh(c')
         GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = (1-z)*h~ + z*h
+              (reset before: h~ = tanh(XW_h + (r * h) @ R_h), b_R_h in XW_h's bias)
         RNN   h' = act(XW_d[t] + h @ Rh_d)     act = tanh (rnn_tanh) or relu (rnn_relu)
     Y_d = each step's h, zeros at t >= length (one select after the loop)
     final h (and c) = the state after step length - 1, gathered after the loop (h0 / c0 for length 0)
@@ -72,8 +73,8 @@ def layer_weights(canon: CanonicalRNN, layer: int) -> Tuple[Any, Any, Any, Any, 
         p = canon.layer(layer, direction)
         Wx.append(transpose(reshape(p.W, [G * H, -1])))
         Rh.append(transpose(reshape(p.R, [G * H, S])))
-        bx.append(input_bias(spec.mode, p.b_W, p.b_R, concat))
-        bh.append(p.b_R[2] if spec.mode == "gru" else p.b_R[0] * 0)
+        bx.append(input_bias(spec.mode, p.b_W, p.b_R, concat, spec.reset_after))
+        bh.append(p.b_R[2] if spec.mode == "gru" and spec.reset_after else p.b_R[0] * 0)
         if spec.num_proj:
             Pt.append(transpose(p.P))
     return stack(Wx), stack(Rh), stack(bx), stack(bh), (stack(Pt) if Pt else None)
@@ -123,7 +124,7 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
             p = layer * D + d
             xw = tf.reshape(xws[d], [steps, batch, int(Wx.shape[-1])])
             runs.append(time_loop(tf, xw, initial_h[p], initial_c[p], Rh[d], bh[d], spec.mode, until,
-                                  None if Pt is None else Pt[d]))
+                                  None if Pt is None else Pt[d], reset_after=spec.reset_after))
         outs = []
         for d, (ys, cs) in enumerate(_together(tf, runs)):
             p = layer * D + d

@@ -7,6 +7,7 @@ Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
     LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four), c~ = tanh of block 2 (cuDNN's gate order);
           c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
     GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
+          reset before (``reset_after=False``): r, z from h @ R_rz, then h~ = tanh(XW_h + (r * h) @ R_h)
     RNN   h' = act(g)   (tanh for rnn_tanh, relu for rnn_relu)
 
 The product ``h @ Rh``:
@@ -46,10 +47,12 @@ UNROLL_BELOW = 8
 
 def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf.Tensor]", Rh: "tf.Tensor",
               bh: "tf.Tensor", mode: str, until: "Optional[tf.Tensor]" = None,
-              Pt: "Optional[tf.Tensor]" = None) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
+              Pt: "Optional[tf.Tensor]" = None, reset_after: bool = True
+              ) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
     """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
     only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
-    h (and c). ``mode`` is the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``). ``until`` (the XLA export's
+    h (and c). ``mode`` is the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``; ``reset_after=False``: the
+    reset-before GRU, its b_R_h in xw). ``until`` (the XLA export's
     longest length) stops the loop there, one step per iteration."""
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
     is_lstm = mode == "lstm"
@@ -59,6 +62,11 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
         return tf.raw_ops.SparseMatMul(a=h, b=weights)
 
     def cell(g, h, c, product):
+        if mode == "gru" and not reset_after:  # r gates h before the candidate's product: two products
+            x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
+            r, z = tf.split(tf.sigmoid(x_rz + product(h, Rh[:, :2 * H])), 2, axis=-1)
+            candidate = tf.tanh(x_h + product(r * h, Rh[:, 2 * H:]))
+            return candidate + z * (h - candidate), c
         hr = product(h, Rh)
         if is_lstm:
             g = g + hr  # gate blocks in cuDNN's order: i, f, c~, o

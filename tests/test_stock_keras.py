@@ -193,7 +193,7 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
 
 
 @pytest.mark.parametrize("layer, why", [
-    (L.GRU(4, reset_after=False, name="odd"), r"^layer odd \(GRU\): reset_after=False"),
+    (L.GRU(4, recurrent_activation="hard_sigmoid", name="odd"), r"^layer odd \(GRU\): recurrent_activation="),
     (L.Bidirectional(L.LSTM(4, activation="relu"), name="odd"), r"^layer odd \(Bidirectional\): activation='relu'"),
 ])
 def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):

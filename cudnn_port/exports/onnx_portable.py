@@ -6,10 +6,11 @@ are not zero, its final states are those after step T-1, and its backward direct
 sequence's own end (docs/conventions.md). This graph gives the same numbers under both behaviours, and keeps the
 fused nodes (LSTM: one per layer and direction; GRU: one per layer):
 
-* GRU: x gets one more channel, 1 at padded steps and 0 at valid ones, whose weight is +K on the update gate z
-  (K = :data:`PAD_GATE`): at a padded step z = 1 exactly in float32 and h = z * h_prev + (1 - z) * n stays as it
-  was, wherever the step falls (after the valid steps going forward, before them going backward over all T steps),
-  so the node's own outputs and final h are right; at a valid step the channel adds 0 * K = 0, nothing;
+* GRU (either form of its candidate): x gets one more channel, 1 at padded steps and 0 at valid ones, whose weight
+  is +K on the update gate z (K = :data:`PAD_GATE`): at a padded step z = 1 exactly in float32 and
+  h = z * h_prev + (1 - z) * n stays as it was, wherever the step falls (after the valid steps going forward, before
+  them going backward over all T steps), so the node's own outputs and final h are right; at a valid step the channel
+  adds 0 * K = 0, nothing;
 * LSTM, whose h moves at a padded step even where c is held: every node runs forward; the backward direction reads
   ``ReverseSequence(x, lengths)`` (each sequence reversed within its own length, the padding left in place) and its
   output is reversed back the same way, so in both behaviours the padded steps come after every valid step of a run
@@ -41,11 +42,11 @@ ONNX_ORDER = {"lstm": ONNX_LSTM, "gru": ONNX_GRU, "rnn_tanh": ONNX_RNN, "rnn_rel
 
 def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:
     """The ONNX op of ``spec``'s cell and its attributes for a node of ``directions`` (1 or 2) directions:
-    ``LSTM``; ``GRU`` with ``linear_before_reset=1`` (cuDNN's reset-after form); ``RNN`` with ``activations`` Tanh
-    or Relu, one per direction."""
+    ``LSTM``; ``GRU`` with ``linear_before_reset=1`` (cuDNN's reset-after form; 0 for the reset-before GRU); ``RNN``
+    with ``activations`` Tanh or Relu, one per direction."""
     attrs = dict(hidden_size=spec.num_units, direction="bidirectional" if directions == 2 else "forward")
-    if spec.mode == "gru":
-        return "GRU", dict(attrs, linear_before_reset=1)
+    if spec.mode == "gru":  # 0 for a reset-before GRU (Keras' reset_after=False)
+        return "GRU", dict(attrs, linear_before_reset=int(spec.reset_after))
     if spec.is_rnn:
         return "RNN", dict(attrs, activations=["Relu" if spec.mode == "rnn_relu" else "Tanh"] * directions)
     return "LSTM", attrs
@@ -203,7 +204,8 @@ def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p, weights):
     padding channel, whose +K on z makes every padded step leave h exactly as it was, wherever the step falls (after
     the valid steps going forward, before them going backward over all T steps). Final h is the node's own."""
     spec = canon.spec
-    H, D = spec.num_units, spec.num_dirs
+    D = spec.num_dirs
+    op, attrs = fused_node(spec, D)
     flatten = i64("flatten_dirs", [0, 0, -1])
     finals = []
     for layer in range(spec.num_layers):
@@ -213,8 +215,7 @@ def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p, weights):
                                              [f"{p}h0_{layer}"])]
         xp = node("Concat", [x, pad], [f"{p}x_{layer}{PAD_SUFFIX}"], axis=2)
         outs = [f"{p}y_{layer}", f"{p}y_h_{layer}"]
-        node("GRU", [xp] + names + [lengths] + states, outs, hidden_size=H, linear_before_reset=1,
-             direction="bidirectional" if D == 2 else "forward")
+        node(op, [xp] + names + [lengths] + states, outs, **attrs)
         x = node("Reshape", [node("Transpose", [outs[0]], [f"{p}y_t_{layer}"], perm=[0, 2, 1, 3]), flatten],
                  [f"{p}x_{layer + 1}"])
         finals.append(outs[1])

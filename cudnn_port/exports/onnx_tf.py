@@ -7,6 +7,7 @@ right too; those of :func:`cudnn_port.exports.onnx.stack_graph` where it has non
 is right everywhere)."""
 import contextlib
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Sequence
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..layout import unpack
 if TYPE_CHECKING:
     import onnx
     from tensorflow.core.framework import graph_pb2
+    from ..layout import RNNSpec
 
 _FIXED_RANKS = {"LSTM": [4, 3, 3], "GRU": [4, 3], "RNN": [4, 3], "Shape": [1], "Range": [1]}
 
@@ -30,7 +32,8 @@ def cudnn_node_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
     """tf2onnx handler (``custom_op_handlers``) for a CudnnRNN / V2 / V3 node of a frozen graph: its params (a
     constant once the graph is frozen) unpacked, the node replaced by the fused nodes of
     :func:`portable_stack_graph` (with sequence lengths) or :func:`stack_graph` (without). A float16 or float64 node
-    (tf_keras's mixed_float16 policy, floatx float64) gets Casts to float32 around those nodes and back."""
+    (tf_keras's mixed_float16 policy, floatx float64) gets Casts to float32 around those nodes and back. ``args``:
+    ``[]``, or ``[{params as float32 bytes: RNNSpec}]``, the specs the fused layers state (:func:`write_graph_onnx`)."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import TensorProto
 
@@ -53,8 +56,12 @@ def cudnn_node_handler(ctx: Any, node: Any, name: str, args: Any) -> None:
     time_major = bool(attr("time_major", True)) if node.type == "CudnnRNNV3" else True
     dims = [ctx.get_shape(node.input[i]) or [None] for i in (0, 1)]
     known = dict(input_size=dims[0][-1], num_units=dims[1][-1])
-    found = candidates(size, mode=mode, bidirectional=bidirectional, dtype="float32",
-                       **{k: v for k, v in known.items() if v not in (None, -1)})
+    stated = (args[0] if args else {}).get(value.astype(np.float32).tobytes()) if value is not None else None
+    if stated is not None:  # a fused layer's own spec, found by its buffer: what the buffer's size cannot say
+        found = [replace(stated, dtype="float32")]  # (a reset-before GRU is a GRU node of the same size)
+    else:
+        found = candidates(size, mode=mode, bidirectional=bidirectional, dtype="float32",
+                           **{k: v for k, v in known.items() if v not in (None, -1)})
     if len(found) != 1:
         raise CudnnPortError(f"node {name}: {len(found)} specs fit its {size} params; cannot tell its sizes")
     is_lstm, prefix, weights = mode == "lstm", f"{name}/onnx/", None
@@ -183,22 +190,28 @@ def quiet_converters() -> Iterator[None]:
 
 
 def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], outputs: Sequence[str], path: str,
-                     renames: Optional[Dict[str, str]] = None) -> "onnx.ModelProto":
+                     renames: Optional[Dict[str, str]] = None,
+                     specs: Optional[Dict[bytes, "RNNSpec"]] = None) -> "onnx.ModelProto":
     """ONNX of a frozen GraphDef holding cuDNN nodes: tf2onnx for everything else, fused ONNX LSTM / GRU nodes for
     each cuDNN node (:func:`cudnn_node_handler`), CTCGreedyDecoder by :mod:`.onnx_ctc` instead of tf2onnx's;
-    ``renames`` maps tensor names to ONNX input/output names. Saved at ``path`` unless it is None; returns the
-    ModelProto."""
+    ``renames`` maps tensor names to ONNX input/output names; ``specs`` ({a fused layer's buffer as float32 bytes: its
+    RNNSpec}) states the spec of each node whose params are that buffer (a reset-before GRU's, which a node's size and
+    attributes do not say). Saved at ``path`` unless it is None; returns the ModelProto."""
     # lazy: onnx, tf2onnx, loaded on first use (import cudnn_port stays light)
     import onnx
     from tf2onnx import convert
 
+    handlers = dict(HANDLERS)
+    if specs:  # each node's spec by its params, where the fused layers that made them state it
+        # tf2onnx's handler tuples: (func, [the op the node becomes, then the handler's args])
+        handlers.update({op: (cudnn_node_handler, [op, specs]) for op in CUDNN_HANDLERS})
     for node in graph_def.node:  # TF's own shape hints for a GRU node's output_c can contradict its shape function
         if node.op in CUDNN_HANDLERS:
             node.attr.pop("_output_shapes", None)
     _unique_returns(graph_def.library)
     with quiet_converters():
         model, _ = convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
-                                          custom_op_handlers=dict(HANDLERS), tensors_to_rename=renames)
+                                          custom_op_handlers=handlers, tensors_to_rename=renames)
     model.ir_version = IR_VERSION
     squeeze_pairs_cancelled(model.graph)
     unread_outputs_dropped(model.graph)

@@ -6,6 +6,9 @@
         x_r, x_z, x_h = SPLIT(xw[:, t])      h_r, h_z, h_h = SPLIT(FULLY_CONNECTED(h, R, [0, 0, b_R_h]))
         r = LOGISTIC(x_r + h_r)   z = LOGISTIC(x_z + h_z)   n = TANH(x_h + r * h_h)   h' = n + z * (h - n)
         h = SELECT_V2(valid[:, t], h', h)    y[:, t] = SELECT_V2(valid[:, t], h', 0)   (DYNAMIC_UPDATE_SLICE)
+
+The reset-before GRU (Keras' ``reset_after=False``): h_r, h_z = SPLIT(FULLY_CONNECTED(h, R_rz)), and
+n = TANH(x_h + FULLY_CONNECTED(r * h, R_h)), its b_R_h in the input bias.
 """
 from typing import TYPE_CHECKING, Any, Tuple
 
@@ -35,24 +38,31 @@ def _cond(graph):
     return graph.gru_cond
 
 
-def _body(graph, params, H, name):
+def _body(graph, params, H, name, reset_after=True):
     b = graph.model.subgraph(f"{name}/body")
     t, T, h, y, xw, valid = _loop_inputs(b, f"{name}/")
     i32 = lambda n, v: b.const(f"{name}/{n}", np.asarray(v, np.int32))
-    R = np.concatenate([np.asarray(params.R[k], np.float32) for k in range(3)])
-    bias_h = np.concatenate([np.zeros(2 * H, np.float32), np.asarray(params.b_R[2], np.float32)])
+    gates = 3 if reset_after else 2  # reset before: r and z from h, the candidate's product after r
+    R = np.concatenate([np.asarray(params.R[k], np.float32) for k in range(gates)])
+    bias_h = np.concatenate([np.zeros(2 * H, np.float32)] + [np.asarray(params.b_R[2], np.float32)] * reset_after)
     hw = b.op("FULLY_CONNECTED", [h, b.const(f"{name}/R", R), b.const(f"{name}/b_R_h", bias_h)], f"{name}/hw",
               options="FullyConnectedOptions")
     xw_t = b.op("GATHER", [xw, t], f"{name}/xw_t", options="GatherOptions", axis=1)
     axis = i32("axis_1", 1)
     x_r, x_z, x_h = b.op("SPLIT", [axis, xw_t], [f"{name}/x_{k}" for k in "rzh"], options="SplitOptions",
                          numSplits=3)
-    h_r, h_z, h_h = b.op("SPLIT", [axis, hw], [f"{name}/h_{k}" for k in "rzh"], options="SplitOptions", numSplits=3)
+    parts = b.op("SPLIT", [axis, hw], [f"{name}/h_{k}" for k in "rzh"[:gates]], options="SplitOptions",
+                 numSplits=gates)
     add = lambda u, v, n: b.op("ADD", [u, v], f"{name}/{n}", options="AddOptions")
     mul = lambda u, v, n: b.op("MUL", [u, v], f"{name}/{n}", options="MulOptions")
-    r = b.op("LOGISTIC", [add(x_r, h_r, "r_pre")], f"{name}/r")
-    z = b.op("LOGISTIC", [add(x_z, h_z, "z_pre")], f"{name}/z")
-    n = b.op("TANH", [add(x_h, mul(r, h_h, "r_h"), "n_pre")], f"{name}/n")
+    r = b.op("LOGISTIC", [add(x_r, parts[0], "r_pre")], f"{name}/r")
+    z = b.op("LOGISTIC", [add(x_z, parts[1], "z_pre")], f"{name}/z")
+    if reset_after:
+        n = b.op("TANH", [add(x_h, mul(r, parts[2], "r_h"), "n_pre")], f"{name}/n")
+    else:
+        R_h = b.const(f"{name}/R_h", np.asarray(params.R[2], np.float32))
+        h_h = b.op("FULLY_CONNECTED", [mul(r, h, "r_times_h"), R_h, -1], f"{name}/h_h", options="FullyConnectedOptions")
+        n = b.op("TANH", [add(x_h, h_h, "n_pre")], f"{name}/n")
     h_new = add(n, mul(z, b.op("SUB", [h, n], f"{name}/h_minus_n", options="SubOptions"), "z_h"), "h_new")
     keep = b.op("GATHER", [valid, t], f"{name}/valid_t", dtype="bool", options="GatherOptions", axis=1)
     h_next = b.op("SELECT_V2", [keep, h_new, h], f"{name}/h_next")
@@ -74,7 +84,8 @@ def gru_layer(graph: Any, canon: "CanonicalRNN", x: int, layer: int, direction: 
     H, p, params = spec.num_units, layer * spec.num_dirs + direction, canon.layer(layer, direction)
     name = f"gru_{layer}_{direction}"
     W = np.concatenate([np.asarray(params.W[k], np.float32) for k in range(3)])
-    bias = input_bias("gru", np.asarray(params.b_W, np.float32), np.asarray(params.b_R, np.float32), np.concatenate)
+    bias = input_bias("gru", np.asarray(params.b_W, np.float32), np.asarray(params.b_R, np.float32), np.concatenate,
+                      spec.reset_after)
     xw = g.op("FULLY_CONNECTED", [x, g.const(f"{name}/W", W), g.const(f"{name}/bias", bias)], f"{name}/xw",
               options="FullyConnectedOptions", keepNumDims=True)
     y_shape = g.op("CONCATENATION", [graph.batch_time, graph.i32(f"{name}/width", [H])], f"{name}/y_shape",
@@ -83,7 +94,7 @@ def gru_layer(graph: Any, canon: "CanonicalRNN", x: int, layer: int, direction: 
     h0 = graph.state("initial_h", p, H)
     outs = [g.tensor(f"{name}/out_{n}", dtype, shape) for n, dtype, shape in LOOP]
     cond = _cond(graph)
-    body = _body(graph, params, H, name)
+    body = _body(graph, params, H, name, spec.reset_after)
     g.op("WHILE", [graph.i32(f"{name}/t0", 0), graph.T, h0, y0, xw, graph.valid_b], outs, options="WhileOptions",
          condSubgraphIndex=cond, bodySubgraphIndex=body)
     return outs[3], outs[2]

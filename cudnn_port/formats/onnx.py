@@ -54,7 +54,9 @@ def _write_model(job, paths):
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     renames = dict(zip(names_in, job.input_names))
     renames.update(zip(names_out, [f"output_{i}" for i in range(len(names_out))]))
-    name_dynamic_dims(write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames), paths["onnx"])
+    specs = {layer.opaque_kernel.numpy().astype("float32").tobytes(): layer.spec for layer in fused_layers(job.model)}
+    name_dynamic_dims(write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames, specs),
+                      paths["onnx"])
 
 
 def _open_model(path, job):

@@ -55,4 +55,5 @@ FORMAT = Format(name="pytorch", help="OUT/pytorch/<stack>.safetensors for torch.
                 artifacts=(Artifact("pytorch", "pytorch/{label}.safetensors", states="required",
                                     label="pytorch (.safetensors)"),),
                 write=_write, runtimes=(Runtime("torch", _open, needs=("torch",), bench=False),),
-                needs=("safetensors",), order=20)
+                needs=("safetensors",), order=20,
+                cannot_hold=lambda spec: None if spec.reset_after else "PyTorch's nn.GRU is the reset-after GRU only")

@@ -152,8 +152,9 @@ def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]])
         blocks = [slice(g * H, (g + 1) * H) for g in order]
         W = np.stack([kernel[:, b].T for b in blocks])
         R = np.stack([recurrent[:, b].T for b in blocks])
-        b_W = np.stack([(bias if kind != "GRU" else bias[0])[b] for b in blocks])
-        b_R = np.zeros_like(b_W) if kind != "GRU" else np.stack([bias[1][b] for b in blocks])
+        one_row = kind != "GRU" or bias.ndim == 1  # LSTM, SimpleRNN, GRU(reset_after=False): one bias
+        b_W = np.stack([(bias if one_row else bias[0])[b] for b in blocks])
+        b_R = np.zeros_like(b_W) if one_row else np.stack([bias[1][b] for b in blocks])
         params.append(LayerParams(W, R, b_W, b_R))
     return CanonicalRNN(spec, params)
 
@@ -170,6 +171,6 @@ def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec") -> "Cano
     for rnn in rnns:
         kernel, recurrent = rnn.cell.kernel.numpy(), rnn.cell.recurrent_kernel.numpy()
         bias = rnn.cell.bias.numpy() if rnn.cell.bias is not None else \
-            np.zeros((2, recurrent.shape[1]) if spec.mode == "gru" else recurrent.shape[1])  # use_bias=False
+            np.zeros((2, recurrent.shape[1]) if spec.mode == "gru" and spec.reset_after else recurrent.shape[1])
         directions.append([kernel, recurrent, bias])
     return keras_canonical(spec, directions)

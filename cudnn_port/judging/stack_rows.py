@@ -100,6 +100,8 @@ def gpu_row(spec: "RNNSpec", canon: "CanonicalRNN", batch: "Tuple[np.ndarray, np
     TensorFloat-32 off (TensorFlow allows it by default on Ampere and newer, and it moves cuDNN's fp32 output by
     up to ~3e-3 on small stacks, 7.5e-2 on large ones). Its tolerance is the fp32 floor of the case: ``atol``."""
     name = "cudnn (GPU, TF32 off)"
+    if not spec.cudnn_computes:
+        return skipped_row(name, f"cuDNN does not compute a {spec.cell_name}")
     try:
         tf = import_tf()
         gpus = tf.config.list_logical_devices("GPU")

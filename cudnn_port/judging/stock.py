@@ -180,7 +180,7 @@ def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callabl
                 rnn = keras.layers.SimpleRNN(spec.num_units, activation=spec.activation, **kwargs)
             else:
                 rnn = keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm" else \
-                    keras.layers.GRU(spec.num_units, reset_after=True, **kwargs)
+                    keras.layers.GRU(spec.num_units, reset_after=spec.reset_after, **kwargs)
             states = [h_0[p], c_0[p]] if spec.mode == "lstm" else [h_0[p]]
             result = rnn(layer_in, mask=mask, initial_state=states)  # builds, then runs with zero weights
             rnn.set_weights([tensors[f"{scope(layer, direction)}/{v}"] for v in ("kernel", "recurrent_kernel", "bias")])

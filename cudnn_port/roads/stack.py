@@ -148,7 +148,9 @@ def read_finite(source: "Source", name: str, allow_nonfinite: bool = False) -> n
 
 def _stored_agreement(source, stack):
     """Canonical TF1 tensors stored beside the buffer (a default TF1 Saver wrote them): how far each is from the
-    same tensor converted from the buffer."""
+    same tensor converted from the buffer (none for a reset-before GRU, which no TF1 cuDNN cell holds)."""
+    if not stack.spec.reset_after:
+        return {}
     target = tf1.variant(source.shapes, stack.prefix)
     found = {}
     for name, value in target.write(unpack(stack.spec, stack.blob), stack.prefix).items():

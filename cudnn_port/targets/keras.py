@@ -3,7 +3,7 @@
     LSTM  kernel [I_l, 4H] = hstack_g(W_g.T), gates i, f, c, o     recurrent_kernel [H, 4H] likewise from R
           bias [4H] = b_W + b_R
     GRU   kernel [I_l, 3H] = hstack_g(W_g.T), gates z, r, h        recurrent_kernel [H, 3H] likewise from R
-          bias [2, 3H] = [[b_W z, r, h], [b_R z, r, h]]
+          bias [2, 3H] = [[b_W z, r, h], [b_R z, r, h]]        (GRU(reset_after=False): bias [3H] = b_W + b_R)
     RNN   kernel [I_l, H] = W.T                                    recurrent_kernel [H, H] = R.T
           bias [H] = b_W + b_R                  (SimpleRNN, activation "tanh" for rnn_tanh, "relu" for rnn_relu)
 
@@ -47,7 +47,7 @@ def layer_weights(spec: "RNNSpec", p: LayerParams, slot: bool = False) -> List[n
     W, R = reorder(p.W, src, dst), reorder(p.R, src, dst)
     kernel = W.reshape(-1, W.shape[2]).T
     recurrent = R.reshape(-1, R.shape[2]).T
-    if spec.mode != "gru":  # one bias, b_W + b_R
+    if spec.mode != "gru" or not spec.reset_after:  # one bias, b_W + b_R
         bias = reorder(bias_sum(p.b_W, p.b_R, slot), src, dst).reshape(-1)
     else:
         bias = np.stack([reorder(p.b_W, src, dst).reshape(-1), reorder(p.b_R, src, dst).reshape(-1)])
@@ -72,7 +72,7 @@ def read(tensors: Dict[str, np.ndarray], prefix: str, spec: "RNNSpec") -> Canoni
         kernel, recurrent, bias = (np.asarray(tensors[f"{scope}/{v}"]) for v in VARS)
         W = reorder(kernel.T.reshape(G, H, -1), dst, src)
         R = reorder(recurrent.T.reshape(G, H, H), dst, src)
-        if spec.mode != "gru":  # one bias: b_W, and zeros for b_R
+        if spec.mode != "gru" or not spec.reset_after:  # one bias: b_W, and zeros for b_R
             b_W, b_R = reorder(bias.reshape(G, H), dst, src), np.zeros((G, H), bias.dtype)
         else:
             b_W, b_R = (reorder(b.reshape(G, H), dst, src) for b in bias)
@@ -97,7 +97,7 @@ def build_model(canon: CanonicalRNN, name: str = "rnn") -> "keras.Model":
             if spec.is_rnn:
                 return keras.layers.SimpleRNN(spec.num_units, activation=spec.activation, **kwargs)
             return (keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm"
-                    else keras.layers.GRU(spec.num_units, reset_after=True, **kwargs))
+                    else keras.layers.GRU(spec.num_units, reset_after=spec.reset_after, **kwargs))
 
         if spec.bidirectional:
             rnn = keras.layers.Bidirectional(cell(0, f"forward_{layer}"), backward_layer=cell(1, f"backward_{layer}"),

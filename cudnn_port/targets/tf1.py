@@ -41,7 +41,7 @@ import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from ..gates import CUDNN_GRU, CUDNN_LSTM, TF1_LSTM, reorder
-from ..errors import CudnnPortError
+from ..errors import CudnnPortError, UnsupportedError
 from ..layout import RNNSpec
 from .common import bias_sum, join, write_all
 
@@ -68,6 +68,9 @@ def _rows(params, order_src, order_dst):
 
 def write_layer(spec: RNNSpec, prefix: str, layer: int, direction: int, p: LayerParams, slot: bool = False,
                 legacy: bool = False) -> Dict[str, np.ndarray]:
+    if not spec.reset_after:
+        raise UnsupportedError(f"a {spec.describe()} has no tf.contrib.cudnn_rnn cell (CudnnCompatibleGRUCell is the "
+                               "reset-after GRU); use --style keras")
     scope = cell_scope(prefix, spec, layer, direction, legacy)
     if spec.mode == "lstm":
         out = {f"{scope}/kernel": _rows(p, CUDNN_LSTM, TF1_LSTM).T,

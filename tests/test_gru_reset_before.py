@@ -1,0 +1,122 @@
+"""Keras' reset-before GRU (``GRU(reset_after=False)``): h~ = tanh(W_h x + b_W_h + R_h (r * h) + b_R_h).
+
+cuDNN does not compute it, but its weights fill the same buffer: it converts as a fused stack whose paths are CPU
+ops only, its ONNX node a ``GRU`` with ``linear_before_reset=0``, its TFLite the builtin-op loop.
+
+- The reference's step against Keras' own ``GRU(reset_after=False)`` layer, its weights read here by Keras'
+  documented layout (kernel columns z, r, h; one bias), on a masked ragged batch from non-zero states.
+- A Sequential model as users save one (``Embedding(mask_zero)``, ``Dropout``, a ``Bidirectional``, trained by
+  ``fit``), as ``.keras`` and ``.h5``: every artifact; ONNX ``GRU`` nodes with ``linear_before_reset=0``, a TFLite of
+  builtin ops only; both run here against the original's Keras outputs on a padded batch; verify passes.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from helpers import cli, op_codes
+
+from cudnn_port import reference
+from cudnn_port.canonical import CanonicalRNN, LayerParams
+from cudnn_port.layout import RNNSpec
+from cudnn_port.stored_spec import spec_from_vector, spec_to_vector
+
+ATOL, RTOL = 1e-5, 1e-4  # the whole-model tolerance: |err| <= ATOL + RTOL * |Keras|
+
+
+def test_the_spec_says_reset_before_in_every_record():
+    spec = RNNSpec("gru", 2, 5, 3, bidirectional=True, reset_after=False)
+    assert spec_from_vector(np.array(spec_to_vector(spec), np.int32)) == spec
+    assert RNNSpec(**spec.to_dict()) == spec and "reset_after" not in RNNSpec("gru", 1, 5, 3).to_dict()
+    assert not spec.cudnn_computes and "GRU (reset before)" in spec.describe()
+    with pytest.raises(Exception, match="only a GRU has a reset gate"):
+        RNNSpec("lstm", 1, 5, 3, reset_after=False)
+
+
+def test_reference_reset_before_gru_is_keras_gru_reset_after_false():
+    import keras
+
+    B, T, I, H = 3, 6, 4, 5
+    rng = np.random.default_rng(8)
+    layer = keras.layers.GRU(H, reset_after=False, return_sequences=True, return_state=True)
+    x = rng.normal(size=(B, T, I)).astype("float32")
+    lengths = np.array([6, 2, 4])
+    mask = np.arange(T)[None, :] < lengths[:, None]
+    h0 = rng.normal(size=(B, H)).astype("float32")
+    layer(x, mask=mask, initial_state=[h0])
+    kernel, recurrent, bias = (rng.normal(size=w.shape).astype("float32") * 0.5 for w in layer.get_weights())
+    layer.set_weights([kernel, recurrent, bias])
+    y, h = (np.asarray(t) for t in layer(x, mask=mask, initial_state=[h0]))
+    # Keras' layout: columns in gate order z, r, h; one bias [3H]; cuDNN's order is r, z, h
+    block = {"z": slice(0, H), "r": slice(H, 2 * H), "h": slice(2 * H, 3 * H)}
+    W = np.stack([kernel[:, block[g]].T for g in "rzh"])
+    R = np.stack([recurrent[:, block[g]].T for g in "rzh"])
+    b_W = np.stack([bias[block[g]] for g in "rzh"])
+    spec = RNNSpec("gru", 1, H, I, reset_after=False)
+    canon = CanonicalRNN(spec, [LayerParams(W, R, b_W, np.zeros_like(b_W))])
+    want_y, want_h, _ = reference.forward(canon, x, lengths, h0[None])
+    np.testing.assert_allclose(want_h[0], h, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(want_y * mask[..., None], y * mask[..., None], atol=1e-5, rtol=1e-4)
+    # and it is not the reset-after GRU of the same weights
+    after = reference.forward(CanonicalRNN(RNNSpec("gru", 1, H, I), canon.layers), x, lengths, h0[None])
+    assert np.abs(after[1][0] - h).max() > 1e-3
+
+
+@pytest.fixture(scope="module")
+def reset_before_files(tmp_path_factory):
+    """A Sequential GRU(reset_after=False) model trained by fit, saved as .keras and .h5; its Keras outputs on a
+    padded batch."""
+    import keras
+
+    keras.utils.set_random_seed(9)
+    model = keras.Sequential([
+        keras.layers.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1)),
+        keras.layers.GRU(9, reset_after=False, return_sequences=True),
+        keras.layers.Dropout(0.2),
+        keras.layers.Bidirectional(keras.layers.GRU(7, reset_after=False, return_sequences=True)),
+    ])
+    ids = np.random.default_rng(0).integers(1, 30, size=(64, 10))
+    ids[::3, 6:] = 0
+    model.compile("adam", "mse")
+    model.fit(ids, np.random.default_rng(1).normal(size=(64, 10, 14)), epochs=1, batch_size=16, verbose=0)
+    folder = tmp_path_factory.mktemp("reset_before")
+    for name in ("model.keras", "model.h5"):
+        model.save(folder / name)
+    probe = np.random.default_rng(2).integers(1, 30, size=(4, 7)).astype("int32")
+    probe[1, 3:] = 0
+    probe[3, 5:] = 0
+    return folder, probe, np.asarray(model.predict(probe, verbose=0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["model.keras", "model.h5"])
+def test_stock_reset_before_gru_model_converts_judged_by_keras(reset_before_files, name):
+    import onnx
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+
+    folder, probe, want = reset_before_files
+    assert np.abs(want).max() > 0.05  # outputs of a size the tolerance can tell apart
+    out = folder / f"out_{name.replace('.', '_')}"
+    done = cli("convert", folder / name, out)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    assert "GRU (reset before)" in done.stdout and "linear_before_reset=0" in done.stdout, done.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    artifacts = set(manifest["model_artifacts"])
+    assert manifest["parity"]["passed"] and {"saved_model", "graphdef", "onnx", "tflite"} <= artifacts, artifacts
+
+    grus = [n for n in onnx.load(str(out / "model.onnx")).graph.node if n.op_type == "GRU"]
+    assert len(grus) == 2 and all(a.i == 0 for n in grus for a in n.attribute if a.name == "linear_before_reset")
+    builtin, custom = op_codes(out / "model.tflite")
+    assert not custom and "WHILE" in builtin, (builtin, custom)
+
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    got_onnx = session.run(None, {session.get_inputs()[0].name: probe})[0]
+    runner = Interpreter(str(out / "model.tflite")).get_signature_runner("serving_default")
+    got_tflite = next(iter(runner(**{next(iter(runner.get_input_details())): probe}).values()))
+    for got, what in ((got_onnx, "onnx"), (got_tflite, "tflite")):
+        assert got.shape == want.shape, what
+        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
+
+    verified = cli("verify", out)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
