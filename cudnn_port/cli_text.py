@@ -9,7 +9,8 @@ if TYPE_CHECKING:
     from .manifest import Manifest
 
 MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
-SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj", "reset_after")
+SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj", "reset_after",
+               "activation")
 
 
 TRUST_HELP = ("run a SavedModel or frozen graph even where it holds ops beyond pure computation (files, network, "
@@ -38,14 +39,25 @@ BECOMES = {"lstm": "fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM",
            "rnn_relu": "fused ONNX RNN (Relu), TFLite UNIDIRECTIONAL_SEQUENCE_RNN"}
 
 
-BECOMES_RESET_BEFORE = "fused ONNX GRU (linear_before_reset=0), TFLite builtin ops (LiteRT has no GRU op)"
+def becomes(spec: Dict[str, Any]) -> str:
+    """What a stack of ``spec`` (a spec dict) becomes in ONNX and TFLite, in a user's words."""
+    mode, act = spec["mode"], spec.get("activation", "tanh")
+    if mode not in ("lstm", "gru") or (act == "tanh" and spec.get("reset_after", True)):
+        return BECOMES[mode]
+    notes = ["linear_before_reset=0"] * (not spec.get("reset_after", True))
+    notes += [f"activations Sigmoid, {act.capitalize()}" + (f", {act.capitalize()}" if mode == "lstm" else "")] * (
+        act != "tanh")
+    onnx = f"fused ONNX {mode.upper()} ({'; '.join(notes)})"
+    if mode == "gru":
+        return f"{onnx}, TFLite builtin ops (LiteRT has no GRU op)"
+    if act == "sigmoid":
+        return f"{onnx}, no TFLite (its fused LSTM has no sigmoid cell activation)"
+    return f"{onnx}, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM ({act.upper()})"
 
 
 def layer_line(entry: Dict[str, Any]) -> str:
     """A user's recurrent layer and what it becomes: "LSTM 'lstm' (1-layer ..., hidden 32) -> fused ONNX LSTM, ..."."""
-    spec = entry["spec"]
-    becomes = BECOMES_RESET_BEFORE if not spec.get("reset_after", True) else BECOMES[spec["mode"]]
-    return f"{entry['type']} {entry['layer']!r} ({describe(spec)}) -> {becomes}"
+    return f"{entry['type']} {entry['layer']!r} ({describe(entry['spec'])}) -> {becomes(entry['spec'])}"
 
 
 def io_line(inputs: List[Dict[str, Any]], outputs: Optional[List[Dict[str, Any]]] = None) -> str:

@@ -43,6 +43,7 @@ from .errors import CudnnPortError, UnsupportedError
 
 MODES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}  # cuDNN's four cells (cudnnRNNMode_t) and their G
 RNN_MODES = ("rnn_tanh", "rnn_relu")  # h' = act(W x + b_W + R h + b_R): CUDNN_RNN_TANH, CUDNN_RNN_RELU
+ACTIVATIONS = ("tanh", "relu", "sigmoid")  # a cell's candidate functions every format holds exactly
 FLOAT_DTYPES = ("float16", "float32", "float64")
 KINDS = ("W", "R", "P", "b_W", "b_R")  # LayerParams fields, in buffer order within a pseudo-layer
 MAX_ELEMENTS = 1 << 40  # far beyond any real buffer; keeps sizes exact in int64 arithmetic
@@ -77,7 +78,10 @@ class RNNSpec:
     (0 = none; 0 < P < H), which makes h (and every layer's output) P wide; reset_after: a GRU's candidate reads
     ``r * (R_h h + b_R_h)`` (True: cuDNN's form, the only one cuDNN computes) or ``R_h (r * h) + b_R_h`` (False:
     Keras' ``GRU(reset_after=False)``, ONNX's ``linear_before_reset=0``): the same buffer, other math, converted
-    from stock Keras layers and never run by cuDNN (:attr:`cudnn_computes`).
+    from stock Keras layers and never run by cuDNN (:attr:`cudnn_computes`); activation: the candidate's (and the
+    LSTM's cell output's) function, one of :data:`ACTIVATIONS` (None: the cell's own, ``relu`` for ``rnn_relu``,
+    else ``tanh``); another than cuDNN's (Keras' ``LSTM(activation="relu")``) is, like reset-before, held in the same
+    buffer and never run by cuDNN. The gates are always the logistic function.
     """
 
     mode: str
@@ -89,6 +93,7 @@ class RNNSpec:
     num_proj: int = 0
     input_mode: str = "linear_input"
     reset_after: bool = True
+    activation: Optional[str] = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -111,6 +116,11 @@ class RNNSpec:
                                  "num_proj < num_units (cuDNN projects only to a smaller size; 0 means none)")
         object.__setattr__(self, "num_proj", int(proj))
         object.__setattr__(self, "reset_after", bool(self.reset_after))
+        own = "relu" if self.mode == "rnn_relu" else "tanh"
+        object.__setattr__(self, "activation", own if self.activation is None else str(self.activation))
+        if self.activation not in ACTIVATIONS or self.is_rnn and self.activation != own:
+            raise CudnnPortError(f"Received activation={self.activation!r} for a {self.mode.upper()}, expected "
+                                 f"{own!r}" + ("" if self.is_rnn else f" or one of {', '.join(ACTIVATIONS)}"))
         if not self.reset_after and self.mode != "gru":
             raise CudnnPortError(f"Received reset_after=False for a {self.cell_name}; only a GRU has a reset gate")
         if self.input_mode != "linear_input":
@@ -131,21 +141,19 @@ class RNNSpec:
         return self.mode in RNN_MODES
 
     @property
-    def activation(self) -> str:
-        """The plain RNN's activation (``"tanh"`` / ``"relu"``); LSTM and GRU: ``"tanh"``, their candidate's."""
-        return "relu" if self.mode == "rnn_relu" else "tanh"
-
-    @property
     def cell_name(self) -> str:
         """The cell as people name it: ``LSTM``, ``GRU``, ``GRU (reset before)``, ``RNN (tanh)``, ``RNN (relu)``."""
         if self.is_rnn:
             return f"RNN ({self.activation})"
-        return "GRU (reset before)" if not self.reset_after else self.mode.upper()
+        notes = ["reset before"] * (not self.reset_after)
+        notes += [f"activation {self.activation}"] * (self.activation != "tanh")
+        return self.mode.upper() + (f" ({', '.join(notes)})" if notes else "")
 
     @property
     def cudnn_computes(self) -> bool:
-        """Whether cuDNN computes this cell (every spec but a reset-before GRU, which only the CPU paths compute)."""
-        return self.reset_after
+        """Whether cuDNN computes this cell (not a reset-before GRU, nor an LSTM or GRU whose activation is not tanh:
+        only the CPU paths compute those)."""
+        return self.reset_after and (self.is_rnn or self.activation == "tanh")
 
     @property
     def num_dirs(self) -> int:
@@ -191,8 +199,9 @@ class RNNSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         del d["input_mode"]
-        if d["reset_after"]:  # the cuDNN form: dicts (manifests) name reset_after only where it is not
-            del d["reset_after"]
+        for key, own in (("reset_after", True), ("activation", "relu" if self.mode == "rnn_relu" else "tanh")):
+            if d[key] == own:  # the cell's own: dicts (manifests) name these only where they differ
+                del d[key]
         return d
 
     def flags(self) -> str:

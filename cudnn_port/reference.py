@@ -9,13 +9,15 @@ function::
     GRU   r = σ(W_r x + b_W_r + R_r h + b_R_r)   z likewise
           h~ = tanh(W_h x + b_W_h + r * (R_h h + b_R_h))      h' = (1 - z) * h~ + z * h
           (reset before, ``reset_after=False``, not a cuDNN cell: h~ = tanh(W_h x + b_W_h + R_h (r * h) + b_R_h))
+    (``RNNSpec.activation`` relu or sigmoid in place of LSTM's and GRU's tanh: not cuDNN cells either)
     RNN   h' = act(W x + b_W + R h + b_R)             act = tanh (rnn_tanh) or max(0, .) (rnn_relu)
 
 Batches are right-padded: outputs at t >= length are zero; the forward final state is the state at
 length - 1; the backward direction runs from length - 1 down to 0 and its final state is the one after step 0.
 A bidirectional layer's output is concat(forward, backward) on the feature axis.
 """
-from typing import TYPE_CHECKING, Optional, Tuple
+import functools
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -27,30 +29,38 @@ def _sigmoid(v):
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def lstm_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def _relu(v):
+    return np.maximum(v, 0.0)
+
+
+FUNCTIONS = {"tanh": np.tanh, "relu": _relu, "sigmoid": _sigmoid}  # a cell's activation (RNNSpec.activation)
+
+
+def lstm_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: np.ndarray,
+              act: Callable = np.tanh) -> Tuple[np.ndarray, np.ndarray]:
     """One LSTM step for one sequence. x ``[I]``, h ``[S]`` (P with projection, else H), c ``[H]`` -> (h', c')."""
     pre = [params.W[g] @ x + params.b_W[g] + params.R[g] @ h + params.b_R[g] for g in range(4)]
     i, f, o = _sigmoid(pre[0]), _sigmoid(pre[1]), _sigmoid(pre[3])
-    c_new = f * c + i * np.tanh(pre[2])
-    h_new = o * np.tanh(c_new)
+    c_new = f * c + i * act(pre[2])
+    h_new = o * act(c_new)
     return (h_new if params.P is None else params.P @ h_new), c_new
 
 
 def gru_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
-             c: Optional[np.ndarray] = None) -> Tuple[np.ndarray, None]:
+             c: Optional[np.ndarray] = None, act: Callable = np.tanh) -> Tuple[np.ndarray, None]:
     """One GRU step for one sequence (cuDNN's reset-after form). x ``[I]``, h ``[H]`` -> (h', None)."""
     r = _sigmoid(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
     z = _sigmoid(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
-    h_tilde = np.tanh(params.W[2] @ x + params.b_W[2] + r * (params.R[2] @ h + params.b_R[2]))
+    h_tilde = act(params.W[2] @ x + params.b_W[2] + r * (params.R[2] @ h + params.b_R[2]))
     return (1.0 - z) * h_tilde + z * h, None
 
 
 def gru_reset_before_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
-                          c: Optional[np.ndarray] = None) -> Tuple[np.ndarray, None]:
+                          c: Optional[np.ndarray] = None, act: Callable = np.tanh) -> Tuple[np.ndarray, None]:
     """One step of the reset-before GRU (Keras' ``reset_after=False``). x ``[I]``, h ``[H]`` -> (h', None)."""
     r = _sigmoid(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
     z = _sigmoid(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
-    h_tilde = np.tanh(params.W[2] @ x + params.b_W[2] + params.R[2] @ (r * h) + params.b_R[2])
+    h_tilde = act(params.W[2] @ x + params.b_W[2] + params.R[2] @ (r * h) + params.b_R[2])
     return (1.0 - z) * h_tilde + z * h, None
 
 
@@ -100,6 +110,8 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
     is_lstm = spec.mode == "lstm"
     c_0 = np.zeros((spec.num_pseudo_layers, B, H), dtype) if c_0 is None else np.asarray(c_0, dtype=dtype)
     step = STEPS[spec.mode] if spec.reset_after else gru_reset_before_step
+    if not spec.is_rnn:  # LSTM and GRU: the candidate's (and LSTM's cell output's) function, tanh in cuDNN
+        step = functools.partial(step, act=FUNCTIONS[spec.activation])
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):

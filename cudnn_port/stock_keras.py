@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 import numpy as np
 
 from .errors import UnsupportedError
-from .layout import RNNSpec, pack
+from .layout import ACTIVATIONS, RNNSpec, pack
 from .targets import keras as keras_target
 
 if TYPE_CHECKING:
@@ -52,9 +52,10 @@ def _why_not(layer) -> Optional[str]:
     if name == "SimpleRNN":  # cuDNN's RNN_TANH and RNN_RELU
         act = config.get("activation")
         return None if act in ("tanh", "relu") else f"activation={act!r} (cuDNN's RNN computes tanh or relu)"
-    for key, want in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
-        if config.get(key) != want:
-            return f"{key}={config.get(key)!r} (cuDNN computes {want})"
+    if config.get("activation") not in ACTIVATIONS:
+        return f"activation={config.get('activation')!r} (the fused forms compute {', '.join(ACTIVATIONS)})"
+    if config.get("recurrent_activation") != "sigmoid":
+        return f"recurrent_activation={config.get('recurrent_activation')!r} (the fused forms' gates are sigmoid)"
     return None
 
 
@@ -199,15 +200,16 @@ def _adapter(layer):
     first = rnns[0]
     mode = _mode(first)
     reset_after = mode != "gru" or bool(first.get_config().get("reset_after", True))
+    activation = None if mode not in ("lstm", "gru") else first.get_config().get("activation")
     adapter = StockAdapter(mode, int(first.units), bidirectional=bidirectional,
                            go_backwards=bool(first.go_backwards) and not bidirectional,
                            merge_mode=layer.merge_mode if bidirectional else None,
                            return_sequences=bool(first.return_sequences),
                            return_state=bool(layer.return_state), zero_output=bool(first.zero_output_for_mask),
-                           reset_after=reset_after, name=layer.name)
+                           reset_after=reset_after, activation=activation, name=layer.name)
     input_size = int(first.cell.kernel.shape[0])
     adapter.build((None, None, input_size))
-    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional, reset_after=reset_after)
+    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional, reset_after=reset_after, activation=activation)
     tensors = {f"layer_0/{'backward' if d else 'forward'}/{name}": value
                for d, rnn in enumerate(rnns) for name, value in zip(("kernel", "recurrent_kernel", "bias"),
                                                                      cell_weights(rnn.cell))}

@@ -47,15 +47,16 @@ UNROLL_BELOW = 8
 
 def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf.Tensor]", Rh: "tf.Tensor",
               bh: "tf.Tensor", mode: str, until: "Optional[tf.Tensor]" = None,
-              Pt: "Optional[tf.Tensor]" = None, reset_after: bool = True
+              Pt: "Optional[tf.Tensor]" = None, reset_after: bool = True, activation: str = "tanh"
               ) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
     """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
     only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
     h (and c). ``mode`` is the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``; ``reset_after=False``: the
-    reset-before GRU, its b_R_h in xw). ``until`` (the XLA export's
-    longest length) stops the loop there, one step per iteration."""
+    reset-before GRU, its b_R_h in xw; ``activation``: LSTM's and GRU's function in place of tanh). ``until`` (the
+    XLA export's longest length) stops the loop there, one step per iteration."""
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
     is_lstm = mode == "lstm"
+    act = {"tanh": tf.tanh, "relu": tf.nn.relu, "sigmoid": tf.sigmoid}[activation]
     U = UNROLL if until is None else 1
 
     def small(h, weights):  # the product of the loop for batches below UNROLL_BELOW (module docstring)
@@ -65,7 +66,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
         if mode == "gru" and not reset_after:  # r gates h before the candidate's product: two products
             x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
             r, z = tf.split(tf.sigmoid(x_rz + product(h, Rh[:, :2 * H])), 2, axis=-1)
-            candidate = tf.tanh(x_h + product(r * h, Rh[:, 2 * H:]))
+            candidate = act(x_h + product(r * h, Rh[:, 2 * H:]))
             return candidate + z * (h - candidate), c
         hr = product(h, Rh)
         if is_lstm:
@@ -74,8 +75,8 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
             # over gates reordered to i, f, o, c~, with no reordering of the weights, which would copy them all
             # in every call of the fused layers
             i, f, _, o = tf.split(tf.sigmoid(g), 4, axis=-1)
-            c = f * c + i * tf.tanh(g[..., 2 * H:3 * H])
-            h = o * tf.tanh(c)
+            c = f * c + i * act(g[..., 2 * H:3 * H])
+            h = o * act(c)
             if Pt is not None:
                 h = product(h, Pt)
             return h, c
@@ -84,7 +85,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
         x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
         h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
         r, z = tf.split(tf.sigmoid(x_rz + h_rz), 2, axis=-1)
-        candidate = tf.tanh(x_h + r * (h_h + bh))  # GRU's b_R_h sits inside r * (...)
+        candidate = act(x_h + r * (h_h + bh))  # GRU's b_R_h sits inside r * (...)
         return candidate + z * (h - candidate), c  # (1 - z) * candidate + z * h in one op fewer
 
     # the carries: (t, h, ys) and, for LSTM, (c, cs); a GRU carries no c (each carry costs ops every iteration)

@@ -14,8 +14,8 @@ On a 2-core CPU (``python bench/bench_training.py --mode both``: 3-layer bidirec
 256, 50 steps, batch 32) a training step runs at 2.12-2.24x (LSTM) and 1.54-1.60x (GRU) the speed of Keras' stacked
 layers, and at about 2x that of autodiff of the export path's one-step-per-iteration loop. Outputs, states and the
 gradients w.r.t. the buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's
-do (``tests/test_cudnn_fixtures.py``); an LSTM with projection, the plain RNNs (``rnn_tanh`` / ``rnn_relu``) and a
-reset-before GRU fall back to autodiff of the export path.
+do (``tests/test_cudnn_fixtures.py``); an LSTM with projection, the plain RNNs (``rnn_tanh`` / ``rnn_relu``) and the
+cells cuDNN does not compute (a reset-before GRU, another activation) fall back to autodiff of the export path.
 """
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
@@ -39,7 +39,7 @@ def stack_train(canon: "CanonicalRNN", inputs: "tf.Tensor", sequence_lengths: "t
     (:func:`_sum_over_steps`)."""
     tf = import_tf()
     spec = canon.spec
-    if getattr(spec, "num_proj", 0) or spec.is_rnn or not spec.reset_after:  # autodiff of the plain path
+    if getattr(spec, "num_proj", 0) or spec.is_rnn or not spec.cudnn_computes:  # autodiff of the plain path
         return stack_forward(canon, inputs, sequence_lengths, initial_h, initial_c, between=between)
     D, is_lstm = spec.num_dirs, spec.mode == "lstm"
     G, H, P = spec.num_gates, spec.num_units, spec.num_pseudo_layers

@@ -194,7 +194,8 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
 
 @pytest.mark.parametrize("layer, why", [
     (L.GRU(4, recurrent_activation="hard_sigmoid", name="odd"), r"^layer odd \(GRU\): recurrent_activation="),
-    (L.Bidirectional(L.LSTM(4, activation="relu"), name="odd"), r"^layer odd \(Bidirectional\): activation='relu'"),
+    (L.Bidirectional(L.LSTM(4, activation="softsign"), name="odd"),
+     r"^layer odd \(Bidirectional\): activation='softsign' \(the fused forms compute tanh, relu, sigmoid\)"),
 ])
 def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     """A recurrent layer whose math cuDNN does not compute is refused, naming it and why, beside a fused one."""

@@ -43,8 +43,12 @@ ONNX_ORDER = {"lstm": ONNX_LSTM, "gru": ONNX_GRU, "rnn_tanh": ONNX_RNN, "rnn_rel
 def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:
     """The ONNX op of ``spec``'s cell and its attributes for a node of ``directions`` (1 or 2) directions:
     ``LSTM``; ``GRU`` with ``linear_before_reset=1`` (cuDNN's reset-after form; 0 for the reset-before GRU); ``RNN``
-    with ``activations`` Tanh or Relu, one per direction."""
+    with ``activations`` Tanh or Relu, one per direction; an LSTM or GRU whose activation is not tanh gets
+    ``activations`` [Sigmoid, it(, it)] per direction."""
     attrs = dict(hidden_size=spec.num_units, direction="bidirectional" if directions == 2 else "forward")
+    if not spec.is_rnn and spec.activation != "tanh":  # gates sigmoid; the candidate's (and c's) function
+        act = spec.activation.capitalize()
+        attrs["activations"] = (["Sigmoid", act, act] if spec.mode == "lstm" else ["Sigmoid", act]) * directions
     if spec.mode == "gru":  # 0 for a reset-before GRU (Keras' reset_after=False)
         return "GRU", dict(attrs, linear_before_reset=int(spec.reset_after))
     if spec.is_rnn:

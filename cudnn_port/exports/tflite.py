@@ -29,7 +29,7 @@ Run through the SignatureDef ``serving_default``, which resizes the inputs itsel
     step = Interpreter("OUT/model_stateful.tflite").get_signature_runner("serving_default")
     result = step(inputs=x, sequence_lengths=lengths, initial_h=h, initial_c=c)   # {"outputs", "final_h", "final_c"}
 """
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -39,10 +39,20 @@ from .tflite_gru import gru_layer
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
+    from ..layout import RNNSpec
 
 BIG = 1.0e4  # |pre-activation| past each length: sigmoid(-BIG) = 0 and sigmoid(BIG) = 1 in float32
 TANH = 4  # ActivationFunctionType.TANH
 RELU = 1  # ActivationFunctionType.RELU
+LSTM_ACTIVATIONS = {"tanh": TANH, "relu": RELU}  # the fused LSTM's cell function; its gates are sigmoid
+
+
+def cannot_hold(spec: "RNNSpec") -> Optional[str]:
+    """Why TFLite's builtin ops hold no exact form of a stack of ``spec`` (None where they do): a fused LSTM applies
+    one of :data:`LSTM_ACTIVATIONS` (ActivationFunctionType has no sigmoid)."""
+    if spec.mode == "lstm" and spec.activation not in LSTM_ACTIVATIONS:
+        return f"TFLite's fused LSTM has no {spec.activation} cell activation"
+    return None
 SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_default")(inputs=..., sequence_lengths=...)
 
 
@@ -128,7 +138,7 @@ def _lstm(graph, canon, x, layer, direction):
     x_pad = g.op("TRANSPOSE", [x_pad, graph.swap], f"{name}/x_time_major")
     y = g.op("UNIDIRECTIONAL_SEQUENCE_LSTM", [x_pad] + gates + recurrent + [-1] * 3 + biases +
              [projection, -1, h, c] + [-1] * 4, f"{name}/y_time_major", options="UnidirectionalSequenceLSTMOptions",
-             fusedActivationFunction=TANH, timeMajor=True)
+             fusedActivationFunction=LSTM_ACTIVATIONS[spec.activation], timeMajor=True)
     y = g.op("TRANSPOSE", [y, graph.swap], f"{name}/y")
     # c is updated in place; adding 0 * sum(y) orders its read after the op for runtimes that schedule by data
     # edges (XNNPACK's partitions), and is exact (y is finite)

@@ -38,10 +38,11 @@ def _cond(graph):
     return graph.gru_cond
 
 
-def _body(graph, params, H, name, reset_after=True):
+def _body(graph, params, H, name, reset_after=True, activation="tanh"):
     b = graph.model.subgraph(f"{name}/body")
     t, T, h, y, xw, valid = _loop_inputs(b, f"{name}/")
     i32 = lambda n, v: b.const(f"{name}/{n}", np.asarray(v, np.int32))
+    act = {"tanh": "TANH", "relu": "RELU", "sigmoid": "LOGISTIC"}[activation]  # the candidate's function
     gates = 3 if reset_after else 2  # reset before: r and z from h, the candidate's product after r
     R = np.concatenate([np.asarray(params.R[k], np.float32) for k in range(gates)])
     bias_h = np.concatenate([np.zeros(2 * H, np.float32)] + [np.asarray(params.b_R[2], np.float32)] * reset_after)
@@ -58,11 +59,11 @@ def _body(graph, params, H, name, reset_after=True):
     r = b.op("LOGISTIC", [add(x_r, parts[0], "r_pre")], f"{name}/r")
     z = b.op("LOGISTIC", [add(x_z, parts[1], "z_pre")], f"{name}/z")
     if reset_after:
-        n = b.op("TANH", [add(x_h, mul(r, parts[2], "r_h"), "n_pre")], f"{name}/n")
+        n = b.op(act, [add(x_h, mul(r, parts[2], "r_h"), "n_pre")], f"{name}/n")
     else:
         R_h = b.const(f"{name}/R_h", np.asarray(params.R[2], np.float32))
         h_h = b.op("FULLY_CONNECTED", [mul(r, h, "r_times_h"), R_h, -1], f"{name}/h_h", options="FullyConnectedOptions")
-        n = b.op("TANH", [add(x_h, h_h, "n_pre")], f"{name}/n")
+        n = b.op(act, [add(x_h, h_h, "n_pre")], f"{name}/n")
     h_new = add(n, mul(z, b.op("SUB", [h, n], f"{name}/h_minus_n", options="SubOptions"), "z_h"), "h_new")
     keep = b.op("GATHER", [valid, t], f"{name}/valid_t", dtype="bool", options="GatherOptions", axis=1)
     h_next = b.op("SELECT_V2", [keep, h_new, h], f"{name}/h_next")
@@ -94,7 +95,7 @@ def gru_layer(graph: Any, canon: "CanonicalRNN", x: int, layer: int, direction: 
     h0 = graph.state("initial_h", p, H)
     outs = [g.tensor(f"{name}/out_{n}", dtype, shape) for n, dtype, shape in LOOP]
     cond = _cond(graph)
-    body = _body(graph, params, H, name, spec.reset_after)
+    body = _body(graph, params, H, name, spec.reset_after, spec.activation)
     g.op("WHILE", [graph.i32(f"{name}/t0", 0), graph.T, h0, y0, xw, graph.valid_b], outs, options="WhileOptions",
          condSubgraphIndex=cond, bodySubgraphIndex=body)
     return outs[3], outs[2]

@@ -56,4 +56,5 @@ FORMAT = Format(name="pytorch", help="OUT/pytorch/<stack>.safetensors for torch.
                                     label="pytorch (.safetensors)"),),
                 write=_write, runtimes=(Runtime("torch", _open, needs=("torch",), bench=False),),
                 needs=("safetensors",), order=20,
-                cannot_hold=lambda spec: None if spec.reset_after else "PyTorch's nn.GRU is the reset-after GRU only")
+                cannot_hold=lambda spec: None if spec.cudnn_computes else "PyTorch's nn.LSTM / nn.GRU compute cuDNN's "
+                                                                        "cells only (reset-after, tanh)")

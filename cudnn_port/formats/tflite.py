@@ -59,8 +59,13 @@ def _write_model(job, paths):
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from ..layers import fused_layers
 
+    layers = fused_layers(job.model)
+    refused = next((f"fused layer {layer.name}: {why}" for layer in layers
+                    for why in [tflite_export.cannot_hold(layer.spec)] if why), None)
+    if refused:
+        raise NotWritten(f"{refused}; the other artifacts hold it")
     kernels = {layer.opaque_kernel.numpy().astype("float32").tobytes(): unpack(layer.spec, layer.opaque_kernel.numpy())
-               for layer in fused_layers(job.model)}
+               for layer in layers}
     try:
         data = tflite_model.convert(job.frozen("cudnn"), job.input_names,
                                     sorted(job.traced("cudnn").structured_outputs), kernels)
@@ -87,6 +92,6 @@ FORMAT = Format(name="tflite", help="OUT/model.tflite and OUT/model_stateful.tfl
                            Artifact("tflite_stateful", "model_stateful{suffix}.tflite", states="required")),
                 write=_write, runtimes=(Runtime("litert", _open_litert, needs=("ai_edge_litert",)),
                                         Runtime("tf.lite", _open_tf, needs=("tensorflow",), bench=False)),
-                needs=("flatbuffers",), order=70,
+                needs=("flatbuffers",), order=70, cannot_hold=tflite_export.cannot_hold,
                 model=Road((Artifact("tflite", "model.tflite"),), _write_model, _open_model, "tflite (litert)",
                            ("ai_edge_litert",)))

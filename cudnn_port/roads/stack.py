@@ -148,8 +148,8 @@ def read_finite(source: "Source", name: str, allow_nonfinite: bool = False) -> n
 
 def _stored_agreement(source, stack):
     """Canonical TF1 tensors stored beside the buffer (a default TF1 Saver wrote them): how far each is from the
-    same tensor converted from the buffer (none for a reset-before GRU, which no TF1 cuDNN cell holds)."""
-    if not stack.spec.reset_after:
+    same tensor converted from the buffer (none for a cell cuDNN does not compute, which no TF1 cuDNN cell holds)."""
+    if not stack.spec.cudnn_computes:
         return {}
     target = tf1.variant(source.shapes, stack.prefix)
     found = {}

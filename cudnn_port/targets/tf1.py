@@ -68,9 +68,9 @@ def _rows(params, order_src, order_dst):
 
 def write_layer(spec: RNNSpec, prefix: str, layer: int, direction: int, p: LayerParams, slot: bool = False,
                 legacy: bool = False) -> Dict[str, np.ndarray]:
-    if not spec.reset_after:
-        raise UnsupportedError(f"a {spec.describe()} has no tf.contrib.cudnn_rnn cell (CudnnCompatibleGRUCell is the "
-                               "reset-after GRU); use --style keras")
+    if not spec.cudnn_computes:
+        raise UnsupportedError(f"a {spec.describe()} has no tf.contrib.cudnn_rnn cell (those compute cuDNN's cells: "
+                               "reset-after GRU, tanh); use --style keras")
     scope = cell_scope(prefix, spec, layer, direction, legacy)
     if spec.mode == "lstm":
         out = {f"{scope}/kernel": _rows(p, CUDNN_LSTM, TF1_LSTM).T,

@@ -1,10 +1,14 @@
-"""Keras' reset-before GRU (``GRU(reset_after=False)``): h~ = tanh(W_h x + b_W_h + R_h (r * h) + b_R_h).
-
-cuDNN does not compute it, but its weights fill the same buffer: it converts as a fused stack whose paths are CPU
-ops only, its ONNX node a ``GRU`` with ``linear_before_reset=0``, its TFLite the builtin-op loop.
+"""Stock cells cuDNN does not compute whose weights fill its buffers: Keras' reset-before GRU
+(``GRU(reset_after=False)``: h~ = tanh(W_h x + b_W_h + R_h (r * h) + b_R_h)) and LSTM / GRU with another activation
+(``LSTM(activation="relu")``, the time-series tutorials' model). Each converts as a fused stack whose paths are CPU
+ops only; ONNX nodes carry ``linear_before_reset=0`` / ``activations``; TFLite holds the relu LSTM as a fused op and
+the GRUs as its builtin-op loop, and skips a sigmoid LSTM with one warning line naming the layer.
 
 - The reference's step against Keras' own ``GRU(reset_after=False)`` layer, its weights read here by Keras'
   documented layout (kernel columns z, r, h; one bias), on a masked ragged batch from non-zero states.
+- The reference's LSTM with ``activation="relu"`` against Keras' own layer, read the same way.
+- The tutorial model (``LSTM(activation="relu")`` twice, trained by ``fit``): every artifact, its ONNX ``activations``
+  and TFLite fused LSTMs judged here against Keras; a sigmoid LSTM: everything but TFLite, one warning per artifact.
 - A Sequential model as users save one (``Embedding(mask_zero)``, ``Dropout``, a ``Bidirectional``, trained by
   ``fit``), as ``.keras`` and ``.h5``: every artifact; ONNX ``GRU`` nodes with ``linear_before_reset=0``, a TFLite of
   builtin ops only; both run here against the original's Keras outputs on a padded batch; verify passes.
@@ -60,6 +64,78 @@ def test_reference_reset_before_gru_is_keras_gru_reset_after_false():
     # and it is not the reset-after GRU of the same weights
     after = reference.forward(CanonicalRNN(RNNSpec("gru", 1, H, I), canon.layers), x, lengths, h0[None])
     assert np.abs(after[1][0] - h).max() > 1e-3
+
+
+def test_reference_relu_lstm_is_keras_lstm_with_relu():
+    import keras
+
+    B, T, I, H = 3, 6, 4, 5
+    rng = np.random.default_rng(10)
+    layer = keras.layers.LSTM(H, activation="relu", return_sequences=True, return_state=True)
+    x = rng.normal(size=(B, T, I)).astype("float32")
+    lengths = np.array([6, 2, 4])
+    mask = np.arange(T)[None, :] < lengths[:, None]
+    h0, c0 = rng.normal(size=(B, H)).astype("float32"), rng.normal(size=(B, H)).astype("float32")
+    layer(x, mask=mask, initial_state=[h0, c0])
+    kernel, recurrent, bias = (rng.normal(size=w.shape).astype("float32") * 0.5 for w in layer.get_weights())
+    layer.set_weights([kernel, recurrent, bias])
+    y, h, c = (np.asarray(t) for t in layer(x, mask=mask, initial_state=[h0, c0]))
+    blocks = [slice(g * H, (g + 1) * H) for g in range(4)]  # Keras' gate order i, f, c, o is cuDNN's
+    W, R = (np.stack([k[:, b].T for b in blocks]) for k in (kernel, recurrent))
+    b_W = np.stack([bias[b] for b in blocks])
+    canon = CanonicalRNN(RNNSpec("lstm", 1, H, I, activation="relu"), [LayerParams(W, R, b_W, np.zeros_like(b_W))])
+    want_y, want_h, want_c = reference.forward(canon, x, lengths, h0[None], c0[None])
+    np.testing.assert_allclose(want_h[0], h, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(want_c[0], c, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(want_y * mask[..., None], y * mask[..., None], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_tutorial_relu_lstm_converts_with_fused_nodes_and_a_sigmoid_lstm_skips_only_tflite(tmp_path):
+    import keras
+    import onnx
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port import convert, verify
+
+    L = keras.layers
+    keras.utils.set_random_seed(11)
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(64, 10, 3)).astype("float32")
+    model = keras.Sequential([keras.Input((None, 3)), L.LSTM(16, activation="relu", return_sequences=True),
+                              L.LSTM(8, activation="relu"), L.Dense(1)])
+    model.compile("adam", "mse")
+    model.fit(x, x.sum(axis=(1, 2))[:, None], epochs=1, batch_size=16, verbose=0)
+    model.save(tmp_path / "relu.keras")
+    manifest = convert(tmp_path / "relu.keras", tmp_path / "relu")
+    assert {"saved_model", "graphdef", "onnx", "tflite"} <= set(manifest.model_artifacts), manifest.warnings
+    assert not manifest.warnings, manifest.warnings
+    lstms = [n for n in onnx.load(str(tmp_path / "relu" / "model.onnx")).graph.node if n.op_type == "LSTM"]
+    assert len(lstms) == 2 and all([a.strings for a in n.attribute if a.name == "activations"] ==
+                                   [[b"Sigmoid", b"Relu", b"Relu"]] for n in lstms)
+    builtin, custom = op_codes(tmp_path / "relu" / "model.tflite")
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in builtin and not custom, (builtin, custom)
+    probe = rng.normal(size=(3, 7, 3)).astype("float32") * 2
+    want = np.asarray(model(probe))
+    session = ort.InferenceSession(str(tmp_path / "relu" / "model.onnx"), providers=["CPUExecutionProvider"])
+    runner = Interpreter(str(tmp_path / "relu" / "model.tflite")).get_signature_runner("serving_default")
+    for got, what in ((session.run(None, {session.get_inputs()[0].name: probe})[0], "onnx"),
+                      (next(iter(runner(**{next(iter(runner.get_input_details())): probe}).values())), "tflite")):
+        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
+    assert verify(tmp_path / "relu")["passed"]
+
+    sigmoid = keras.Sequential([keras.Input((None, 3)), L.LSTM(6, activation="sigmoid", name="soft"), L.Dense(1)])
+    sigmoid.compile("adam", "mse")
+    sigmoid.fit(x, x.sum(axis=(1, 2))[:, None], epochs=1, batch_size=16, verbose=0)
+    sigmoid.save(tmp_path / "sigmoid.keras")
+    manifest = convert(tmp_path / "sigmoid.keras", tmp_path / "sigmoid")
+    assert {"saved_model", "graphdef", "onnx"} <= set(manifest.model_artifacts) and \
+        "tflite" not in manifest.model_artifacts, manifest.model_artifacts
+    tflite_lines = [w for w in manifest.warnings if ".tflite not written" in w]
+    assert len(tflite_lines) == 2 and all("no sigmoid cell activation" in w for w in tflite_lines), manifest.warnings
+    assert "fused layer soft" in next(w for w in tflite_lines if w.startswith("model.tflite")), tflite_lines
+    assert verify(tmp_path / "sigmoid")["passed"]
 
 
 @pytest.fixture(scope="module")
