@@ -233,6 +233,17 @@ def test_model_without_cudnn_math_is_refused_in_one_line(tmp_path):
     assert "simple_rnn (SimpleRNN): activation='sigmoid' (cuDNN's RNN computes tanh or relu)" in result.stderr
 
 
+def test_a_model_saved_before_keras_built_it_is_refused_in_one_line(tmp_path):
+    """Sequential with no keras.Input, saved before any call or fit: Keras loads it, with no weights to convert."""
+    keras.Sequential([L.Embedding(20, 4), L.LSTM(3)]).save(tmp_path / "unbuilt.keras")
+    for command in ("convert", "inspect"):
+        argv = (command, tmp_path / "unbuilt.keras") + ((tmp_path / "out",) if command == "convert" else ())
+        result = run_cli(*argv)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "had not built" in result.stderr and "keras.Input" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_subclassed_model_with_stock_layers_is_refused(tmp_path):
     class Tiny(keras.Model):
         def __init__(self):

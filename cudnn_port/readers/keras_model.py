@@ -116,11 +116,13 @@ def _without_option(path, class_name, option, target):
 
 def load_model_file(path: str) -> "keras.Model":
     """A Keras model file as Keras loads it, in safe mode: a ``.keras`` archive (:func:`load_keras_file`) or a whole
-    model Keras 3 saved as HDF5 (:func:`load_keras_h5`)."""
+    model Keras 3 saved as HDF5 (:func:`load_keras_h5`). A model saved before Keras built it is refused."""
     path = os.fspath(path)
-    if os.path.isfile(path) and is_hdf5(path):
-        return load_keras_h5(path)
-    return load_keras_file(path)
+    model = load_keras_h5(path) if os.path.isfile(path) and is_hdf5(path) else load_keras_file(path)
+    if not model.built:  # a Sequential with no keras.Input that was never called nor fit holds no weights
+        raise CudnnPortError(f"{path} holds a model Keras had not built when it was saved, so it has no weights to "
+                             "convert; give it a keras.Input (or call or fit it once) before model.save")
+    return model
 
 
 def load_keras_h5(path: str) -> "keras.Model":
