@@ -242,6 +242,9 @@ def test_a_model_saved_before_keras_built_it_is_refused_in_one_line(tmp_path):
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert "had not built" in result.stderr and "keras.Input" in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
+    with pytest.raises(cudnn_port.CudnnPortError, match="is not built.*keras.Input"):  # the library call too
+        cudnn_port.export(keras.Sequential([L.Embedding(20, 4), L.LSTM(3)]), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
 
 
 def test_subclassed_model_with_stock_layers_is_refused(tmp_path):

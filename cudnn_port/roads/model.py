@@ -154,6 +154,9 @@ def whole_model_formats() -> List[str]:
 
 
 def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats):
+    if not model.built:  # a Sequential with no keras.Input, never called nor fit: no weights yet
+        raise CudnnPortError(f"model {model.name!r} is not built, so it has no weights to export; give it a "
+                             "keras.Input, or call or fit it once, before export")
     say = say_to(progress)
     chosen = _chosen_formats(formats, quantize)
     original = model
