@@ -6,6 +6,7 @@ non-zero initial states, within ATOL_FP32.
 """
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -30,22 +31,46 @@ def feeds(spec, x, lengths, h_0, c_0):
     return out
 
 
+_LOADED = {}  # the latest artifact loaded, by path: a test that runs one artifact step by step loads it once
+
+
+def _latest(path, load):
+    if str(path) not in _LOADED:
+        for old in _LOADED.values():  # only the latest: the tests read one artifact at a time
+            if isinstance(old, tf.compat.v1.Session):
+                old.close()
+        _LOADED.clear()
+        _LOADED[str(path)] = load(str(path))
+    return _LOADED[str(path)]
+
+
+def load_saved_model(path):
+    return _latest(path, tf.saved_model.load)
+
+
+def graphdef_session(path):
+    """A TF1 session over the frozen GraphDef at ``path``, imported as its users import it."""
+    def load(path):
+        graph_def = tf.compat.v1.GraphDef()
+        graph_def.ParseFromString(open(path, "rb").read())
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        return tf.compat.v1.Session(graph=graph)
+
+    return _latest(path, load)
+
+
 def run_saved_model(path, spec, batch, signature="with_initial_state"):
-    fn = tf.saved_model.load(str(path)).signatures[signature]
+    fn = load_saved_model(path).signatures[signature]
     result = fn(**{k: tf.constant(v) for k, v in batch.items()})
     return [result["outputs"].numpy(), result["final_h"].numpy()] + (
         [result["final_c"].numpy()] if spec.mode == "lstm" else [None])
 
 
 def run_graphdef(path, spec, batch):
-    graph_def = tf.compat.v1.GraphDef()
-    graph_def.ParseFromString(open(path, "rb").read())
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.compat.v1.import_graph_def(graph_def, name="")
     names = ["outputs:0", "final_h:0"] + (["final_c:0"] if spec.mode == "lstm" else [])
-    with tf.compat.v1.Session(graph=graph) as sess:
-        got = sess.run(names, {f"{k}:0": v for k, v in batch.items()})
+    got = graphdef_session(path).run(names, {f"{k}:0": v for k, v in batch.items()})
     return got + ([None] if spec.mode == "gru" else [])
 
 
@@ -233,10 +258,21 @@ def test_default_saved_model_has_no_xla_function(tmp_path, mode, capsys):
 
 # ---------------------------------------------------------------------------------------------------- verify
 
+@pytest.fixture(scope="module")
+def sample_out(tmp_path_factory):
+    """The sample checkpoint (what the tf1_ckpt fixture writes) converted to every default format once: its out
+    folder. A test that verifies, benches or changes it works on its own copy (verify writes parity.json)."""
+    from make_tf1_checkpoint import sample_variables, save_tf1
+
+    tmp = tmp_path_factory.mktemp("sample")
+    convert(save_tf1(str(tmp / "src" / "model.ckpt"), sample_variables(seed=3)), tmp / "out")
+    return tmp / "out"
+
+
 @pytest.mark.slow
-def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, tf1_ckpt, capsys):
+def test_verify_passes_writes_report_and_catches_a_broken_artifact(tmp_path, sample_out, capsys):
     out = tmp_path / "out"
-    convert(tf1_ckpt, out)
+    shutil.copytree(sample_out, out)
     code = cli.main(["verify", str(out), "--json", "--quiet"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["passed"]
@@ -299,9 +335,9 @@ def test_parity_marker_in_a_users_suite(tmp_path, tf1_ckpt, pytester):
 
 
 @pytest.mark.slow
-def test_bench_reports_each_artifact_at_batch_1_and_32(tmp_path, tf1_ckpt, capsys):
+def test_bench_reports_each_artifact_at_batch_1_and_32(tmp_path, sample_out, capsys):
     out = tmp_path / "out"
-    convert(tf1_ckpt, out)
+    shutil.copytree(sample_out, out)
     code = cli.main(["bench", str(out), "--steps", "4", "--repeat", "1", "--json", "--quiet"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0

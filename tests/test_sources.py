@@ -2,6 +2,7 @@
 cuDNN nodes): each one inspected, converted, and its artifacts checked against the NumPy reference."""
 import contextlib
 import os
+import shutil
 import sys
 from unittest import mock
 
@@ -332,18 +333,36 @@ def gpu_host_exports(tmp_path_factory):
     return found
 
 
+@pytest.fixture(scope="module")
+def gpu_host_converted(gpu_host_exports, tmp_path_factory):
+    """name -> (out folder, manifest, tree_hash of the source before the conversion): each of gpu_host_exports
+    converted once, when a test first asks. A test that verifies or changes the output works on its own copy."""
+    made = {}
+
+    def converted(name):
+        if name not in made:
+            path = gpu_host_exports[name][1]
+            before = tree_hash(path)
+            out = tmp_path_factory.mktemp(f"converted_{name}") / "out"
+            made[name] = (out, convert(path, out), before)
+        return made[name]
+
+    return converted
+
+
 def _valid(got, want):
     return np.where(np.isnan(want), 0.0, got), np.nan_to_num(want)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["masked_stack", "tagger"])
-def test_keras3_export_from_a_gpu_host_runs_on_cpu_and_in_onnx(tmp_path, gpu_host_exports, name):
+def test_keras3_export_from_a_gpu_host_runs_on_cpu_and_in_onnx(tmp_path, gpu_host_exports, gpu_host_converted,
+                                                              name):
     import onnxruntime as ort
 
     model, path = gpu_host_exports[name]
-    before = tree_hash(path)
-    manifest = convert(path, tmp_path / "out")
+    converted, manifest, before = gpu_host_converted(name)
+    shutil.copytree(converted, tmp_path / "out")
     assert manifest["kind"] == "saved_model" and set(manifest["model_artifacts"]) == {"saved_model", "onnx"}
     assert len(manifest["nodes"]) == (4 if name == "masked_stack" else 3)  # one per layer and direction
     feed, x = keras_inputs(name)
@@ -419,7 +438,7 @@ def test_gpu_host_export_judged_by_the_original_with_a_gate_swapped_in_the_rewri
 
 
 @pytest.mark.slow
-def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_host_exports):
+def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_host_exports, gpu_host_converted):
     """One variable of OUT/saved_model moved by N(0, 1e-3) and the hashes redone: the SavedModel's row fails against
     the original and model.onnx, written right, still passes (it used to be judged by that SavedModel)."""
     import json
@@ -427,16 +446,14 @@ def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_ho
     from cudnn_port.outdir import MANIFEST
     from cudnn_port.paths import sha256
 
-    model, path = gpu_host_exports["tagger"]
+    model, _ = gpu_host_exports["tagger"]
     out = tmp_path / "out"
-    convert(path, out)
+    shutil.copytree(gpu_host_converted("tagger")[0], out)
     loaded = tf.saved_model.load(str(out / "saved_model"))
     kernel = max(loaded.variables, key=lambda v: v.shape.num_elements())
     kernel.assign_add(np.random.default_rng(9).normal(size=kernel.shape).astype("float32") * 1e-3)
     signatures = dict(loaded.signatures)
     tf.saved_model.save(loaded, str(tmp_path / "moved"), signatures=signatures)
-    import shutil
-
     shutil.rmtree(out / "saved_model")
     shutil.copytree(tmp_path / "moved", out / "saved_model")
     manifest = json.load(open(out / MANIFEST))

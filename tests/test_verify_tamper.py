@@ -78,16 +78,23 @@ def _source_canon(manifest):
     return unpack(spec, open_source(manifest["source"]["checkpoint"]).get(manifest["stacks"][0]["variable"]))
 
 
+@pytest.fixture(scope="module")
+def modules(converted):
+    """The stack's SavedModel module (build_module) with the moved weights and with the source's, built and traced
+    once: (bad, fine). Each test saves its own mix of their functions into its own copy of OUT."""
+    from cudnn_port.exports.tensorflow import build_module
+
+    manifest = converted[1]
+    return build_module(moved(manifest)), build_module(_source_canon(manifest))
+
+
 def test_untampered_output_passes(converted, capsys):
     assert cli.main(["verify", str(converted[0]), "--quiet"]) == 0
 
 
 @pytest.mark.parametrize("signature", ["serving_default", "with_initial_state"])
-def test_weights_of_one_signature(out, converted, capsys, signature):
-    from cudnn_port.exports.tensorflow import build_module
-
-    manifest = converted[1]
-    bad, fine = build_module(moved(manifest)), build_module(_source_canon(manifest))
+def test_weights_of_one_signature(out, modules, capsys, signature):
+    bad, fine = modules
     functions = {"serving_default": (bad if signature == "serving_default" else fine).serve,
                  "with_initial_state": (bad if signature == "with_initial_state" else fine).serve_state}
     module = tf.Module()
@@ -101,13 +108,10 @@ def test_weights_of_one_signature(out, converted, capsys, signature):
 
 
 @pytest.mark.parametrize("function", ["serve", "serve_state"])
-def test_weights_of_one_saved_model_function(out, converted, capsys, function):
+def test_weights_of_one_saved_model_function(out, modules, capsys, function):
     """``tf.saved_model.load(p).serve(...)`` runs the module's own functions, which hold their own copy of the graph:
     tampering with one while the signatures stay right must fail too."""
-    from cudnn_port.exports.tensorflow import build_module
-
-    manifest = converted[1]
-    bad, fine = build_module(moved(manifest)), build_module(_source_canon(manifest))
+    bad, fine = modules
     module = tf.Module()
     module.serve = (bad if function == "serve" else fine).serve
     module.serve_state = (bad if function == "serve_state" else fine).serve_state
