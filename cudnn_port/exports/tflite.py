@@ -85,8 +85,10 @@ class _Graph:
         self.valid = g.op("CAST", [self.valid_b], "valid")
         self.pad = g.op("SUB", [g.const("one_f", np.ones(1, np.float32)), self.valid], "pad",
                         options="SubOptions")
-        final_step = g.op("SUB", [column, i32("one_2d", [[1]])], "final_step", dtype="int32", options="SubOptions")
-        self.last = g.op("CAST", [g.op("EXPAND_DIMS", [g.op("EQUAL", [row, final_step], "last_2d", dtype="bool"),
+        # last[b, t] = (t + 1 == length_b): the step counts move, not lengths' column, which LiteRT may compute in
+        # place in lengths' own memory (a SUB on it changed the lengths a later REVERSE_SEQUENCE read: measured)
+        next_step = g.op("ADD", [row, i32("one_2d", [[1]])], "next_step", dtype="int32", options="AddOptions")
+        self.last = g.op("CAST", [g.op("EXPAND_DIMS", [g.op("EQUAL", [next_step, column], "last_2d", dtype="bool"),
                                                        i32("axis2b", 2)], "last_bool", dtype="bool")], "last")
         self.states = {}
         for label, width in (("initial_h", S), ("initial_c", H))[:2 if spec.mode == "lstm" else 1]:
