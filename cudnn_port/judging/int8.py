@@ -70,6 +70,7 @@ def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray
         return 1.0 / (1.0 + np.exp(-v))
 
     spec, rounded = canon.spec, rounded_canon(canon, per_channel, reduce_range)
+    act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "sigmoid": sigmoid}[spec.activation]  # the cell's
     x = np.asarray(x, np.float64)
     B, T, _ = x.shape
     H, D = spec.num_units, spec.num_dirs
@@ -90,8 +91,8 @@ def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray
             for t in (range(T) if direction == 0 else range(T - 1, -1, -1)):
                 active = (t < lengths)[:, None]
                 pre = pre_x[:, t] + np.einsum("bk,ghk->bgh", _round_uint8(h), R)
-                c_new = sigmoid(pre[:, 1]) * c + sigmoid(pre[:, 0]) * np.tanh(pre[:, 2])
-                h_new = sigmoid(pre[:, 3]) * np.tanh(c_new)
+                c_new = sigmoid(pre[:, 1]) * c + sigmoid(pre[:, 0]) * act(pre[:, 2])
+                h_new = sigmoid(pre[:, 3]) * act(c_new)
                 h, c = np.where(active, h_new, h), np.where(active, c_new, c)
                 layer_out[:, t, direction * H:(direction + 1) * H] = np.where(active, h_new, 0.0)
             h_n[p], c_n[p] = h, c
