@@ -79,8 +79,10 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
         return dict(row, why="stateful=True: streamed, its states are inputs and outputs")
     if why is None and kind == "Bidirectional":
         forward, backward = inner
+        cell = ("activation", "recurrent_activation", "reset_after")  # one fused stack: one cell for both directions
         if forward.go_backwards or not backward.go_backwards or type(forward) is not type(backward) or \
-                forward.units != backward.units or forward.return_sequences != backward.return_sequences:
+                forward.units != backward.units or forward.return_sequences != backward.return_sequences or \
+                any(forward.get_config().get(k) != backward.get_config().get(k) for k in cell):
             why = "its forward and backward layers are not one layer and its reverse"
     return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
 
