@@ -70,7 +70,7 @@ def test_the_judge_fails_other_weights_and_dropped_lengths(tmp_path):
 def test_gru_is_refused(tmp_path):
     canon = random_canon(make_spec("gru", 2, True))
     write_onnx(canon, tmp_path / "gru.onnx")
-    with pytest.raises(CudnnPortError, match="no int8 GRU kernel"):
+    with pytest.raises(CudnnPortError, match="no int8 GRU or RNN kernel"):
         quantize_onnx(tmp_path / "gru.onnx", tmp_path / "gru_int8.onnx")
     assert not (tmp_path / "gru_int8.onnx").exists()
 

@@ -1,5 +1,5 @@
 """Clean-up passes over an ONNX graph that tf2onnx wrote, each in place and each keeping what an If / Loop / Scan
-body reads by name: a Squeeze that undoes the Unsqueeze before it, and LSTM / GRU outputs that nothing reads."""
+body reads by name: a Squeeze that undoes the Unsqueeze before it, and LSTM / GRU / RNN outputs that nothing reads."""
 from typing import TYPE_CHECKING, Set
 
 if TYPE_CHECKING:
@@ -58,12 +58,12 @@ def read_in_subgraphs(graph: "onnx.GraphProto") -> Set[str]:
 
 
 def unread_outputs_dropped(graph: "onnx.GraphProto") -> None:
-    """Name "" (ONNX's "not produced") every optional LSTM / GRU output that nothing reads, in place: a runtime then
-    skips writing it (the full output sequence of a layer whose last state is all the model reads)."""
+    """Name "" (ONNX's "not produced") every optional LSTM / GRU / RNN output that nothing reads, in place: a runtime
+    then skips writing it (the full output sequence of a layer whose last state is all the model reads)."""
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output} | \
         read_in_subgraphs(graph)
     for node in graph.node:
-        if node.op_type in ("LSTM", "GRU"):
+        if node.op_type in ("LSTM", "GRU", "RNN"):
             for k, name in enumerate(node.output):
                 if name and name not in read:
                     node.output[k] = ""

@@ -94,8 +94,9 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
     plain = plain_lstm_inputs(source)  # the padding channel's +-K would swamp its rows' int8 scales
     before = Counter(n.op_type for n in source.graph.node)
     if not before["LSTM"]:
-        why = (f"{before['GRU']} GRU node(s): onnxruntime has no int8 GRU kernel (no DynamicQuantizeGRU), so "
-               "quantize_dynamic would leave them float32" if before["GRU"] else "no LSTM node")
+        others = [f"{before[k]} {k} node(s)" for k in ("GRU", "RNN") if before[k]]
+        why = (f"{', '.join(others)}: onnxruntime has no int8 GRU or RNN kernel, so quantize_dynamic would leave them "
+               "float32" if others else "no LSTM node")
         raise NothingToQuantize(src_path, why)
     passes = [("LSTM", lstm)] + ([("MatMul", matmul)] if matmul and before["MatMul"] else [])
     quiet = logging.getLogger()

@@ -11,7 +11,7 @@ from ..deps import import_tf
 from ..errors import CudnnPortError
 from ..op_attrs import node_attrs
 from ..infer import candidates
-from ..layout import RNNSpec
+from ..layout import MODES, RNNSpec
 from ..paths import require_file
 from ..exports.onnx import cannot_hold
 from .callshapes import CallShapes
@@ -65,8 +65,8 @@ class CudnnNode:
         self.backward = node.op in BACKWARD_OPS
         attrs = node_attrs(node)
         where = f"node {node.name} ({node.op}) in {function or 'the main graph'}"
-        if attrs["rnn_mode"] not in ("lstm", "gru"):
-            raise CudnnPortError(f"{where} has rnn_mode={attrs['rnn_mode']}; only lstm and gru convert")
+        if attrs["rnn_mode"] not in MODES:
+            raise CudnnPortError(f"{where} has rnn_mode={attrs['rnn_mode']}, none of cuDNN's {', '.join(MODES)}")
         self.time_major = bool(attrs.get("time_major", True))
         self.dtype = import_tf().as_dtype(attrs["T"]).name
         bidirectional = attrs["direction"] == "bidirectional"
