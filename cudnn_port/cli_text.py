@@ -92,7 +92,8 @@ def inspect_text(report: Dict[str, Any], verbose: bool = False) -> str:
         lines += ["", f"cuDNN stack {s['variable']}: {s['size']} elements, {s['dtype']}", f"  found: {s['found']}"]
         if s["spec"]:
             plan = s["plan"]
-            lines += [f"  converts as: {describe(s['spec'])}  ({s['how']})", f"  flags: {s['flags']}"]
+            lines += [f"  converts as: {describe(s['spec'])}  ({s['how']})"]
+            lines += [f"  flags: {s['flags']}"] if s["flags"] else []  # a cell no flag selects: stated by its layer
             if plan.get("problem"):
                 lines.append(f"  style {plan['style']} cannot hold it: {plan['problem']}")
             else:

@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .deps import require
-from .errors import CudnnPortError, short
+from .errors import CudnnPortError, UnsupportedError, short
 from .roads.graph import convert_saved_model
 from .outdir import OutputFolder, finish
 from . import formats as registry
@@ -96,11 +96,17 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
 
     src = open_source(source)
     folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))
+    stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
+    if style is None and src.default_style == "tf1" and not all(s.spec.cudnn_computes for s in stacks):
+        style = "keras"  # no TF1 cuDNN cell holds a reset-before GRU or another activation; Keras' layers do
     style = style or src.default_style
+    odd = next((s for s in stacks if not s.spec.cudnn_computes), None)
+    if odd is not None and style in ("tf1", "pytorch"):  # before any work: the checkpoint's names have no such cell
+        raise UnsupportedError(f"{odd.variable}: a {odd.spec.describe()} has no {style} cell (they compute cuDNN's: "
+                               "reset-after GRU, tanh); use --style keras")
     explicit, formats = formats is not None, formats or default_formats(style)
     if quantize and "onnx" not in formats:
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
-    stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
     if quantize:
         refuse_nothing_to_quantize(s.spec for s in stacks)
     refused = refusals(stacks, formats) if explicit else []

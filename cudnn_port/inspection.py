@@ -53,7 +53,7 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
             entry.update(source.layer_of(stack.variable))
         try:
             spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
-            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags(),
+            entry.update(spec=spec.to_dict(), how=how, flags=spec.flags() if spec.cudnn_computes else None,
                          plan=_plan(source, stack, spec, several=len(stacks) > 1))
         except CudnnPortError as e:
             entry.update(spec=None, problem=str(e), settle_with=differing_flags(found))

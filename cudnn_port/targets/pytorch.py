@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Dict, Sequence
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
+from ..errors import UnsupportedError
 from .common import join, write_all
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ def _suffix(layer, direction):
 
 def write_layer(spec: "RNNSpec", prefix: str, layer: int, direction: int, p: LayerParams,
                 slot: bool = False) -> Dict[str, np.ndarray]:
+    if not spec.cudnn_computes:
+        raise UnsupportedError(f"a {spec.describe()} has no PyTorch module (nn.LSTM / nn.GRU compute cuDNN's cells: "
+                               "reset-after GRU, tanh); use --style keras")
     out = {join(prefix, key + _suffix(layer, direction)): getattr(p, kind).reshape(-1, *getattr(p, kind).shape[2:])
            for kind, key in KEYS}
     if spec.num_proj:
