@@ -138,8 +138,67 @@ def test_stock_simple_rnn_model_converts_with_fused_nodes_judged_by_keras(simple
         assert got.shape == want.shape, what
         assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
 
-    verified = cli("verify", out)
+    verified = cli("verify", out, "--json")
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
+    rows = [r for r in json.loads(verified.stdout)["rows"] if str(r.get("stack", "")).startswith("simple_rnn")]
+    judges = {r["judge"] for r in rows if r["passed"] and r["artifact"] != "checkpoint (copied variables)"}
+    assert judges and all("own Keras weights" in j for j in judges), judges  # not the buffer the rewrite packed
+
+
+def test_unmasked_bidirectional_simple_rnn_final_states_in_every_runtime(tmp_path):
+    """Bidirectional(SimpleRNN) returning only its merged last output and its states, on full-length batches: the
+    backward direction's lengths reach LiteRT's REVERSE_SEQUENCE unchanged (they were once read after an op that
+    LiteRT computed in their memory)."""
+    import keras
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port import convert
+
+    keras.utils.set_random_seed(14)
+    x = keras.Input((None, 3), name="x")
+    merged, h_fw, h_bw = keras.layers.Bidirectional(keras.layers.SimpleRNN(5, return_state=True), merge_mode="ave")(x)
+    model = keras.Model(x, [merged, h_fw, h_bw])
+    model.save(tmp_path / "bi.keras")
+    manifest = convert(tmp_path / "bi.keras", tmp_path / "out")
+    assert "tflite" in manifest.model_artifacts and manifest.parity["passed"], manifest.warnings
+    runner = Interpreter(str(tmp_path / "out" / "model.tflite")).get_signature_runner("serving_default")
+    probe = np.random.default_rng(15).normal(size=(3, 7, 3)).astype("float32")
+    got = runner(x=probe)
+    for k, want in enumerate(model(probe)):
+        want = np.asarray(want)
+        assert np.all(np.abs(got[f"output_{k}"] - want) <= ATOL + RTOL * np.abs(want)), (k, got[f"output_{k}"], want)
+
+
+def test_a_saved_model_with_a_plain_rnn_cudnn_node_converts(tmp_path):
+    """The graph road: a SavedModel whose function calls CudnnRNNV3(rnn_mode="rnn_relu") (what a GPU export of a
+    fused plain-RNN layer holds) becomes CPU ops and an ONNX RNN node, judged by the reference."""
+    import onnx
+    import tensorflow as tf
+
+    from cudnn_port import convert, verify
+
+    spec = RNNSpec("rnn_relu", 1, 4, 3)
+    params = tf.Variable(np.random.default_rng(16).normal(size=spec.param_count).astype("float32") * 0.4)
+
+    class Model(tf.Module):
+        def __init__(self):
+            self.params = params
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.float32)])
+        def __call__(self, x):
+            batch = tf.shape(x)[0]
+            y, _, _, _, _ = tf.raw_ops.CudnnRNNV3(
+                input=x, input_h=tf.zeros([batch, 1, 4]), input_c=tf.zeros([]), params=self.params,
+                sequence_lengths=tf.fill([batch], tf.shape(x)[1]), rnn_mode="rnn_relu", input_mode="linear_input",
+                direction="unidirectional", is_training=False, time_major=False)
+            return {"y": y}
+
+    module = Model()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    manifest = convert(tmp_path / "sm", tmp_path / "out")
+    assert [n.op_type for n in onnx.load(str(tmp_path / "out" / "model.onnx")).graph.node].count("RNN") == 1
+    report = verify(tmp_path / "out")
+    assert report["passed"] and manifest["nodes"], report["rows"]
 
 
 @pytest.mark.parametrize("mode", ["rnn_tanh", "rnn_relu"])

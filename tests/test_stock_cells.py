@@ -90,6 +90,58 @@ def test_reference_relu_lstm_is_keras_lstm_with_relu():
     np.testing.assert_allclose(want_y * mask[..., None], y * mask[..., None], atol=1e-5, rtol=1e-4)
 
 
+def test_int8_judge_computes_the_cells_own_activation(tmp_path):
+    """verify's int8 row for a relu LSTM: the ideal int8 model it sizes its tolerance by computes relu, so an int8
+    file whose nodes compute tanh fails (its tolerance was sized by a tanh model, wide enough to pass it)."""
+    import onnx
+
+    from cudnn_port.exports.onnx import write_onnx
+    from cudnn_port.exports.quantize import quantize_onnx
+    from cudnn_port.judging.int8 import int8_row
+    from cudnn_port.judging.parity import sample_batch
+    from cudnn_port.layout import unpack
+
+    spec = RNNSpec("lstm", 1, 6, 3, activation="relu")
+    canon = unpack(spec, np.random.default_rng(13).normal(size=spec.param_count) * 0.4)
+    write_onnx(canon, str(tmp_path / "model.onnx"))
+    quantize_onnx(str(tmp_path / "model.onnx"), str(tmp_path / "int8.onnx"))
+    x, lengths, _, _ = sample_batch(spec, 4, 9, 0)
+    feeds = {"inputs": x.astype(np.float32), "sequence_lengths": lengths.astype(np.int32)}
+    want = reference.forward(canon, x, lengths)
+    assert int8_row("int8", str(tmp_path / "int8.onnx"), spec, canon, feeds, want)["passed"]
+    model = onnx.load(str(tmp_path / "int8.onnx"))
+    for node in model.graph.node:  # the nodes' own default: tanh
+        kept = [a for a in node.attribute if a.name != "activations"]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    onnx.save(model, str(tmp_path / "tanh.onnx"))
+    assert int8_row("int8", str(tmp_path / "tanh.onnx"), spec, canon, feeds, want)["passed"] is False
+
+
+def test_a_checkpoint_of_a_relu_lstm_layer_is_written_in_keras_style(tmp_path):
+    """A fused layer's TF checkpoint of a cell cuDNN does not compute: no TF1 cuDNN cell or PyTorch module holds it,
+    so a plain convert writes Keras' names (and verify passes); --style pytorch is refused in one line."""
+    import keras
+    import tensorflow as tf
+
+    from cudnn_port.layers import CudnnLSTM
+
+    x = keras.Input((None, 3))
+    model = keras.Model(x, CudnnLSTM(4, activation="relu", return_sequences=True)(x))
+    model.layers[1].opaque_kernel.assign(np.random.default_rng(17).normal(size=model.layers[1].spec.param_count))
+    prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt" / "model"))
+    done = cli("convert", prefix, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["style"] == "keras"
+    verified = cli("verify", tmp_path / "out")
+    assert verified.returncode == 0, verified.stdout[-2000:]
+    refused = cli("convert", prefix, tmp_path / "torch", "--style", "pytorch")
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("cudnn-port: error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and errors[0].endswith("use --style keras"), refused.stderr
+    assert "writing" not in refused.stderr  # refused before any work
+    assert not (tmp_path / "torch").exists()
+
+
 @pytest.mark.slow
 def test_tutorial_relu_lstm_converts_with_fused_nodes_and_a_sigmoid_lstm_skips_only_tflite(tmp_path):
     import keras

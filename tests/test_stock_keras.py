@@ -194,6 +194,8 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
 
 @pytest.mark.parametrize("layer, why", [
     (L.GRU(4, recurrent_activation="hard_sigmoid", name="odd"), r"^layer odd \(GRU\): recurrent_activation="),
+    (L.Bidirectional(L.GRU(4), backward_layer=L.GRU(4, reset_after=False, go_backwards=True), name="odd"),
+     r"^layer odd \(Bidirectional\): its forward and backward layers are not one layer and its reverse"),
     (L.Bidirectional(L.LSTM(4, activation="softsign"), name="odd"),
      r"^layer odd \(Bidirectional\): activation='softsign' \(the fused forms compute tanh, relu, sigmoid\)"),
 ])
