@@ -89,8 +89,8 @@ class CudnnNode:
             found = candidates(size, mode=attrs["rnn_mode"], bidirectional=bidirectional, num_layers=layers,
                                num_units=units, input_size=input_size, num_proj=proj, dtype=self.dtype) if size else []
             if len(found) != 1:
-                raise CudnnPortError(f"{where}: its input shapes are unknown and its params size "
-                                     f"{size or 'is unknown'} fits {len(found)} specs; cannot tell its sizes")
+                known = f"its params' size {size} fits {len(found)} specs" if size else "so is its params' size"
+                raise CudnnPortError(f"{where}: its input shapes are unknown and {known}; cannot tell its sizes")
             spec = found[0]
         self.spec = spec
 
