@@ -3,6 +3,7 @@ conftest.py): seeded random stacks and batches, sources built under a test's fol
 checks every comparison and every refusal makes, and the small fused-layer model several files export."""
 import hashlib
 import itertools
+import json
 import os
 import subprocess
 
@@ -297,3 +298,44 @@ def reference_outputs(model, inputs):
               for layer in fused_layers(model)}
     with judged_by(judges):
         return model_outputs(model(inputs if len(inputs) > 1 else inputs[0], training=False))
+
+
+def fit_ids_model_and_save(model, folder, target_shape):
+    """A model over padded int ids (``Embedding(mask_zero=True)`` first) trained by ``fit`` for one epoch, saved as
+    ``model.keras`` and ``model.h5`` in ``folder``: (a right-padded probe batch of 4 x 7 ids, Keras' outputs on it)."""
+    ids = np.random.default_rng(0).integers(1, 30, size=(64, 10))
+    ids[::3, 6:] = 0  # right-padded rows, which the mask skips
+    model.compile("adam", "mse")
+    model.fit(ids, np.random.default_rng(1).normal(size=(64, *target_shape)), epochs=1, batch_size=16, verbose=0)
+    for name in ("model.keras", "model.h5"):
+        model.save(folder / name)
+    probe = np.random.default_rng(2).integers(1, 30, size=(4, 7)).astype("int32")
+    probe[1, 3:] = 0
+    probe[3, 5:] = 0
+    return probe, np.asarray(model.predict(probe, verbose=0))
+
+
+def onnx_and_tflite_outputs(out, probe):
+    """[(OUT/model.onnx's first output in onnxruntime, "onnx"), (OUT/model.tflite's in LiteRT, "tflite")] on
+    ``probe``, run by the runtimes themselves (no cudnn_port code)."""
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    runner = Interpreter(str(out / "model.tflite")).get_signature_runner("serving_default")
+    return [(session.run(None, {session.get_inputs()[0].name: probe})[0], "onnx"),
+            (next(iter(runner(**{next(iter(runner.get_input_details())): probe}).values())), "tflite")]
+
+
+def convert_whole(folder, name, want):
+    """``cudnn-port convert folder/name folder/out_<name>`` (in this process), which must pass with every
+    whole-model artifact: (out, manifest, stdout). ``want`` (Keras' outputs on the probe) must be large enough for
+    the 1e-5 + 1e-4 tolerance to tell a wrong artifact apart."""
+    assert np.abs(want).max() > 0.05
+    out = folder / f"out_{name.replace('.', '_')}"
+    done = cli("convert", folder / name, out)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    artifacts = set(manifest["model_artifacts"])
+    assert manifest["parity"]["passed"] and {"saved_model", "graphdef", "onnx", "tflite"} <= artifacts, artifacts
+    return out, manifest, done.stdout

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import cli, op_codes
+from helpers import cli, convert_whole, fit_ids_model_and_save, onnx_and_tflite_outputs, op_codes
 
 from cudnn_port import reference
 from cudnn_port.judging.cudnn_api import matrices_and_biases
@@ -94,47 +94,25 @@ def simple_rnn_files(tmp_path_factory):
         keras.layers.Bidirectional(keras.layers.SimpleRNN(7), merge_mode="sum"),
         keras.layers.Dense(3),
     ])
-    ids = np.random.default_rng(0).integers(1, 30, size=(64, 10))
-    ids[::3, 6:] = 0  # right-padded rows, which the mask skips
-    model.compile("adam", "mse")
-    model.fit(ids, np.random.default_rng(1).normal(size=(64, 3)), epochs=1, batch_size=16, verbose=0)
     folder = tmp_path_factory.mktemp("simple_rnn")
-    for name in ("model.keras", "model.h5"):
-        model.save(folder / name)
-    probe = np.random.default_rng(2).integers(1, 30, size=(4, 7)).astype("int32")
-    probe[1, 3:] = 0
-    probe[3, 5:] = 0
-    return folder, probe, np.asarray(model.predict(probe, verbose=0))
+    return (folder, *fit_ids_model_and_save(model, folder, (3,)))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["model.keras", "model.h5"])
 def test_stock_simple_rnn_model_converts_with_fused_nodes_judged_by_keras(simple_rnn_files, name):
     import onnx
-    import onnxruntime as ort
-    from ai_edge_litert.interpreter import Interpreter
 
     folder, probe, want = simple_rnn_files
-    assert np.abs(want).max() > 0.05  # outputs of a size the tolerance can tell apart
-    out = folder / f"out_{name.replace('.', '_')}"
-    done = cli("convert", folder / name, out)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
-    assert "SimpleRNN" in done.stdout and "fused ONNX RNN (Relu)" in done.stdout, done.stdout
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["parity"]["passed"], manifest["parity"]
-    artifacts = set(manifest["model_artifacts"])
-    assert {"saved_model", "graphdef", "onnx", "tflite"} <= artifacts, artifacts
+    out, _, stdout = convert_whole(folder, name, want)
+    assert "SimpleRNN" in stdout and "fused ONNX RNN (Relu)" in stdout, stdout
 
     ops = [n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node]
     assert ops.count("RNN") == 3 and not {"Loop", "Scan", "LSTM", "GRU"} & set(ops), sorted(set(ops))
     builtin, custom = op_codes(out / "model.tflite")
     assert "UNIDIRECTIONAL_SEQUENCE_RNN" in builtin and not custom and "WHILE" not in builtin, (builtin, custom)
 
-    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
-    got_onnx = session.run(None, {session.get_inputs()[0].name: probe})[0]
-    runner = Interpreter(str(out / "model.tflite")).get_signature_runner("serving_default")
-    got_tflite = next(iter(runner(**{next(iter(runner.get_input_details())): probe}).values()))
-    for got, what in ((got_onnx, "onnx"), (got_tflite, "tflite")):
+    for got, what in onnx_and_tflite_outputs(out, probe):
         assert got.shape == want.shape, what
         assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
 

@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import cli, op_codes
+from helpers import cli, convert_whole, fit_ids_model_and_save, onnx_and_tflite_outputs, op_codes
 
 from cudnn_port import reference
 from cudnn_port.canonical import CanonicalRNN, LayerParams
@@ -203,46 +203,25 @@ def reset_before_files(tmp_path_factory):
         keras.layers.Dropout(0.2),
         keras.layers.Bidirectional(keras.layers.GRU(7, reset_after=False, return_sequences=True)),
     ])
-    ids = np.random.default_rng(0).integers(1, 30, size=(64, 10))
-    ids[::3, 6:] = 0
-    model.compile("adam", "mse")
-    model.fit(ids, np.random.default_rng(1).normal(size=(64, 10, 14)), epochs=1, batch_size=16, verbose=0)
     folder = tmp_path_factory.mktemp("reset_before")
-    for name in ("model.keras", "model.h5"):
-        model.save(folder / name)
-    probe = np.random.default_rng(2).integers(1, 30, size=(4, 7)).astype("int32")
-    probe[1, 3:] = 0
-    probe[3, 5:] = 0
-    return folder, probe, np.asarray(model.predict(probe, verbose=0))
+    return (folder, *fit_ids_model_and_save(model, folder, (10, 14)))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["model.keras", "model.h5"])
 def test_stock_reset_before_gru_model_converts_judged_by_keras(reset_before_files, name):
     import onnx
-    import onnxruntime as ort
-    from ai_edge_litert.interpreter import Interpreter
 
     folder, probe, want = reset_before_files
-    assert np.abs(want).max() > 0.05  # outputs of a size the tolerance can tell apart
-    out = folder / f"out_{name.replace('.', '_')}"
-    done = cli("convert", folder / name, out)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
-    assert "GRU (reset before)" in done.stdout and "linear_before_reset=0" in done.stdout, done.stdout
-    manifest = json.loads((out / "manifest.json").read_text())
-    artifacts = set(manifest["model_artifacts"])
-    assert manifest["parity"]["passed"] and {"saved_model", "graphdef", "onnx", "tflite"} <= artifacts, artifacts
+    out, _, stdout = convert_whole(folder, name, want)
+    assert "GRU (reset before)" in stdout and "linear_before_reset=0" in stdout, stdout
 
     grus = [n for n in onnx.load(str(out / "model.onnx")).graph.node if n.op_type == "GRU"]
     assert len(grus) == 2 and all(a.i == 0 for n in grus for a in n.attribute if a.name == "linear_before_reset")
     builtin, custom = op_codes(out / "model.tflite")
     assert not custom and "WHILE" in builtin, (builtin, custom)
 
-    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
-    got_onnx = session.run(None, {session.get_inputs()[0].name: probe})[0]
-    runner = Interpreter(str(out / "model.tflite")).get_signature_runner("serving_default")
-    got_tflite = next(iter(runner(**{next(iter(runner.get_input_details())): probe}).values()))
-    for got, what in ((got_onnx, "onnx"), (got_tflite, "tflite")):
+    for got, what in onnx_and_tflite_outputs(out, probe):
         assert got.shape == want.shape, what
         assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
 
