@@ -116,7 +116,7 @@ class RNNSpec:
                                  "num_proj < num_units (cuDNN projects only to a smaller size; 0 means none)")
         object.__setattr__(self, "num_proj", int(proj))
         object.__setattr__(self, "reset_after", bool(self.reset_after))
-        own = "relu" if self.mode == "rnn_relu" else "tanh"
+        own = own_activation(self.mode)
         object.__setattr__(self, "activation", own if self.activation is None else str(self.activation))
         if self.activation not in ACTIVATIONS or self.is_rnn and self.activation != own:
             raise CudnnPortError(f"Received activation={self.activation!r} for a {self.mode.upper()}, expected "
@@ -199,7 +199,7 @@ class RNNSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         del d["input_mode"]
-        for key, own in (("reset_after", True), ("activation", "relu" if self.mode == "rnn_relu" else "tanh")):
+        for key, own in (("reset_after", True), ("activation", own_activation(self.mode))):
             if d[key] == own:  # the cell's own: dicts (manifests) name these only where they differ
                 del d[key]
         return d
@@ -215,6 +215,11 @@ class RNNSpec:
         proj = f", projection {self.num_proj}" if self.num_proj else ""
         return (f"{self.num_layers}-layer {direction} {self.cell_name}, input {self.input_size}, "
                 f"hidden {self.num_units}{proj}, {self.dtype}")
+
+
+def own_activation(mode: str) -> str:
+    """The function cuDNN's cell of ``mode`` computes where LSTM and GRU compute tanh: relu for ``rnn_relu``."""
+    return "relu" if mode == "rnn_relu" else "tanh"
 
 
 def _show(value):

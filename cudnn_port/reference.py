@@ -65,18 +65,13 @@ def gru_reset_before_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
 
 
 def rnn_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: Optional[np.ndarray] = None,
-             relu: bool = False) -> Tuple[np.ndarray, None]:
-    """One plain RNN step for one sequence (``rnn_tanh``, or ``rnn_relu`` with ``relu``). x ``[I]``, h ``[H]`` ->
-    (h', None)."""
-    pre = params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0]
-    return (np.maximum(pre, 0.0) if relu else np.tanh(pre)), None
+             act: Callable = np.tanh) -> Tuple[np.ndarray, None]:
+    """One plain RNN step for one sequence (``act``: tanh for ``rnn_tanh``, relu for ``rnn_relu``). x ``[I]``, h
+    ``[H]`` -> (h', None)."""
+    return act(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0]), None
 
 
-def _rnn_relu_step(params, x, h, c=None):
-    return rnn_step(params, x, h, c, relu=True)
-
-
-STEPS = {"lstm": lstm_step, "gru": gru_step, "rnn_tanh": rnn_step, "rnn_relu": _rnn_relu_step}
+STEPS = {"lstm": lstm_step, "gru": gru_step, "rnn_tanh": rnn_step, "rnn_relu": rnn_step}
 
 
 def _cast(params, dtype):
@@ -109,9 +104,9 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
     h_0 = np.zeros((spec.num_pseudo_layers, B, S), dtype) if h_0 is None else np.asarray(h_0, dtype=dtype)
     is_lstm = spec.mode == "lstm"
     c_0 = np.zeros((spec.num_pseudo_layers, B, H), dtype) if c_0 is None else np.asarray(c_0, dtype=dtype)
-    step = STEPS[spec.mode] if spec.reset_after else gru_reset_before_step
-    if not spec.is_rnn:  # LSTM and GRU: the candidate's (and LSTM's cell output's) function, tanh in cuDNN
-        step = functools.partial(step, act=FUNCTIONS[spec.activation])
+    # the cell's function: the candidate's (and LSTM's cell output's), tanh in cuDNN's LSTM and GRU; a plain RNN's own
+    step = functools.partial(STEPS[spec.mode] if spec.reset_after else gru_reset_before_step,
+                             act=FUNCTIONS[spec.activation])
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):

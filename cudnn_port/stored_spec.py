@@ -6,7 +6,7 @@ from typing import List
 import numpy as np
 
 from .errors import CudnnPortError
-from .layout import RNNSpec
+from .layout import RNNSpec, own_activation
 
 SPEC_VARIABLE = "cudnn_spec"  # written beside the buffer by cudnn_port.layers: [mode, layers, units, input, dirs]
 MODE_IDS = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
@@ -44,6 +44,6 @@ def spec_to_vector(spec: RNNSpec) -> List[int]:
     """What a fused layer stores in its ``cudnn_spec`` variable for ``spec`` (five entries without projection, as
     always; six with; eight for a reset-before GRU or another activation: projection, reset-before, activation)."""
     vector = [MODE_IDS[spec.mode], spec.num_layers, spec.num_units, spec.input_size, spec.num_dirs]
-    if not spec.reset_after or spec.activation != RNNSpec(spec.mode, 1, 1, 1).activation:
+    if not spec.reset_after or spec.activation != own_activation(spec.mode):
         return vector + [spec.num_proj, int(not spec.reset_after), ACTIVATION_IDS[spec.activation]]
     return vector + [spec.num_proj] if spec.num_proj else vector

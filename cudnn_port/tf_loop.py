@@ -52,7 +52,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
     only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
     h (and c). ``mode`` is the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``; ``reset_after=False``: the
-    reset-before GRU, its b_R_h in xw; ``activation``: LSTM's and GRU's function in place of tanh). ``until`` (the
+    reset-before GRU, its b_R_h in xw; ``activation``: the cell's function, RNNSpec.activation). ``until`` (the
     XLA export's longest length) stops the loop there, one step per iteration."""
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
     is_lstm = mode == "lstm"
@@ -81,7 +81,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
                 h = product(h, Pt)
             return h, c
         if mode != "gru":  # a plain RNN: its one block
-            return (tf.nn.relu(g + hr) if mode == "rnn_relu" else tf.tanh(g + hr)), c
+            return act(g + hr), c
         x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
         h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
         r, z = tf.split(tf.sigmoid(x_rz + h_rz), 2, axis=-1)
