@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 MAX_MESSAGE = 300  # characters of a one-line message, not counting the paths it quotes
 SPEC_FIELDS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "dtype", "num_proj", "reset_after",
-               "activation")
+               "activation", "recurrent_activation")
 
 
 TRUST_HELP = ("run a SavedModel or frozen graph even where it holds ops beyond pure computation (files, network, "
@@ -39,19 +39,32 @@ BECOMES = {"lstm": "fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM",
            "rnn_relu": "fused ONNX RNN (Relu), TFLite UNIDIRECTIONAL_SEQUENCE_RNN"}
 
 
+ONNX_NAMES = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid", "hard_sigmoid": "HardSigmoid",
+              "linear": "Affine", "softsign": "Softsign", "softplus": "Softplus", "elu": "Elu"}
+SEQUENCE_FUNCTIONS = ("Sigmoid", "Tanh", "Relu")  # what a fused node keeps (exports.onnx_scan): OpenVINO runs these
+
+
 def becomes(spec: Dict[str, Any]) -> str:
     """What a stack of ``spec`` (a spec dict) becomes in ONNX and TFLite, in a user's words."""
-    mode, act = spec["mode"], spec.get("activation", "tanh")
-    if mode not in ("lstm", "gru") or (act == "tanh" and spec.get("reset_after", True)):
+    mode, act = spec["mode"], spec.get("activation", "relu" if spec["mode"] == "rnn_relu" else "tanh")
+    gates, after = spec.get("recurrent_activation", "sigmoid"), spec.get("reset_after", True)
+    if act == ("relu" if mode == "rnn_relu" else "tanh") and gates == "sigmoid" and after:
         return BECOMES[mode]
-    notes = ["linear_before_reset=0"] * (not spec.get("reset_after", True))
-    notes += [f"activations Sigmoid, {act.capitalize()}" + (f", {act.capitalize()}" if mode == "lstm" else "")] * (
-        act != "tanh")
-    onnx = f"fused ONNX {mode.upper()} ({'; '.join(notes)})"
+    names = [ONNX_NAMES[act]] if mode.startswith("rnn") else \
+        [ONNX_NAMES[gates]] + [ONNX_NAMES[act]] * (2 if mode == "lstm" else 1)
+    op = "RNN" if mode.startswith("rnn") else mode.upper()
+    notes = ["linear_before_reset=0"] * (not after) + [f"activations {', '.join(names)}"]
+    onnx = f"fused ONNX {op} ({'; '.join(notes)})"
+    if any(name not in SEQUENCE_FUNCTIONS for name in names):
+        onnx = f"ONNX {op} as a Scan loop ({'; '.join(notes)}: OpenVINO's fused nodes run only Sigmoid, Tanh, Relu)"
     if mode == "gru":
         return f"{onnx}, TFLite builtin ops (LiteRT has no GRU op)"
-    if act == "sigmoid":
-        return f"{onnx}, no TFLite (its fused LSTM has no sigmoid cell activation)"
+    if op == "RNN":
+        return f"{onnx}, " + (f"TFLite UNIDIRECTIONAL_SEQUENCE_RNN ({act.upper()})" if act in ("tanh", "relu", "linear")
+                              else f"no TFLite (its fused RNN has no {act} activation)")
+    if act not in ("tanh", "relu") or gates != "sigmoid":
+        what = f"{act} cell activation" if act not in ("tanh", "relu") else f"{gates} gates"
+        return f"{onnx}, no TFLite (its fused LSTM has no {what})"
     return f"{onnx}, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM ({act.upper()})"
 
 

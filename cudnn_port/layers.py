@@ -55,12 +55,14 @@ class CudnnRNN(keras.layers.Layer):
     mode = None
 
     def __init__(self, units, num_layers=1, bidirectional=False, dropout=0.0, return_sequences=False,
-                 return_state=False, seed=None, num_proj=0, reset_after=True, activation=None, **kwargs):
+                 return_state=False, seed=None, num_proj=0, reset_after=True, activation=None,
+                 recurrent_activation="sigmoid", **kwargs):
         super().__init__(**kwargs)
         if not reset_after and self.mode != "gru":
             raise ValueError(f"Received reset_after=False for {type(self).__name__}; only a GRU has a reset gate")
         self.reset_after = bool(reset_after)
         self.activation = activation  # None: the cell's own (RNNSpec.activation)
+        self.recurrent_activation = str(recurrent_activation)  # the gates' (RNNSpec.recurrent_activation)
         if units < 1 or num_layers < 1:
             raise ValueError(f"Received units={units}, num_layers={num_layers}, expected both >= 1")
         if not 0.0 <= dropout < 1.0:
@@ -89,7 +91,8 @@ class CudnnRNN(keras.layers.Layer):
         if input_size is None:
             raise ValueError(f"Received input shape {input_shape}, expected a known last dimension (features)")
         self.spec = RNNSpec(self.mode, self.num_layers, self.units, int(input_size), self.bidirectional,
-                            num_proj=self.num_proj, reset_after=self.reset_after, activation=self.activation)
+                            num_proj=self.num_proj, reset_after=self.reset_after, activation=self.activation,
+                            recurrent_activation=self.recurrent_activation)
         self.opaque_kernel = self.add_weight(name="opaque_kernel", shape=(self.spec.param_count,),
                                              initializer=CudnnInitializer(self.spec, self.seed), trainable=True)
         vector = spec_to_vector(self.spec)
@@ -213,6 +216,8 @@ class CudnnRNN(keras.layers.Layer):
             config["reset_after"] = False
         if self.activation is not None:
             config["activation"] = self.activation
+        if self.recurrent_activation != "sigmoid":
+            config["recurrent_activation"] = self.recurrent_activation
         return config
 
 
@@ -262,7 +267,9 @@ class CudnnGRU(CudnnRNN):
     """A fused multi-layer, optionally bidirectional GRU (cuDNN's reset-after form) holding one cuDNN buffer.
     ``reset_after=False``: Keras' reset-before GRU in the same buffer, which cuDNN does not compute: it runs in
     standard TensorFlow ops on every device (how a stock ``GRU(reset_after=False)`` is converted); so does an
-    ``activation`` other than tanh (``relu``, ``sigmoid``), in this layer and in :class:`CudnnLSTM`."""
+    ``activation`` other than tanh (``relu``, ``sigmoid``, ...: ``layout.ACTIVATIONS``) or a ``recurrent_activation``
+    other than sigmoid (``hard_sigmoid``), in this layer and in :class:`CudnnLSTM` (and another ``activation`` in
+    :class:`CudnnRNNTanh`)."""
 
     mode = "gru"
 

@@ -43,7 +43,11 @@ from .errors import CudnnPortError, UnsupportedError
 
 MODES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}  # cuDNN's four cells (cudnnRNNMode_t) and their G
 RNN_MODES = ("rnn_tanh", "rnn_relu")  # h' = act(W x + b_W + R h + b_R): CUDNN_RNN_TANH, CUDNN_RNN_RELU
-ACTIVATIONS = ("tanh", "relu", "sigmoid")  # a cell's candidate functions every format holds exactly
+# a cell's candidate functions (Keras' names) the CPU forms compute exactly; the ONNX node names each
+# (exports.onnx_portable), TFLite's builtins hold some (exports.tflite.cannot_hold)
+ACTIVATIONS = ("tanh", "relu", "sigmoid", "hard_sigmoid", "linear", "softsign", "softplus", "elu")
+# the gates' functions: each is exactly 0 and 1 far enough out, which the padded-step forms of ONNX and TFLite need
+GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid")
 FLOAT_DTYPES = ("float16", "float32", "float64")
 KINDS = ("W", "R", "P", "b_W", "b_R")  # LayerParams fields, in buffer order within a pseudo-layer
 MAX_ELEMENTS = 1 << 40  # far beyond any real buffer; keeps sizes exact in int64 arithmetic
@@ -81,7 +85,8 @@ class RNNSpec:
     from stock Keras layers and never run by cuDNN (:attr:`cudnn_computes`); activation: the candidate's (and the
     LSTM's cell output's) function, one of :data:`ACTIVATIONS` (None: the cell's own, ``relu`` for ``rnn_relu``,
     else ``tanh``); another than cuDNN's (Keras' ``LSTM(activation="relu")``) is, like reset-before, held in the same
-    buffer and never run by cuDNN. The gates are always the logistic function.
+    buffer and never run by cuDNN; recurrent_activation: the gates' function, one of :data:`GATE_ACTIVATIONS`
+    (``sigmoid``, cuDNN's; Keras' ``recurrent_activation="hard_sigmoid"`` is, again, never run by cuDNN).
     """
 
     mode: str
@@ -94,6 +99,7 @@ class RNNSpec:
     input_mode: str = "linear_input"
     reset_after: bool = True
     activation: Optional[str] = None
+    recurrent_activation: str = "sigmoid"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -118,9 +124,15 @@ class RNNSpec:
         object.__setattr__(self, "reset_after", bool(self.reset_after))
         own = own_activation(self.mode)
         object.__setattr__(self, "activation", own if self.activation is None else str(self.activation))
-        if self.activation not in ACTIVATIONS or self.is_rnn and self.activation != own:
+        if self.activation not in ACTIVATIONS:
             raise CudnnPortError(f"Received activation={self.activation!r} for a {self.mode.upper()}, expected "
-                                 f"{own!r}" + ("" if self.is_rnn else f" or one of {', '.join(ACTIVATIONS)}"))
+                                 f"{own!r} or one of {', '.join(ACTIVATIONS)}")
+        object.__setattr__(self, "recurrent_activation", str(self.recurrent_activation))
+        if self.recurrent_activation not in GATE_ACTIVATIONS or self.is_rnn and self.recurrent_activation != "sigmoid":
+            raise CudnnPortError(f"Received recurrent_activation={self.recurrent_activation!r} for a "
+                                 f"{self.mode.upper()}, expected " + ("'sigmoid' (a plain RNN has no gate)"
+                                                                      if self.is_rnn else
+                                                                      f"one of {', '.join(GATE_ACTIVATIONS)}"))
         if not self.reset_after and self.mode != "gru":
             raise CudnnPortError(f"Received reset_after=False for a {self.cell_name}; only a GRU has a reset gate")
         if self.input_mode != "linear_input":
@@ -147,13 +159,15 @@ class RNNSpec:
             return f"RNN ({self.activation})"
         notes = ["reset before"] * (not self.reset_after)
         notes += [f"activation {self.activation}"] * (self.activation != "tanh")
+        notes += [f"gates {self.recurrent_activation}"] * (self.recurrent_activation != "sigmoid")
         return self.mode.upper() + (f" ({', '.join(notes)})" if notes else "")
 
     @property
     def cudnn_computes(self) -> bool:
-        """Whether cuDNN computes this cell (not a reset-before GRU, nor an LSTM or GRU whose activation is not tanh:
-        only the CPU paths compute those)."""
-        return self.reset_after and (self.is_rnn or self.activation == "tanh")
+        """Whether cuDNN computes this cell (not a reset-before GRU, nor a cell whose activation is not its own, nor
+        gates other than sigmoid: only the CPU paths compute those)."""
+        return self.reset_after and self.activation == own_activation(self.mode) and \
+            self.recurrent_activation == "sigmoid"
 
     @property
     def num_dirs(self) -> int:
@@ -199,7 +213,8 @@ class RNNSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         del d["input_mode"]
-        for key, own in (("reset_after", True), ("activation", own_activation(self.mode))):
+        for key, own in (("reset_after", True), ("activation", own_activation(self.mode)),
+                         ("recurrent_activation", "sigmoid")):
             if d[key] == own:  # the cell's own: dicts (manifests) name these only where they differ
                 del d[key]
         return d

@@ -9,7 +9,8 @@ function::
     GRU   r = σ(W_r x + b_W_r + R_r h + b_R_r)   z likewise
           h~ = tanh(W_h x + b_W_h + r * (R_h h + b_R_h))      h' = (1 - z) * h~ + z * h
           (reset before, ``reset_after=False``, not a cuDNN cell: h~ = tanh(W_h x + b_W_h + R_h (r * h) + b_R_h))
-    (``RNNSpec.activation`` relu or sigmoid in place of LSTM's and GRU's tanh: not cuDNN cells either)
+    (``RNNSpec.activation`` another function in place of tanh, ``RNNSpec.recurrent_activation`` hard_sigmoid in place
+    of σ: not cuDNN cells either; Keras' definitions, :data:`FUNCTIONS`)
     RNN   h' = act(W x + b_W + R h + b_R)             act = tanh (rnn_tanh) or max(0, .) (rnn_relu)
 
 Batches are right-padded: outputs at t >= length are zero; the forward final state is the state at
@@ -33,41 +34,48 @@ def _relu(v):
     return np.maximum(v, 0.0)
 
 
-FUNCTIONS = {"tanh": np.tanh, "relu": _relu, "sigmoid": _sigmoid}  # a cell's activation (RNNSpec.activation)
+# a cell's functions (RNNSpec.activation, recurrent_activation), as Keras 3 defines them (keras.activations)
+FUNCTIONS = {"tanh": np.tanh, "relu": _relu, "sigmoid": _sigmoid,
+             "hard_sigmoid": lambda v: np.clip(v + 3.0, 0.0, 6.0) / 6.0,  # relu6(x + 3) / 6
+             "linear": lambda v: v, "softsign": lambda v: v / (1.0 + np.abs(v)),
+             "softplus": lambda v: np.logaddexp(0.0, v),
+             "elu": lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0)))}
 
 
 def lstm_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: np.ndarray,
-              act: Callable = np.tanh) -> Tuple[np.ndarray, np.ndarray]:
+              act: Callable = np.tanh, gate: Callable = _sigmoid) -> Tuple[np.ndarray, np.ndarray]:
     """One LSTM step for one sequence. x ``[I]``, h ``[S]`` (P with projection, else H), c ``[H]`` -> (h', c')."""
     pre = [params.W[g] @ x + params.b_W[g] + params.R[g] @ h + params.b_R[g] for g in range(4)]
-    i, f, o = _sigmoid(pre[0]), _sigmoid(pre[1]), _sigmoid(pre[3])
+    i, f, o = gate(pre[0]), gate(pre[1]), gate(pre[3])
     c_new = f * c + i * act(pre[2])
     h_new = o * act(c_new)
     return (h_new if params.P is None else params.P @ h_new), c_new
 
 
 def gru_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
-             c: Optional[np.ndarray] = None, act: Callable = np.tanh) -> Tuple[np.ndarray, None]:
+             c: Optional[np.ndarray] = None, act: Callable = np.tanh, gate: Callable = _sigmoid
+             ) -> Tuple[np.ndarray, None]:
     """One GRU step for one sequence (cuDNN's reset-after form). x ``[I]``, h ``[H]`` -> (h', None)."""
-    r = _sigmoid(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
-    z = _sigmoid(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
+    r = gate(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
+    z = gate(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
     h_tilde = act(params.W[2] @ x + params.b_W[2] + r * (params.R[2] @ h + params.b_R[2]))
     return (1.0 - z) * h_tilde + z * h, None
 
 
 def gru_reset_before_step(params: "LayerParams", x: np.ndarray, h: np.ndarray,
-                          c: Optional[np.ndarray] = None, act: Callable = np.tanh) -> Tuple[np.ndarray, None]:
+                          c: Optional[np.ndarray] = None, act: Callable = np.tanh, gate: Callable = _sigmoid
+                          ) -> Tuple[np.ndarray, None]:
     """One step of the reset-before GRU (Keras' ``reset_after=False``). x ``[I]``, h ``[H]`` -> (h', None)."""
-    r = _sigmoid(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
-    z = _sigmoid(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
+    r = gate(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0])
+    z = gate(params.W[1] @ x + params.b_W[1] + params.R[1] @ h + params.b_R[1])
     h_tilde = act(params.W[2] @ x + params.b_W[2] + params.R[2] @ (r * h) + params.b_R[2])
     return (1.0 - z) * h_tilde + z * h, None
 
 
 def rnn_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: Optional[np.ndarray] = None,
-             act: Callable = np.tanh) -> Tuple[np.ndarray, None]:
-    """One plain RNN step for one sequence (``act``: tanh for ``rnn_tanh``, relu for ``rnn_relu``). x ``[I]``, h
-    ``[H]`` -> (h', None)."""
+             act: Callable = np.tanh, gate: Optional[Callable] = None) -> Tuple[np.ndarray, None]:
+    """One plain RNN step for one sequence (``act``: tanh for ``rnn_tanh``, relu for ``rnn_relu``; no gate). x
+    ``[I]``, h ``[H]`` -> (h', None)."""
     return act(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0]), None
 
 
@@ -106,7 +114,7 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
     c_0 = np.zeros((spec.num_pseudo_layers, B, H), dtype) if c_0 is None else np.asarray(c_0, dtype=dtype)
     # the cell's function: the candidate's (and LSTM's cell output's), tanh in cuDNN's LSTM and GRU; a plain RNN's own
     step = functools.partial(STEPS[spec.mode] if spec.reset_after else gru_reset_before_step,
-                             act=FUNCTIONS[spec.activation])
+                             act=FUNCTIONS[spec.activation], gate=FUNCTIONS[spec.recurrent_activation])
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):

@@ -36,6 +36,7 @@ from .compaction import expand, gather_steps, last_output, plan
 from .deps import import_tf
 from .layer_paths import shared
 from .layers import FUSED_CLASSES
+from .layout import own_activation
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -46,12 +47,15 @@ class StockAdapter(keras.layers.Layer):
 
     def __init__(self, mode: str, units: int, *, bidirectional: bool = False, go_backwards: bool = False,
                  merge_mode: Optional[str] = "concat", return_sequences: bool = False, return_state: bool = False,
-                 zero_output: bool = True, reset_after: bool = True, activation: Optional[str] = None, **kwargs):
+                 zero_output: bool = True, reset_after: bool = True, activation: Optional[str] = None,
+                 recurrent_activation: str = "sigmoid", **kwargs):
         super().__init__(**kwargs)
         cls = FUSED_CLASSES[mode]
         extra = {} if reset_after else {"reset_after": False}  # a stock GRU(reset_after=False)
-        if activation is not None and mode in ("lstm", "gru"):  # LSTM(activation="relu") and the like
+        if activation is not None and activation != own_activation(mode):  # LSTM(activation="relu") and the like
             extra["activation"] = activation
+        if recurrent_activation != "sigmoid":  # LSTM(recurrent_activation="hard_sigmoid")
+            extra["recurrent_activation"] = recurrent_activation
         self.fused = cls(units, bidirectional=bidirectional, return_sequences=True, return_state=True,
                          name=self.name, **extra)
         self.mode, self.units, self.bidirectional, self.go_backwards = mode, units, bidirectional, go_backwards

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 import numpy as np
 
 from .errors import UnsupportedError
-from .layout import ACTIVATIONS, RNNSpec, pack
+from .layout import ACTIVATIONS, GATE_ACTIVATIONS, RNNSpec, pack
 from .targets import keras as keras_target
 
 if TYPE_CHECKING:
@@ -49,13 +49,11 @@ def _why_not(layer) -> Optional[str]:
     if name not in ("LSTM", "GRU", "SimpleRNN"):
         return f"{name} is not a cuDNN layer"
     config = layer.get_config()
-    if name == "SimpleRNN":  # cuDNN's RNN_TANH and RNN_RELU
-        act = config.get("activation")
-        return None if act in ("tanh", "relu") else f"activation={act!r} (cuDNN's RNN computes tanh or relu)"
     if config.get("activation") not in ACTIVATIONS:
         return f"activation={config.get('activation')!r} (the fused forms compute {', '.join(ACTIVATIONS)})"
-    if config.get("recurrent_activation") != "sigmoid":
-        return f"recurrent_activation={config.get('recurrent_activation')!r} (the fused forms' gates are sigmoid)"
+    if name != "SimpleRNN" and config.get("recurrent_activation") not in GATE_ACTIVATIONS:
+        return (f"recurrent_activation={config.get('recurrent_activation')!r} (the fused forms' gates are "
+                f"{' or '.join(GATE_ACTIVATIONS)})")
     return None
 
 
@@ -202,16 +200,19 @@ def _adapter(layer):
     first = rnns[0]
     mode = _mode(first)
     reset_after = mode != "gru" or bool(first.get_config().get("reset_after", True))
-    activation = None if mode not in ("lstm", "gru") else first.get_config().get("activation")
+    activation = first.get_config().get("activation")  # a SimpleRNN's other than tanh / relu: rnn_tanh's buffer
+    gates = first.get_config().get("recurrent_activation", "sigmoid")
     adapter = StockAdapter(mode, int(first.units), bidirectional=bidirectional,
                            go_backwards=bool(first.go_backwards) and not bidirectional,
                            merge_mode=layer.merge_mode if bidirectional else None,
                            return_sequences=bool(first.return_sequences),
                            return_state=bool(layer.return_state), zero_output=bool(first.zero_output_for_mask),
-                           reset_after=reset_after, activation=activation, name=layer.name)
+                           reset_after=reset_after, activation=activation, recurrent_activation=gates,
+                           name=layer.name)
     input_size = int(first.cell.kernel.shape[0])
     adapter.build((None, None, input_size))
-    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional, reset_after=reset_after, activation=activation)
+    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional, reset_after=reset_after, activation=activation,
+                   recurrent_activation=gates)
     tensors = {f"layer_0/{'backward' if d else 'forward'}/{name}": value
                for d, rnn in enumerate(rnns) for name, value in zip(("kernel", "recurrent_kernel", "bias"),
                                                                      cell_weights(rnn.cell))}

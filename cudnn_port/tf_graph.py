@@ -125,7 +125,7 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
             xw = tf.reshape(xws[d], [steps, batch, int(Wx.shape[-1])])
             runs.append(time_loop(tf, xw, initial_h[p], initial_c[p], Rh[d], bh[d], spec.mode, until,
                                   None if Pt is None else Pt[d], reset_after=spec.reset_after,
-                                  activation=spec.activation))
+                                  activation=spec.activation, recurrent_activation=spec.recurrent_activation))
         outs = []
         for d, (ys, cs) in enumerate(_together(tf, runs)):
             p = layer * D + d

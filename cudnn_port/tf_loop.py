@@ -41,22 +41,30 @@ from typing import TYPE_CHECKING, Optional, Tuple
 if TYPE_CHECKING:
     import tensorflow as tf
 
+def functions(tf: ModuleType) -> dict:
+    """A cell's functions (RNNSpec.activation and recurrent_activation) in TensorFlow ops, by Keras' names."""
+    return {"tanh": tf.tanh, "relu": tf.nn.relu, "sigmoid": tf.sigmoid,
+            "hard_sigmoid": lambda v: tf.nn.relu6(v + 3.0) / 6.0,
+            "linear": tf.identity, "softsign": tf.nn.softsign, "softplus": tf.math.softplus, "elu": tf.nn.elu}
+
+
 UNROLL = 4  # steps per loop iteration for batches below UNROLL_BELOW
 UNROLL_BELOW = 8
 
 
 def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf.Tensor]", Rh: "tf.Tensor",
               bh: "tf.Tensor", mode: str, until: "Optional[tf.Tensor]" = None,
-              Pt: "Optional[tf.Tensor]" = None, reset_after: bool = True, activation: str = "tanh"
-              ) -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
+              Pt: "Optional[tf.Tensor]" = None, reset_after: bool = True, activation: str = "tanh",
+              recurrent_activation: str = "sigmoid") -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
     """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
     only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
     h (and c). ``mode`` is the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``; ``reset_after=False``: the
-    reset-before GRU, its b_R_h in xw; ``activation``: the cell's function, RNNSpec.activation). ``until`` (the
+    reset-before GRU, its b_R_h in xw; ``activation``, ``recurrent_activation``: the cell's and the gates' functions,
+    RNNSpec's, :func:`functions`). ``until`` (the
     XLA export's longest length) stops the loop there, one step per iteration."""
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
     is_lstm = mode == "lstm"
-    act = {"tanh": tf.tanh, "relu": tf.nn.relu, "sigmoid": tf.sigmoid}[activation]
+    act, gate = functions(tf)[activation], functions(tf)[recurrent_activation]
     U = UNROLL if until is None else 1
 
     def small(h, weights):  # the product of the loop for batches below UNROLL_BELOW (module docstring)
@@ -65,16 +73,16 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     def cell(g, h, c, product):
         if mode == "gru" and not reset_after:  # r gates h before the candidate's product: two products
             x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
-            r, z = tf.split(tf.sigmoid(x_rz + product(h, Rh[:, :2 * H])), 2, axis=-1)
+            r, z = tf.split(gate(x_rz + product(h, Rh[:, :2 * H])), 2, axis=-1)
             candidate = act(x_h + product(r * h, Rh[:, 2 * H:]))
             return candidate + z * (h - candidate), c
         hr = product(h, Rh)
         if is_lstm:
             g = g + hr  # gate blocks in cuDNN's order: i, f, c~, o
-            # one sigmoid over all four blocks (block 2's unused) and a slice for c~: as few ops as one sigmoid
+            # one gate function over all four blocks (block 2's unused) and a slice for c~: as few ops as one
             # over gates reordered to i, f, o, c~, with no reordering of the weights, which would copy them all
             # in every call of the fused layers
-            i, f, _, o = tf.split(tf.sigmoid(g), 4, axis=-1)
+            i, f, _, o = tf.split(gate(g), 4, axis=-1)
             c = f * c + i * act(g[..., 2 * H:3 * H])
             h = o * act(c)
             if Pt is not None:
@@ -84,7 +92,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
             return act(g + hr), c
         x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
         h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
-        r, z = tf.split(tf.sigmoid(x_rz + h_rz), 2, axis=-1)
+        r, z = tf.split(gate(x_rz + h_rz), 2, axis=-1)
         candidate = act(x_h + r * (h_h + bh))  # GRU's b_R_h sits inside r * (...)
         return candidate + z * (h - candidate), c  # (1 - z) * candidate + z * h in one op fewer
 

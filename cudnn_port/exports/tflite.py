@@ -16,9 +16,11 @@ Graph, x_0 = inputs, valid[b, t] = t < length_b, pad = 1 - valid, last[b, t] = (
               pad's column of W adds -BIG to gate i and +BIG to gate f past each length: i = 0, f = 1 (in float32),
               so c stays at its value at length - 1 (the op itself runs over all T steps: it takes no lengths)
         GRU:  y, h = WHILE(t < T) of builtin ops: one step of cuDNN's GRU, h kept past each length (SELECT_V2)
+              (:mod:`.tflite_loop`; so is an LSTM or RNN whose functions no fused op applies, :func:`fused_op`,
+              its c kept as h is)
         RNN:  y = UNIDIRECTIONAL_SEQUENCE_RNN(x, W, R, b_W + b_R, h), fused TANH or RELU (rnn_tanh / rnn_relu), h a
               variable tensor as for LSTM; the op runs over all T steps, and a padded step comes after every valid one
-        LSTM, RNN: final_h[p] = SUM(y * last, time), final_c[p] = c after the op;  GRU: final_h[p] = the loop's h
+        LSTM, RNN: final_h[p] = SUM(y * last, time), final_c[p] = c after the op;  a loop: its h (and c)
         y = REVERSE_SEQUENCE(y, lengths) for the backward direction
     x_{l+1} = CONCATENATION(y over directions) * valid
 
@@ -35,7 +37,7 @@ import numpy as np
 
 from ..gates import CUDNN_ORDER
 from .tflite_fb import FlatModel
-from .tflite_gru import gru_layer
+from .tflite_loop import loop_layer
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -45,14 +47,24 @@ BIG = 1.0e4  # |pre-activation| past each length: sigmoid(-BIG) = 0 and sigmoid(
 TANH = 4  # ActivationFunctionType.TANH
 RELU = 1  # ActivationFunctionType.RELU
 LSTM_ACTIVATIONS = {"tanh": TANH, "relu": RELU}  # the fused LSTM's cell function; its gates are sigmoid
+RNN_ACTIVATIONS = {"tanh": TANH, "relu": RELU, "linear": 0}  # the fused RNN's function (0: NONE)
 
 
 def cannot_hold(spec: "RNNSpec") -> Optional[str]:
-    """Why TFLite's builtin ops hold no exact form of a stack of ``spec`` (None where they do): a fused LSTM applies
-    one of :data:`LSTM_ACTIVATIONS` (ActivationFunctionType has no sigmoid)."""
-    if spec.mode == "lstm" and spec.activation not in LSTM_ACTIVATIONS:
-        return f"TFLite's fused LSTM has no {spec.activation} cell activation"
+    """Why TFLite's builtin ops hold no exact form of a stack of ``spec``: None, every cell has one (a fused op where
+    it applies the cell's functions, :func:`fused_op`, else a loop of builtin ops, :mod:`.tflite_loop`); kept as the
+    format registry's question."""
     return None
+
+
+def fused_op(spec: "RNNSpec") -> bool:
+    """Whether a fused TFLite op computes ``spec``'s cell: an LSTM of :data:`LSTM_ACTIVATIONS` with sigmoid gates
+    (ActivationFunctionType has no sigmoid), a plain RNN of :data:`RNN_ACTIVATIONS`; never a GRU."""
+    if spec.mode == "lstm":
+        return spec.activation in LSTM_ACTIVATIONS and spec.recurrent_activation == "sigmoid"
+    return spec.is_rnn and spec.activation in RNN_ACTIVATIONS
+
+
 SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_default")(inputs=..., sequence_lengths=...)
 
 
@@ -163,7 +175,7 @@ def _rnn(graph, canon, x, layer, direction):
                                              g.const(f"{name}/R", np.asarray(params.R[0], np.float32)),
                                              g.const(f"{name}/bias", bias), h], f"{name}/y",
              options="SequenceRNNOptions", timeMajor=False,
-             fusedActivationFunction=RELU if spec.mode == "rnn_relu" else TANH)
+             fusedActivationFunction=RNN_ACTIVATIONS[spec.activation])
     return y, graph.final(y, p)
 
 
@@ -177,14 +189,14 @@ def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
         ys = []
         for direction in range(spec.num_dirs):
             x_in = x if direction == 0 else graph.reverse(x, f"x_reversed_{layer}")
-            if spec.mode == "lstm":
+            if not fused_op(spec):  # a GRU, or functions no fused op applies
+                y, h_n, c_n = loop_layer(graph, canon, x_in, layer, direction)
+            elif spec.mode == "lstm":
                 y, h_n, c_n = _lstm(graph, canon, x_in, layer, direction)
-                finals_c.append(c_n)
-            elif spec.is_rnn:
-                y, h_n = _rnn(graph, canon, x_in, layer, direction)
             else:
-                y, h_n = gru_layer(graph, canon, x_in, layer, direction)
+                (y, h_n), c_n = _rnn(graph, canon, x_in, layer, direction), None
             finals_h.append(h_n)
+            finals_c += [c_n] if c_n is not None else []
             ys.append(y if direction == 0 else graph.reverse(y, f"y_reversed_{layer}"))
         y = ys[0] if len(ys) == 1 else g.op("CONCATENATION", ys, f"y_{layer}", options="ConcatenationOptions", axis=2)
         x = g.op("MUL", [y, graph.valid], "outputs" if layer == spec.num_layers - 1 else f"x_{layer + 1}",

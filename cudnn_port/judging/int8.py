@@ -70,7 +70,8 @@ def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray
         return 1.0 / (1.0 + np.exp(-v))
 
     spec, rounded = canon.spec, rounded_canon(canon, per_channel, reduce_range)
-    act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "sigmoid": sigmoid}[spec.activation]  # the cell's
+    # the cell's function; int8 has fused LSTM nodes only, whose gates are sigmoid (other cells are Scan loops)
+    act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "sigmoid": sigmoid}[spec.activation]
     x = np.asarray(x, np.float64)
     B, T, _ = x.shape
     H, D = spec.num_units, spec.num_dirs

@@ -179,7 +179,7 @@ def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callabl
             if spec.is_rnn:
                 rnn = keras.layers.SimpleRNN(spec.num_units, activation=spec.activation, **kwargs)
             else:
-                kwargs["activation"] = spec.activation
+                kwargs.update(activation=spec.activation, recurrent_activation=spec.recurrent_activation)
                 rnn = keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm" else \
                     keras.layers.GRU(spec.num_units, reset_after=spec.reset_after, **kwargs)
             states = [h_0[p], c_0[p]] if spec.mode == "lstm" else [h_0[p]]

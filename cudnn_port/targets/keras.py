@@ -96,7 +96,7 @@ def build_model(canon: CanonicalRNN, name: str = "rnn") -> "keras.Model":
             kwargs = dict(return_sequences=True, dtype=spec.dtype, go_backwards=bool(direction), name=name)
             if spec.is_rnn:
                 return keras.layers.SimpleRNN(spec.num_units, activation=spec.activation, **kwargs)
-            kwargs["activation"] = spec.activation
+            kwargs.update(activation=spec.activation, recurrent_activation=spec.recurrent_activation)
             return (keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm"
                     else keras.layers.GRU(spec.num_units, reset_after=spec.reset_after, **kwargs))
 
