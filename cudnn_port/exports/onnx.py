@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from . import io_names
 from .onnx_portable import fused_node, layer_weights, portable_stack_graph
+from .onnx_scan import sequence_nodes_expanded
 
 if TYPE_CHECKING:
     import onnx
@@ -167,6 +168,7 @@ def build_model(canon: "CanonicalRNN", name: str = "rnn", states: bool = False,
     graph_outputs = [helper.make_tensor_value_info(n, *shapes.get(n, (TensorProto.FLOAT, state_shape)))
                      for n in names_out]
     graph = helper.make_graph(nodes, name, graph_inputs, graph_outputs, initializer=inits)
+    sequence_nodes_expanded(graph)  # activations OpenVINO's sequence ops do not run: Scan loops
     model = helper.make_model(graph, producer_name="cudnn-port", opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
     helper.set_model_props(model, metadata(spec, states))

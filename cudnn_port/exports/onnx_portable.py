@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, ONNX_RNN, reorder
+from .onnx_scan import SEQUENCE_FUNCTIONS
 
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
@@ -40,20 +41,39 @@ PAD_SUFFIX = "_with_pad"  # names the Concat that adds the padding channel to a 
 ONNX_ORDER = {"lstm": ONNX_LSTM, "gru": ONNX_GRU, "rnn_tanh": ONNX_RNN, "rnn_relu": ONNX_RNN}
 
 
+# a cell's functions (RNNSpec.activation, recurrent_activation) as ONNX sequence-node activations: (name, alpha,
+# beta), None where the function takes none; Keras' hard_sigmoid, relu6(x + 3) / 6, is HardSigmoid(1/6, 1/2)
+ONNX_FUNCTIONS = {"tanh": ("Tanh", None, None), "relu": ("Relu", None, None), "sigmoid": ("Sigmoid", None, None),
+                  "hard_sigmoid": ("HardSigmoid", 1.0 / 6.0, 0.5), "linear": ("Affine", 1.0, 0.0),
+                  "softsign": ("Softsign", None, None), "softplus": ("Softplus", None, None), "elu": ("Elu", 1.0, None)}
+
+
 def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:
     """The ONNX op of ``spec``'s cell and its attributes for a node of ``directions`` (1 or 2) directions:
     ``LSTM``; ``GRU`` with ``linear_before_reset=1`` (cuDNN's reset-after form; 0 for the reset-before GRU); ``RNN``
-    with ``activations`` Tanh or Relu, one per direction; an LSTM or GRU whose activation is not tanh gets
-    ``activations`` [Sigmoid, it(, it)] per direction."""
+    with ``activations`` [its function] per direction; a cell whose functions are not cuDNN's (RNNSpec.activation,
+    recurrent_activation) gets ``activations`` [gates, cell(, cell)] per direction (:data:`ONNX_FUNCTIONS`, with
+    ``activation_alpha`` / ``activation_beta`` in order for those that take them). Functions OpenVINO's sequence
+    ops do not run are made Scan loops once the graph is whole (:mod:`.onnx_scan`)."""
     attrs = dict(hidden_size=spec.num_units, direction="bidirectional" if directions == 2 else "forward")
-    if not spec.is_rnn and spec.activation != "tanh":  # gates sigmoid; the candidate's (and c's) function
-        act = spec.activation.capitalize()
-        attrs["activations"] = (["Sigmoid", act, act] if spec.mode == "lstm" else ["Sigmoid", act]) * directions
+    fns = [spec.activation] if spec.is_rnn else \
+        [spec.recurrent_activation] + [spec.activation] * (2 if spec.mode == "lstm" else 1)
+    if spec.is_rnn or fns != ["sigmoid", "tanh", "tanh"][:len(fns)]:
+        named = [ONNX_FUNCTIONS[f] for f in fns] * directions
+        attrs["activations"] = [name for name, _, _ in named]
+        for key, k in (("activation_alpha", 1), ("activation_beta", 2)):
+            values = [float(f[k]) for f in named if f[k] is not None]
+            if values:
+                attrs[key] = values
     if spec.mode == "gru":  # 0 for a reset-before GRU (Keras' reset_after=False)
         return "GRU", dict(attrs, linear_before_reset=int(spec.reset_after))
-    if spec.is_rnn:
-        return "RNN", dict(attrs, activations=["Relu" if spec.mode == "rnn_relu" else "Tanh"] * directions)
-    return "LSTM", attrs
+    return ("RNN" if spec.is_rnn else "LSTM"), attrs
+
+
+def scan_form(spec: "Any") -> bool:
+    """Whether ``spec``'s nodes become Scan loops (:mod:`.onnx_scan`): a function of the cell's is none of
+    :data:`~cudnn_port.exports.onnx_scan.SEQUENCE_FUNCTIONS`."""
+    return any(name not in SEQUENCE_FUNCTIONS for name in fused_node(spec, 1)[1].get("activations", []))
 
 
 def layer_weights(canon: "CanonicalRNN", layer: int, dtype: type = np.float32) -> List[np.ndarray]:

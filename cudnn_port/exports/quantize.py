@@ -96,7 +96,9 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
     if not before["LSTM"]:
         others = [f"{before[k]} {k} node(s)" for k in ("GRU", "RNN") if before[k]]
         why = (f"{', '.join(others)}: onnxruntime has no int8 GRU or RNN kernel, so quantize_dynamic would leave them "
-               "float32" if others else "no LSTM node")
+               "float32" if others else
+               f"{before['Scan']} Scan loop(s) (cells of activations no fused node runs everywhere, "
+               "exports.onnx_scan), which quantize_dynamic leaves float32" if before["Scan"] else "no LSTM node")
         raise NothingToQuantize(src_path, why)
     passes = [("LSTM", lstm)] + ([("MatMul", matmul)] if matmul and before["MatMul"] else [])
     quiet = logging.getLogger()

@@ -5,6 +5,7 @@ import os
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import CudnnPortError, NotWritten
+from ..exports.onnx_portable import scan_form
 from ..formats import derived
 
 if TYPE_CHECKING:
@@ -12,15 +13,16 @@ if TYPE_CHECKING:
     from ..manifest import Manifest
 
 
-NOTHING_TO_QUANTIZE = ("--quantize int8 found nothing to quantize: onnxruntime quantizes LSTM nodes only (it has no "
-                       "int8 GRU or RNN kernel, and ONNX has no projected LSTM); leave --quantize out")
+NOTHING_TO_QUANTIZE = ("--quantize int8 found nothing to quantize: onnxruntime quantizes fused LSTM nodes only (it has "
+                       "no int8 GRU or RNN kernel, ONNX has no projected LSTM, and an LSTM of functions OpenVINO's "
+                       "fused node does not run is a Scan loop); leave --quantize out")
 
 
 def refuse_nothing_to_quantize(specs: "Sequence[RNNSpec]") -> None:
-    """Before any work: --quantize int8 with no stack it can quantize (only LSTM stacks without projection have an
-    int8 form) is refused."""
+    """Before any work: --quantize int8 with no stack it can quantize (only LSTM stacks without projection whose ONNX
+    nodes stay fused have an int8 form) is refused."""
     specs = list(specs)
-    if specs and not any(s.mode == "lstm" and not s.num_proj for s in specs):
+    if specs and not any(s.mode == "lstm" and not s.num_proj and not scan_form(s) for s in specs):
         raise CudnnPortError(NOTHING_TO_QUANTIZE)
 
 

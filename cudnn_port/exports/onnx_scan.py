@@ -1,0 +1,261 @@
+"""ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes whose ``activations`` a runtime's sequence ops do not run, rewritten as
+``Scan`` loops of plain ONNX ops with the node's exact meaning (ONNX's operator spec, ``layout`` 0, no peepholes).
+
+OpenVINO 2026.4 runs a sequence node only with Sigmoid, Tanh and Relu (:data:`SEQUENCE_FUNCTIONS`; HardSigmoid,
+Affine and Softsign measured refused at load), so a cell of Keras' ``recurrent_activation="hard_sigmoid"`` or
+``activation="softsign"`` would leave ``model.onnx`` unloadable there. :func:`sequence_nodes_expanded` replaces each
+such node, in place, by, per direction ``d``::
+
+    xs   = X, or ReverseSequence(X, sequence_lens) going backward (each sequence reversed within its own length;
+           the whole time axis where the node has no sequence_lens)
+    xw   = MatMul(xs, W[d]^T) + b                       [T, B, G*H], every step's input product at once
+    h, (c), ys = Scan(h0, (c0); xw, valid)              the cell below, one step per time step
+    Y[:, d] = ys, reversed back the same way going backward
+
+with the step, gates in ONNX order (f, g, h: the node's activations, each with its alpha / beta)::
+
+    LSTM  i, o, f, c~ = Split(xw_t + h R^T)   i, o, f = f(.)   c' = f * c + i * g(c~)   h' = o * h(c')
+    GRU   z, r = f(xw_t[:2H] + h R_zr^T)      n = g(xw_t[2H:] + r * (h R_h^T + Rb_h))  (linear_before_reset=1)
+                                              n = g(xw_t[2H:] + (r * h) R_h^T)          (0; Rb_h in b)
+          h' = (1 - z) * n + z * h
+    RNN   h' = f(xw_t + h R^T)
+
+and, where the node has ``sequence_lens``, ``valid = t < length``: past a length h (and c) keep their values and
+the output is 0, as the operator spec (and onnxruntime) say. The Scan body reads R and the biases from the graph
+around it by name, which ONNX allows and both runtimes accept.
+"""
+from typing import TYPE_CHECKING, List, Tuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+SEQUENCE_FUNCTIONS = ("Sigmoid", "Tanh", "Relu")  # the activations OpenVINO 2026.4's sequence ops run (measured)
+_ALPHA = {"Affine": 1.0, "LeakyRelu": 0.01, "ThresholdedRelu": 1.0, "ScaledTanh": 1.0, "HardSigmoid": 0.2, "Elu": 1.0}
+_BETA = {"Affine": 0.0, "ScaledTanh": 1.0, "HardSigmoid": 0.5}
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+
+
+def functions(node: "onnx.NodeProto") -> List[Tuple[str, float, float]]:
+    """The node's activations, all directions, each as (name, alpha, beta): ``activation_alpha`` and
+    ``activation_beta`` are consumed in order by the functions that take them (the spec's defaults otherwise)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+    names = [n.decode() if isinstance(n, bytes) else n for n in attrs.get("activations", [])]
+    names = names or _DEFAULTS[node.op_type] * dirs
+    alphas, betas = list(attrs.get("activation_alpha", [])), list(attrs.get("activation_beta", []))
+    out = []
+    for name in names:
+        alpha = alphas.pop(0) if name in _ALPHA and alphas else _ALPHA.get(name, 0.0)
+        beta = betas.pop(0) if name in _BETA and betas else _BETA.get(name, 0.0)
+        out.append((name, float(alpha), float(beta)))
+    return out
+
+
+def needs_scan(node: "onnx.NodeProto") -> bool:
+    """Whether ``node`` is a sequence node with an activation outside :data:`SEQUENCE_FUNCTIONS`."""
+    return node.op_type in _GATES and any(name not in SEQUENCE_FUNCTIONS for name, _, _ in functions(node))
+
+
+def sequence_nodes_expanded(graph: "onnx.GraphProto") -> int:
+    """Replace, in place, every node of ``graph`` that :func:`needs_scan` by its Scan form (module docstring); the
+    node's output names are kept. Returns how many were replaced."""
+    out, count = [], 0
+    for node in graph.node:
+        if needs_scan(node):
+            out += _expanded(node, f"{node.name or node.output[0] or node.op_type}/scan_{count}")
+            count += 1
+        else:
+            out.append(node)
+    if count:
+        del graph.node[:]
+        graph.node.extend(out)
+    return count
+
+
+def _expanded(node, p):
+    """The nodes that compute ``node`` (names prefixed ``p``)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import TensorProto, helper, numpy_helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("layout", 0) != 0 or attrs.get("input_forget", 0) or attrs.get("clip") is not None:
+        raise ValueError(f"{node.op_type} {node.name!r}: layout 1, input_forget or clip has no Scan form here")
+    op, H = node.op_type, int(attrs["hidden_size"])
+    G, direction = _GATES[op], attrs.get("direction", b"forward").decode()
+    dirs = ["forward", "reverse"] if direction == "bidirectional" else [direction]
+    lbr = int(attrs.get("linear_before_reset", 0))
+    fns = functions(node)
+    per = len(fns) // len(dirs)
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    X, W, R, B, lens, h0, c0 = ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], ins[6]
+    if ins[7]:
+        raise ValueError(f"LSTM {node.name!r}: peepholes have no Scan form here")
+    nodes = []
+
+    def n(op_type, inputs, name, **kw):
+        nodes.append(helper.make_node(op_type, inputs, [f"{p}/{name}"], **kw))
+        return f"{p}/{name}"
+
+    def const(name, value):
+        nodes.append(helper.make_node("Constant", [], [f"{p}/{name}"], value=numpy_helper.from_array(np.asarray(value),
+                                                                                                     f"{p}/{name}")))
+        return f"{p}/{name}"
+
+    # shapes from X: T, B; zero states where the node has none
+    shape = n("Shape", [X], "shape")
+    batch_1 = n("Slice", [shape, const("one", np.array([1], np.int64)), const("two", np.array([2], np.int64))],
+                "batch")
+    zeros_shape = n("Concat", [batch_1, const("H", np.array([H], np.int64))], "zeros_shape", axis=0)
+    zeros = n("ConstantOfShape", [zeros_shape], "zeros", value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    valid = None
+    if lens:  # valid [T, B, 1]: t < length
+        i64 = lambda name, v: const(name, np.array(v, np.int64))
+        T = n("Squeeze", [n("Slice", [shape, i64("zero", [0]), i64("one_b", [1])], "time_1")], "time")
+        steps = n("Unsqueeze", [n("Range", [i64("t0", 0), T, i64("dt", 1)], "steps"), i64("axis_1", [1])], "steps_1")
+        lens64 = n("Cast", [lens], "lens64", to=TensorProto.INT64)
+        row = n("Unsqueeze", [lens64, i64("axis_0", [0])], "lens_row")
+        valid = n("Unsqueeze", [n("Less", [steps, row], "valid_2"), i64("axis_2", [2])], "valid")
+
+    def reverse(v, name):
+        if lens:
+            return n("ReverseSequence", [v, lens64], name, batch_axis=1, time_axis=0)
+        return n("Slice", [v, const(f"{name}_start", np.array([-1], np.int64)),
+                           const(f"{name}_end", np.array([np.iinfo(np.int64).min], np.int64)),
+                           const(f"{name}_axes", np.array([0], np.int64)),
+                           const(f"{name}_steps", np.array([-1], np.int64))], name)
+
+    ys, hs, cs = [], [], []
+    for d, way in enumerate(dirs):
+        q = f"d{d}"
+        at = const(f"{q}_index", np.int64(d))
+        Wt = n("Transpose", [n("Gather", [W, at], f"{q}_W", axis=0)], f"{q}_Wt", perm=[1, 0])  # [I, G*H]
+        Rt = n("Transpose", [n("Gather", [R, at], f"{q}_R", axis=0)], f"{q}_Rt", perm=[1, 0])  # [H, G*H]
+        xs = X if way == "forward" else reverse(X, f"{q}_x_reversed")
+        xw = n("MatMul", [xs, Wt], f"{q}_xw_raw")
+        rb_h = None
+        if B:
+            Bd = n("Gather", [B, at], f"{q}_B", axis=0)  # [2*G*H]: Wb then Rb
+            Wb = n("Slice", [Bd, const(f"{q}_b0", np.array([0], np.int64)), const(f"{q}_b1", np.array([G * H],
+                                                                                                      np.int64))],
+                   f"{q}_Wb")
+            Rb = n("Slice", [Bd, const(f"{q}_b2", np.array([G * H], np.int64)),
+                             const(f"{q}_b3", np.array([2 * G * H], np.int64))], f"{q}_Rb")
+            if op == "GRU" and lbr:  # Rb_h stays inside r * (...)
+                keep = np.concatenate([np.ones(2 * H, np.float32), np.zeros(H, np.float32)])
+                rb_h = n("Slice", [Rb, const(f"{q}_b4", np.array([2 * H], np.int64)),
+                                   const(f"{q}_b5", np.array([3 * H], np.int64))], f"{q}_Rb_h")
+                Rb = n("Mul", [Rb, const(f"{q}_keep", keep)], f"{q}_Rb_zr")
+            xw = n("Add", [xw, n("Add", [Wb, Rb], f"{q}_bias")], f"{q}_xw")
+        state_h = zeros if not h0 else n("Gather", [h0, at], f"{q}_h0", axis=0)
+        states = [state_h]
+        if op == "LSTM":
+            states.append(zeros if not c0 else n("Gather", [c0, at], f"{q}_c0", axis=0))
+        body = _body(op, H, fns[d * per:(d + 1) * per], lbr, rb_h is not None, valid is not None, f"{p}/{q}")
+        carried = [Rt] + ([rb_h] if rb_h else [])  # constants carried through: OpenVINO's Scan reads no outer name
+        outs = [f"{p}/{q}_h", f"{p}/{q}_c"][:len(states)] + [f"{p}/{q}_carried_{k}" for k in range(len(carried))] \
+            + [f"{p}/{q}_ys"]
+        nodes.append(helper.make_node("Scan", states + carried + [xw] + ([valid] if valid else []), outs, body=body,
+                                      num_scan_inputs=1 + (valid is not None), name=f"{p}/{q}_scan"))
+        y = outs[-1] if way == "forward" else reverse(outs[-1], f"{q}_ys_back")
+        ys.append(n("Unsqueeze", [y, const(f"{q}_axis_1", np.array([1], np.int64))], f"{q}_y"))
+        hs.append(n("Unsqueeze", [outs[0], const(f"{q}_axis_0", np.array([0], np.int64))], f"{q}_h_n"))
+        if op == "LSTM":
+            cs.append(n("Unsqueeze", [outs[1], const(f"{q}_axis_0c", np.array([0], np.int64))], f"{q}_c_n"))
+    results = list(node.output) + [""] * (3 - len(node.output))
+    for parts, name in zip((ys, hs, cs), results):
+        if name and parts:
+            nodes.append(helper.make_node("Concat", parts, [name], axis=1 if parts is ys else 0))
+    return nodes
+
+
+def _body(op, H, fns, lbr, has_rb_h, masked, p):
+    """The Scan body of one direction: states h (, c), R^T (, Rb_h), scan inputs xw_t (, valid_t) -> h', (c',)
+    R^T (, Rb_h), y_t."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = []
+
+    def n(op_type, inputs, name, **kw):
+        nodes.append(helper.make_node(op_type, inputs, [f"{p}/b_{name}"], **kw))
+        return f"{p}/b_{name}"
+
+    def const(name, value):
+        nodes.append(helper.make_node("Constant", [], [f"{p}/b_{name}"],
+                                      value=numpy_helper.from_array(np.asarray(value, np.float32), f"{p}/b_{name}")))
+        return f"{p}/b_{name}"
+
+    def apply(fn, v, name):
+        kind, alpha, beta = fn
+        if kind == "Affine":
+            return n("Add", [n("Mul", [v, const(f"{name}_alpha", alpha)], f"{name}_scaled"),
+                             const(f"{name}_beta", beta)], name)
+        if kind == "ScaledTanh":
+            return n("Mul", [n("Tanh", [n("Mul", [v, const(f"{name}_beta", beta)], f"{name}_in")], f"{name}_tanh"),
+                             const(f"{name}_alpha", alpha)], name)
+        kw = {"alpha": alpha} if kind in _ALPHA else {}
+        kw.update({"beta": beta} if kind in _BETA else {})
+        return n(kind, [v], name, **kw)
+
+    h, c, xw_t, valid_t = f"{p}/b_h", f"{p}/b_c", f"{p}/b_xw_t", f"{p}/b_valid_t"
+    Rt, rb_h = f"{p}/b_Rt", f"{p}/b_Rb_h" if has_rb_h else None
+
+    def split(k, name):  # the names of a Split's k outputs
+        return [f"{p}/b_{name}_{i}" for i in range(k)]
+
+    if op == "LSTM":
+        g = n("Add", [xw_t, n("MatMul", [h, Rt], "hr")], "pre")
+        parts = split(4, "gate")
+        nodes.append(helper.make_node("Split", [g], parts, axis=1))
+        i, o, f = (apply(fns[0], v, k) for v, k in zip(parts[:3], "iof"))
+        c_new = n("Add", [n("Mul", [f, c], "fc"), n("Mul", [i, apply(fns[1], parts[3], "cand")], "ic")], "c_new")
+        h_new = n("Mul", [o, apply(fns[2], c_new, "c_act")], "h_new")
+    elif op == "GRU":
+        x_parts = split(3, "x")
+        nodes.append(helper.make_node("Split", [xw_t], x_parts, axis=1))
+        if lbr:
+            hr = n("MatMul", [h, Rt], "hr")
+            h_parts = split(3, "h")
+            nodes.append(helper.make_node("Split", [hr], h_parts, axis=1))
+            z = apply(fns[0], n("Add", [x_parts[0], h_parts[0]], "z_pre"), "z")
+            r = apply(fns[0], n("Add", [x_parts[1], h_parts[1]], "r_pre"), "r")
+            inner = h_parts[2] if rb_h is None else n("Add", [h_parts[2], rb_h], "h_h")
+            cand = n("Add", [x_parts[2], n("Mul", [r, inner], "r_h")], "n_pre")
+        else:
+            R_zr, R_h = split(2, "R")
+            nodes.append(helper.make_node("Split", [Rt, n("Constant", [], "R_sizes", value=numpy_helper.from_array(
+                np.array([2 * H, H], np.int64)))], [R_zr, R_h], axis=1))
+            hr = n("MatMul", [h, R_zr], "hr")
+            h_parts = split(2, "h")
+            nodes.append(helper.make_node("Split", [hr], h_parts, axis=1))
+            z = apply(fns[0], n("Add", [x_parts[0], h_parts[0]], "z_pre"), "z")
+            r = apply(fns[0], n("Add", [x_parts[1], h_parts[1]], "r_pre"), "r")
+            cand = n("Add", [x_parts[2], n("MatMul", [n("Mul", [r, h], "r_times_h"), R_h], "rh_h")], "n_pre")
+        cand = apply(fns[1], cand, "n")
+        h_new = n("Add", [cand, n("Mul", [z, n("Sub", [h, cand], "h_minus_n")], "z_h")], "h_new")  # (1-z) n + z h
+        c_new = None
+    else:
+        h_new = apply(fns[0], n("Add", [xw_t, n("MatMul", [h, Rt], "hr")], "pre"), "h_new")
+        c_new = None
+    if masked:  # past a length: states kept, output 0
+        y = n("Where", [valid_t, h_new, const("zero", 0.0)], "y")
+        h_next = n("Where", [valid_t, h_new, h], "h_next")
+        c_next = c_new and n("Where", [valid_t, c_new, c], "c_next")
+    else:  # a graph output is never also a body input or another output: Identity gives each its own name
+        y, h_next = n("Identity", [h_new], "y"), n("Identity", [h_new], "h_next")
+        c_next = c_new and n("Identity", [c_new], "c_next")
+    value = lambda name, kind=TensorProto.FLOAT: helper.make_tensor_value_info(name, kind, [None, None])
+    carried = [Rt] + ([rb_h] if rb_h else [])
+    through = [n("Identity", [name], f"{name.rsplit('/', 1)[1]}_next") for name in carried]
+    inputs = [value(h)] + ([value(c)] if op == "LSTM" else []) + [value(Rt)] + \
+        ([helper.make_tensor_value_info(rb_h, TensorProto.FLOAT, [None])] if rb_h else []) + [value(xw_t)] + \
+        ([value(valid_t, TensorProto.BOOL)] if masked else [])
+    outputs = [value(h_next)] + ([value(c_next)] if op == "LSTM" else []) + [value(through[0])] + \
+        ([helper.make_tensor_value_info(through[1], TensorProto.FLOAT, [None])] if rb_h else []) + [value(y)]
+    return helper.make_graph(nodes, f"{p}/body", inputs, outputs)
