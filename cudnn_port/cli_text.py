@@ -61,10 +61,10 @@ def becomes(spec: Dict[str, Any]) -> str:
         return f"{onnx}, TFLite builtin ops (LiteRT has no GRU op)"
     if op == "RNN":
         return f"{onnx}, " + (f"TFLite UNIDIRECTIONAL_SEQUENCE_RNN ({act.upper()})" if act in ("tanh", "relu", "linear")
-                              else f"no TFLite (its fused RNN has no {act} activation)")
+                              else f"TFLite builtin ops (its fused RNN has no {act} activation)")
     if act not in ("tanh", "relu") or gates != "sigmoid":
         what = f"{act} cell activation" if act not in ("tanh", "relu") else f"{gates} gates"
-        return f"{onnx}, no TFLite (its fused LSTM has no {what})"
+        return f"{onnx}, TFLite builtin ops (its fused LSTM has no {what})"
     return f"{onnx}, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM ({act.upper()})"
 
 

@@ -193,11 +193,12 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
 
 
 @pytest.mark.parametrize("layer, why", [
-    (L.GRU(4, recurrent_activation="hard_sigmoid", name="odd"), r"^layer odd \(GRU\): recurrent_activation="),
+    (L.GRU(4, recurrent_activation="tanh", name="odd"),
+     r"^layer odd \(GRU\): recurrent_activation='tanh' \(the fused forms' gates are sigmoid or hard_sigmoid\)"),
     (L.Bidirectional(L.GRU(4), backward_layer=L.GRU(4, reset_after=False, go_backwards=True), name="odd"),
      r"^layer odd \(Bidirectional\): its forward and backward layers are not one layer and its reverse"),
-    (L.Bidirectional(L.LSTM(4, activation="softsign"), name="odd"),
-     r"^layer odd \(Bidirectional\): activation='softsign' \(the fused forms compute tanh, relu, sigmoid\)"),
+    (L.Bidirectional(L.LSTM(4, activation="selu"), name="odd"),
+     r"^layer odd \(Bidirectional\): activation='selu' \(the fused forms compute tanh, relu, sigmoid, hard_sigmoid"),
 ])
 def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     """A recurrent layer whose math cuDNN does not compute is refused, naming it and why, beside a fused one."""
@@ -229,10 +230,10 @@ def test_stateful_bidirectional_layer_is_refused_in_one_line(tmp_path):
 
 def test_model_without_cudnn_math_is_refused_in_one_line(tmp_path):
     x = keras.Input((None, 3), name="x")
-    keras.Model(x, L.SimpleRNN(4, activation="sigmoid")(x)).save(tmp_path / "simple.keras")
+    keras.Model(x, L.SimpleRNN(4, activation="gelu")(x)).save(tmp_path / "simple.keras")
     result = run_cli("convert", tmp_path / "simple.keras", tmp_path / "out")
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "simple_rnn (SimpleRNN): activation='sigmoid' (cuDNN's RNN computes tanh or relu)" in result.stderr
+    assert "simple_rnn (SimpleRNN): activation='gelu' (the fused forms compute tanh, relu, sigmoid" in result.stderr
 
 
 def test_a_model_saved_before_keras_built_it_is_refused_in_one_line(tmp_path):

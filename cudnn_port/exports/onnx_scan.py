@@ -63,10 +63,18 @@ def needs_scan(node: "onnx.NodeProto") -> bool:
 
 
 def sequence_nodes_expanded(graph: "onnx.GraphProto") -> int:
-    """Replace, in place, every node of ``graph`` that :func:`needs_scan` by its Scan form (module docstring); the
-    node's output names are kept. Returns how many were replaced."""
+    """Replace, in place, every node of ``graph`` (and of the If / Loop / Scan bodies in it) that :func:`needs_scan`
+    by its Scan form (module docstring); the node's output names are kept. Returns how many were replaced."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import AttributeProto
+
     out, count = [], 0
     for node in graph.node:
+        for attr in node.attribute:
+            bodies = [attr.g] if attr.type == AttributeProto.GRAPH else \
+                list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
+            for body in bodies:
+                count += sequence_nodes_expanded(body)
         if needs_scan(node):
             out += _expanded(node, f"{node.name or node.output[0] or node.op_type}/scan_{count}")
             count += 1

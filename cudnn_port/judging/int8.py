@@ -58,6 +58,14 @@ def _round_uint8(a):
     return (np.clip(np.round(a / scale) + zero, 0, 255) - zero) * scale
 
 
+def quantized(spec: "RNNSpec") -> bool:
+    """Whether int8 quantizes a stack of ``spec`` (this judge's own statement of it): onnxruntime has int8 kernels for
+    fused LSTM nodes only; ONNX has no projected LSTM; and a cell of functions other than Sigmoid gates with a Tanh,
+    Relu or Sigmoid cell is a Scan loop (OpenVINO's fused nodes run no other), which stays float32."""
+    return spec.mode == "lstm" and not spec.num_proj and spec.recurrent_activation == "sigmoid" and \
+        spec.activation in ("tanh", "relu", "sigmoid")
+
+
 def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray, h_0: Optional[np.ndarray],
                        c_0: Optional[np.ndarray], per_channel: bool = False,
                        reduce_range: bool = False) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:

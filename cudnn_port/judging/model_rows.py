@@ -21,7 +21,7 @@ from ..stock_keras import rewrite
 from ..streaming_model import streaming_twin
 from ..formats.jobs import GraphCheck
 from .artifact_rows import graph_artifact_rows, model_artifact_rows
-from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int8_forward, infer_settings
+from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int8_forward, infer_settings, quantized
 from .keras_weights import stock_stack
 from .original import original_judge
 from .stock import ReferenceStack, model_judge, model_outputs
@@ -248,11 +248,11 @@ class _Int8Stack:
 
 
 def _ideal_int8_model(model, inputs, settings):
-    """``model``'s outputs with each LSTM stack (no projection: the ones int8 quantizes) rounded as int8 does and
-    every other fused stack in the float64 reference; ordinary layers are Keras' own. Each stack's weights come from
-    the stock layer's own variables (:func:`cudnn_port.judging.keras_weights.stock_stack`) or a fused layer's buffer
-    read through the cuDNN API's layout (:mod:`cudnn_port.judging.cudnn_api`), not from the buffer the rewrite
-    packed, so that an error of the rewrite cannot widen the tolerance that judges it."""
+    """``model``'s outputs with each stack int8 quantizes (:func:`~cudnn_port.judging.int8.quantized`) rounded as
+    int8 does and every other fused stack in the float64 reference; ordinary layers are Keras' own. Each stack's
+    weights come from the stock layer's own variables (:func:`cudnn_port.judging.keras_weights.stock_stack`) or a
+    fused layer's buffer read through the cuDNN API's layout (:mod:`cudnn_port.judging.cudnn_api`), not from the
+    buffer the rewrite packed, so that an error of the rewrite cannot widen the tolerance that judges it."""
     with float32_policy():
         fused = rewrite(model, sized=False)  # Keras' own Dense, TimeDistributed...: the judge shares no sized_layers
         judges = {}
@@ -260,9 +260,8 @@ def _ideal_int8_model(model, inputs, settings):
             spec = layer.spec
             canon = stock_stack(model, path, spec) if path is not None else \
                 cudnn_api.canonical(spec, layer.opaque_kernel.numpy())
-            quantized = spec.mode == "lstm" and not spec.num_proj
             judges[id(layer)] = _Int8Stack(canon, {k: settings[k] for k in ("per_channel", "reduce_range")}) \
-                if quantized else ReferenceStack(canon)
+                if quantized(spec) else ReferenceStack(canon)
         with judged_by(judges):
             return model_outputs(fused(inputs if len(inputs) > 1 else inputs[0], training=False))
 
