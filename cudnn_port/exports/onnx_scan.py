@@ -207,6 +207,10 @@ def _body(op, H, fns, lbr, has_rb_h, masked, p):
         if kind == "ScaledTanh":
             return n("Mul", [n("Tanh", [n("Mul", [v, const(f"{name}_beta", beta)], f"{name}_in")], f"{name}_tanh"),
                              const(f"{name}_alpha", alpha)], name)
+        if kind == "Softsign":  # x / (1 + |x|): OpenVINO 2024.6's Softsign in a Scan body after an Add computes
+            # something else (errors of 1.8 on outputs of magnitude 0.9, measured; 2026.4's is right)
+            return n("Div", [v, n("Add", [n("Abs", [v], f"{name}_abs"), const(f"{name}_one", 1.0)], f"{name}_den")],
+                     name)
         kw = {"alpha": alpha} if kind in _ALPHA else {}
         kw.update({"beta": beta} if kind in _BETA else {})
         return n(kind, [v], name, **kw)
