@@ -60,7 +60,8 @@ def becomes(spec: Dict[str, Any]) -> str:
     if mode == "gru":
         return f"{onnx}, TFLite builtin ops (LiteRT has no GRU op)"
     if op == "RNN":
-        return f"{onnx}, " + (f"TFLite UNIDIRECTIONAL_SEQUENCE_RNN ({act.upper()})" if act in ("tanh", "relu", "linear")
+        fused = {"tanh": "TANH", "relu": "RELU", "linear": "NONE"}  # the fused op's activation function
+        return f"{onnx}, " + (f"TFLite UNIDIRECTIONAL_SEQUENCE_RNN ({fused[act]})" if act in fused
                               else f"TFLite builtin ops (its fused RNN has no {act} activation)")
     if act not in ("tanh", "relu") or gates != "sigmoid":
         what = f"{act} cell activation" if act not in ("tanh", "relu") else f"{gates} gates"

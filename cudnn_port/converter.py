@@ -103,7 +103,7 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
     odd = next((s for s in stacks if not s.spec.cudnn_computes), None)
     if odd is not None and style in ("tf1", "pytorch"):  # before any work: the checkpoint's names have no such cell
         raise UnsupportedError(f"{odd.variable}: a {odd.spec.describe()} has no {style} cell (they compute cuDNN's: "
-                               "reset-after GRU, tanh); use --style keras")
+                               "reset-after GRU, tanh, sigmoid gates); use --style keras")
     explicit, formats = formats is not None, formats or default_formats(style)
     if quantize and "onnx" not in formats:
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")

@@ -61,8 +61,10 @@ class CudnnRNN(keras.layers.Layer):
         if not reset_after and self.mode != "gru":
             raise ValueError(f"Received reset_after=False for {type(self).__name__}; only a GRU has a reset gate")
         self.reset_after = bool(reset_after)
-        self.activation = activation  # None: the cell's own (RNNSpec.activation)
-        self.recurrent_activation = str(recurrent_activation)  # the gates' (RNNSpec.recurrent_activation)
+        # None: the cell's own (RNNSpec.activation); a keras.activations function by its name
+        self.activation = getattr(activation, "__name__", activation)
+        # the gates' function (RNNSpec.recurrent_activation), by name (keras.activations.hard_sigmoid's too)
+        self.recurrent_activation = str(getattr(recurrent_activation, "__name__", recurrent_activation))
         if units < 1 or num_layers < 1:
             raise ValueError(f"Received units={units}, num_layers={num_layers}, expected both >= 1")
         if not 0.0 <= dropout < 1.0:

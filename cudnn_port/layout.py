@@ -43,10 +43,12 @@ from .errors import CudnnPortError, UnsupportedError
 
 MODES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}  # cuDNN's four cells (cudnnRNNMode_t) and their G
 RNN_MODES = ("rnn_tanh", "rnn_relu")  # h' = act(W x + b_W + R h + b_R): CUDNN_RNN_TANH, CUDNN_RNN_RELU
+RNN_OWN = {"tanh": "rnn_tanh", "relu": "rnn_relu"}  # the plain cells cuDNN computes, by their function
 # a cell's candidate functions (Keras' names) the CPU forms compute exactly; the ONNX node names each
 # (exports.onnx_portable), TFLite's builtins hold some (exports.tflite.cannot_hold)
 ACTIVATIONS = ("tanh", "relu", "sigmoid", "hard_sigmoid", "linear", "softsign", "softplus", "elu")
-# the gates' functions: each is exactly 0 and 1 far enough out, which the padded-step forms of ONNX and TFLite need
+# the gates' functions: each is exactly 0 and 1 far enough out, which the OpenVINO-safe ONNX form of a fused node needs
+# (tanh or relu gates would stay fused nodes; other functions are Scan loops)
 GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid")
 FLOAT_DTYPES = ("float16", "float32", "float64")
 KINDS = ("W", "R", "P", "b_W", "b_R")  # LayerParams fields, in buffer order within a pseudo-layer
@@ -127,6 +129,9 @@ class RNNSpec:
         if self.activation not in ACTIVATIONS:
             raise CudnnPortError(f"Received activation={self.activation!r} for a {self.mode.upper()}, expected "
                                  f"{own!r} or one of {', '.join(ACTIVATIONS)}")
+        if self.is_rnn and self.activation in RNN_OWN and self.activation != own:  # cuDNN's other plain cell
+            raise CudnnPortError(f"Received activation={self.activation!r} for mode {self.mode!r}; a plain RNN of "
+                                 f"{self.activation} is mode {RNN_OWN[self.activation]!r}")
         object.__setattr__(self, "recurrent_activation", str(self.recurrent_activation))
         if self.recurrent_activation not in GATE_ACTIVATIONS or self.is_rnn and self.recurrent_activation != "sigmoid":
             raise CudnnPortError(f"Received recurrent_activation={self.recurrent_activation!r} for a "

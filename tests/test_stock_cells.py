@@ -44,6 +44,8 @@ def test_the_spec_says_reset_before_in_every_record():
     assert "recurrent_activation" not in RNNSpec("lstm", 1, 5, 3).to_dict()
     with pytest.raises(Exception, match="a plain RNN has no gate"):
         RNNSpec("rnn_tanh", 1, 5, 3, recurrent_activation="hard_sigmoid")
+    with pytest.raises(Exception, match="is mode 'rnn_relu'"):  # cuDNN's own other cell, named by its mode
+        RNNSpec("rnn_tanh", 1, 5, 3, activation="relu")
     assert not spec.cudnn_computes and "GRU (reset before)" in spec.describe()
     with pytest.raises(Exception, match="only a GRU has a reset gate"):
         RNNSpec("lstm", 1, 5, 3, reset_after=False)
@@ -150,16 +152,22 @@ def test_reference_of_other_functions_is_keras_own_layer(kind, kwargs):
     assert np.abs(h).max() > 0.05
 
 
-@pytest.mark.parametrize("op, activations, attrs", [
-    ("LSTM", ["HardSigmoid", "Softsign", "Softsign"], dict(activation_alpha=[1 / 6], activation_beta=[0.5])),
-    ("GRU", ["HardSigmoid", "Elu"], dict(activation_alpha=[1 / 6, 1.0], activation_beta=[0.5], linear_before_reset=1)),
-    ("GRU", ["Sigmoid", "Softplus"], dict(linear_before_reset=0)),
-    ("RNN", ["Softsign"], {}),
+@pytest.mark.parametrize("op, activations, attrs, direction, optional", [
+    ("LSTM", ["HardSigmoid", "Softsign", "Softsign"], dict(activation_alpha=[1 / 6], activation_beta=[0.5]),
+     "bidirectional", ("B", "lens", "states")),
+    ("GRU", ["HardSigmoid", "Elu"], dict(activation_alpha=[1 / 6, 1.0], activation_beta=[0.5], linear_before_reset=1),
+     "bidirectional", ("B", "lens", "states")),
+    ("GRU", ["Sigmoid", "Softplus"], dict(linear_before_reset=0), "bidirectional", ("B", "lens", "states")),
+    ("RNN", ["Softsign"], {}, "bidirectional", ("B", "lens", "states")),
+    ("LSTM", ["HardSigmoid", "Elu", "Elu"], dict(activation_alpha=[1 / 6, 1.0, 1.0], activation_beta=[0.5]),
+     "reverse", ()),  # two functions that take alpha; no bias, lengths nor states; Y only
+    ("GRU", ["Sigmoid", "Affine"], dict(activation_alpha=[1.0], activation_beta=[0.0], linear_before_reset=1),
+     "forward", ("lens",)),
 ])
-def test_scan_form_computes_what_onnxruntimes_fused_node_does(op, activations, attrs):
-    """A bidirectional node with sequence_lens and initial states, run by onnxruntime's own LSTM / GRU / RNN kernel,
-    against its Scan form (exports.onnx_scan) in onnxruntime and in OpenVINO (whose fused nodes refuse these
-    functions): every output within 1e-5 + 1e-4 relative."""
+def test_scan_form_computes_what_onnxruntimes_fused_node_does(op, activations, attrs, direction, optional):
+    """A node run by onnxruntime's own LSTM / GRU / RNN kernel, against its Scan form (exports.onnx_scan) in
+    onnxruntime and in OpenVINO (whose fused nodes refuse these functions): every output within 1e-5 + 1e-4
+    relative. Bidirectional with sequence_lens, initial states and a bias; and one direction without some of them."""
     import onnx
     import onnxruntime as ort
     import openvino as ov
@@ -168,23 +176,28 @@ def test_scan_form_computes_what_onnxruntimes_fused_node_does(op, activations, a
     from cudnn_port.exports.onnx_scan import sequence_nodes_expanded
 
     rng = np.random.default_rng(5)
-    I, H, B, T, D, G = 3, 4, 3, 6, 2, {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    I, H, B, T, G = 3, 4, 3, 6, {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    D = 2 if direction == "bidirectional" else 1
     weights = [numpy_helper.from_array(rng.normal(size=shape).astype(np.float32) * 0.7, name)
-               for name, shape in (("W", (D, G * H, I)), ("R", (D, G * H, H)), ("B", (D, 2 * G * H)))]
-    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
-    outs = ["Y", "Y_h", "Y_c"][:2 + (op == "LSTM")]
+               for name, shape in (("W", (D, G * H, I)), ("R", (D, G * H, H)), ("B", (D, 2 * G * H)))
+               if name != "B" or "B" in optional]
+    states = (["h0", "c0"] if op == "LSTM" else ["h0"]) if "states" in optional else []
+    outs = ["Y", "Y_h", "Y_c"][:2 + (op == "LSTM")] if optional else ["Y"]
     attrs = dict(attrs, activations=activations * D, **{k: attrs[k] * D for k in ("activation_alpha",
                                                                                   "activation_beta") if k in attrs})
-    node = helper.make_node(op, ["X", "W", "R", "B", "lens"] + states, outs, hidden_size=H,
-                            direction="bidirectional", **attrs)
+    inputs = ["X", "W", "R", "B" if "B" in optional else "", "lens" if "lens" in optional else ""] + states
+    while not inputs[-1]:
+        inputs.pop()
+    node = helper.make_node(op, inputs, outs, hidden_size=H, direction=direction, **attrs)
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, None, I]),
-                      helper.make_tensor_value_info("lens", TensorProto.INT32, [None])] +
+        [node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, None, I])] +
+        [helper.make_tensor_value_info("lens", TensorProto.INT32, [None])] * ("lens" in optional) +
         [helper.make_tensor_value_info(s, TensorProto.FLOAT, [D, None, H]) for s in states],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * (4 if o == "Y" else 3)) for o in outs],
         weights)
     fused = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    feeds = {"X": rng.normal(size=(T, B, I)).astype(np.float32) * 2, "lens": np.array([6, 2, 4], np.int32)}
+    feeds = {"X": rng.normal(size=(T, B, I)).astype(np.float32) * 2}
+    feeds.update({"lens": np.array([6, 2, 4], np.int32)} if "lens" in optional else {})
     feeds.update({s: rng.normal(size=(D, B, H)).astype(np.float32) for s in states})
     want = ort.InferenceSession(fused.SerializeToString()).run(None, feeds)
     scan = onnx.ModelProto()
@@ -200,7 +213,41 @@ def test_scan_form_computes_what_onnxruntimes_fused_node_does(op, activations, a
                          ([result[o] for o in compiled.outputs], "openvino")):
         for g, w, name in zip(got, want, outs):
             assert np.all(np.abs(g - w) <= ATOL + RTOL * np.abs(w)), (runtime, name, float(np.abs(g - w).max()))
+    assert np.abs(want[0]).max() > 0.05
+
+
+def test_tflite_loop_of_a_projected_lstm_with_hard_sigmoid_gates_is_the_reference():
+    """A 2-layer bidirectional LSTM with a projection, hard_sigmoid gates and an elu cell (no fused TFLite op
+    computes it): its model_stateful.tflite, a WHILE loop of builtin ops, run in LiteRT on a ragged batch from non-zero
+    states, against the NumPy reference: outputs and final states within 1e-5 + 1e-4 relative."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port.exports.tflite import build_model
+    from cudnn_port.layout import unpack
+
+    spec = RNNSpec("lstm", 2, 6, 3, bidirectional=True, num_proj=4, activation="elu",
+                   recurrent_activation="hard_sigmoid")
+    rng = np.random.default_rng(31)
+    canon = unpack(spec, rng.normal(size=spec.param_count) * 0.5)
+    x, lengths = rng.normal(size=(3, 7, 3)).astype(np.float32), np.array([7, 2, 5], np.int32)
+    h0 = rng.normal(size=(4, 3, 4)).astype(np.float32)
+    c0 = rng.normal(size=(4, 3, 6)).astype(np.float32)
+    run = Interpreter(model_content=build_model(canon, stateful=True)).get_signature_runner("serving_default")
+    got = run(inputs=x, sequence_lengths=lengths, initial_h=h0, initial_c=c0)
+    want = reference.forward(canon, x, lengths, h0, c0)
+    for name, w in zip(("outputs", "final_h", "final_c"), want):
+        assert np.all(np.abs(got[name] - w) <= ATOL + RTOL * np.abs(w)), (name, float(np.abs(got[name] - w).max()))
     assert np.abs(want[1]).max() > 0.05
+
+
+def test_the_summary_names_the_onnx_functions_the_writer_writes():
+    """cli_text keeps its own table of ONNX function names (the CLI stays light): it names what fused_node writes."""
+    from cudnn_port.cli_text import ONNX_NAMES, SEQUENCE_FUNCTIONS
+    from cudnn_port.exports import onnx_scan
+    from cudnn_port.exports.onnx_portable import ONNX_FUNCTIONS
+
+    assert ONNX_NAMES == {k: v[0] for k, v in ONNX_FUNCTIONS.items()}
+    assert SEQUENCE_FUNCTIONS == onnx_scan.SEQUENCE_FUNCTIONS
 
 
 def test_int8_judge_computes_the_cells_own_activation(tmp_path):

@@ -1,4 +1,5 @@
-"""ONNX model of one stack: fused ``LSTM`` / ``GRU`` nodes (no Loop or Scan), ``sequence_lens`` wired.
+"""ONNX model of one stack: fused ``LSTM`` / ``GRU`` / ``RNN`` nodes, ``sequence_lens`` wired (a cell of functions
+OpenVINO's fused nodes do not run: Scan loops of the same math, :mod:`cudnn_port.exports.onnx_scan`).
 
 The written models use the portable form of :mod:`cudnn_port.exports.onnx_portable` (right whether a runtime
 honours ``sequence_lens``, as onnxruntime does, or not, as OpenVINO on dynamic shapes does not). The plain form

@@ -21,8 +21,9 @@ with the step, gates in ONNX order (f, g, h: the node's activations, each with i
     RNN   h' = f(xw_t + h R^T)
 
 and, where the node has ``sequence_lens``, ``valid = t < length``: past a length h (and c) keep their values and
-the output is 0, as the operator spec (and onnxruntime) say. The Scan body reads R and the biases from the graph
-around it by name, which ONNX allows and both runtimes accept.
+the output is 0, as the operator spec (and onnxruntime) say. R^T (and GRU's Rb_h) enter the Scan as states carried
+through unchanged, not read from the graph around it by name: OpenVINO's Scan takes no such outer input (measured).
+Activation names are read case-blind, as onnxruntime reads them.
 """
 from typing import TYPE_CHECKING, List, Tuple
 
@@ -35,6 +36,8 @@ SEQUENCE_FUNCTIONS = ("Sigmoid", "Tanh", "Relu")  # the activations OpenVINO 202
 _ALPHA = {"Affine": 1.0, "LeakyRelu": 0.01, "ThresholdedRelu": 1.0, "ScaledTanh": 1.0, "HardSigmoid": 0.2, "Elu": 1.0}
 _BETA = {"Affine": 0.0, "ScaledTanh": 1.0, "HardSigmoid": 0.5}
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_CANONICAL = {name.lower(): name for name in ("Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu",
+                                               "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus")}
 _DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 
 
@@ -46,7 +49,8 @@ def functions(node: "onnx.NodeProto") -> List[Tuple[str, float, float]]:
 
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
-    names = [n.decode() if isinstance(n, bytes) else n for n in attrs.get("activations", [])]
+    names = [_CANONICAL.get((n.decode() if isinstance(n, bytes) else n).lower(), n) for n in
+             attrs.get("activations", [])]
     names = names or _DEFAULTS[node.op_type] * dirs
     alphas, betas = list(attrs.get("activation_alpha", [])), list(attrs.get("activation_beta", []))
     out = []

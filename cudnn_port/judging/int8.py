@@ -78,6 +78,8 @@ def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray
         return 1.0 / (1.0 + np.exp(-v))
 
     spec, rounded = canon.spec, rounded_canon(canon, per_channel, reduce_range)
+    if not quantized(spec):  # its gates or its cell are no fused LSTM's: not what this model computes
+        raise ValueError(f"int8 quantizes no {spec.cell_name}")
     # the cell's function; int8 has fused LSTM nodes only, whose gates are sigmoid (other cells are Scan loops)
     act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "sigmoid": sigmoid}[spec.activation]
     x = np.asarray(x, np.float64)
@@ -190,6 +192,8 @@ def int8_row(label: str, path: str, spec: "RNNSpec", canon: "CanonicalRNN", feed
     import onnx
 
     try:
+        if not quantized(spec):  # no int8 form exists (:func:`quantized`): a file here is not one this judge sizes
+            raise ValueError(f"int8 quantizes no {spec.cell_name}; this file is not one cudnn-port writes")
         model = onnx.load(str(path))
         got = open_artifact("onnx", path, spec)(feeds).ordered(OUTPUT_NAMES)
     except Exception as e:  # an int8 model that fails to load or run is a failed check
