@@ -16,7 +16,8 @@ Functional / Sequential models are rebuilt around them). The rewritten model the
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (other activations, ``ConvLSTM*``, ``RNN`` with any cell), a stateful
+layer (other activations, ``ConvLSTM*``, ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and
+``SimpleRNNCell``, ``StackedRNNCells`` included; ``RNN(LSTMCell(64))`` is ``LSTM(64)`` and converts as it), a stateful
 ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which cannot be
 rebuilt. There is no general path: Keras' own loop, left in the model, traces to
 TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same
@@ -43,12 +44,27 @@ FUSED, REFUSED = "fused", "refused"
 RECURRENT = ("LSTM", "GRU", "SimpleRNN", "RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "Bidirectional")
 
 
+CELLS = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}  # RNN(cell): the layer it equals
+
+
+def _kind(rnn) -> Optional[str]:
+    """``LSTM``, ``GRU`` or ``SimpleRNN`` for such a stock layer or a stock ``RNN`` around one such Keras cell
+    (``RNN(LSTMCell(64))`` is ``LSTM(64)``); None for any other layer."""
+    name = type(rnn).__name__
+    if name == "RNN":
+        cell = getattr(rnn, "cell", None)
+        return CELLS.get(type(cell).__name__) if type(cell).__module__.startswith("keras.") else None
+    return name if name in ("LSTM", "GRU", "SimpleRNN") else None
+
+
 def _why_not(layer) -> Optional[str]:
-    """Why a stock LSTM / GRU / SimpleRNN does not compute cuDNN's math (None: it does)."""
-    name = type(layer).__name__
-    if name not in ("LSTM", "GRU", "SimpleRNN"):
-        return f"{name} is not a cuDNN layer"
-    config = layer.get_config()
+    """Why a stock LSTM / GRU / SimpleRNN (or RNN of such a cell) has no fused form (None: it has)."""
+    name = _kind(layer)
+    if name is None:
+        if type(layer).__name__ == "RNN":
+            return f"RNN of a {type(layer.cell).__name__} cell (only Keras' LSTMCell, GRUCell and SimpleRNNCell)"
+        return f"{type(layer).__name__} is not a cuDNN layer"
+    config = layer.cell.get_config()  # the cell's: LSTM(...) keeps its units and functions on its cell too
     if config.get("activation") not in ACTIVATIONS:
         return f"activation={config.get('activation')!r} (the fused forms compute {', '.join(ACTIVATIONS)})"
     if name != "SimpleRNN" and config.get("recurrent_activation") not in GATE_ACTIVATIONS:
@@ -78,9 +94,10 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     if why is None and kind == "Bidirectional":
         forward, backward = inner
         cell = ("activation", "recurrent_activation", "reset_after")  # one fused stack: one cell for both directions
-        if forward.go_backwards or not backward.go_backwards or type(forward) is not type(backward) or \
-                forward.units != backward.units or forward.return_sequences != backward.return_sequences or \
-                any(forward.get_config().get(k) != backward.get_config().get(k) for k in cell):
+        if forward.go_backwards or not backward.go_backwards or _kind(forward) != _kind(backward) or \
+                forward.cell.units != backward.cell.units or \
+                forward.return_sequences != backward.return_sequences or \
+                any(forward.cell.get_config().get(k) != backward.cell.get_config().get(k) for k in cell):
             why = "its forward and backward layers are not one layer and its reverse"
     return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
 
@@ -182,10 +199,10 @@ def cell_weights(cell: Any) -> List[Any]:
 
 
 def _mode(rnn) -> str:
-    """The fused mode of a stock LSTM / GRU / SimpleRNN that :func:`_why_not` passed."""
-    name = type(rnn).__name__
+    """The fused mode of a stock LSTM / GRU / SimpleRNN (or RNN of its cell) that :func:`_why_not` passed."""
+    name = _kind(rnn)
     if name == "SimpleRNN":
-        return "rnn_relu" if rnn.get_config().get("activation") == "relu" else "rnn_tanh"
+        return "rnn_relu" if rnn.cell.get_config().get("activation") == "relu" else "rnn_tanh"
     return "lstm" if name == "LSTM" else "gru"
 
 
@@ -199,10 +216,12 @@ def _adapter(layer):
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
     first = rnns[0]
     mode = _mode(first)
-    reset_after = mode != "gru" or bool(first.get_config().get("reset_after", True))
-    activation = first.get_config().get("activation")  # a SimpleRNN's other than tanh / relu: rnn_tanh's buffer
-    gates = first.get_config().get("recurrent_activation", "sigmoid")
-    adapter = StockAdapter(mode, int(first.units), bidirectional=bidirectional,
+    config = first.cell.get_config()  # the cell's (an RNN's cell, or the one LSTM / GRU / SimpleRNN keep)
+    reset_after = mode != "gru" or bool(config.get("reset_after", True))
+    activation = config.get("activation")  # a SimpleRNN's other than tanh / relu: rnn_tanh's buffer
+    gates = config.get("recurrent_activation", "sigmoid")
+    units = int(first.cell.units)
+    adapter = StockAdapter(mode, units, bidirectional=bidirectional,
                            go_backwards=bool(first.go_backwards) and not bidirectional,
                            merge_mode=layer.merge_mode if bidirectional else None,
                            return_sequences=bool(first.return_sequences),
@@ -211,7 +230,7 @@ def _adapter(layer):
                            name=layer.name)
     input_size = int(first.cell.kernel.shape[0])
     adapter.build((None, None, input_size))
-    spec = RNNSpec(mode, 1, int(first.units), input_size, bidirectional, reset_after=reset_after, activation=activation,
+    spec = RNNSpec(mode, 1, units, input_size, bidirectional, reset_after=reset_after, activation=activation,
                    recurrent_activation=gates)
     tensors = {f"layer_0/{'backward' if d else 'forward'}/{name}": value
                for d, rnn in enumerate(rnns) for name, value in zip(("kernel", "recurrent_kernel", "bias"),

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     import keras
 
 
-STREAMED = ("LSTM", "GRU", "SimpleRNN", "Bidirectional")  # stock layers whose states are h (and c) [batch, units]
+# stock layers whose states are h (and c) [batch, units] (an RNN of another cell is refused by cudnn_port.stock_keras)
+STREAMED = ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional")
 
 
 def _stateful(layer) -> bool:
@@ -74,13 +75,13 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if any(r["layer"] == layer.name for r in records):
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and called more than "
                                    "once, so its states are not one stream")
-        kinds = ("h", "c") if type(layer).__name__ == "LSTM" else ("h",)
+        kinds = ("h", "c") if type(layer.cell).__name__ == "LSTMCell" else ("h",)  # LSTM, RNN(LSTMCell)
         names = [f"{layer.name}_{k}" for k in kinds]
         if set(names) & {_input_name(t) for t in model.inputs}:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True, and the model "
                                    f"already has an input named {names[0]}, the name its state input takes; rename "
                                    "that input")
-        states = [keras.Input(batch_shape=(None, layer.units), name=name) for name in names]
+        states = [keras.Input(batch_shape=(None, layer.cell.units), name=name) for name in names]
         if kwargs.get("mask") is None and args and getattr(args[0], "_keras_mask", None) is not None:
             kwargs["mask"] = args[0]._keras_mask  # Keras passes the input's mask only to a call of one tensor
         result = twins[id(layer)](*args, initial_state=states, **kwargs)

@@ -13,7 +13,8 @@ node a Scan loop; TFLite holds the relu LSTM as a fused op and every other such 
   onnxruntime and OpenVINO.
 - The tutorial model (``LSTM(activation="relu")`` twice, trained by ``fit``): every artifact, its ONNX ``activations``
   and TFLite fused LSTMs judged here against Keras.
-- A ``.h5`` model of hard_sigmoid gates, sigmoid / softsign / linear cells (trained by ``fit``): every artifact
+- A ``.h5`` model of hard_sigmoid gates, sigmoid / softsign / linear cells, ``RNN(LSTMCell(...))`` among them
+  (trained by ``fit``): every artifact
   and no warning; ONNX in onnxruntime and OpenVINO, TFLite in LiteRT judged here against Keras; verify passes.
 - A Sequential model as users save one (``Embedding(mask_zero)``, ``Dropout``, a ``Bidirectional``, trained by
   ``fit``), as ``.keras`` and ``.h5``: every artifact; ONNX ``GRU`` nodes with ``linear_before_reset=0``, a TFLite of
@@ -379,10 +380,11 @@ def test_stock_reset_before_gru_model_converts_judged_by_keras(reset_before_file
 
 @pytest.mark.slow
 def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
-    """hard_sigmoid gates and sigmoid / softsign / linear cells in every kind of cell, trained by fit, saved by
-    Keras 3 as .h5: every artifact and no warning. ONNX holds them as Scan loops (OpenVINO's fused nodes run only
-    Sigmoid, Tanh, Relu), TFLite as WHILE loops of builtin ops (the linear SimpleRNN as its fused op); ONNX in
-    onnxruntime and OpenVINO and TFLite in LiteRT match Keras on a padded batch; verify passes."""
+    """hard_sigmoid gates and sigmoid / softsign / linear cells in every kind of cell (two of them as Keras' RNN of
+    a stock cell), trained by fit, saved by Keras 3 as .h5: every artifact and no warning. ONNX holds them as Scan
+    loops (OpenVINO's fused nodes run only Sigmoid, Tanh, Relu), TFLite as WHILE loops of builtin ops (the linear
+    SimpleRNN as its fused op); ONNX in onnxruntime and OpenVINO and TFLite in LiteRT match Keras on a padded batch;
+    verify passes."""
     import keras
     import onnx
     import openvino as ov
@@ -391,9 +393,10 @@ def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
     keras.utils.set_random_seed(23)
     model = keras.Sequential([
         L.Embedding(30, 6, mask_zero=True),
-        L.Bidirectional(L.LSTM(7, activation="sigmoid", recurrent_activation="hard_sigmoid", return_sequences=True)),
+        L.Bidirectional(L.RNN(L.LSTMCell(7, activation="sigmoid", recurrent_activation="hard_sigmoid"),
+                              return_sequences=True)),  # RNN(LSTMCell(...)) is LSTM(...)
         L.GRU(6, activation="softsign", recurrent_activation="hard_sigmoid", reset_after=False, return_sequences=True),
-        L.SimpleRNN(5, activation="linear"),
+        L.RNN(L.SimpleRNNCell(5, activation="linear")),
         L.Dense(2)])
     probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
     out, manifest, stdout = convert_whole(tmp_path, "model.h5", want)

@@ -15,10 +15,11 @@ TOL = dict(atol=1e-5, rtol=1e-4)
 
 @pytest.fixture(scope="module")
 def streamed(tmp_path_factory):
-    """A Sequential of a stateful LSTM (input 3 != units 5) and a stateful GRU, saved as .keras and converted."""
+    """A Sequential of a stateful LSTM (input 3 != units 5), written as Keras' RNN of an LSTMCell, and a stateful
+    GRU, saved as .keras and converted."""
     tmp = tmp_path_factory.mktemp("stateful")
-    model = keras.Sequential([keras.Input((None, 3), batch_size=2), L.LSTM(5, stateful=True, return_sequences=True,
-                                                                          name="enc"),
+    model = keras.Sequential([keras.Input((None, 3), batch_size=2),
+                              L.RNN(L.LSTMCell(5), stateful=True, return_sequences=True, name="enc"),
                               L.GRU(4, stateful=True, return_sequences=True, name="dec"), L.Dense(2)])
     rng = np.random.default_rng(3)
     model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
