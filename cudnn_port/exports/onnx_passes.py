@@ -1,6 +1,6 @@
 """Clean-up passes over an ONNX graph that tf2onnx wrote, each in place and each keeping what an If / Loop / Scan
 body reads by name: a Squeeze that undoes the Unsqueeze before it, and LSTM / GRU / RNN outputs that nothing reads."""
-from typing import TYPE_CHECKING, Set
+from typing import TYPE_CHECKING, List, Set
 
 if TYPE_CHECKING:
     import onnx
@@ -43,18 +43,21 @@ def squeeze_pairs_cancelled(graph: "onnx.GraphProto") -> None:
 def read_in_subgraphs(graph: "onnx.GraphProto") -> Set[str]:
     """Every tensor name a node inside an If / Loop / Scan body of ``graph`` reads (at any depth): such a body may
     read a tensor of the graph around it by name."""
+    names = set()
+    for node in graph.node:
+        for body in bodies(node):
+            names |= {name for inner in body.node for name in inner.input} | {o.name for o in body.output}
+            names |= read_in_subgraphs(body)
+    return names
+
+
+def bodies(node: "onnx.NodeProto") -> List["onnx.GraphProto"]:
+    """The graphs ``node`` holds as attributes: an If's branches, a Loop's or Scan's body."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import AttributeProto
 
-    names = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            bodies = [attr.g] if attr.type == AttributeProto.GRAPH else \
-                list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
-            for body in bodies:
-                names |= {name for inner in body.node for name in inner.input} | {o.name for o in body.output}
-                names |= read_in_subgraphs(body)
-    return names
+    return [g for attr in node.attribute for g in ([attr.g] if attr.type == AttributeProto.GRAPH else
+                                                   list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])]
 
 
 def unread_outputs_dropped(graph: "onnx.GraphProto") -> None:

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, List, Tuple
 
 import numpy as np
 
+from .onnx_passes import bodies
+
 if TYPE_CHECKING:
     import onnx
 
@@ -69,16 +71,10 @@ def needs_scan(node: "onnx.NodeProto") -> bool:
 def sequence_nodes_expanded(graph: "onnx.GraphProto") -> int:
     """Replace, in place, every node of ``graph`` (and of the If / Loop / Scan bodies in it) that :func:`needs_scan`
     by its Scan form (module docstring); the node's output names are kept. Returns how many were replaced."""
-    # lazy: onnx, loaded on first use (import cudnn_port stays light)
-    from onnx import AttributeProto
-
     out, count = [], 0
     for node in graph.node:
-        for attr in node.attribute:
-            bodies = [attr.g] if attr.type == AttributeProto.GRAPH else \
-                list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
-            for body in bodies:
-                count += sequence_nodes_expanded(body)
+        for body in bodies(node):
+            count += sequence_nodes_expanded(body)
         if needs_scan(node):
             out += _expanded(node, f"{node.name or node.output[0] or node.op_type}/scan_{count}")
             count += 1
@@ -119,15 +115,16 @@ def _expanded(node, p):
                                                                                                      f"{p}/{name}")))
         return f"{p}/{name}"
 
+    def i64(name, value):  # an int64 constant (shapes, indices, axes)
+        return const(name, np.array(value, np.int64))
+
     # shapes from X: T, B; zero states where the node has none
     shape = n("Shape", [X], "shape")
-    batch_1 = n("Slice", [shape, const("one", np.array([1], np.int64)), const("two", np.array([2], np.int64))],
-                "batch")
-    zeros_shape = n("Concat", [batch_1, const("H", np.array([H], np.int64))], "zeros_shape", axis=0)
+    batch_1 = n("Slice", [shape, i64("one", [1]), i64("two", [2])], "batch")
+    zeros_shape = n("Concat", [batch_1, i64("H", [H])], "zeros_shape", axis=0)
     zeros = n("ConstantOfShape", [zeros_shape], "zeros", value=numpy_helper.from_array(np.zeros(1, np.float32)))
     valid = None
     if lens:  # valid [T, B, 1]: t < length
-        i64 = lambda name, v: const(name, np.array(v, np.int64))
         T = n("Squeeze", [n("Slice", [shape, i64("zero", [0]), i64("one_b", [1])], "time_1")], "time")
         steps = n("Unsqueeze", [n("Range", [i64("t0", 0), T, i64("dt", 1)], "steps"), i64("axis_1", [1])], "steps_1")
         lens64 = n("Cast", [lens], "lens64", to=TensorProto.INT64)
@@ -137,15 +134,13 @@ def _expanded(node, p):
     def reverse(v, name):
         if lens:
             return n("ReverseSequence", [v, lens64], name, batch_axis=1, time_axis=0)
-        return n("Slice", [v, const(f"{name}_start", np.array([-1], np.int64)),
-                           const(f"{name}_end", np.array([np.iinfo(np.int64).min], np.int64)),
-                           const(f"{name}_axes", np.array([0], np.int64)),
-                           const(f"{name}_steps", np.array([-1], np.int64))], name)
+        return n("Slice", [v, i64(f"{name}_start", [-1]), i64(f"{name}_end", [np.iinfo(np.int64).min]),
+                           i64(f"{name}_axes", [0]), i64(f"{name}_steps", [-1])], name)
 
     ys, hs, cs = [], [], []
     for d, way in enumerate(dirs):
         q = f"d{d}"
-        at = const(f"{q}_index", np.int64(d))
+        at = i64(f"{q}_index", d)
         Wt = n("Transpose", [n("Gather", [W, at], f"{q}_W", axis=0)], f"{q}_Wt", perm=[1, 0])  # [I, G*H]
         Rt = n("Transpose", [n("Gather", [R, at], f"{q}_R", axis=0)], f"{q}_Rt", perm=[1, 0])  # [H, G*H]
         xs = X if way == "forward" else reverse(X, f"{q}_x_reversed")
@@ -153,15 +148,11 @@ def _expanded(node, p):
         rb_h = None
         if B:
             Bd = n("Gather", [B, at], f"{q}_B", axis=0)  # [2*G*H]: Wb then Rb
-            Wb = n("Slice", [Bd, const(f"{q}_b0", np.array([0], np.int64)), const(f"{q}_b1", np.array([G * H],
-                                                                                                      np.int64))],
-                   f"{q}_Wb")
-            Rb = n("Slice", [Bd, const(f"{q}_b2", np.array([G * H], np.int64)),
-                             const(f"{q}_b3", np.array([2 * G * H], np.int64))], f"{q}_Rb")
+            Wb = n("Slice", [Bd, i64(f"{q}_b0", [0]), i64(f"{q}_b1", [G * H])], f"{q}_Wb")
+            Rb = n("Slice", [Bd, i64(f"{q}_b2", [G * H]), i64(f"{q}_b3", [2 * G * H])], f"{q}_Rb")
             if op == "GRU" and lbr:  # Rb_h stays inside r * (...)
                 keep = np.concatenate([np.ones(2 * H, np.float32), np.zeros(H, np.float32)])
-                rb_h = n("Slice", [Rb, const(f"{q}_b4", np.array([2 * H], np.int64)),
-                                   const(f"{q}_b5", np.array([3 * H], np.int64))], f"{q}_Rb_h")
+                rb_h = n("Slice", [Rb, i64(f"{q}_b4", [2 * H]), i64(f"{q}_b5", [3 * H])], f"{q}_Rb_h")
                 Rb = n("Mul", [Rb, const(f"{q}_keep", keep)], f"{q}_Rb_zr")
             xw = n("Add", [xw, n("Add", [Wb, Rb], f"{q}_bias")], f"{q}_xw")
         state_h = zeros if not h0 else n("Gather", [h0, at], f"{q}_h0", axis=0)
@@ -175,10 +166,10 @@ def _expanded(node, p):
         nodes.append(helper.make_node("Scan", states + carried + [xw] + ([valid] if valid else []), outs, body=body,
                                       num_scan_inputs=1 + (valid is not None), name=f"{p}/{q}_scan"))
         y = outs[-1] if way == "forward" else reverse(outs[-1], f"{q}_ys_back")
-        ys.append(n("Unsqueeze", [y, const(f"{q}_axis_1", np.array([1], np.int64))], f"{q}_y"))
-        hs.append(n("Unsqueeze", [outs[0], const(f"{q}_axis_0", np.array([0], np.int64))], f"{q}_h_n"))
+        ys.append(n("Unsqueeze", [y, i64(f"{q}_axis_1", [1])], f"{q}_y"))
+        hs.append(n("Unsqueeze", [outs[0], i64(f"{q}_axis_0", [0])], f"{q}_h_n"))
         if op == "LSTM":
-            cs.append(n("Unsqueeze", [outs[1], const(f"{q}_axis_0c", np.array([0], np.int64))], f"{q}_c_n"))
+            cs.append(n("Unsqueeze", [outs[1], i64(f"{q}_axis_0c", [0])], f"{q}_c_n"))
     results = list(node.output) + [""] * (3 - len(node.output))
     for parts, name in zip((ys, hs, cs), results):
         if name and parts:
