@@ -113,6 +113,92 @@ def test_tf20_style_graph_sizes_nodes_from_callers(tmp_path, keras_models, name)
     assert any(r["judge"] == "the original SavedModel" and r["passed"] for r in report["rows"]), report["rows"]
 
 
+def tf20_handles_model(folder, seed=3):
+    """A SavedModel shaped as tf.keras 2.0 wrote an LSTM layer: ``serving_default`` calls a standard LSTM function
+    that takes the layer's variables as handles (``DT_RESOURCE`` arguments, read inside), and its GPU twin (same
+    ``api_implements``, ``api_preferred_device`` GPU, as Grappler's implementation selector wants it) reads them and
+    builds params for a ``CudnnRNN`` node as TF 2.0's ``cudnn_lstm`` did (kernels split and transposed per gate,
+    b_W = zeros_like(bias)). Returns (inputs, the model's own outputs for them)."""
+    import uuid
+
+    I, H = 5, 4
+    rng = np.random.default_rng(seed)
+    handle = tf.TensorSpec([], tf.resource)
+    signature = [tf.TensorSpec([None, None, I]), tf.TensorSpec([None, H]), tf.TensorSpec([None, H])] + [handle] * 3
+    attributes = lambda device: {"api_implements": f"lstm_{uuid.uuid4().hex}" if device is None else api,
+                                 "api_preferred_device": device}
+    api = attributes(None)["api_implements"]
+
+    def reads(*handles):
+        values = [tf.raw_ops.ReadVariableOp(resource=v, dtype=tf.float32) for v in handles]
+        for value, shape in zip(values, [(I, 4 * H), (H, 4 * H), (4 * H,)]):
+            value.set_shape(shape)
+        return values
+
+    @tf.function(input_signature=signature, experimental_attributes=attributes("CPU"))
+    def standard_lstm(inputs, init_h, init_c, kernel, recurrent_kernel, bias):
+        k, rk, b = reads(kernel, recurrent_kernel, bias)
+
+        def step(carry, x):
+            h, c = carry
+            i, f, g, o = tf.split(tf.matmul(x, k) + tf.matmul(h, rk) + b, 4, axis=1)
+            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+            return tf.sigmoid(o) * tf.tanh(c), c
+
+        hs, _ = tf.scan(step, tf.transpose(inputs, [1, 0, 2]), (init_h, init_c))
+        return tf.transpose(hs, [1, 0, 2])
+
+    @tf.function(input_signature=signature, experimental_attributes=attributes("GPU"))
+    def cudnn_lstm(inputs, init_h, init_c, kernel, recurrent_kernel, bias):
+        k, rk, b = reads(kernel, recurrent_kernel, bias)
+        weights = tf.split(k, 4, axis=1) + tf.split(rk, 4, axis=1)
+        biases = tf.split(tf.concat([tf.zeros_like(b), b], 0), 8)
+        params = tf.concat([tf.reshape(tf.transpose(w), [-1]) for w in weights] + biases, 0)
+        out = tf.raw_ops.CudnnRNN(input=tf.transpose(inputs, [1, 0, 2]), input_h=init_h[None],
+                                  input_c=init_c[None], params=params, rnn_mode="lstm")[0]
+        return tf.transpose(out, [1, 0, 2])
+
+    class Model(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.kernel, self.recurrent_kernel, self.bias, self.dense = (
+                tf.Variable(rng.normal(size=shape).astype("float32") * 0.5)
+                for shape in [(I, 4 * H), (H, 4 * H), (4 * H,), (H, 2)])
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, I], name="signal")])
+        def serve(self, x):
+            zeros = tf.zeros([tf.shape(x)[0], H])
+            cudnn_lstm.get_concrete_function().add_to_graph()  # registered beside the call, as tf.keras did
+            sequence = standard_lstm(x, zeros, zeros, self.kernel.handle, self.recurrent_kernel.handle,
+                                     self.bias.handle)
+            return {"dense": tf.matmul(sequence, self.dense)}
+
+    model = Model()
+    tf.saved_model.save(model, str(folder), signatures={"serving_default": model.serve})
+    x = rng.normal(size=(3, 6, I)).astype("float32")
+    return x, model.serve(tf.constant(x))["dense"].numpy()
+
+
+@pytest.mark.slow
+def test_tf20_lstm_given_variable_handles_gets_its_onnx(tmp_path):
+    """tf.keras 2.0 passed an LSTM layer's variables to its functions as handles; the GPU twin's params are built
+    from the values read. Its gate order is found through those reads, so model.onnx is written (it was skipped with
+    "cannot tell the gate order of its params ... (KeyError)") and matches the model's own CPU outputs, with the
+    graph's recorded shapes dropped as TF 2.0 recorded none."""
+    from cudnn_port.exports.runners import onnx_session
+
+    x, want = tf20_handles_model(tmp_path / "saved")
+    source = tf20_style(tmp_path / "saved", tmp_path / "tf20")
+    manifest = convert(str(source), tmp_path / "out")
+    assert "onnx" in manifest["model_artifacts"], manifest.get("warnings")
+    session = onnx_session(str(tmp_path / "out" / "model.onnx"))
+    close(session.run(None, {"signal": x})[0], want, "model.onnx against the model's own CPU outputs")
+    report = verify(str(tmp_path / "out"))
+    assert report["passed"], report["rows"]
+    assert any(r["judge"] == "the original SavedModel" and r["artifact"].startswith("onnx") and r["passed"]
+               for r in report["rows"]), report["rows"]
+
+
 @pytest.mark.parametrize("name", ["text_bilstm", "text_gru"])
 @pytest.mark.slow
 def test_raw_text_model_converts_and_verifies(tmp_path, text_models, name):

@@ -206,6 +206,49 @@ def test_params_built_in_an_unknown_layout_are_refused_in_one_line():
     assert "no gate order" in str(raised.value) and "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize("mode,swapped", [("lstm", False), ("gru", True), ("gru", False)])
+def test_tf20_functions_given_variable_handles_get_their_gate_order(mode, swapped):
+    """tf.keras 2.0's ``cudnn_lstm`` / ``cudnn_gru`` take the layer's variables as handles (``DT_RESOURCE``
+    arguments read by ``ReadVariableOp``) and build params from the values read: the gate order is found through the
+    reads, as for float arguments. TF 2.0 swaps a GRU's z and r into cuDNN's r, z, h itself (nothing to gather); a
+    construction that does not swap them (as tf_keras on a build without CUDA) gets exactly that block swap, here
+    counted out by hand, block by block."""
+    from cudnn_port.graphs.layouts import params_permutation
+    from cudnn_port.layout import RNNSpec
+
+    G, H, I = (4, 3, 5) if mode == "lstm" else (3, 3, 4)
+    spec = RNNSpec(mode, 1, H, I)
+    handle = tf.TensorSpec([], tf.resource)
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 6, I]), tf.TensorSpec([1, 2, H]), handle, handle, handle])
+    def cudnn_rnn(inputs, init_h, kernel, recurrent_kernel, bias):
+        kernel, recurrent_kernel, bias = (tf.raw_ops.ReadVariableOp(resource=v, dtype=tf.float32)
+                                          for v in (kernel, recurrent_kernel, bias))
+        weights = tf.split(kernel, G, axis=1) + tf.split(recurrent_kernel, G, axis=1)
+        biases = tf.split(tf.concat([tf.zeros_like(bias), bias], 0) if mode == "lstm" else tf.reshape(bias, [-1]),
+                          2 * G)
+        if swapped:
+            for blocks in (weights, biases):
+                for at in (0, G):
+                    blocks[at], blocks[at + 1] = blocks[at + 1], blocks[at]
+        params = tf.concat([tf.reshape(tf.transpose(w), [-1]) for w in weights] + biases, 0)
+        return tf.raw_ops.CudnnRNN(input=inputs, input_h=init_h, input_c=init_h, params=params, rnn_mode=mode)[0]
+
+    function_def = cudnn_rnn.get_concrete_function().function_def
+    assert [a.type for a in function_def.signature.input_arg][2:] == [tf.resource.as_datatype_enum] * 3
+    node = next(n.name for n in function_def.node_def if n.op == "CudnnRNN")
+    perm = params_permutation(function_def, node, spec)
+    if mode == "lstm" or swapped:
+        assert perm is None  # already cuDNN's order (LSTM i, f, c, o; GRU r, z, h)
+        return
+    want, start = [], 0
+    for size in (H * I, H * H, H, H):  # W, R, b_W, b_R: 3 gate blocks each, the first two swapped
+        blocks = [np.arange(start + g * size, start + (g + 1) * size) for g in range(G)]
+        want += [blocks[1], blocks[0], blocks[2]]
+        start += G * size
+    np.testing.assert_array_equal(perm, np.concatenate(want))
+
+
 @pytest.mark.slow
 def test_only_params_built_out_of_cudnn_order_are_reordered(fixtures):
     """Which cuDNN nodes get their params gathered into cuDNN's gate layout (manifest ``params_reordered``) follows

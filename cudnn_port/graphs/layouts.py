@@ -84,6 +84,7 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
         return None
     tf = import_tf()
     graph_def, _ = function_def_to_graph_def(function_def)
+    _read_weight_handles(graph_def)
     with tf.Graph().as_default() as whole:
         tf.compat.v1.import_graph_def(graph_def, name="")
         params_name = whole.get_operation_by_name(node_name).inputs[3].name
@@ -128,6 +129,28 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
                                f"order cudnn-port knows{' (several fit)' if found else ''}; {escape}")
     perm = np.array(found.pop(), np.int32)
     return None if (perm == np.arange(perm.size)).all() else perm
+
+
+def _read_weight_handles(graph_def) -> None:
+    """In place: each weight argument (:data:`WEIGHT_ARGS`) that is a variable's handle, read only by
+    ``ReadVariableOp`` (tf.keras 2.0 passed the layer's variables to ``cudnn_lstm`` / ``cudnn_gru`` so), becomes
+    a Placeholder of the value's dtype, and its reads Identity ops: the construction then runs on marker values."""
+    tf = import_tf()
+    resource = tf.resource.as_datatype_enum
+    for arg in (n for n in graph_def.node if n.op == "Placeholder" and n.name in WEIGHT_ARGS):
+        if arg.attr["dtype"].type != resource:
+            continue
+        readers = [n for n in graph_def.node if any(i.split(":")[0] == arg.name for i in n.input)]
+        if not readers or any(n.op != "ReadVariableOp" for n in readers) or \
+                len({n.attr["dtype"].type for n in readers}) != 1:
+            continue
+        arg.attr["dtype"].type = readers[0].attr["dtype"].type
+        for stale in ("shape", "_output_shapes", "_handle_data", "_user_specified_name"):
+            arg.attr.pop(stale, None)
+        for node in readers:
+            node.op = "Identity"
+            node.attr["T"].type = node.attr["dtype"].type
+            del node.attr["dtype"]
 
 
 def _weight_sources(construction, whole, spec) -> Optional[Dict[str, List[str]]]:
