@@ -40,7 +40,11 @@ BECOMES = {"lstm": "fused ONNX LSTM, TFLite UNIDIRECTIONAL_SEQUENCE_LSTM",
 
 
 ONNX_NAMES = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid", "hard_sigmoid": "HardSigmoid",
-              "linear": "Affine", "softsign": "Softsign", "softplus": "Softplus", "elu": "Elu"}
+              "linear": "Affine", "softsign": "Softsign", "softplus": "Softplus", "elu": "Elu",
+              "leaky_relu": "LeakyRelu", "celu": "Elu", "silu": "Silu", "gelu": "Gelu", "selu": "Selu",
+              "relu6": "Relu6", "exponential": "Exp",
+              "mish": "Mish", "hard_silu": "HardSwish", "log_sigmoid": "LogSigmoid", "tanh_shrink": "TanhShrink",
+              "hard_tanh": "HardTanh"}
 SEQUENCE_FUNCTIONS = ("Sigmoid", "Tanh", "Relu")  # what a fused node keeps (exports.onnx_scan): OpenVINO runs these
 
 
@@ -57,6 +61,8 @@ def becomes(spec: Dict[str, Any]) -> str:
     onnx = f"fused ONNX {op} ({'; '.join(notes)})"
     if any(name not in SEQUENCE_FUNCTIONS for name in names):
         onnx = f"ONNX {op} as a Scan loop ({'; '.join(notes)}: OpenVINO's fused nodes run only Sigmoid, Tanh, Relu)"
+    elif op != "RNN" and gates != "sigmoid":
+        onnx = f"ONNX {op} as a Scan loop ({'; '.join(notes)}: it stops at each length itself)"
     if mode == "gru":
         return f"{onnx}, TFLite builtin ops (LiteRT has no GRU op)"
     if op == "RNN":

@@ -46,10 +46,15 @@ RNN_MODES = ("rnn_tanh", "rnn_relu")  # h' = act(W x + b_W + R h + b_R): CUDNN_R
 RNN_OWN = {"tanh": "rnn_tanh", "relu": "rnn_relu"}  # the plain cells cuDNN computes, by their function
 # a cell's candidate functions (Keras' names) the CPU forms compute exactly; the ONNX node names each
 # (exports.onnx_portable), TFLite's builtins hold some (exports.tflite.cannot_hold)
-ACTIVATIONS = ("tanh", "relu", "sigmoid", "hard_sigmoid", "linear", "softsign", "softplus", "elu")
-# the gates' functions: each is exactly 0 and 1 far enough out, which the OpenVINO-safe ONNX form of a fused node needs
-# (tanh or relu gates would stay fused nodes; other functions are Scan loops)
-GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid")
+# (Keras 3's definitions, at the defaults a name in a layer's config means: leaky_relu's slope 0.2, gelu exact (erf),
+# celu's alpha 1; keras/src/activations/activations.py)
+ACTIVATIONS = ("tanh", "relu", "sigmoid", "hard_sigmoid", "linear", "softsign", "softplus", "elu", "silu", "gelu",
+               "selu", "relu6", "leaky_relu", "exponential", "mish", "hard_silu", "log_sigmoid", "tanh_shrink",
+               "hard_tanh", "celu")
+# the gates' functions: any of them. Gates other than sigmoid make every ONNX node of the cell a Scan loop
+# (exports.onnx_scan), which stops at each sequence's length itself: the OpenVINO-safe form of a fused node needs
+# gates that are exactly 0 and 1 far enough out (exports.onnx_portable), and only sigmoid is among those it runs
+GATE_ACTIVATIONS = ACTIVATIONS
 FLOAT_DTYPES = ("float16", "float32", "float64")
 KINDS = ("W", "R", "P", "b_W", "b_R")  # LayerParams fields, in buffer order within a pseudo-layer
 MAX_ELEMENTS = 1 << 40  # far beyond any real buffer; keeps sizes exact in int64 arithmetic

@@ -9,8 +9,8 @@ function::
     GRU   r = σ(W_r x + b_W_r + R_r h + b_R_r)   z likewise
           h~ = tanh(W_h x + b_W_h + r * (R_h h + b_R_h))      h' = (1 - z) * h~ + z * h
           (reset before, ``reset_after=False``, not a cuDNN cell: h~ = tanh(W_h x + b_W_h + R_h (r * h) + b_R_h))
-    (``RNNSpec.activation`` another function in place of tanh, ``RNNSpec.recurrent_activation`` hard_sigmoid in place
-    of σ: not cuDNN cells either; Keras' definitions, :data:`FUNCTIONS`)
+    (``RNNSpec.activation`` another function in place of tanh, ``RNNSpec.recurrent_activation`` another in place of
+    σ, hard_sigmoid the commonest: not cuDNN cells either; Keras' definitions, :data:`FUNCTIONS`)
     RNN   h' = act(W x + b_W + R h + b_R)             act = tanh (rnn_tanh) or max(0, .) (rnn_relu)
 
 Batches are right-padded: outputs at t >= length are zero; the forward final state is the state at
@@ -18,6 +18,7 @@ length - 1; the backward direction runs from length - 1 down to 0 and its final 
 A bidirectional layer's output is concat(forward, backward) on the feature axis.
 """
 import functools
+import math
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import numpy as np
@@ -40,6 +41,22 @@ FUNCTIONS = {"tanh": np.tanh, "relu": _relu, "sigmoid": _sigmoid,
              "linear": lambda v: v, "softsign": lambda v: v / (1.0 + np.abs(v)),
              "softplus": lambda v: np.logaddexp(0.0, v),
              "elu": lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0)))}
+_SELU_ALPHA, _SELU_SCALE = 1.67326324, 1.05070098  # Keras' selu: scale * elu(x, alpha)
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+FUNCTIONS.update({
+    "silu": lambda v: v * _sigmoid(v),
+    "gelu": lambda v: 0.5 * v * (1.0 + _erf(v / math.sqrt(2.0))),  # approximate=False, Keras' default
+    "selu": lambda v: _SELU_SCALE * np.where(v > 0, v, _SELU_ALPHA * np.expm1(np.minimum(v, 0))),
+    "relu6": lambda v: np.clip(v, 0.0, 6.0),
+    "leaky_relu": lambda v: np.where(v >= 0, v, 0.2 * v),  # negative_slope 0.2, Keras' default
+    "exponential": np.exp,
+    "mish": lambda v: v * np.tanh(np.logaddexp(0.0, v)),
+    "hard_silu": lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+    "log_sigmoid": lambda v: -np.logaddexp(0.0, -v),
+    "tanh_shrink": lambda v: v - np.tanh(v),
+    "hard_tanh": lambda v: np.clip(v, -1.0, 1.0),
+    "celu": lambda v: np.maximum(v, 0.0) + np.minimum(0.0, np.expm1(v)),  # alpha 1, Keras' default
+})
 
 
 def lstm_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: np.ndarray,

@@ -16,7 +16,7 @@ Functional / Sequential models are rebuilt around them). The rewritten model the
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (other activations, ``ConvLSTM*``, ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and
+layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``softmax``, ``ConvLSTM*``, ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and
 ``SimpleRNNCell``, ``StackedRNNCells`` included; ``RNN(LSTMCell(64))`` is ``LSTM(64)`` and converts as it), a stateful
 ``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which cannot be
 rebuilt. There is no general path: Keras' own loop, left in the model, traces to
@@ -68,8 +68,8 @@ def _why_not(layer) -> Optional[str]:
     if config.get("activation") not in ACTIVATIONS:
         return f"activation={config.get('activation')!r} (the fused forms compute {', '.join(ACTIVATIONS)})"
     if name != "SimpleRNN" and config.get("recurrent_activation") not in GATE_ACTIVATIONS:
-        return (f"recurrent_activation={config.get('recurrent_activation')!r} (the fused forms' gates are "
-                f"{' or '.join(GATE_ACTIVATIONS)})")
+        return (f"recurrent_activation={config.get('recurrent_activation')!r} (the fused forms' gates are one of "
+                f"{', '.join(GATE_ACTIVATIONS)})")
     return None
 
 

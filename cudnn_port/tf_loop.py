@@ -45,7 +45,13 @@ def functions(tf: ModuleType) -> dict:
     """A cell's functions (RNNSpec.activation and recurrent_activation) in TensorFlow ops, by Keras' names."""
     return {"tanh": tf.tanh, "relu": tf.nn.relu, "sigmoid": tf.sigmoid,
             "hard_sigmoid": lambda v: tf.nn.relu6(v + 3.0) / 6.0,
-            "linear": tf.identity, "softsign": tf.nn.softsign, "softplus": tf.math.softplus, "elu": tf.nn.elu}
+            "linear": tf.identity, "softsign": tf.nn.softsign, "softplus": tf.math.softplus, "elu": tf.nn.elu,
+            "silu": lambda v: v * tf.sigmoid(v), "gelu": lambda v: tf.nn.gelu(v, approximate=False),
+            "selu": tf.nn.selu, "relu6": tf.nn.relu6, "leaky_relu": lambda v: tf.nn.leaky_relu(v, 0.2),
+            "exponential": tf.exp, "mish": lambda v: v * tf.tanh(tf.math.softplus(v)),
+            "hard_silu": lambda v: v * tf.nn.relu6(v + 3.0) / 6.0, "log_sigmoid": tf.math.log_sigmoid,
+            "tanh_shrink": lambda v: v - tf.tanh(v), "hard_tanh": lambda v: tf.clip_by_value(v, -1.0, 1.0),
+            "celu": tf.nn.elu}  # celu with Keras' alpha 1 is elu
 
 
 UNROLL = 4  # steps per loop iteration for batches below UNROLL_BELOW

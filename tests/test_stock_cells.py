@@ -153,6 +153,95 @@ def test_reference_of_other_functions_is_keras_own_layer(kind, kwargs):
     assert np.abs(h).max() > 0.05
 
 
+# Keras' element-wise functions beyond the eight above: ONNX's sequence ops name few of them (LeakyRelu; celu with
+# alpha 1 is Elu), so every node of them is a Scan loop; TFLite computes each in builtin ops
+MORE_FUNCTIONS = ("silu", "gelu", "selu", "relu6", "leaky_relu", "exponential", "mish", "hard_silu", "log_sigmoid",
+                  "tanh_shrink", "hard_tanh", "celu")
+SCALE = {"exponential": 0.1}  # weights' scale (else 0.3): exp feeds on its own output and overflows at larger ones
+
+
+@pytest.mark.parametrize("function", MORE_FUNCTIONS)
+def test_reference_of_more_functions_is_keras_own_layer(function):
+    """Keras' own LSTM, GRU (both forms) and SimpleRNN with ``function`` as the cell's activation, and an LSTM with it
+    as the gates' function, on a masked ragged batch from non-zero states: the reference's cells, weights read by
+    Keras' layout, match each within 1e-5 + 1e-4 relative."""
+    import keras
+
+    B, T, I, H = 3, 6, 4, 5
+    rng = np.random.default_rng(22)
+    x = rng.normal(size=(B, T, I)).astype("float32") * 2
+    lengths = np.array([6, 2, 4])
+    mask = np.arange(T)[None, :] < lengths[:, None]
+    for kind, kwargs in [("LSTM", dict(activation=function)), ("GRU", dict(activation=function)),
+                         ("GRU", dict(activation=function, reset_after=False)),
+                         ("SimpleRNN", dict(activation=function)), ("LSTM", dict(recurrent_activation=function))]:
+        layer = getattr(keras.layers, kind)(H, return_sequences=True, return_state=True, **kwargs)
+        states = [rng.normal(size=(B, H)).astype("float32") for _ in range(2 if kind == "LSTM" else 1)]
+        layer(x, mask=mask, initial_state=states)
+        layer.set_weights([rng.normal(size=w.shape).astype("float32") * SCALE.get(function, 0.3)
+                           for w in layer.get_weights()])
+        y, h, *c = (np.asarray(t) for t in layer(x, mask=mask, initial_state=states))
+        mode = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn_tanh"}[kind]
+        canon = _keras_layer_weights_as_canon(layer, RNNSpec(mode, 1, H, I, **kwargs),
+                                              {"lstm": "ifco", "gru": "zrh", "rnn_tanh": "h"}[mode])
+        want_y, want_h, want_c = reference.forward(canon, x, lengths, states[0][None],
+                                                   states[1][None] if c else None)
+        pairs = [(want_h[0], h, "h"), (want_y * mask[..., None], y * mask[..., None], "y")] + \
+            ([(want_c[0], c[0], "c")] if c else [])
+        for want, got, what in pairs:
+            assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (kind, kwargs, what)
+        assert np.abs(h).max() > 0.01, (kind, kwargs)
+
+
+@pytest.mark.parametrize("function", MORE_FUNCTIONS)
+def test_onnx_scan_and_tflite_loop_of_more_functions_are_the_reference(function):
+    """Stacks of 2 bidirectional layers with ``function`` as the cell's activation (LSTM, both GRU forms, plain RNN)
+    and as the gates' (LSTM): model.onnx in onnxruntime and OpenVINO (Scan loops only) and model_stateful.tflite in
+    LiteRT (WHILE loops of builtin ops only), on a ragged batch from non-zero states, against the NumPy reference:
+    outputs and final states within 1e-5 + 1e-4 relative."""
+    import onnx
+    import onnxruntime as ort
+    import openvino as ov
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port.exports.onnx import build_model
+    from cudnn_port.exports.tflite import build_model as build_tflite
+    from cudnn_port.layout import unpack
+
+    core = ov.Core()
+    for mode, kwargs in [("lstm", dict(activation=function)), ("gru", dict(activation=function)),
+                         ("gru", dict(activation=function, reset_after=False)), ("rnn_tanh", dict(activation=function)),
+                         ("lstm", dict(recurrent_activation=function))]:
+        if (mode, kwargs) == ("lstm", dict(activation="exponential")):
+            continue  # h = o * exp(c), c summing exp(.): two such layers overflow in float64 too, within 6 steps
+        spec = RNNSpec(mode, 2, 5, 3, bidirectional=True, **kwargs)
+        rng = np.random.default_rng(3)
+        canon = unpack(spec, rng.normal(size=spec.param_count) * SCALE.get(function, 0.3))
+        x, lengths = rng.normal(size=(3, 6, 3)).astype(np.float32), np.array([6, 2, 4], np.int32)
+        feeds = {"inputs": x, "sequence_lengths": lengths,
+                 "initial_h": rng.normal(size=(4, 3, 5)).astype(np.float32) * 0.5}
+        if mode == "lstm":
+            feeds["initial_c"] = rng.normal(size=(4, 3, 5)).astype(np.float32) * 0.5
+        want = [w for w in reference.forward(canon, x, lengths, feeds["initial_h"], feeds.get("initial_c"))
+                if w is not None]
+        model = build_model(canon, states=True)
+        assert {n.op_type for n in model.graph.node} & {"Scan", "LSTM", "GRU", "RNN"} == {"Scan"}, (mode, kwargs)
+        onnx.checker.check_model(model)
+        compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU",
+                                      {"INFERENCE_PRECISION_HINT": "f32"})
+        result = compiled(feeds)
+        tflite = build_tflite(canon, stateful=True)
+        run = Interpreter(model_content=tflite).get_signature_runner("serving_default")
+        lite = run(**feeds)
+        for got, runtime in ((ort.InferenceSession(model.SerializeToString()).run(None, feeds), "onnxruntime"),
+                             ([result[o] for o in compiled.outputs], "openvino"),
+                             ([lite[k] for k in ("outputs", "final_h", "final_c")[:len(want)]], "litert")):
+            for g, w, name in zip(got, want, ("outputs", "final_h", "final_c")):
+                assert np.all(np.abs(g - w) <= ATOL + RTOL * np.abs(w)), (mode, kwargs, runtime, name,
+                                                                          float(np.abs(g - w).max()))
+        assert np.abs(want[1]).max() > 0.01, (mode, kwargs)
+
+
 @pytest.mark.parametrize("op, activations, attrs, direction, optional", [
     ("LSTM", ["HardSigmoid", "Softsign", "Softsign"], dict(activation_alpha=[1 / 6], activation_beta=[0.5]),
      "bidirectional", ("B", "lens", "states")),
@@ -406,6 +495,41 @@ def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
     assert "Scan" in ops and not ops & {"LSTM", "GRU", "RNN"}, ops
     builtin, custom = op_codes(out / "model.tflite")
     assert not custom and {"WHILE", "UNIDIRECTIONAL_SEQUENCE_RNN"} <= builtin, (builtin, custom)
+    compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
+    for got, what in results:
+        assert got.shape == want.shape, what
+        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
+    verified = cli("verify", out)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
+
+
+@pytest.mark.slow
+def test_more_functions_and_tanh_gates_convert_with_every_artifact(tmp_path):
+    """silu, selu and gelu cells and tanh gates (refused before: ONNX's sequence ops name none but tanh, and a fused
+    node holds a state at a padded step only through 0 / 1 gates), trained by fit, saved by Keras 3 as .keras: every
+    artifact and no warning; ONNX (Scan loops only) in onnxruntime and OpenVINO and TFLite (builtin ops only) in
+    LiteRT match Keras on a padded batch; verify passes."""
+    import keras
+    import onnx
+    import openvino as ov
+
+    L = keras.layers
+    keras.utils.set_random_seed(29)
+    model = keras.Sequential([
+        L.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0)),
+        L.Bidirectional(L.LSTM(6, activation="silu", return_sequences=True)),
+        L.GRU(5, activation="selu", recurrent_activation="tanh", return_sequences=True),
+        L.SimpleRNN(4, activation="gelu"),
+        L.Dense(2)])
+    probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
+    out, manifest, stdout = convert_whole(tmp_path, "model.keras", want)
+    assert not manifest.get("warnings"), manifest.get("warnings")
+    assert "activations Tanh, Selu" in stdout and "activations Gelu" in stdout, stdout
+    ops = {n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node}
+    assert "Scan" in ops and not ops & {"LSTM", "GRU", "RNN"}, ops
+    builtin, custom = op_codes(out / "model.tflite")
+    assert not custom and {"WHILE", "GELU"} <= builtin, (builtin, custom)
     compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
     for got, what in results:

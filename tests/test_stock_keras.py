@@ -193,14 +193,14 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
 
 
 @pytest.mark.parametrize("layer, why", [
-    (L.GRU(4, recurrent_activation="tanh", name="odd"),
-     r"^layer odd \(GRU\): recurrent_activation='tanh' \(the fused forms' gates are sigmoid or hard_sigmoid\)"),
+    (L.GRU(4, recurrent_activation="softmax", name="odd"),  # not element-wise: no cell form
+     r"^layer odd \(GRU\): recurrent_activation='softmax' \(the fused forms' gates are one of tanh, relu, "),
     (L.Bidirectional(L.GRU(4), backward_layer=L.GRU(4, reset_after=False, go_backwards=True), name="odd"),
      r"^layer odd \(Bidirectional\): its forward and backward layers are not one layer and its reverse"),
     (L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.LSTMCell(4)]), name="odd"),
      r"^layer odd \(RNN\): RNN of a StackedRNNCells cell \(only Keras' LSTMCell, GRUCell and SimpleRNNCell\)"),
-    (L.Bidirectional(L.LSTM(4, activation="selu"), name="odd"),
-     r"^layer odd \(Bidirectional\): activation='selu' \(the fused forms compute tanh, relu, sigmoid, hard_sigmoid"),
+    (L.Bidirectional(L.LSTM(4, activation="squareplus"), name="odd"),
+     r"^layer odd \(Bidirectional\): activation='squareplus' \(the fused forms compute tanh, relu, sigmoid, "),
 ])
 def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     """A recurrent layer whose math cuDNN does not compute is refused, naming it and why, beside a fused one."""
@@ -232,10 +232,10 @@ def test_stateful_bidirectional_layer_is_refused_in_one_line(tmp_path):
 
 def test_model_without_cudnn_math_is_refused_in_one_line(tmp_path):
     x = keras.Input((None, 3), name="x")
-    keras.Model(x, L.SimpleRNN(4, activation="gelu")(x)).save(tmp_path / "simple.keras")
+    keras.Model(x, L.SimpleRNN(4, activation="softmax")(x)).save(tmp_path / "simple.keras")  # not element-wise
     result = run_cli("convert", tmp_path / "simple.keras", tmp_path / "out")
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "simple_rnn (SimpleRNN): activation='gelu' (the fused forms compute tanh, relu, sigmoid" in result.stderr
+    assert "simple_rnn (SimpleRNN): activation='softmax' (the fused forms compute tanh, relu, sigmoid" in result.stderr
 
 
 def test_a_model_saved_before_keras_built_it_is_refused_in_one_line(tmp_path):

@@ -45,7 +45,14 @@ ONNX_ORDER = {"lstm": ONNX_LSTM, "gru": ONNX_GRU, "rnn_tanh": ONNX_RNN, "rnn_rel
 # beta), None where the function takes none; Keras' hard_sigmoid, relu6(x + 3) / 6, is HardSigmoid(1/6, 1/2)
 ONNX_FUNCTIONS = {"tanh": ("Tanh", None, None), "relu": ("Relu", None, None), "sigmoid": ("Sigmoid", None, None),
                   "hard_sigmoid": ("HardSigmoid", 1.0 / 6.0, 0.5), "linear": ("Affine", 1.0, 0.0),
-                  "softsign": ("Softsign", None, None), "softplus": ("Softplus", None, None), "elu": ("Elu", 1.0, None)}
+                  "softsign": ("Softsign", None, None), "softplus": ("Softplus", None, None), "elu": ("Elu", 1.0, None),
+                  "leaky_relu": ("LeakyRelu", 0.2, None), "celu": ("Elu", 1.0, None),  # celu(alpha 1) is elu
+                  # names ONNX's sequence ops do not define: cudnn-port's writer puts them on a node that the
+                  # Scan pass always expands (exports.onnx_scan.OWN_FUNCTIONS)
+                  "silu": ("Silu", None, None), "gelu": ("Gelu", None, None), "selu": ("Selu", None, None),
+                  "relu6": ("Relu6", None, None), "exponential": ("Exp", None, None), "mish": ("Mish", None, None),
+                  "hard_silu": ("HardSwish", None, None), "log_sigmoid": ("LogSigmoid", None, None),
+                  "tanh_shrink": ("TanhShrink", None, None), "hard_tanh": ("HardTanh", None, None)}
 
 
 def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:
@@ -72,8 +79,9 @@ def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:
 
 def scan_form(spec: "Any") -> bool:
     """Whether ``spec``'s nodes become Scan loops (:mod:`.onnx_scan`): a function of the cell's is none of
-    :data:`~cudnn_port.exports.onnx_scan.SEQUENCE_FUNCTIONS`."""
-    return any(name not in SEQUENCE_FUNCTIONS for name in fused_node(spec, 1)[1].get("activations", []))
+    :data:`~cudnn_port.exports.onnx_scan.SEQUENCE_FUNCTIONS`, or its gates are not sigmoid."""
+    return any(name not in SEQUENCE_FUNCTIONS for name in fused_node(spec, 1)[1].get("activations", [])) or \
+        (not spec.is_rnn and spec.recurrent_activation != "sigmoid")
 
 
 def layer_weights(canon: "CanonicalRNN", layer: int, dtype: type = np.float32) -> List[np.ndarray]:

@@ -38,8 +38,12 @@ SEQUENCE_FUNCTIONS = ("Sigmoid", "Tanh", "Relu")  # the activations OpenVINO 202
 _ALPHA = {"Affine": 1.0, "LeakyRelu": 0.01, "ThresholdedRelu": 1.0, "ScaledTanh": 1.0, "HardSigmoid": 0.2, "Elu": 1.0}
 _BETA = {"Affine": 0.0, "ScaledTanh": 1.0, "HardSigmoid": 0.5}
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# names ONNX's sequence ops do not define, which only cudnn-port's writer puts on a node (Keras' functions of those
+# names, exports.onnx_portable.ONNX_FUNCTIONS): such a node is always expanded here, never left for a runtime
+OWN_FUNCTIONS = ("Silu", "Gelu", "Selu", "Relu6", "Exp", "Mish", "HardSwish", "LogSigmoid", "TanhShrink", "HardTanh")
 _CANONICAL = {name.lower(): name for name in ("Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu",
-                                               "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus")}
+                                               "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus")
+             + OWN_FUNCTIONS}
 _DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 
 
@@ -51,8 +55,8 @@ def functions(node: "onnx.NodeProto") -> List[Tuple[str, float, float]]:
 
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
-    names = [_CANONICAL.get((n.decode() if isinstance(n, bytes) else n).lower(), n) for n in
-             attrs.get("activations", [])]
+    names = [n.decode() if isinstance(n, bytes) else n for n in attrs.get("activations", [])]
+    names = [_CANONICAL.get(n.lower(), n) for n in names]
     names = names or _DEFAULTS[node.op_type] * dirs
     alphas, betas = list(attrs.get("activation_alpha", [])), list(attrs.get("activation_beta", []))
     out = []
@@ -64,8 +68,15 @@ def functions(node: "onnx.NodeProto") -> List[Tuple[str, float, float]]:
 
 
 def needs_scan(node: "onnx.NodeProto") -> bool:
-    """Whether ``node`` is a sequence node with an activation outside :data:`SEQUENCE_FUNCTIONS`."""
-    return node.op_type in _GATES and any(name not in SEQUENCE_FUNCTIONS for name, _, _ in functions(node))
+    """Whether ``node`` is a sequence node with an activation outside :data:`SEQUENCE_FUNCTIONS`, or an LSTM / GRU
+    whose gates are not Sigmoid (the OpenVINO-safe form of a fused node holds a state at a padded step only through
+    gates that are exactly 0 and 1 far out, exports.onnx_portable; this loop stops at each length itself)."""
+    if node.op_type not in _GATES:
+        return False
+    fns = [name for name, _, _ in functions(node)]
+    per = {"LSTM": 3, "GRU": 2, "RNN": 1}[node.op_type]
+    gates = fns[::per] if node.op_type != "RNN" else []
+    return any(name not in SEQUENCE_FUNCTIONS for name in fns) or any(name != "Sigmoid" for name in gates)
 
 
 def sequence_nodes_expanded(graph: "onnx.GraphProto") -> int:
@@ -177,6 +188,44 @@ def _expanded(node, p):
     return nodes
 
 
+def _own(kind, v, name, n, const):
+    """Keras' function ``kind`` (:data:`OWN_FUNCTIONS`) of ``v`` in plain ONNX ops (Keras' constants: selu's alpha
+    and scale; gelu exact, through Erf)."""
+    def clip(low, high):
+        return n("Clip", [v, const(f"{name}_low", low), const(f"{name}_high", high)], name)
+
+    def times(u):
+        return n("Mul", [v, u], name)
+
+    def softplus(u, tag):
+        return n("Softplus", [u], f"{name}_{tag}")
+
+    if kind == "Silu":
+        return times(n("Sigmoid", [v], f"{name}_sigmoid"))
+    if kind == "Gelu":  # x * (1 + erf(x / sqrt 2)) / 2
+        erf = n("Erf", [n("Mul", [v, const(f"{name}_rsqrt2", 1.0 / np.sqrt(2.0))], f"{name}_scaled")], f"{name}_erf")
+        return times(n("Mul", [n("Add", [erf, const(f"{name}_one", 1.0)], f"{name}_1erf"),
+                               const(f"{name}_half", 0.5)], f"{name}_half_1erf"))
+    if kind == "Selu":
+        alpha, scale = 1.67326324, 1.05070098  # Keras' selu: scale * elu(x, alpha)
+        return n("Selu", [v], name, alpha=alpha, gamma=scale)
+    if kind == "Relu6":
+        return clip(0.0, 6.0)
+    if kind == "HardTanh":
+        return clip(-1.0, 1.0)
+    if kind == "Exp":
+        return n("Exp", [v], name)
+    if kind == "Mish":
+        return times(n("Tanh", [softplus(v, "softplus")], f"{name}_tanh"))
+    if kind == "HardSwish":  # x * relu6(x + 3) / 6
+        return times(n("HardSigmoid", [v], f"{name}_hs", alpha=1.0 / 6.0, beta=0.5))
+    if kind == "LogSigmoid":  # -softplus(-x)
+        return n("Neg", [softplus(n("Neg", [v], f"{name}_neg"), "softplus")], name)
+    if kind == "TanhShrink":
+        return n("Sub", [v, n("Tanh", [v], f"{name}_tanh")], name)
+    raise ValueError(f"activation {kind!r} has no Scan form here")
+
+
 def _body(op, H, fns, lbr, has_rb_h, masked, p):
     """The Scan body of one direction: states h (, c), R^T (, Rb_h), scan inputs xw_t (, valid_t) -> h', (c',)
     R^T (, Rb_h), y_t."""
@@ -206,6 +255,8 @@ def _body(op, H, fns, lbr, has_rb_h, masked, p):
             # something else (errors of 1.8 on outputs of magnitude 0.9, measured; 2026.4's is right)
             return n("Div", [v, n("Add", [n("Abs", [v], f"{name}_abs"), const(f"{name}_one", 1.0)], f"{name}_den")],
                      name)
+        if kind in OWN_FUNCTIONS:
+            return _own(kind, v, name, n, const)
         kw = {"alpha": alpha} if kind in _ALPHA else {}
         kw.update({"beta": beta} if kind in _BETA else {})
         return n(kind, [v], name, **kw)

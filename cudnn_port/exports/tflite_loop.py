@@ -49,11 +49,39 @@ def _softplus(b, v, n):  # max(x, 0) + log(1 + exp(-|x|)): no overflow
     return b.op("ADD", [b.op("RELU", [v], f"{n}/relu"), log], n, options="AddOptions")
 
 
+def _times(b, v, u, n):  # v * u
+    return b.op("MUL", [v, u], n, options="MulOptions")
+
+
+def _selu(b, v, n):  # scale * (relu(x) + alpha * (exp(min(x, 0)) - 1)), Keras' alpha and scale
+    zero = b.const(f"{n}/zero", np.float32(0))
+    alpha, scale = b.const(f"{n}/alpha", np.float32(1.67326324)), b.const(f"{n}/scale", np.float32(1.05070098))
+    negative = b.op("ELU", [b.op("MINIMUM", [v, zero], f"{n}/min")], f"{n}/elu")
+    total = b.op("ADD", [b.op("RELU", [v], f"{n}/relu"), _times(b, alpha, negative, f"{n}/neg")], f"{n}/sum",
+                 options="AddOptions")
+    return _times(b, scale, total, n)
+
+
+def _negated(b, v, n):
+    return b.op("NEG", [v], n)
+
+
 # a cell's functions (RNNSpec.activation, recurrent_activation) in builtin ops: (graph, tensor, name) -> tensor
 FUNCTIONS = {"tanh": lambda b, v, n: b.op("TANH", [v], n), "relu": lambda b, v, n: b.op("RELU", [v], n),
              "sigmoid": lambda b, v, n: b.op("LOGISTIC", [v], n), "elu": lambda b, v, n: b.op("ELU", [v], n),
              "linear": lambda b, v, n: v, "hard_sigmoid": _relu6_over_6, "softsign": _softsign,
-             "softplus": _softplus}
+             "softplus": _softplus,
+             "silu": lambda b, v, n: _times(b, v, b.op("LOGISTIC", [v], f"{n}/sigmoid"), n),
+             "gelu": lambda b, v, n: b.op("GELU", [v], n, options="GeluOptions", approximate=False),
+             "selu": _selu, "relu6": lambda b, v, n: b.op("RELU6", [v], n),
+             "leaky_relu": lambda b, v, n: b.op("LEAKY_RELU", [v], n, options="LeakyReluOptions", alpha=0.2),
+             "exponential": lambda b, v, n: b.op("EXP", [v], n),
+             "mish": lambda b, v, n: _times(b, v, b.op("TANH", [_softplus(b, v, f"{n}/softplus")], f"{n}/tanh"), n),
+             "hard_silu": lambda b, v, n: b.op("HARD_SWISH", [v], n),  # x * relu6(x + 3) / 6
+             "log_sigmoid": lambda b, v, n: _negated(b, _softplus(b, _negated(b, v, f"{n}/neg_in"), f"{n}/sp"), n),
+             "tanh_shrink": lambda b, v, n: b.op("SUB", [v, b.op("TANH", [v], f"{n}/tanh")], n, options="SubOptions"),
+             "hard_tanh": lambda b, v, n: b.op("RELU_N1_TO_1", [v], n),
+             "celu": lambda b, v, n: b.op("ELU", [v], n)}  # celu with Keras' alpha 1 is elu
 
 
 def _loop_inputs(g, prefix, lstm):
