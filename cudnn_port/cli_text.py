@@ -77,7 +77,8 @@ def becomes(spec: Dict[str, Any]) -> str:
 
 def layer_line(entry: Dict[str, Any]) -> str:
     """A user's recurrent layer and what it becomes: "LSTM 'lstm' (1-layer ..., hidden 32) -> fused ONNX LSTM, ..."."""
-    return f"{entry['type']} {entry['layer']!r} ({describe(entry['spec'])}) -> {becomes(entry['spec'])}"
+    cell = f" cell {entry['cell']}" if "cell" in entry else ""  # of an RNN(StackedRNNCells(...))
+    return f"{entry['type']} {entry['layer']!r}{cell} ({describe(entry['spec'])}) -> {becomes(entry['spec'])}"
 
 
 def io_line(inputs: List[Dict[str, Any]], outputs: Optional[List[Dict[str, Any]]] = None) -> str:

@@ -135,6 +135,55 @@ class StockAdapter(keras.layers.Layer):
         return outs if len(outs) > 1 else outs[0]
 
 
+class StackedAdapter(keras.layers.Layer):
+    """Keras' ``RNN(StackedRNNCells([...]))`` as one :class:`StockAdapter` per cell, each cell's output sequence the
+    next one's input: Keras' step runs the cells in turn on each time step, so cell k sees cell k-1's output at that
+    step, and a masked step is skipped by every cell (each keeps its states), which is each cell's layer skipping
+    it. ``go_backwards``: the input and mask are reversed once, and every cell runs over that order, as Keras' loop
+    does. States: per cell, as Keras nests them (``initial_state=[[h, c], [h], ...]``; with ``return_state``,
+    ``output, [h, c], [h], ...``)."""
+
+    def __init__(self, adapters: Sequence[StockAdapter], *, go_backwards: bool = False, return_state: bool = False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.adapters = list(adapters)
+        self.go_backwards, self.return_state = go_backwards, return_state
+        self.return_sequences = self.adapters[-1].return_sequences
+        self.supports_masking = True
+
+    @property
+    def layers(self) -> List[keras.layers.Layer]:
+        """The cells' adapters, so that :func:`cudnn_port.layers.fused_layers` finds their fused layers."""
+        return list(self.adapters)
+
+    def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
+        self.built = True  # each adapter was built with its weights (cudnn_port.stock_keras)
+
+    def call(self, sequences: "tf.Tensor", initial_state: "Optional[Sequence[Any]]" = None,
+             mask: "Optional[tf.Tensor]" = None, training: Optional[bool] = None) -> Any:
+        tf = import_tf()
+        x = tf.convert_to_tensor(sequences)
+        mask = None if mask is None else tf.cast(mask, "bool")
+        if self.go_backwards:  # once, for every cell: Keras' loop runs the stacked step over the reversed time axis
+            x, mask = tf.reverse(x, [1]), (None if mask is None else tf.reverse(mask, [1]))
+        if initial_state is not None and len(initial_state) != len(self.adapters):
+            raise ValueError(f"Received {len(initial_state)} initial states for {self.name}, expected one list per "
+                             f"cell ({len(self.adapters)})")
+        states = []
+        for k, adapter in enumerate(self.adapters):
+            given = None if initial_state is None else initial_state[k]
+            given = None if given is None else (list(given) if isinstance(given, (list, tuple)) else [given])
+            x, *finals = adapter(x, initial_state=given, mask=mask, training=False)
+            states.append(list(finals))
+        return [x] + states if self.return_state else x
+
+    def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
+        out = mask if self.return_sequences else None
+        if self.return_state:
+            return [out] + [[None] * (2 if a.mode == "lstm" else 1) for a in self.adapters]
+        return out
+
+
 def _plan(mask):
     """:func:`cudnn_port.compaction.plan` of ``mask`` and the right-padded mask of its lengths."""
     order, lengths, counts = plan(mask)

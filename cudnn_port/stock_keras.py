@@ -14,20 +14,18 @@ per-step loop (:mod:`cudnn_port.sized_layers`). Every other layer is the user's 
 Functional / Sequential models are rebuilt around them). The rewritten model then takes the whole-model road
 (:mod:`cudnn_port.roads.model`), which judges it against the ORIGINAL model: Keras' own outputs.
 
+``RNN(LSTMCell(64))`` is ``LSTM(64)`` and converts as it; ``RNN(StackedRNNCells([...]))`` of such cells is a
+:class:`~cudnn_port.stock_adapter.StackedAdapter`, one adapter (and fused stack) per cell.
+
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``softmax``, ``ConvLSTM*``, ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and
-``SimpleRNNCell``, ``StackedRNNCells`` included; ``RNN(LSTMCell(64))`` is ``LSTM(64)`` and converts as it), a stateful
-``Bidirectional``, and stock recurrent layers inside a subclassed model (not Functional / Sequential), which cannot be
-rebuilt. There is no general path: Keras' own loop, left in the model, traces to
-TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be the same
-set.
+layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``softmax``; ``ConvLSTM*``; ``RNN`` of a
+cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of ``StackedRNNCells`` holding one; a
+``Bidirectional`` of ``StackedRNNCells``), a stateful ``Bidirectional``, and stock recurrent
+layers inside a subclassed model (not Functional / Sequential), which cannot be rebuilt. There is no general path:
+Keras' own loop, left in the model, traces to TensorList ops that tf2onnx cannot convert and TFLite holds only as
+Flex ops, so its artifacts would not be the same set.
 
->>> import keras
->>> x = keras.Input((None, 3), name="x")
->>> model = keras.Model(x, keras.layers.Bidirectional(keras.layers.LSTM(4), merge_mode="sum", name="bi")(x))
->>> [(row["layer"], row["verdict"]) for row in plan(model)]
-[('bi', 'fused')]
 """
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
@@ -47,24 +45,51 @@ RECURRENT = ("LSTM", "GRU", "SimpleRNN", "RNN", "ConvLSTM1D", "ConvLSTM2D", "Con
 CELLS = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}  # RNN(cell): the layer it equals
 
 
+def _cell_kind(cell) -> Optional[str]:
+    """``LSTM``, ``GRU`` or ``SimpleRNN`` for Keras' own ``LSTMCell``, ``GRUCell``, ``SimpleRNNCell``; else None."""
+    return CELLS.get(type(cell).__name__) if type(cell).__module__.startswith("keras.") else None
+
+
+def stacked(rnn) -> bool:
+    """Whether ``rnn`` is Keras' ``RNN(StackedRNNCells([...]))``: cell k's output sequence is cell k+1's input, step
+    by step, which is the stack of one layer per cell (each cell's states its own; a masked step skipped by all)."""
+    cell = getattr(rnn, "cell", None)
+    return type(rnn).__name__ == "RNN" and type(cell).__name__ == "StackedRNNCells" and \
+        type(cell).__module__.startswith("keras.")
+
+
 def _kind(rnn) -> Optional[str]:
     """``LSTM``, ``GRU`` or ``SimpleRNN`` for such a stock layer or a stock ``RNN`` around one such Keras cell
-    (``RNN(LSTMCell(64))`` is ``LSTM(64)``); None for any other layer."""
+    (``RNN(LSTMCell(64))`` is ``LSTM(64)``); None for any other layer (an ``RNN`` of ``StackedRNNCells`` too)."""
     name = type(rnn).__name__
     if name == "RNN":
-        cell = getattr(rnn, "cell", None)
-        return CELLS.get(type(cell).__name__) if type(cell).__module__.startswith("keras.") else None
+        return _cell_kind(getattr(rnn, "cell", None))
     return name if name in ("LSTM", "GRU", "SimpleRNN") else None
 
 
 def _why_not(layer) -> Optional[str]:
-    """Why a stock LSTM / GRU / SimpleRNN (or RNN of such a cell) has no fused form (None: it has)."""
+    """Why a stock LSTM / GRU / SimpleRNN (or RNN of such a cell, or of StackedRNNCells of such cells) has no fused
+    form (None: it has)."""
+    if stacked(layer):
+        for k, cell in enumerate(layer.cell.cells):
+            if _cell_kind(cell) is None:
+                return f"cell {k} of its StackedRNNCells is a {type(cell).__name__} (only Keras' LSTMCell, " \
+                       "GRUCell and SimpleRNNCell)"
+            why = _functions_why_not(cell, _cell_kind(cell))
+            if why:
+                return f"cell {k} of its StackedRNNCells has {why}"
+        return None
     name = _kind(layer)
     if name is None:
         if type(layer).__name__ == "RNN":
             return f"RNN of a {type(layer.cell).__name__} cell (only Keras' LSTMCell, GRUCell and SimpleRNNCell)"
         return f"{type(layer).__name__} is not a cuDNN layer"
-    config = layer.cell.get_config()  # the cell's: LSTM(...) keeps its units and functions on its cell too
+    return _functions_why_not(layer.cell, name)
+
+
+def _functions_why_not(cell, name) -> Optional[str]:
+    """Why a stock cell's functions have no fused form (None: they have)."""
+    config = cell.get_config()  # the cell's: LSTM(...) keeps its units and functions on its cell too
     if config.get("activation") not in ACTIVATIONS:
         return f"activation={config.get('activation')!r} (the fused forms compute {', '.join(ACTIVATIONS)})"
     if name != "SimpleRNN" and config.get("recurrent_activation") not in GATE_ACTIVATIONS:
@@ -89,6 +114,11 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
         return dict(row, verdict=REFUSED, why="stateful=True, and its backward direction reads each chunk from its "
                                                "end, so it does not stream")
     why = next((w for w in map(_why_not, inner) if w), None)
+    if why is None and any(map(stacked, inner)):
+        if kind == "Bidirectional":
+            return dict(row, verdict=REFUSED, why="a Bidirectional of StackedRNNCells (each direction a multi-layer "
+                                                  "stack of its own) has no fused form yet; build it as one "
+                                                  "Bidirectional layer per cell")
     if stateful and why is None:  # cudnn_port.streaming_model makes it a stateless layer, states in and out
         return dict(row, why="stateful=True: streamed, its states are inputs and outputs")
     if why is None and kind == "Bidirectional":
@@ -110,10 +140,10 @@ def _walk(model, prefix=""):
     that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .layers import CudnnRNN
-    from .stock_adapter import StockAdapter
+    from .stock_adapter import StackedAdapter, StockAdapter
 
     for layer in getattr(model, "layers", None) or []:
-        if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter)):
+        if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter, StackedAdapter)):
             yield from _walk(layer, f"{prefix}{layer.name}/")
             continue
         row = classify(layer)
@@ -198,42 +228,68 @@ def cell_weights(cell: Any) -> List[Any]:
     return [kernel, recurrent, np.zeros((2, width) if two_rows else (width,), kernel.dtype)]
 
 
-def _mode(rnn) -> str:
-    """The fused mode of a stock LSTM / GRU / SimpleRNN (or RNN of its cell) that :func:`_why_not` passed."""
-    name = _kind(rnn)
+def _mode(cell) -> str:
+    """The fused mode of a stock LSTM / GRU / SimpleRNN cell that :func:`_why_not` passed."""
+    name = _cell_kind(cell)
     if name == "SimpleRNN":
-        return "rnn_relu" if rnn.cell.get_config().get("activation") == "relu" else "rnn_tanh"
+        return "rnn_relu" if cell.get_config().get("activation") == "relu" else "rnn_tanh"
     return "lstm" if name == "LSTM" else "gru"
 
 
+STACKED_CELL = "{layer}_cell_{k}"  # the name of cell k's adapter (and fused layer) in an RNN of StackedRNNCells
+
+
 def _adapter(layer):
-    """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / SimpleRNN / Bidirectional,
-    weights packed."""
+    """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / SimpleRNN / Bidirectional, weights
+    packed; for an ``RNN(StackedRNNCells(...))``, a :class:`~cudnn_port.stock_adapter.StackedAdapter` of one per cell
+    (named :data:`STACKED_CELL`)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
-    from .stock_adapter import StockAdapter
+    from .stock_adapter import StackedAdapter
 
     bidirectional = type(layer).__name__ == "Bidirectional"
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
     first = rnns[0]
+    if stacked(layer):
+        # lazy: Keras, loaded on first use (import cudnn_port stays light)
+        import keras
+
+        cells = layer.cell.cells
+        with keras.name_scope(layer.name):  # the cells' variables named under the layer: rnn/rnn_cell_0/...
+            adapters = [_cell_adapter([cell], STACKED_CELL.format(layer=layer.name, k=k), bidirectional=False,
+                                      go_backwards=False, merge_mode=None,
+                                      return_sequences=k < len(cells) - 1 or bool(layer.return_sequences),
+                                      return_state=True, zero_output=bool(layer.zero_output_for_mask))
+                        for k, cell in enumerate(cells)]
+        return StackedAdapter(adapters, go_backwards=bool(layer.go_backwards),
+                              return_state=bool(layer.return_state), name=layer.name)
+    return _cell_adapter([rnn.cell for rnn in rnns], layer.name, bidirectional=bidirectional,
+                         go_backwards=bool(first.go_backwards) and not bidirectional,
+                         merge_mode=layer.merge_mode if bidirectional else None,
+                         return_sequences=bool(first.return_sequences), return_state=bool(layer.return_state),
+                         zero_output=bool(first.zero_output_for_mask))
+
+
+def _cell_adapter(cells, name, **flags):
+    """A :class:`~cudnn_port.stock_adapter.StockAdapter` named ``name`` of stock ``cells`` (one per direction),
+    their weights packed into its fused layer's buffer; ``flags``: the adapter's."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
+    from .stock_adapter import StockAdapter
+
+    first = cells[0]
     mode = _mode(first)
-    config = first.cell.get_config()  # the cell's (an RNN's cell, or the one LSTM / GRU / SimpleRNN keep)
+    config = first.get_config()  # the cell's (an RNN's cell, or the one LSTM / GRU / SimpleRNN keep)
     reset_after = mode != "gru" or bool(config.get("reset_after", True))
     activation = config.get("activation")  # a SimpleRNN's other than tanh / relu: rnn_tanh's buffer
     gates = config.get("recurrent_activation", "sigmoid")
-    units = int(first.cell.units)
-    adapter = StockAdapter(mode, units, bidirectional=bidirectional,
-                           go_backwards=bool(first.go_backwards) and not bidirectional,
-                           merge_mode=layer.merge_mode if bidirectional else None,
-                           return_sequences=bool(first.return_sequences),
-                           return_state=bool(layer.return_state), zero_output=bool(first.zero_output_for_mask),
-                           reset_after=reset_after, activation=activation, recurrent_activation=gates,
-                           name=layer.name)
-    input_size = int(first.cell.kernel.shape[0])
+    units = int(first.units)
+    adapter = StockAdapter(mode, units, reset_after=reset_after, activation=activation, recurrent_activation=gates,
+                           name=name, **flags)
+    input_size = int(first.kernel.shape[0])
     adapter.build((None, None, input_size))
-    spec = RNNSpec(mode, 1, units, input_size, bidirectional, reset_after=reset_after, activation=activation,
+    spec = RNNSpec(mode, 1, units, input_size, len(cells) == 2, reset_after=reset_after, activation=activation,
                    recurrent_activation=gates)
-    tensors = {f"layer_0/{'backward' if d else 'forward'}/{name}": value
-               for d, rnn in enumerate(rnns) for name, value in zip(("kernel", "recurrent_kernel", "bias"),
-                                                                     cell_weights(rnn.cell))}
+    tensors = {f"layer_0/{'backward' if d else 'forward'}/{key}": value
+               for d, cell in enumerate(cells) for key, value in zip(("kernel", "recurrent_kernel", "bias"),
+                                                                      cell_weights(cell))}
     adapter.fused.opaque_kernel.assign(pack(keras_target.read(tensors, "", spec), "float32"))
     return adapter

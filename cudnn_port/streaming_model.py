@@ -2,8 +2,9 @@
 
 A stateful layer starts each call from the final states of its previous call, kept inside the layer. A CPU artifact
 keeps nothing between calls, so the model is exported in the form the per-stack ``model_stateful.onnx`` has: each
-stateful layer's initial states are extra inputs (``<layer>_h``, and ``<layer>_c`` for an LSTM, ``[batch, units]``)
-and its final states extra outputs, after the model's own. A caller starts a stream with zeros (Keras'
+stateful layer's initial states are extra inputs (``<layer>_h``, and ``<layer>_c`` for an LSTM, ``[batch, units]``;
+for an ``RNN`` of ``StackedRNNCells``, ``<layer>_cell<k>_h`` (``_c``) for each cell k) and its final states extra
+outputs, after the model's own. A caller starts a stream with zeros (Keras'
 ``reset_states()``) and feeds each call's final states into the next call. :func:`streaming_twin` builds that
 model from stock Keras layers (each stateful layer replaced by a copy with ``stateful=False, return_state=True``
 holding the same weights, the other layers shared), so it is also the judge of the artifacts: Keras' own math.
@@ -75,19 +76,24 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if any(r["layer"] == layer.name for r in records):
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and called more than "
                                    "once, so its states are not one stream")
-        kinds = ("h", "c") if type(layer.cell).__name__ == "LSTMCell" else ("h",)  # LSTM, RNN(LSTMCell)
-        names = [f"{layer.name}_{k}" for k in kinds]
-        if set(names) & {_input_name(t) for t in model.inputs}:
+        cells = _cells(layer)
+        names = [[f"{layer.name}{'' if len(cells) == 1 else f'_cell{k}'}_{kind}" for kind in
+                  (("h", "c") if type(cell).__name__ == "LSTMCell" else ("h",))]  # LSTM, RNN(LSTMCell)
+                 for k, cell in enumerate(cells)]
+        taken = {_input_name(t) for t in model.inputs} & {name for group in names for name in group}
+        if taken:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True, and the model "
-                                   f"already has an input named {names[0]}, the name its state input takes; rename "
-                                   "that input")
-        states = [keras.Input(batch_shape=(None, layer.cell.units), name=name) for name in names]
+                                   f"already has an input named {sorted(taken)[0]}, the name its state input takes; "
+                                   "rename that input")
+        states = [[keras.Input(batch_shape=(None, cell.units), name=name) for name in group]
+                  for cell, group in zip(cells, names)]
         if kwargs.get("mask") is None and args and getattr(args[0], "_keras_mask", None) is not None:
             kwargs["mask"] = args[0]._keras_mask  # Keras passes the input's mask only to a call of one tensor
-        result = twins[id(layer)](*args, initial_state=states, **kwargs)
-        state_in.extend(states)
-        state_out.extend(result[1:])
-        records.append({"layer": layer.name, "state_inputs": [f"{layer.name}_{k}" for k in kinds]})
+        stacked = len(cells) > 1 or type(layer.cell).__name__ == "StackedRNNCells"
+        result = twins[id(layer)](*args, initial_state=states if stacked else states[0], **kwargs)
+        state_in.extend(keras.tree.flatten(states))
+        state_out.extend(keras.tree.flatten(list(result[1:])))  # StackedRNNCells: one list per cell
+        records.append({"layer": layer.name, "state_inputs": keras.tree.flatten(names)})
         return result if layer.return_state else result[0]
 
     inputs = [keras.Input(batch_shape=(None,) + tuple(t.shape[1:]), dtype=t.dtype, name=_input_name(t))
@@ -119,9 +125,14 @@ def _input_name(tensor) -> str:
     return getattr(layer, "name", None) or tensor.name.split(":")[0]
 
 
+def _cells(layer) -> List[Any]:
+    """A stateful layer's cells: its one cell, or those of its ``StackedRNNCells`` (each with states of its own)."""
+    return list(layer.cell.cells) if type(layer.cell).__name__ == "StackedRNNCells" else [layer.cell]
+
+
 def _stateless_copy(layer):
     """A copy of stateful layer ``layer`` with ``stateful=False, return_state=True``, its weights copied."""
     copy = type(layer).from_config(dict(layer.get_config(), stateful=False, return_state=True))
-    copy.build((None, None, int(layer.cell.kernel.shape[0])))
+    copy.build((None, None, int(_cells(layer)[0].kernel.shape[0])))
     copy.set_weights(layer.get_weights())
     return copy

@@ -539,6 +539,70 @@ def test_more_functions_and_tanh_gates_convert_with_every_artifact(tmp_path):
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
 
 
+@pytest.mark.slow
+def test_stacked_rnn_cells_convert_with_every_artifact(tmp_path):
+    """Keras' RNN(StackedRNNCells([...])) (cell k's output sequence is cell k+1's input; a masked step skipped by
+    every cell), of mixed cells, one going backwards, trained by fit, saved by Keras 3 as .h5: one fused stack per
+    cell, every artifact and no warning; ONNX in onnxruntime and OpenVINO and TFLite in LiteRT match Keras on a
+    padded batch; verify passes, its per-stack rows judged by each cell's own Keras weights."""
+    import keras
+    import openvino as ov
+
+    L = keras.layers
+    keras.utils.set_random_seed(31)
+    model = keras.Sequential([
+        L.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0)),
+        L.RNN(L.StackedRNNCells([L.LSTMCell(7), L.GRUCell(5, reset_after=False)]),
+              return_sequences=True, name="rnn"),
+        L.RNN(L.StackedRNNCells([L.SimpleRNNCell(4), L.LSTMCell(6, recurrent_activation="hard_sigmoid")]),
+              go_backwards=True, name="rnn_1"),
+        L.Dense(2)])
+    probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
+    out, manifest, stdout = convert_whole(tmp_path, "model.h5", want)
+    assert not manifest.get("warnings"), manifest.get("warnings")
+    cells = [(entry["layer"], entry.get("cell"), entry["spec"]["mode"]) for entry in manifest["model_layers"]]
+    assert cells == [("rnn", 0, "lstm"), ("rnn", 1, "gru"), ("rnn_1", 0, "rnn_tanh"), ("rnn_1", 1, "lstm")], cells
+    assert "RNN 'rnn' cell 1 (1-layer unidirectional GRU" in stdout, stdout
+    compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
+    for got, what in results:
+        assert got.shape == want.shape, what
+        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
+    verified = cli("verify", out, "--json")
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
+    judges = {row["judge"] for row in json.loads(verified.stdout)["rows"] if row["stack"].startswith("rnn_1/")}
+    assert any("the stock layer's own Keras weights" in str(j) for j in judges), judges
+
+
+def test_stateful_stacked_rnn_cells_stream(tmp_path):
+    """A stateful RNN(StackedRNNCells([LSTMCell, GRUCell])): exported as a streaming model whose state inputs and
+    outputs are each cell's (``rnn_cell0_h``, ``rnn_cell0_c``, ``rnn_cell1_h``); two chunks run in onnxruntime, the
+    first chunk's final states fed to the second, match the stateful Keras model's own two calls; verify passes."""
+    import keras
+    import onnxruntime as ort
+
+    import cudnn_port
+
+    L = keras.layers
+    keras.utils.set_random_seed(7)
+    x = keras.Input((None, 3), batch_size=2, name="x")
+    model = keras.Model(x, L.Dense(2)(L.RNN(L.StackedRNNCells([L.LSTMCell(5), L.GRUCell(4)]), stateful=True,
+                                            return_sequences=True, name="rnn")(x)))
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal(size=(2, 4, 3)).astype("float32") for _ in range(2)]
+    want = [np.asarray(model(chunk)) for chunk in chunks]  # the layer keeps its states between the calls
+    cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    names = [i.name for i in session.get_inputs()]
+    assert names == ["x", "rnn_cell0_h", "rnn_cell0_c", "rnn_cell1_h"], names
+    states = [np.zeros((2, 5), np.float32), np.zeros((2, 5), np.float32), np.zeros((2, 4), np.float32)]
+    for chunk, expected in zip(chunks, want):
+        y, *states = session.run(None, dict(zip(names, [chunk] + states)))
+        assert np.all(np.abs(y - expected) <= ATOL + RTOL * np.abs(expected)), float(np.abs(y - expected).max())
+    assert np.abs(want[1]).max() > 0.05
+    assert cudnn_port.verify(tmp_path / "out")["passed"]
+
+
 def test_int8_judges_a_scan_loop_stack_as_float32_beside_a_quantized_lstm(tmp_path):
     """A plain LSTM (int8) before an LSTM with hard_sigmoid gates (a Scan loop, left float32): verify passes, and
     the int8 tolerance is sized by the second stack in the float reference, not by an int8 model of sigmoid gates,

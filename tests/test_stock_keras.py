@@ -197,8 +197,8 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
      r"^layer odd \(GRU\): recurrent_activation='softmax' \(the fused forms' gates are one of tanh, relu, "),
     (L.Bidirectional(L.GRU(4), backward_layer=L.GRU(4, reset_after=False, go_backwards=True), name="odd"),
      r"^layer odd \(Bidirectional\): its forward and backward layers are not one layer and its reverse"),
-    (L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.LSTMCell(4)]), name="odd"),
-     r"^layer odd \(RNN\): RNN of a StackedRNNCells cell \(only Keras' LSTMCell, GRUCell and SimpleRNNCell\)"),
+    (L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.LSTMCell(4)])), name="odd"),
+     r"^layer odd \(Bidirectional\): a Bidirectional of StackedRNNCells \(each direction a multi-layer stack"),
     (L.Bidirectional(L.LSTM(4, activation="squareplus"), name="odd"),
      r"^layer odd \(Bidirectional\): activation='squareplus' \(the fused forms compute tanh, relu, sigmoid, "),
 ])

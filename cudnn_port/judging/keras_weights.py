@@ -13,7 +13,7 @@ came through.
   (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
 """
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 import json
 
 import numpy as np
@@ -159,18 +159,19 @@ def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]])
     return CanonicalRNN(spec, params)
 
 
-def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec") -> "CanonicalRNN":
+def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Optional[int] = None) -> "CanonicalRNN":
     """The stack of stock layer ``layer_path`` (``outer/inner`` for nested models) of Keras model ``model`` as the
     reference takes it, read from the layer's own variables by Keras' math (:func:`keras_canonical`), not through
-    the rewrite that built the fused layer."""
+    the rewrite that built the fused layer; ``cell``: cell k of an ``RNN(StackedRNNCells(...))``, Keras' own list."""
     layer = model
     for name in layer_path.split("/"):
         layer = next(inner for inner in layer.layers if inner.name == name)
     rnns = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
     directions = []
     for rnn in rnns:
-        kernel, recurrent = rnn.cell.kernel.numpy(), rnn.cell.recurrent_kernel.numpy()
-        bias = rnn.cell.bias.numpy() if rnn.cell.bias is not None else \
+        stock = rnn.cell if cell is None else rnn.cell.cells[cell]
+        kernel, recurrent = stock.kernel.numpy(), stock.recurrent_kernel.numpy()
+        bias = stock.bias.numpy() if stock.bias is not None else \
             np.zeros((2, recurrent.shape[1]) if spec.mode == "gru" and spec.reset_after else recurrent.shape[1])
         directions.append([kernel, recurrent, bias])
     return keras_canonical(spec, directions)

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import zipfile
 import re
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from ..source import Source
 from .platform import refuse_miopen
 from .zip_guard import check_keras_zip
 from ..deps import import_tf
-from ..stock_keras import plan, rewrite
+from ..stock_keras import STACKED_CELL, plan, rewrite
 from ..streaming_model import streaming_twin
 from .h5_guard import check_h5
 from .keras_h5 import is_hdf5
@@ -272,13 +272,19 @@ class KerasModelSource(Source):
                 "nothing to "
                 "convert; export it with Keras' own model.export")
 
-    def layer_of(self, name: str) -> Dict[str, str]:
-        """The user's layer behind stack ``name``: {layer, type} (``LSTM``, ``Bidirectional``, ``CudnnLSTM``...)."""
+    def layer_of(self, name: str) -> Dict[str, Any]:
+        """The user's layer behind stack ``name``: {layer, type} (``LSTM``, ``Bidirectional``, ``CudnnLSTM``...), and
+        ``cell`` (k) for cell k of an ``RNN(StackedRNNCells(...))``."""
         layer = self._layers[name]
         row = max((r for r in self.stock_layers if name.startswith(r["layer"] + "/")), default=None,
                   key=lambda r: len(r["layer"]))  # the row whose path leads to this stack's variable
         kind = FUSED_CLASS_NAMES[self.specs[name].mode]
-        return {"layer": row["layer"] if row else layer, "type": row["type"] if row else kind}
+        if not row:
+            return {"layer": layer, "type": kind}
+        found = {"layer": row["layer"], "type": row["type"]}
+        cell = re.match(re.escape(STACKED_CELL.format(layer=row["layer"].rsplit("/", 1)[-1], k="")) + r"(\d+)$",
+                        layer)
+        return dict(found, cell=int(cell.group(1))) if cell else found
 
     def describe(self, name: str) -> str:
         spec = self.specs[name]
