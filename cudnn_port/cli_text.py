@@ -44,7 +44,8 @@ ONNX_NAMES = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid", "hard_sigmoi
               "leaky_relu": "LeakyRelu", "celu": "Elu", "silu": "Silu", "gelu": "Gelu", "selu": "Selu",
               "relu6": "Relu6", "exponential": "Exp",
               "mish": "Mish", "hard_silu": "HardSwish", "log_sigmoid": "LogSigmoid", "tanh_shrink": "TanhShrink",
-              "hard_tanh": "HardTanh"}
+              "hard_tanh": "HardTanh", "hard_shrink": "HardShrink", "soft_shrink": "SoftShrink",
+              "sparse_plus": "SparsePlus", "squareplus": "Squareplus", "sparse_sigmoid": "HardSigmoid"}
 SEQUENCE_FUNCTIONS = ("Sigmoid", "Tanh", "Relu")  # what a fused node keeps (exports.onnx_scan): OpenVINO runs these
 
 

@@ -47,10 +47,12 @@ RNN_OWN = {"tanh": "rnn_tanh", "relu": "rnn_relu"}  # the plain cells cuDNN comp
 # a cell's candidate functions (Keras' names) the CPU forms compute exactly; the ONNX node names each
 # (exports.onnx_portable), TFLite's builtins hold some (exports.tflite.cannot_hold)
 # (Keras 3's definitions, at the defaults a name in a layer's config means: leaky_relu's slope 0.2, gelu exact (erf),
-# celu's alpha 1; keras/src/activations/activations.py)
+# celu's alpha 1, the shrinks' threshold 0.5, squareplus' b 4; keras/src/activations/activations.py): every
+# element-wise function Keras names but ``threshold``, which takes arguments a name cannot give
+# (not element-wise, so no cell form: softmax, log_softmax, sparsemax, glu)
 ACTIVATIONS = ("tanh", "relu", "sigmoid", "hard_sigmoid", "linear", "softsign", "softplus", "elu", "silu", "gelu",
                "selu", "relu6", "leaky_relu", "exponential", "mish", "hard_silu", "log_sigmoid", "tanh_shrink",
-               "hard_tanh", "celu")
+               "hard_tanh", "celu", "hard_shrink", "soft_shrink", "sparse_plus", "sparse_sigmoid", "squareplus")
 # the gates' functions: any of them. Gates other than sigmoid make every ONNX node of the cell a Scan loop
 # (exports.onnx_scan), which stops at each sequence's length itself: the OpenVINO-safe form of a fused node needs
 # gates that are exactly 0 and 1 far enough out (exports.onnx_portable), and only sigmoid is among those it runs

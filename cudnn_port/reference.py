@@ -56,6 +56,11 @@ FUNCTIONS.update({
     "tanh_shrink": lambda v: v - np.tanh(v),
     "hard_tanh": lambda v: np.clip(v, -1.0, 1.0),
     "celu": lambda v: np.maximum(v, 0.0) + np.minimum(0.0, np.expm1(v)),  # alpha 1, Keras' default
+    "hard_shrink": lambda v: np.where(np.abs(v) > 0.5, v, 0.0),  # threshold 0.5, Keras' default
+    "soft_shrink": lambda v: np.where(v > 0.5, v - 0.5, np.where(v < -0.5, v + 0.5, 0.0)),
+    "sparse_plus": lambda v: np.where(v <= -1, 0.0, np.where(v < 1, (v + 1.0) ** 2 / 4.0, v)),
+    "sparse_sigmoid": lambda v: np.where(v <= -1, 0.0, np.where(v >= 1, 1.0, (v + 1.0) / 2.0)),
+    "squareplus": lambda v: (v + np.sqrt(v * v + 4.0)) / 2.0,  # b 4, Keras' default
 })
 
 

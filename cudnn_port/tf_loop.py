@@ -51,7 +51,12 @@ def functions(tf: ModuleType) -> dict:
             "exponential": tf.exp, "mish": lambda v: v * tf.tanh(tf.math.softplus(v)),
             "hard_silu": lambda v: v * tf.nn.relu6(v + 3.0) / 6.0, "log_sigmoid": tf.math.log_sigmoid,
             "tanh_shrink": lambda v: v - tf.tanh(v), "hard_tanh": lambda v: tf.clip_by_value(v, -1.0, 1.0),
-            "celu": tf.nn.elu}  # celu with Keras' alpha 1 is elu
+            "celu": tf.nn.elu,  # celu with Keras' alpha 1 is elu
+            "hard_shrink": lambda v: tf.where(tf.abs(v) > 0.5, v, tf.zeros_like(v)),
+            "soft_shrink": lambda v: v - tf.clip_by_value(v, -0.5, 0.5),
+            "sparse_plus": lambda v: tf.square(tf.clip_by_value(v, -1.0, 1.0) + 1.0) / 4.0 + tf.nn.relu(v - 1.0),
+            "sparse_sigmoid": lambda v: (tf.clip_by_value(v, -1.0, 1.0) + 1.0) / 2.0,
+            "squareplus": lambda v: (v + tf.sqrt(v * v + 4.0)) / 2.0}
 
 
 UNROLL = 4  # steps per loop iteration for batches below UNROLL_BELOW

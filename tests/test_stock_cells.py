@@ -156,7 +156,8 @@ def test_reference_of_other_functions_is_keras_own_layer(kind, kwargs):
 # Keras' element-wise functions beyond the eight above: ONNX's sequence ops name few of them (LeakyRelu; celu with
 # alpha 1 is Elu), so every node of them is a Scan loop; TFLite computes each in builtin ops
 MORE_FUNCTIONS = ("silu", "gelu", "selu", "relu6", "leaky_relu", "exponential", "mish", "hard_silu", "log_sigmoid",
-                  "tanh_shrink", "hard_tanh", "celu")
+                  "tanh_shrink", "hard_tanh", "celu", "hard_shrink", "soft_shrink", "sparse_plus", "sparse_sigmoid",
+                  "squareplus")
 SCALE = {"exponential": 0.1}  # weights' scale (else 0.3): exp feeds on its own output and overflows at larger ones
 
 

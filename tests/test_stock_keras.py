@@ -199,8 +199,8 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
      r"^layer odd \(Bidirectional\): its forward and backward layers are not one layer and its reverse"),
     (L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.LSTMCell(4)])), name="odd"),
      r"^layer odd \(Bidirectional\): a Bidirectional of StackedRNNCells \(each direction a multi-layer stack"),
-    (L.Bidirectional(L.LSTM(4, activation="squareplus"), name="odd"),
-     r"^layer odd \(Bidirectional\): activation='squareplus' \(the fused forms compute tanh, relu, sigmoid, "),
+    (L.Bidirectional(L.LSTM(4, activation="log_softmax"), name="odd"),  # not element-wise
+     r"^layer odd \(Bidirectional\): activation='log_softmax' \(the fused forms compute tanh, relu, sigmoid, "),
 ])
 def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     """A recurrent layer whose math cuDNN does not compute is refused, naming it and why, beside a fused one."""

@@ -52,7 +52,10 @@ ONNX_FUNCTIONS = {"tanh": ("Tanh", None, None), "relu": ("Relu", None, None), "s
                   "silu": ("Silu", None, None), "gelu": ("Gelu", None, None), "selu": ("Selu", None, None),
                   "relu6": ("Relu6", None, None), "exponential": ("Exp", None, None), "mish": ("Mish", None, None),
                   "hard_silu": ("HardSwish", None, None), "log_sigmoid": ("LogSigmoid", None, None),
-                  "tanh_shrink": ("TanhShrink", None, None), "hard_tanh": ("HardTanh", None, None)}
+                  "tanh_shrink": ("TanhShrink", None, None), "hard_tanh": ("HardTanh", None, None),
+                  "hard_shrink": ("HardShrink", None, None), "soft_shrink": ("SoftShrink", None, None),
+                  "sparse_plus": ("SparsePlus", None, None), "squareplus": ("Squareplus", None, None),
+                  "sparse_sigmoid": ("HardSigmoid", 0.5, 0.5)}  # clip((x + 1) / 2, 0, 1)
 
 
 def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:

@@ -40,7 +40,8 @@ _BETA = {"Affine": 0.0, "ScaledTanh": 1.0, "HardSigmoid": 0.5}
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 # names ONNX's sequence ops do not define, which only cudnn-port's writer puts on a node (Keras' functions of those
 # names, exports.onnx_portable.ONNX_FUNCTIONS): such a node is always expanded here, never left for a runtime
-OWN_FUNCTIONS = ("Silu", "Gelu", "Selu", "Relu6", "Exp", "Mish", "HardSwish", "LogSigmoid", "TanhShrink", "HardTanh")
+OWN_FUNCTIONS = ("Silu", "Gelu", "Selu", "Relu6", "Exp", "Mish", "HardSwish", "LogSigmoid", "TanhShrink", "HardTanh",
+                 "HardShrink", "SoftShrink", "SparsePlus", "Squareplus")
 _CANONICAL = {name.lower(): name for name in ("Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu",
                                                "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus")
              + OWN_FUNCTIONS}
@@ -223,6 +224,22 @@ def _own(kind, v, name, n, const):
         return n("Neg", [softplus(n("Neg", [v], f"{name}_neg"), "softplus")], name)
     if kind == "TanhShrink":
         return n("Sub", [v, n("Tanh", [v], f"{name}_tanh")], name)
+    if kind == "HardShrink":  # x where |x| > 0.5, else 0
+        keep = n("Greater", [n("Abs", [v], f"{name}_abs"), const(f"{name}_half", 0.5)], f"{name}_keep")
+        return times(n("Cast", [keep], f"{name}_keep_float", to=1))
+    if kind == "SoftShrink":  # x - clip(x, -0.5, 0.5)
+        return n("Sub", [v, n("Clip", [v, const(f"{name}_low", -0.5), const(f"{name}_high", 0.5)], f"{name}_clip")],
+                 name)
+    if kind == "SparsePlus":  # (clip(x, -1, 1) + 1)^2 / 4 + relu(x - 1)
+        one = const(f"{name}_one", 1.0)
+        shifted = n("Add", [n("Clip", [v, const(f"{name}_low", -1.0), one], f"{name}_clip"), one], f"{name}_shifted")
+        square = n("Mul", [n("Mul", [shifted, shifted], f"{name}_sq"), const(f"{name}_quarter", 0.25)],
+                   f"{name}_quarter_sq")
+        return n("Add", [square, n("Relu", [n("Sub", [v, one], f"{name}_minus_1")], f"{name}_above")], name)
+    if kind == "Squareplus":  # (x + sqrt(x^2 + 4)) / 2
+        root = n("Sqrt", [n("Add", [n("Mul", [v, v], f"{name}_sq"), const(f"{name}_four", 4.0)], f"{name}_plus_4")],
+                 f"{name}_sqrt")
+        return n("Mul", [n("Add", [v, root], f"{name}_sum"), const(f"{name}_half", 0.5)], name)
     raise ValueError(f"activation {kind!r} has no Scan form here")
 
 

@@ -66,6 +66,44 @@ def _negated(b, v, n):
     return b.op("NEG", [v], n)
 
 
+def _plus(b, v, u, n):
+    return b.op("ADD", [v, u], n, options="AddOptions")
+
+
+def _hard_shrink(b, v, n):  # x where |x| > 0.5, else 0
+    half = b.const(f"{n}/half", np.float32(0.5))
+    keep = b.op("GREATER", [b.op("ABS", [v], f"{n}/abs"), half], f"{n}/keep", dtype="bool")
+    return _times(b, v, b.op("CAST", [keep], f"{n}/keep_float"), n)
+
+
+def _clipped(b, v, low, high, n):
+    lo, hi = b.const(f"{n}/low", np.float32(low)), b.const(f"{n}/high", np.float32(high))
+    return b.op("MINIMUM", [b.op("MAXIMUM", [v, lo], f"{n}/max"), hi], n)
+
+
+def _soft_shrink(b, v, n):  # x - clip(x, -0.5, 0.5)
+    return b.op("SUB", [v, _clipped(b, v, -0.5, 0.5, f"{n}/clip")], n, options="SubOptions")
+
+
+def _sparse_plus(b, v, n):  # (clip(x, -1, 1) + 1)^2 / 4 + relu(x - 1)
+    one, quarter = b.const(f"{n}/one", np.float32(1)), b.const(f"{n}/quarter", np.float32(0.25))
+    shifted = _plus(b, b.op("RELU_N1_TO_1", [v], f"{n}/clip"), one, f"{n}/shifted")
+    square = _times(b, _times(b, shifted, shifted, f"{n}/square"), quarter, f"{n}/quarter_square")
+    above = b.op("RELU", [b.op("SUB", [v, one], f"{n}/minus_1", options="SubOptions")], f"{n}/above")
+    return _plus(b, square, above, n)
+
+
+def _sparse_sigmoid(b, v, n):  # (clip(x, -1, 1) + 1) / 2
+    one, half = b.const(f"{n}/one", np.float32(1)), b.const(f"{n}/half", np.float32(0.5))
+    return _times(b, _plus(b, b.op("RELU_N1_TO_1", [v], f"{n}/clip"), one, f"{n}/shifted"), half, n)
+
+
+def _squareplus(b, v, n):  # (x + sqrt(x^2 + 4)) / 2
+    four, half = b.const(f"{n}/four", np.float32(4)), b.const(f"{n}/half", np.float32(0.5))
+    root = b.op("SQRT", [_plus(b, _times(b, v, v, f"{n}/square"), four, f"{n}/plus_4")], f"{n}/sqrt")
+    return _times(b, _plus(b, v, root, f"{n}/sum"), half, n)
+
+
 # a cell's functions (RNNSpec.activation, recurrent_activation) in builtin ops: (graph, tensor, name) -> tensor
 FUNCTIONS = {"tanh": lambda b, v, n: b.op("TANH", [v], n), "relu": lambda b, v, n: b.op("RELU", [v], n),
              "sigmoid": lambda b, v, n: b.op("LOGISTIC", [v], n), "elu": lambda b, v, n: b.op("ELU", [v], n),
@@ -81,7 +119,9 @@ FUNCTIONS = {"tanh": lambda b, v, n: b.op("TANH", [v], n), "relu": lambda b, v, 
              "log_sigmoid": lambda b, v, n: _negated(b, _softplus(b, _negated(b, v, f"{n}/neg_in"), f"{n}/sp"), n),
              "tanh_shrink": lambda b, v, n: b.op("SUB", [v, b.op("TANH", [v], f"{n}/tanh")], n, options="SubOptions"),
              "hard_tanh": lambda b, v, n: b.op("RELU_N1_TO_1", [v], n),
-             "celu": lambda b, v, n: b.op("ELU", [v], n)}  # celu with Keras' alpha 1 is elu
+             "celu": lambda b, v, n: b.op("ELU", [v], n),  # celu with Keras' alpha 1 is elu
+             "hard_shrink": _hard_shrink, "soft_shrink": _soft_shrink, "sparse_plus": _sparse_plus,
+             "sparse_sigmoid": _sparse_sigmoid, "squareplus": _squareplus}
 
 
 def _loop_inputs(g, prefix, lstm):
