@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 # stock layers whose states are h (and c) [batch, units] (an RNN of another cell is refused by cudnn_port.stock_keras)
 STREAMED = ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional")
+STREAMED_CELLS = ("LSTMCell", "GRUCell", "SimpleRNNCell")  # the cells whose states a streaming twin takes
 
 
 def _stateful(layer) -> bool:
@@ -60,6 +61,12 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if nested:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True inside a nested "
                                    "model; build the model flat to export it as a streaming model")
+        other = next((c for c in _cells(layer) if type(c).__name__ not in STREAMED_CELLS or
+                      not type(c).__module__.startswith("keras.")), None)
+        if other is not None:
+            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
+                                   f"{type(other).__name__} cell, which has no fused form (only Keras' LSTMCell, "
+                                   "GRUCell and SimpleRNNCell)")
     if type(model).__name__ not in ("Functional", "Sequential"):
         raise UnsupportedError(f"model {model.name} is a subclassed {type(model).__name__} with a stateful layer, "
                                "which cannot be rebuilt as a streaming model; build it as a Functional or Sequential "

@@ -178,7 +178,7 @@ def test_reference_of_more_functions_is_keras_own_layer(function):
                          ("SimpleRNN", dict(activation=function)), ("LSTM", dict(recurrent_activation=function))]:
         layer = getattr(keras.layers, kind)(H, return_sequences=True, return_state=True, **kwargs)
         states = [rng.normal(size=(B, H)).astype("float32") for _ in range(2 if kind == "LSTM" else 1)]
-        layer(x, mask=mask, initial_state=states)
+        layer.build((B, T, I))
         layer.set_weights([rng.normal(size=w.shape).astype("float32") * SCALE.get(function, 0.3)
                            for w in layer.get_weights()])
         y, h, *c = (np.asarray(t) for t in layer(x, mask=mask, initial_state=states))
@@ -602,6 +602,36 @@ def test_stateful_stacked_rnn_cells_stream(tmp_path):
         assert np.all(np.abs(y - expected) <= ATOL + RTOL * np.abs(expected)), float(np.abs(y - expected).max())
     assert np.abs(want[1]).max() > 0.05
     assert cudnn_port.verify(tmp_path / "out")["passed"]
+
+
+def test_stateful_layer_of_a_custom_cell_is_refused_in_one_line(tmp_path):
+    """A stateful RNN of a cell of the user's own, alone or among StackedRNNCells, is refused naming the layer and
+    the cell (Keras cannot rebuild an unregistered cell, so it was a TypeError from Keras)."""
+    import keras
+
+    import cudnn_port
+    from cudnn_port.errors import UnsupportedError
+
+    L = keras.layers
+
+    class Cell(L.Layer):
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.units = self.state_size = units
+
+        def build(self, shape):
+            self.kernel = self.add_weight(shape=(shape[-1], self.units))
+
+        def call(self, x, states):
+            h = keras.ops.tanh(x @ self.kernel + states[0])
+            return h, [h]
+
+    for cell in (Cell(4), L.StackedRNNCells([L.LSTMCell(3), Cell(4)])):
+        x = keras.Input((None, 3), batch_size=2)
+        model = keras.Model(x, L.RNN(cell, stateful=True, name="odd")(x))
+        with pytest.raises(UnsupportedError, match=r"^layer odd \(RNN\): stateful=True with a Cell cell") as raised:
+            cudnn_port.export(model, tmp_path / "out")
+        assert "\n" not in str(raised.value) and not (tmp_path / "out").exists()
 
 
 def test_int8_judges_a_scan_loop_stack_as_float32_beside_a_quantized_lstm(tmp_path):
