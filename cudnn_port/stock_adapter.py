@@ -117,15 +117,7 @@ class StockAdapter(keras.layers.Layer):
         return (result if isinstance(result, list) else [result]) + states
 
     def _merge(self, pair):
-        if self.merge_mode == "concat":
-            return import_tf().concat(pair, axis=-1)
-        if self.merge_mode == "sum":
-            return pair[0] + pair[1]
-        if self.merge_mode == "ave":
-            return (pair[0] + pair[1]) / 2
-        if self.merge_mode == "mul":
-            return pair[0] * pair[1]
-        return pair  # merge_mode None: two outputs
+        return _merged(pair, self.merge_mode)
 
     def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
         out = mask if self.return_sequences else None
@@ -182,6 +174,69 @@ class StackedAdapter(keras.layers.Layer):
         if self.return_state:
             return [out] + [[None] * (2 if a.mode == "lstm" else 1) for a in self.adapters]
         return out
+
+
+class StackedPairAdapter(keras.layers.Layer):
+    """Keras' ``Bidirectional(RNN(StackedRNNCells([...])))``: two :class:`StackedAdapter` s, each direction a
+    multi-layer stack of its own (the backward one over the reversed input, its cells' states its own), merged as
+    Keras' ``Bidirectional`` merges its two layers: the backward output sequence flipped back along time, then
+    ``merge_mode``; states: the forward cells' lists, then the backward cells'. ``initial_state``: the forward cells'
+    lists, then the backward cells'."""
+
+    def __init__(self, forward: StackedAdapter, backward: StackedAdapter, *, merge_mode: Optional[str] = "concat",
+                 return_state: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.forward, self.backward = forward, backward
+        self.merge_mode, self.return_state = merge_mode, return_state
+        self.return_sequences = forward.return_sequences
+        self.supports_masking = True
+
+    @property
+    def layers(self) -> List[keras.layers.Layer]:
+        """The two stacks, so that :func:`cudnn_port.layers.fused_layers` finds their fused layers."""
+        return [self.forward, self.backward]
+
+    def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
+        self.built = True  # each stack was built with its weights (cudnn_port.stock_keras)
+
+    def call(self, sequences: "tf.Tensor", initial_state: "Optional[Sequence[Any]]" = None,
+             mask: "Optional[tf.Tensor]" = None, training: Optional[bool] = None) -> Any:
+        tf = import_tf()
+        half = None if initial_state is None else len(initial_state) // 2
+        ys = [stack(sequences, initial_state=None if half is None else part, mask=mask)
+              for stack, part in ((self.forward, None if half is None else initial_state[:half]),
+                                  (self.backward, None if half is None else initial_state[half:]))]
+        states = []
+        if self.return_state:
+            states = list(ys[0][1:]) + list(ys[1][1:])
+            ys = [ys[0][0], ys[1][0]]
+        y, y_rev = ys
+        if self.return_sequences:
+            y_rev = tf.reverse(y_rev, [1])
+        output = _merged([y, y_rev], self.merge_mode)
+        if not self.return_state:
+            return output
+        return (output if isinstance(output, list) else [output]) + states
+
+    def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
+        out = mask if self.return_sequences else None
+        outs = [out, out] if self.merge_mode is None else [out]
+        if self.return_state:
+            outs += [[None] * (2 if a.mode == "lstm" else 1) for s in (self.forward, self.backward) for a in s.adapters]
+        return outs if len(outs) > 1 else outs[0]
+
+
+def _merged(pair, merge_mode):
+    """A Bidirectional's two outputs merged as Keras merges them."""
+    if merge_mode == "concat":
+        return import_tf().concat(pair, axis=-1)
+    if merge_mode == "sum":
+        return pair[0] + pair[1]
+    if merge_mode == "ave":
+        return (pair[0] + pair[1]) / 2
+    if merge_mode == "mul":
+        return pair[0] * pair[1]
+    return pair  # merge_mode None: two outputs
 
 
 def _plan(mask):

@@ -15,13 +15,14 @@ Functional / Sequential models are rebuilt around them). The rewritten model the
 (:mod:`cudnn_port.roads.model`), which judges it against the ORIGINAL model: Keras' own outputs.
 
 ``RNN(LSTMCell(64))`` is ``LSTM(64)`` and converts as it; ``RNN(StackedRNNCells([...]))`` of such cells is a
-:class:`~cudnn_port.stock_adapter.StackedAdapter`, one adapter (and fused stack) per cell.
+:class:`~cudnn_port.stock_adapter.StackedAdapter`, one adapter (and fused stack) per cell, and a ``Bidirectional`` of
+one a :class:`~cudnn_port.stock_adapter.StackedPairAdapter` of two.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
 layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``softmax``; ``ConvLSTM*``; ``RNN`` of a
-cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of ``StackedRNNCells`` holding one; a
-``Bidirectional`` of ``StackedRNNCells``), a stateful ``Bidirectional``, and stock recurrent
+cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of ``StackedRNNCells`` holding one), a
+stateful ``Bidirectional``, and stock recurrent
 layers inside a subclassed model (not Functional / Sequential), which cannot be rebuilt. There is no general path:
 Keras' own loop, left in the model, traces to TensorList ops that tf2onnx cannot convert and TFLite holds only as
 Flex ops, so its artifacts would not be the same set.
@@ -114,11 +115,11 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
         return dict(row, verdict=REFUSED, why="stateful=True, and its backward direction reads each chunk from its "
                                                "end, so it does not stream")
     why = next((w for w in map(_why_not, inner) if w), None)
-    if why is None and any(map(stacked, inner)):
-        if kind == "Bidirectional":
-            return dict(row, verdict=REFUSED, why="a Bidirectional of StackedRNNCells (each direction a multi-layer "
-                                                  "stack of its own) has no fused form yet; build it as one "
-                                                  "Bidirectional layer per cell")
+    if why is None and kind == "Bidirectional" and any(map(stacked, inner)):
+        forward, backward = inner
+        if not (stacked(forward) and stacked(backward)):  # each direction a stack of its own: any two stacks
+            why = "one of its forward and backward layers is an RNN of StackedRNNCells and the other is not"
+        return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
     if stateful and why is None:  # cudnn_port.streaming_model makes it a stateless layer, states in and out
         return dict(row, why="stateful=True: streamed, its states are inputs and outputs")
     if why is None and kind == "Bidirectional":
@@ -140,10 +141,11 @@ def _walk(model, prefix=""):
     that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .layers import CudnnRNN
-    from .stock_adapter import StackedAdapter, StockAdapter
+    from .stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
 
     for layer in getattr(model, "layers", None) or []:
-        if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter, StackedAdapter)):
+        if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter, StackedAdapter,
+                                                                     StackedPairAdapter)):
             yield from _walk(layer, f"{prefix}{layer.name}/")
             continue
         row = classify(layer)
@@ -244,29 +246,48 @@ def _adapter(layer):
     packed; for an ``RNN(StackedRNNCells(...))``, a :class:`~cudnn_port.stock_adapter.StackedAdapter` of one per cell
     (named :data:`STACKED_CELL`)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
-    from .stock_adapter import StackedAdapter
+    from .stock_adapter import StackedPairAdapter
 
     bidirectional = type(layer).__name__ == "Bidirectional"
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
     first = rnns[0]
-    if stacked(layer):
+    if stacked(first):
+        if not bidirectional:
+            return _stacked_adapter(layer, layer.name)
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
         import keras
 
-        cells = layer.cell.cells
-        with keras.name_scope(layer.name):  # the cells' variables named under the layer: rnn/rnn_cell_0/...
-            adapters = [_cell_adapter([cell], STACKED_CELL.format(layer=layer.name, k=k), bidirectional=False,
-                                      go_backwards=False, merge_mode=None,
-                                      return_sequences=k < len(cells) - 1 or bool(layer.return_sequences),
-                                      return_state=True, zero_output=bool(layer.zero_output_for_mask))
-                        for k, cell in enumerate(cells)]
-        return StackedAdapter(adapters, go_backwards=bool(layer.go_backwards),
-                              return_state=bool(layer.return_state), name=layer.name)
+        with keras.name_scope(layer.name):  # bi/bi_forward/bi_forward_cell_0/...
+            pair = [_stacked_adapter(rnn, f"{layer.name}_{way}") for rnn, way in zip(rnns, DIRECTIONS)]
+        return StackedPairAdapter(*pair, merge_mode=layer.merge_mode, return_state=bool(layer.return_state),
+                                  name=layer.name)
     return _cell_adapter([rnn.cell for rnn in rnns], layer.name, bidirectional=bidirectional,
                          go_backwards=bool(first.go_backwards) and not bidirectional,
                          merge_mode=layer.merge_mode if bidirectional else None,
                          return_sequences=bool(first.return_sequences), return_state=bool(layer.return_state),
                          zero_output=bool(first.zero_output_for_mask))
+
+
+DIRECTIONS = ("forward", "backward")  # a Bidirectional of StackedRNNCells: its stacks' names, {layer}_{direction}
+
+
+def _stacked_adapter(rnn, name):
+    """The :class:`~cudnn_port.stock_adapter.StackedAdapter` named ``name`` of ``RNN(StackedRNNCells(...))`` ``rnn``:
+    one adapter per cell, named :data:`STACKED_CELL`, their variables under ``name``."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
+    import keras
+
+    from .stock_adapter import StackedAdapter
+
+    cells = rnn.cell.cells
+    with keras.name_scope(name):  # the cells' variables named under the layer: rnn/rnn_cell_0/...
+        adapters = [_cell_adapter([cell], STACKED_CELL.format(layer=name, k=k), bidirectional=False,
+                                  go_backwards=False, merge_mode=None,
+                                  return_sequences=k < len(cells) - 1 or bool(rnn.return_sequences),
+                                  return_state=True, zero_output=bool(rnn.zero_output_for_mask))
+                    for k, cell in enumerate(cells)]
+    return StackedAdapter(adapters, go_backwards=bool(rnn.go_backwards), return_state=bool(rnn.return_state),
+                          name=name)
 
 
 def _cell_adapter(cells, name, **flags):

@@ -199,7 +199,7 @@ def _independent_stack(manifest, source, variable, spec):
     if original is not None:
         row = source.layer_of(variable)
         if row["type"] in ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional"):
-            return (keras_weights.stock_stack(original, row["layer"], spec, row.get("cell")),
+            return (keras_weights.stock_stack(original, row["layer"], spec, row.get("cell"), row.get("direction")),
                     "the stock layer's own Keras weights, by Keras' math (not the rewrite)")
     return None
 

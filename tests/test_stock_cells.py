@@ -543,9 +543,10 @@ def test_more_functions_and_tanh_gates_convert_with_every_artifact(tmp_path):
 @pytest.mark.slow
 def test_stacked_rnn_cells_convert_with_every_artifact(tmp_path):
     """Keras' RNN(StackedRNNCells([...])) (cell k's output sequence is cell k+1's input; a masked step skipped by
-    every cell), of mixed cells, one going backwards, trained by fit, saved by Keras 3 as .h5: one fused stack per
-    cell, every artifact and no warning; ONNX in onnxruntime and OpenVINO and TFLite in LiteRT match Keras on a
-    padded batch; verify passes, its per-stack rows judged by each cell's own Keras weights."""
+    every cell), of mixed cells, one in a Bidirectional (each direction a stack of its own), one going backwards,
+    trained by fit, saved by Keras 3 as .h5: one fused stack per cell and direction, every artifact and no warning;
+    ONNX in onnxruntime and OpenVINO and TFLite in LiteRT match Keras on a padded batch; verify passes, its
+    per-stack rows judged by each cell's own Keras weights."""
     import keras
     import openvino as ov
 
@@ -553,17 +554,20 @@ def test_stacked_rnn_cells_convert_with_every_artifact(tmp_path):
     keras.utils.set_random_seed(31)
     model = keras.Sequential([
         L.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0)),
-        L.RNN(L.StackedRNNCells([L.LSTMCell(7), L.GRUCell(5, reset_after=False)]),
-              return_sequences=True, name="rnn"),
+        L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(7), L.GRUCell(5, reset_after=False)]),
+                              return_sequences=True), name="bi"),
         L.RNN(L.StackedRNNCells([L.SimpleRNNCell(4), L.LSTMCell(6, recurrent_activation="hard_sigmoid")]),
               go_backwards=True, name="rnn_1"),
-        L.Dense(2)])
+        L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=1.0))])
     probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
     out, manifest, stdout = convert_whole(tmp_path, "model.h5", want)
     assert not manifest.get("warnings"), manifest.get("warnings")
-    cells = [(entry["layer"], entry.get("cell"), entry["spec"]["mode"]) for entry in manifest["model_layers"]]
-    assert cells == [("rnn", 0, "lstm"), ("rnn", 1, "gru"), ("rnn_1", 0, "rnn_tanh"), ("rnn_1", 1, "lstm")], cells
-    assert "RNN 'rnn' cell 1 (1-layer unidirectional GRU" in stdout, stdout
+    cells = [(entry["layer"], entry.get("cell"), entry.get("direction"), entry["spec"]["mode"])
+             for entry in manifest["model_layers"]]
+    assert cells == [("bi", 0, "forward", "lstm"), ("bi", 1, "forward", "gru"), ("bi", 0, "backward", "lstm"),
+                     ("bi", 1, "backward", "gru"), ("rnn_1", 0, None, "rnn_tanh"), ("rnn_1", 1, None, "lstm")], cells
+    assert "Bidirectional 'bi' cell 1 (backward) (1-layer unidirectional GRU" in stdout, stdout
+    assert "RNN 'rnn_1' cell 1 (1-layer unidirectional LSTM" in stdout, stdout
     compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
     for got, what in results:
@@ -571,8 +575,9 @@ def test_stacked_rnn_cells_convert_with_every_artifact(tmp_path):
         assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
     verified = cli("verify", out, "--json")
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
-    judges = {row["judge"] for row in json.loads(verified.stdout)["rows"] if row["stack"].startswith("rnn_1/")}
-    assert any("the stock layer's own Keras weights" in str(j) for j in judges), judges
+    for layer in ("bi/", "rnn_1/"):
+        judges = {row["judge"] for row in json.loads(verified.stdout)["rows"] if row["stack"].startswith(layer)}
+        assert any("the stock layer's own Keras weights" in str(j) for j in judges), (layer, judges)
 
 
 def test_stateful_stacked_rnn_cells_stream(tmp_path):

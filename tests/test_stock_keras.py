@@ -197,8 +197,9 @@ def test_states_masks_merge_modes_nested_match_keras(states_out):
      r"^layer odd \(GRU\): recurrent_activation='softmax' \(the fused forms' gates are one of tanh, relu, "),
     (L.Bidirectional(L.GRU(4), backward_layer=L.GRU(4, reset_after=False, go_backwards=True), name="odd"),
      r"^layer odd \(Bidirectional\): its forward and backward layers are not one layer and its reverse"),
-    (L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.LSTMCell(4)])), name="odd"),
-     r"^layer odd \(Bidirectional\): a Bidirectional of StackedRNNCells \(each direction a multi-layer stack"),
+    (L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.LSTMCell(4)])), name="odd",
+                     backward_layer=L.LSTM(4, go_backwards=True)),
+     r"^layer odd \(Bidirectional\): one of its forward and backward layers is an RNN of StackedRNNCells"),
     (L.Bidirectional(L.LSTM(4, activation="log_softmax"), name="odd"),  # not element-wise
      r"^layer odd \(Bidirectional\): activation='log_softmax' \(the fused forms compute tanh, relu, sigmoid, "),
 ])

@@ -159,14 +159,18 @@ def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]])
     return CanonicalRNN(spec, params)
 
 
-def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Optional[int] = None) -> "CanonicalRNN":
+def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Optional[int] = None,
+                direction: Optional[str] = None) -> "CanonicalRNN":
     """The stack of stock layer ``layer_path`` (``outer/inner`` for nested models) of Keras model ``model`` as the
     reference takes it, read from the layer's own variables by Keras' math (:func:`keras_canonical`), not through
-    the rewrite that built the fused layer; ``cell``: cell k of an ``RNN(StackedRNNCells(...))``, Keras' own list."""
+    the rewrite that built the fused layer; ``cell``: cell k of an ``RNN(StackedRNNCells(...))``, Keras' own list,
+    of the ``direction`` (``forward`` / ``backward``) layer of a ``Bidirectional`` of one."""
     layer = model
     for name in layer_path.split("/"):
         layer = next(inner for inner in layer.layers if inner.name == name)
     rnns = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
+    if direction is not None:
+        rnns = [layer.forward_layer if direction == "forward" else layer.backward_layer]
     directions = []
     for rnn in rnns:
         stock = rnn.cell if cell is None else rnn.cell.cells[cell]

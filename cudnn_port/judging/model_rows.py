@@ -256,9 +256,9 @@ def _ideal_int8_model(model, inputs, settings):
     with float32_policy():
         fused = rewrite(model, sized=False)  # Keras' own Dense, TimeDistributed...: the judge shares no sized_layers
         judges = {}
-        for path, cell, layer in _fused_by_path(fused):
+        for path, (cell, direction), layer in _fused_by_path(fused):
             spec = layer.spec
-            canon = stock_stack(model, path, spec, cell) if path is not None else \
+            canon = stock_stack(model, path, spec, cell, direction) if path is not None else \
                 cudnn_api.canonical(spec, layer.opaque_kernel.numpy())
             judges[id(layer)] = _Int8Stack(canon, {k: settings[k] for k in ("per_channel", "reduce_range")}) \
                 if quantized(spec) else ReferenceStack(canon)
@@ -267,19 +267,23 @@ def _ideal_int8_model(model, inputs, settings):
 
 
 def _fused_by_path(model, prefix=""):
-    """(the stock layer's ``outer/inner`` path, or None for a layer that was fused already, the cell's index in an
-    ``RNN(StackedRNNCells(...))`` or None, fused layer) of each fused layer in ``model`` (a rewritten model: a stock
-    layer's adapter is named as the layer)."""
+    """(the stock layer's ``outer/inner`` path, or None for a layer that was fused already, (the cell's index in an
+    ``RNN(StackedRNNCells(...))``, the direction of a ``Bidirectional`` of one; each None otherwise), fused layer) of
+    each fused layer in ``model`` (a rewritten model: a stock layer's adapter is named as the layer)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from ..layers import CudnnRNN
-    from ..stock_adapter import StackedAdapter, StockAdapter
+    from ..stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
 
     for layer in getattr(model, "layers", None) or []:
-        if isinstance(layer, StackedAdapter):
-            yield from ((prefix + layer.name, k, adapter.fused) for k, adapter in enumerate(layer.adapters))
+        if isinstance(layer, StackedPairAdapter):
+            yield from ((prefix + layer.name, (k, way), adapter.fused)
+                        for way, stack in zip(("forward", "backward"), (layer.forward, layer.backward))
+                        for k, adapter in enumerate(stack.adapters))
+        elif isinstance(layer, StackedAdapter):
+            yield from ((prefix + layer.name, (k, None), adapter.fused) for k, adapter in enumerate(layer.adapters))
         elif isinstance(layer, StockAdapter):
-            yield prefix + layer.name, None, layer.fused
+            yield prefix + layer.name, (None, None), layer.fused
         elif isinstance(layer, CudnnRNN):
-            yield None, None, layer
+            yield None, (None, None), layer
         elif getattr(layer, "layers", None):
             yield from _fused_by_path(layer, f"{prefix}{layer.name}/")

@@ -27,7 +27,7 @@ from ..source import Source
 from .platform import refuse_miopen
 from .zip_guard import check_keras_zip
 from ..deps import import_tf
-from ..stock_keras import STACKED_CELL, plan, rewrite
+from ..stock_keras import DIRECTIONS, STACKED_CELL, plan, rewrite
 from ..streaming_model import streaming_twin
 from .h5_guard import check_h5
 from .keras_h5 import is_hdf5
@@ -282,9 +282,12 @@ class KerasModelSource(Source):
         if not row:
             return {"layer": layer, "type": kind}
         found = {"layer": row["layer"], "type": row["type"]}
-        cell = re.match(re.escape(STACKED_CELL.format(layer=row["layer"].rsplit("/", 1)[-1], k="")) + r"(\d+)$",
-                        layer)
-        return dict(found, cell=int(cell.group(1))) if cell else found
+        base = re.escape(row["layer"].rsplit("/", 1)[-1])  # cells' adapters: {layer}(_{direction})_cell_{k}
+        cell = re.match(base + "(?:_(" + "|".join(DIRECTIONS) + "))?" +
+                        re.escape(STACKED_CELL.format(layer="", k="")) + r"(\d+)$", layer)
+        if not cell:
+            return found
+        return dict(found, cell=int(cell.group(2)), **({"direction": cell.group(1)} if cell.group(1) else {}))
 
     def describe(self, name: str) -> str:
         spec = self.specs[name]
