@@ -3,10 +3,10 @@
 - A first model as Keras' tutorials write it: ``Sequential`` with no ``keras.Input``, ``Dropout``, built and trained
   by ``fit``; exported in the training process, verified in a fresh one; saved as ``.keras`` and ``.h5``, converted
   and verified; its ONNX and TFLite run on a batch of 4 int32 ids of length 7 (not fit's batch of 32 x 20).
-- A ``mixed_float16`` Sequential model with a time length in its ``keras.Input((T, F))``, ``Bidirectional``,
-  ``LayerNormalization`` and ``GRU(unroll=True)`` (the same math without a loop), saved as ``.h5``: float32
-  artifacts judged by the model in float32, the distance to the
-  float16 original reported; its ``model.tflite`` written (zero states sized before the model runs).
+- A ``mixed_float16`` (and a ``mixed_bfloat16``) Sequential model with a time length in its
+  ``keras.Input((T, F))``, ``Bidirectional``, ``LayerNormalization`` and ``GRU(unroll=True)`` (the same math without
+  a loop), saved as ``.h5``: float32 artifacts judged by the model in float32, the distance to the float16 (bfloat16)
+  original reported; its ``model.tflite`` written (zero states sized before the model runs).
 - A Functional seq2seq (encoder states into the decoder) with ``BatchNormalization`` and ``TimeDistributed(Dense)``
   (Keras loops over the steps where time is dynamic; computed as one Dense over batch x time), its outputs a dict
   (``output_0`` ... its values in sorted key order, each key in the manifest), saved as ``.keras``.
@@ -73,13 +73,13 @@ def _run_onnx_and_tflite(out, name, ids, want):
     assert np.allclose(got, want, atol=1e-5, rtol=1e-4), np.abs(got - want).max()
 
 
-def _mixed_model(steps):
+def _mixed_model(steps, policy="mixed_float16"):
     import keras
 
     L = keras.layers
     keras.utils.set_random_seed(3)
     before = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("mixed_float16")
+    keras.config.set_dtype_policy(policy)
     try:
         model = keras.Sequential([keras.Input((steps, 5)), L.Bidirectional(L.LSTM(12, return_sequences=True)),
                                   L.LayerNormalization(), L.Dropout(0.1), L.GRU(8, unroll=True),
@@ -92,19 +92,20 @@ def _mixed_model(steps):
     return model
 
 
-def test_mixed_float16_h5_converts_to_float32_artifacts_judged_in_float32(tmp_path):
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_h5_converts_to_float32_artifacts_judged_in_float32(tmp_path, policy):
     import keras
 
     from cudnn_port import convert, verify
 
-    model = _mixed_model(9)
+    model = _mixed_model(9, policy)
     model.save(tmp_path / "mixed.h5")
     assert keras.config.dtype_policy().name == "float32"
     manifest = convert(tmp_path / "mixed.h5", tmp_path / "out")
     assert {"saved_model", "graphdef", "onnx", "tflite"} <= set(manifest.model_artifacts), manifest.warnings
-    assert manifest["precision"]["policy"] == "mixed_float16", manifest.get("precision")
+    assert manifest["precision"]["policy"] == policy, manifest.get("precision")
     distance = manifest["precision"]["max_abs_to_original"]
-    assert 0 < distance < 0.05, distance  # float16 rounding: reported, not judged
+    assert 0 < distance < 0.05, distance  # float16 / bfloat16 rounding: reported, not judged
     # keras.Input((9, 5)) in a Sequential looks like a fit-built length once built; the model runs on any length
     assert manifest["model_input_specs"][0]["shape"] == [None, None, 5], manifest["model_input_specs"]
     report = verify(tmp_path / "out")
@@ -116,7 +117,7 @@ def test_mixed_float16_h5_converts_to_float32_artifacts_judged_in_float32(tmp_pa
 
     # the float32 rebuild, the judge, computed independently here: Keras with the float32 policy
     feeds = np.random.default_rng(5).normal(size=(2, 9, 5)).astype("float32")
-    twin = keras.Sequential.from_config(json.loads(json.dumps(model.get_config()).replace('"mixed_float16"',
+    twin = keras.Sequential.from_config(json.loads(json.dumps(model.get_config()).replace(f'"{policy}"',
                                                                                           '"float32"')))
     twin.set_weights(model.get_weights())
     import onnxruntime as ort
