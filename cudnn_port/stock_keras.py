@@ -51,7 +51,7 @@ def _cell_kind(cell) -> Optional[str]:
     return CELLS.get(type(cell).__name__) if type(cell).__module__.startswith("keras.") else None
 
 
-def stacked(rnn) -> bool:
+def stacked(rnn: Any) -> bool:
     """Whether ``rnn`` is Keras' ``RNN(StackedRNNCells([...]))``: cell k's output sequence is cell k+1's input, step
     by step, which is the stack of one layer per cell (each cell's states its own; a masked step skipped by all)."""
     cell = getattr(rnn, "cell", None)
