@@ -73,6 +73,7 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
                                "model")
     twins = {id(layer): _stateless_copy(layer) for layer, _ in found}
     state_in, state_out, records = [], [], []
+    used = {_input_name(t): "an input of the model" for t in model.inputs}  # each state input's name: once
 
     def call(layer, *args, **kwargs):
         if id(layer) not in twins:
@@ -84,19 +85,19 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and called more than "
                                    "once, so its states are not one stream")
         cells = _cells(layer)
-        names = [[f"{layer.name}{'' if len(cells) == 1 else f'_cell{k}'}_{kind}" for kind in
+        stacked = type(layer.cell).__name__ == "StackedRNNCells"
+        names = [[f"{layer.name}{f'_cell{k}' if stacked else ''}_{kind}" for kind in
                   (("h", "c") if type(cell).__name__ == "LSTMCell" else ("h",))]  # LSTM, RNN(LSTMCell)
                  for k, cell in enumerate(cells)]
-        taken = {_input_name(t) for t in model.inputs} & {name for group in names for name in group}
+        taken = next((name for group in names for name in group if name in used), None)
         if taken:
-            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True, and the model "
-                                   f"already has an input named {sorted(taken)[0]}, the name its state input takes; "
-                                   "rename that input")
+            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True, and {taken}, the "
+                                   f"name its state input takes, is already {used[taken]}; rename one of the two")
+        used.update({name: f"a state input of layer {layer.name}" for group in names for name in group})
         states = [[keras.Input(batch_shape=(None, cell.units), name=name) for name in group]
                   for cell, group in zip(cells, names)]
         if kwargs.get("mask") is None and args and getattr(args[0], "_keras_mask", None) is not None:
             kwargs["mask"] = args[0]._keras_mask  # Keras passes the input's mask only to a call of one tensor
-        stacked = len(cells) > 1 or type(layer.cell).__name__ == "StackedRNNCells"
         result = twins[id(layer)](*args, initial_state=states if stacked else states[0], **kwargs)
         state_in.extend(keras.tree.flatten(states))
         state_out.extend(keras.tree.flatten(list(result[1:])))  # StackedRNNCells: one list per cell

@@ -639,6 +639,36 @@ def test_stateful_layer_of_a_custom_cell_is_refused_in_one_line(tmp_path):
         assert "\n" not in str(raised.value) and not (tmp_path / "out").exists()
 
 
+def test_two_stateful_layers_whose_state_names_meet_are_refused_in_one_line(tmp_path):
+    """A stateful RNN(StackedRNNCells) "enc" takes states enc_cell0_h, enc_cell0_c, ...; a stateful LSTM named
+    "enc_cell0" would take the same names: refused in one line naming both (it was Keras' ValueError)."""
+    import keras
+
+    import cudnn_port
+    from cudnn_port.errors import UnsupportedError
+
+    L = keras.layers
+    x = keras.Input((None, 3), batch_size=2, name="x")
+    first = L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.GRUCell(3)]), stateful=True, return_sequences=True,
+                  name="enc")(x)
+    model = keras.Model(x, L.LSTM(2, stateful=True, name="enc_cell0")(first))
+    with pytest.raises(UnsupportedError, match=r"^layer enc_cell0 \(LSTM\): stateful=True, and enc_cell0_h, .* is "
+                                               r"already a state input of layer enc; rename one") as raised:
+        cudnn_port.export(model, tmp_path / "out")
+    assert "\n" not in str(raised.value) and not (tmp_path / "out").exists()
+
+
+def test_a_judge_that_overflows_fails_its_row_saying_so():
+    """A cell whose functions overflow from verify's sample (exponential gates fed back) leaves the judge itself
+    without finite numbers: the row fails and says so, rather than reporting NaN as an artifact's error."""
+    from cudnn_port.judging.parity import compare
+
+    want = [np.array([[1.0, np.inf], [0.5, np.nan]])]
+    row = compare("onnx", [np.array([[1.0, 2.0], [0.5, 3.0]])], want)
+    assert row["passed"] is False and "not finite" in row["note"] and row["max_abs"] is None, row
+    assert compare("onnx", [np.ones(3)], [np.ones(3)])["passed"]
+
+
 def test_int8_judges_a_scan_loop_stack_as_float32_beside_a_quantized_lstm(tmp_path):
     """A plain LSTM (int8) before an LSTM with hard_sigmoid gates (a Scan loop, left float32): verify passes, and
     the int8 tolerance is sized by the second stack in the float reference, not by an int8 model of sigmoid gates,

@@ -67,6 +67,10 @@ def compare(name: str, got: Sequence[Optional[np.ndarray]], want: Sequence[Optio
         if g.shape != w.shape:
             return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False,
                     "note": f"shape {list(g.shape)} vs reference {list(w.shape)}"}
+        if not np.all(np.isfinite(w)):  # the judge overflowed: nothing to hold the artifact to
+            return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False,
+                    "note": f"the judge's output {i} is not finite on this sample (the cell's functions overflow from "
+                            "these inputs and states), so this artifact cannot be judged on it"}
         diff = np.abs(g - w)
         ok &= bool(np.all(diff <= atol + rtol * np.abs(w)))  # False on NaN
         rows_abs.append(float(diff.max(initial=0.0)))
