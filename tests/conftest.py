@@ -15,12 +15,12 @@ pytest_plugins = ["pytester"]
 collect_ignore = ["fixtures/gpu_keras/train_on_gpu.py"]  # a GPU script kept with the fixtures it made (needs a GPU)
 
 
-# Test files by their time (seconds summed over their tests, `python -m pytest -n 2 --durations=0` on 2026-11-27),
+# Test files by their time (seconds summed over their tests, `python -m pytest -n 3 --durations=0`, 2026-11-28),
 # heaviest first: xdist's --dist loadfile hands files to workers in collection order, and a heavy file started last
 # is the run's tail (alphabetical order left test_sources.py and test_verify_tamper.py, about 200 s each, to the end).
-HEAVY_FIRST = ("test_sources.py", "test_verify_tamper.py", "test_exports.py", "test_stock_keras.py",
-               "test_gpu_trained.py", "test_layers.py", "test_hardening.py", "test_keras_user_models.py",
-               "test_stock_cells.py", "test_simple_rnn.py",
+HEAVY_FIRST = ("test_stock_cells.py", "test_sources.py", "test_verify_tamper.py", "test_keras_user_models.py",
+               "test_exports.py", "test_stock_keras.py", "test_gpu_trained.py", "test_layers.py", "test_hardening.py",
+               "test_simple_rnn.py",
                "test_untrusted_graphs.py", "test_tf_keras_saved_models.py", "test_tf_keras_build_saved_models.py",
                "test_readme.py", "test_quiet.py", "test_tf_loop.py", "test_cudnn_fixtures.py",
                "test_saved_model_text_and_tf20.py", "test_parity_failures.py", "test_stock_masks.py")

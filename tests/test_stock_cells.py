@@ -19,6 +19,11 @@ node a Scan loop; TFLite holds the relu LSTM as a fused op and every other such 
 - A Sequential model as users save one (``Embedding(mask_zero)``, ``Dropout``, a ``Bidirectional``, trained by
   ``fit``), as ``.keras`` and ``.h5``: every artifact; ONNX ``GRU`` nodes with ``linear_before_reset=0``, a TFLite of
   builtin ops only; both run here against the original's Keras outputs on a padded batch; verify passes.
+- Keras' other element-wise functions (silu, gelu, selu, ... :data:`MORE_FUNCTIONS`) as cell and gate functions:
+  the reference against Keras' own layers; the Scan form and the TFLite loop against the reference.
+- ``RNN(StackedRNNCells([...]))`` of such cells, alone and in a ``Bidirectional``, trained by ``fit`` and saved as
+  ``.h5``: every artifact against Keras; a stateful one streamed over two chunks; the refusals (a cell of the user's
+  own, two stateful layers whose state inputs would share a name) and a judge that overflows.
 """
 import json
 
@@ -506,47 +511,14 @@ def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
 
 
 @pytest.mark.slow
-def test_more_functions_and_tanh_gates_convert_with_every_artifact(tmp_path):
-    """silu, selu and gelu cells and tanh gates (refused before: ONNX's sequence ops name none but tanh, and a fused
-    node holds a state at a padded step only through 0 / 1 gates), trained by fit, saved by Keras 3 as .keras: every
-    artifact and no warning; ONNX (Scan loops only) in onnxruntime and OpenVINO and TFLite (builtin ops only) in
-    LiteRT match Keras on a padded batch; verify passes."""
-    import keras
-    import onnx
-    import openvino as ov
-
-    L = keras.layers
-    keras.utils.set_random_seed(29)
-    model = keras.Sequential([
-        L.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0)),
-        L.Bidirectional(L.LSTM(6, activation="silu", return_sequences=True)),
-        L.GRU(5, activation="selu", recurrent_activation="tanh", return_sequences=True),
-        L.SimpleRNN(4, activation="gelu"),
-        L.Dense(2)])
-    probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
-    out, manifest, stdout = convert_whole(tmp_path, "model.keras", want)
-    assert not manifest.get("warnings"), manifest.get("warnings")
-    assert "activations Tanh, Selu" in stdout and "activations Gelu" in stdout, stdout
-    ops = {n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node}
-    assert "Scan" in ops and not ops & {"LSTM", "GRU", "RNN"}, ops
-    builtin, custom = op_codes(out / "model.tflite")
-    assert not custom and {"WHILE", "GELU"} <= builtin, (builtin, custom)
-    compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
-    for got, what in results:
-        assert got.shape == want.shape, what
-        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
-    verified = cli("verify", out)
-    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
-
-
-@pytest.mark.slow
-def test_stacked_rnn_cells_convert_with_every_artifact(tmp_path):
+def test_stacked_cells_of_more_functions_and_tanh_gates_convert_with_every_artifact(tmp_path):
     """Keras' RNN(StackedRNNCells([...])) (cell k's output sequence is cell k+1's input; a masked step skipped by
-    every cell), of mixed cells, one in a Bidirectional (each direction a stack of its own), one going backwards,
-    trained by fit, saved by Keras 3 as .h5: one fused stack per cell and direction, every artifact and no warning;
-    ONNX in onnxruntime and OpenVINO and TFLite in LiteRT match Keras on a padded batch; verify passes, its
-    per-stack rows judged by each cell's own Keras weights."""
+    every cell) of mixed cells, one in a Bidirectional (each direction a stack of its own), one going backwards, with
+    silu, selu and gelu cells and tanh gates (ONNX's sequence ops name none but tanh, and a fused node holds a state
+    at a padded step only through 0 / 1 gates), trained by fit, saved by Keras 3 as .h5: one fused stack per cell
+    and direction, every artifact and no warning; ONNX (Scan loops where the functions ask) in onnxruntime and
+    OpenVINO and TFLite (builtin ops only) in LiteRT match Keras on a padded batch; verify passes, its per-stack rows
+    judged by each cell's own Keras weights."""
     import keras
     import openvino as ov
 
@@ -554,10 +526,12 @@ def test_stacked_rnn_cells_convert_with_every_artifact(tmp_path):
     keras.utils.set_random_seed(31)
     model = keras.Sequential([
         L.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0)),
-        L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(7), L.GRUCell(5, reset_after=False)]),
-                              return_sequences=True), name="bi"),
-        L.RNN(L.StackedRNNCells([L.SimpleRNNCell(4), L.LSTMCell(6, recurrent_activation="hard_sigmoid")]),
-              go_backwards=True, name="rnn_1"),
+        L.Bidirectional(L.RNN(L.StackedRNNCells([
+            L.LSTMCell(7, activation="silu"),
+            L.GRUCell(5, activation="selu", recurrent_activation="tanh", reset_after=False)]),
+            return_sequences=True), name="bi"),
+        L.RNN(L.StackedRNNCells([L.SimpleRNNCell(4, activation="gelu"),
+                                 L.LSTMCell(6, recurrent_activation="hard_sigmoid")]), go_backwards=True, name="rnn_1"),
         L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=1.0))])
     probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
     out, manifest, stdout = convert_whole(tmp_path, "model.h5", want)
@@ -567,7 +541,10 @@ def test_stacked_rnn_cells_convert_with_every_artifact(tmp_path):
     assert cells == [("bi", 0, "forward", "lstm"), ("bi", 1, "forward", "gru"), ("bi", 0, "backward", "lstm"),
                      ("bi", 1, "backward", "gru"), ("rnn_1", 0, None, "rnn_tanh"), ("rnn_1", 1, None, "lstm")], cells
     assert "Bidirectional 'bi' cell 1 (backward) (1-layer unidirectional GRU" in stdout, stdout
-    assert "RNN 'rnn_1' cell 1 (1-layer unidirectional LSTM" in stdout, stdout
+    assert "activations Tanh, Selu" in stdout and "activations Gelu" in stdout and "activations Sigmoid, Silu" \
+        in stdout, stdout
+    builtin, custom = op_codes(out / "model.tflite")
+    assert not custom and {"WHILE", "GELU"} <= builtin, (builtin, custom)
     compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
     for got, what in results:
