@@ -78,7 +78,7 @@ def becomes(spec: Dict[str, Any]) -> str:
 
 def layer_line(entry: Dict[str, Any]) -> str:
     """A user's recurrent layer and what it becomes: "LSTM 'lstm' (1-layer ..., hidden 32) -> fused ONNX LSTM, ..."."""
-    cell = f" cell {entry['cell']}" if "cell" in entry else ""  # of an RNN(StackedRNNCells(...))
+    cell = f" cell {'.'.join(map(str, entry['cell']))}" if "cell" in entry else ""  # of an RNN(StackedRNNCells)
     cell += f" ({entry['direction']})" if "direction" in entry else ""  # of a Bidirectional of one
     return f"{entry['type']} {entry['layer']!r}{cell} ({describe(entry['spec'])}) -> {becomes(entry['spec'])}"
 

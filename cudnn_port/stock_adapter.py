@@ -172,7 +172,7 @@ class StackedAdapter(keras.layers.Layer):
     def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
         out = mask if self.return_sequences else None
         if self.return_state:
-            return [out] + [[None] * (2 if a.mode == "lstm" else 1) for a in self.adapters]
+            return [out] + [_state_masks(a) for a in self.adapters]
         return out
 
 
@@ -222,8 +222,15 @@ class StackedPairAdapter(keras.layers.Layer):
         out = mask if self.return_sequences else None
         outs = [out, out] if self.merge_mode is None else [out]
         if self.return_state:
-            outs += [[None] * (2 if a.mode == "lstm" else 1) for s in (self.forward, self.backward) for a in s.adapters]
+            outs += [_state_masks(a) for s in (self.forward, self.backward) for a in s.adapters]
         return outs if len(outs) > 1 else outs[0]
+
+
+def _state_masks(adapter):
+    """None for each state of a stack's element (a cell's adapter: h (, c); a nested stack: one list per cell)."""
+    if isinstance(adapter, StackedAdapter):
+        return [_state_masks(a) for a in adapter.adapters]
+    return [None] * (2 if adapter.mode == "lstm" else 1)
 
 
 def _merged(pair, merge_mode):

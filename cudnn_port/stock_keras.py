@@ -72,20 +72,29 @@ def _why_not(layer) -> Optional[str]:
     """Why a stock LSTM / GRU / SimpleRNN (or RNN of such a cell, or of StackedRNNCells of such cells) has no fused
     form (None: it has)."""
     if stacked(layer):
-        for k, cell in enumerate(layer.cell.cells):
-            if _cell_kind(cell) is None:
-                return f"cell {k} of its StackedRNNCells is a {type(cell).__name__} (only Keras' LSTMCell, " \
-                       "GRUCell and SimpleRNNCell)"
-            why = _functions_why_not(cell, _cell_kind(cell))
-            if why:
-                return f"cell {k} of its StackedRNNCells has {why}"
-        return None
+        return _stack_why_not(layer.cell, "")
     name = _kind(layer)
     if name is None:
         if type(layer).__name__ == "RNN":
             return f"RNN of a {type(layer.cell).__name__} cell (only Keras' LSTMCell, GRUCell and SimpleRNNCell)"
         return f"{type(layer).__name__} is not a cuDNN layer"
     return _functions_why_not(layer.cell, name)
+
+
+def _stack_why_not(stack, where) -> Optional[str]:
+    """Why a StackedRNNCells (nested ones included: cell ``k.j``) has no fused form (None: it has)."""
+    for k, cell in enumerate(stack.cells):
+        if type(cell).__name__ == "StackedRNNCells" and type(cell).__module__.startswith("keras."):
+            why = _stack_why_not(cell, f"{where}{k}.")
+        elif _cell_kind(cell) is None:
+            why = f"cell {where}{k} of its StackedRNNCells is a {type(cell).__name__} (only Keras' LSTMCell, " \
+                  "GRUCell and SimpleRNNCell)"
+        else:
+            why = _functions_why_not(cell, _cell_kind(cell))
+            why = why and f"cell {where}{k} of its StackedRNNCells has {why}"
+        if why:
+            return why
+    return None
 
 
 def _functions_why_not(cell, name) -> Optional[str]:
@@ -273,21 +282,31 @@ DIRECTIONS = ("forward", "backward")  # a Bidirectional of StackedRNNCells: its 
 
 def _stacked_adapter(rnn, name):
     """The :class:`~cudnn_port.stock_adapter.StackedAdapter` named ``name`` of ``RNN(StackedRNNCells(...))`` ``rnn``:
-    one adapter per cell, named :data:`STACKED_CELL`, their variables under ``name``."""
+    one adapter per cell, named :data:`STACKED_CELL`, their variables under ``name``; a StackedRNNCells among the
+    cells is a StackedAdapter of its own in that place (its cells' states nested in one list, as Keras nests them)."""
+    return _stack(rnn.cell.cells, name, go_backwards=bool(rnn.go_backwards),
+                  return_sequences=bool(rnn.return_sequences), return_state=bool(rnn.return_state),
+                  zero_output=bool(rnn.zero_output_for_mask))
+
+
+def _stack(cells, name, *, go_backwards, return_sequences, return_state, zero_output):
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     from .stock_adapter import StackedAdapter
 
-    cells = rnn.cell.cells
+    adapters = []
     with keras.name_scope(name):  # the cells' variables named under the layer: rnn/rnn_cell_0/...
-        adapters = [_cell_adapter([cell], STACKED_CELL.format(layer=name, k=k), bidirectional=False,
-                                  go_backwards=False, merge_mode=None,
-                                  return_sequences=k < len(cells) - 1 or bool(rnn.return_sequences),
-                                  return_state=True, zero_output=bool(rnn.zero_output_for_mask))
-                    for k, cell in enumerate(cells)]
-    return StackedAdapter(adapters, go_backwards=bool(rnn.go_backwards), return_state=bool(rnn.return_state),
-                          name=name)
+        for k, cell in enumerate(cells):
+            child, sequences = STACKED_CELL.format(layer=name, k=k), k < len(cells) - 1 or return_sequences
+            if type(cell).__name__ == "StackedRNNCells":
+                adapters.append(_stack(cell.cells, child, go_backwards=False, return_sequences=sequences,
+                                       return_state=True, zero_output=zero_output))
+            else:
+                adapters.append(_cell_adapter([cell], child, bidirectional=False, go_backwards=False,
+                                              merge_mode=None, return_sequences=sequences, return_state=True,
+                                              zero_output=zero_output))
+    return StackedAdapter(adapters, go_backwards=go_backwards, return_state=return_state, name=name)
 
 
 def _cell_adapter(cells, name, **flags):

@@ -11,8 +11,9 @@ holding the same weights, the other layers shared), so it is also the judge of t
 Batch becomes dynamic (a stateful layer needs a fixed batch only to keep its states).
 
 Refused in one line: a stateful ``Bidirectional`` layer (its backward direction reads each chunk from its end, so
-it does not stream), a stateful layer inside a nested model or given ``initial_state`` by the model itself, and a
-stateful layer in a subclassed model.
+it does not stream), a stateful layer inside a nested model or given ``initial_state`` by the model itself, a
+stateful layer of a cell other than Keras' own, or of a ``StackedRNNCells`` holding another (Keras cannot build the
+stateless twin of nested states), and a stateful layer in a subclassed model.
 """
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
@@ -61,6 +62,10 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if nested:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True inside a nested "
                                    "model; build the model flat to export it as a streaming model")
+        if _stacked(layer.cell) and any(map(_stacked, layer.cell.cells)):
+            raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
+                                   "StackedRNNCells inside its StackedRNNCells, whose nested states Keras cannot "
+                                   "build a functional model around; put all the cells in one StackedRNNCells")
         other = next((c for c in _cells(layer) if type(c).__name__ not in STREAMED_CELLS or
                       not type(c).__module__.startswith("keras.")), None)
         if other is not None:
@@ -84,24 +89,19 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if any(r["layer"] == layer.name for r in records):
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and called more than "
                                    "once, so its states are not one stream")
-        cells = _cells(layer)
-        stacked = type(layer.cell).__name__ == "StackedRNNCells"
-        names = [[f"{layer.name}{f'_cell{k}' if stacked else ''}_{kind}" for kind in
-                  (("h", "c") if type(cell).__name__ == "LSTMCell" else ("h",))]  # LSTM, RNN(LSTMCell)
-                 for k, cell in enumerate(cells)]
-        taken = next((name for group in names for name in group if name in used), None)
+        states = _state_inputs(layer.cell, layer.name)  # Keras' structure: [h(, c)], or one such list per cell
+        names = [_input_name(t) for t in keras.tree.flatten(states)]
+        taken = next((name for name in names if name in used), None)
         if taken:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True, and {taken}, the "
                                    f"name its state input takes, is already {used[taken]}; rename one of the two")
-        used.update({name: f"a state input of layer {layer.name}" for group in names for name in group})
-        states = [[keras.Input(batch_shape=(None, cell.units), name=name) for name in group]
-                  for cell, group in zip(cells, names)]
+        used.update({name: f"a state input of layer {layer.name}" for name in names})
         if kwargs.get("mask") is None and args and getattr(args[0], "_keras_mask", None) is not None:
             kwargs["mask"] = args[0]._keras_mask  # Keras passes the input's mask only to a call of one tensor
-        result = twins[id(layer)](*args, initial_state=states if stacked else states[0], **kwargs)
+        result = twins[id(layer)](*args, initial_state=states, **kwargs)
         state_in.extend(keras.tree.flatten(states))
         state_out.extend(keras.tree.flatten(list(result[1:])))  # StackedRNNCells: one list per cell
-        records.append({"layer": layer.name, "state_inputs": keras.tree.flatten(names)})
+        records.append({"layer": layer.name, "state_inputs": names})
         return result if layer.return_state else result[0]
 
     inputs = [keras.Input(batch_shape=(None,) + tuple(t.shape[1:]), dtype=t.dtype, name=_input_name(t))
@@ -134,8 +134,28 @@ def _input_name(tensor) -> str:
 
 
 def _cells(layer) -> List[Any]:
-    """A stateful layer's cells: its one cell, or those of its ``StackedRNNCells`` (each with states of its own)."""
-    return list(layer.cell.cells) if type(layer.cell).__name__ == "StackedRNNCells" else [layer.cell]
+    """A stateful layer's cells: its one cell, or those of its ``StackedRNNCells`` (nested ones' cells in their
+    place), each with states of its own."""
+    def leaves(cell):
+        return [c for inner in cell.cells for c in leaves(inner)] if _stacked(cell) else [cell]
+
+    return leaves(layer.cell)
+
+
+def _stacked(cell) -> bool:
+    return type(cell).__name__ == "StackedRNNCells"
+
+
+def _state_inputs(cell, prefix):
+    """The state inputs of a stateful layer's ``cell`` as Keras structures them: [h(, c)] named ``{prefix}_h``
+    (``_c``), for a StackedRNNCells one such list per cell k named ``{prefix}_cell{k}``, nested ones likewise."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
+    import keras
+
+    if _stacked(cell):
+        return [_state_inputs(inner, f"{prefix}_cell{k}") for k, inner in enumerate(cell.cells)]
+    kinds = ("h", "c") if type(cell).__name__ == "LSTMCell" else ("h",)  # LSTM, RNN(LSTMCell)
+    return [keras.Input(batch_shape=(None, cell.units), name=f"{prefix}_{kind}") for kind in kinds]
 
 
 def _stateless_copy(layer):

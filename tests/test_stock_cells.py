@@ -513,12 +513,12 @@ def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
 @pytest.mark.slow
 def test_stacked_cells_of_more_functions_and_tanh_gates_convert_with_every_artifact(tmp_path):
     """Keras' RNN(StackedRNNCells([...])) (cell k's output sequence is cell k+1's input; a masked step skipped by
-    every cell) of mixed cells, one in a Bidirectional (each direction a stack of its own), one going backwards, with
-    silu, selu and gelu cells and tanh gates (ONNX's sequence ops name none but tanh, and a fused node holds a state
-    at a padded step only through 0 / 1 gates), trained by fit, saved by Keras 3 as .h5: one fused stack per cell
-    and direction, every artifact and no warning; ONNX (Scan loops where the functions ask) in onnxruntime and
-    OpenVINO and TFLite (builtin ops only) in LiteRT match Keras on a padded batch; verify passes, its per-stack rows
-    judged by each cell's own Keras weights."""
+    every cell) of mixed cells, one in a Bidirectional (each direction a stack of its own), one going backwards and
+    holding a StackedRNNCells among its cells (cells 0.0, 0.1, 1), with silu, selu and gelu cells and tanh gates
+    (ONNX's sequence ops name none but tanh, and a fused node holds a state at a padded step only through 0 / 1
+    gates), trained by fit, saved by Keras 3 as .h5: one fused stack per cell and direction, every artifact and no
+    warning; ONNX (Scan loops where the functions ask) in onnxruntime and OpenVINO and TFLite (builtin ops only) in
+    LiteRT match Keras on a padded batch; verify passes, its per-stack rows judged by each cell's own Keras weights."""
     import keras
     import openvino as ov
 
@@ -530,17 +530,19 @@ def test_stacked_cells_of_more_functions_and_tanh_gates_convert_with_every_artif
             L.LSTMCell(7, activation="silu"),
             L.GRUCell(5, activation="selu", recurrent_activation="tanh", reset_after=False)]),
             return_sequences=True), name="bi"),
-        L.RNN(L.StackedRNNCells([L.SimpleRNNCell(4, activation="gelu"),
+        L.RNN(L.StackedRNNCells([L.StackedRNNCells([L.SimpleRNNCell(4, activation="gelu"), L.GRUCell(5)]),
                                  L.LSTMCell(6, recurrent_activation="hard_sigmoid")]), go_backwards=True, name="rnn_1"),
-        L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=1.0))])
+        L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=4.0))])  # outputs well above 1e-5
     probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
     out, manifest, stdout = convert_whole(tmp_path, "model.h5", want)
     assert not manifest.get("warnings"), manifest.get("warnings")
     cells = [(entry["layer"], entry.get("cell"), entry.get("direction"), entry["spec"]["mode"])
              for entry in manifest["model_layers"]]
-    assert cells == [("bi", 0, "forward", "lstm"), ("bi", 1, "forward", "gru"), ("bi", 0, "backward", "lstm"),
-                     ("bi", 1, "backward", "gru"), ("rnn_1", 0, None, "rnn_tanh"), ("rnn_1", 1, None, "lstm")], cells
+    assert cells == [("bi", [0], "forward", "lstm"), ("bi", [1], "forward", "gru"), ("bi", [0], "backward", "lstm"),
+                     ("bi", [1], "backward", "gru"), ("rnn_1", [0, 0], None, "rnn_tanh"),
+                     ("rnn_1", [0, 1], None, "gru"), ("rnn_1", [1], None, "lstm")], cells
     assert "Bidirectional 'bi' cell 1 (backward) (1-layer unidirectional GRU" in stdout, stdout
+    assert "RNN 'rnn_1' cell 0.1 (1-layer unidirectional GRU" in stdout, stdout
     assert "activations Tanh, Selu" in stdout and "activations Gelu" in stdout and "activations Sigmoid, Silu" \
         in stdout, stdout
     builtin, custom = op_codes(out / "model.tflite")
@@ -614,6 +616,11 @@ def test_stateful_layer_of_a_custom_cell_is_refused_in_one_line(tmp_path):
         with pytest.raises(UnsupportedError, match=r"^layer odd \(RNN\): stateful=True with a Cell cell") as raised:
             cudnn_port.export(model, tmp_path / "out")
         assert "\n" not in str(raised.value) and not (tmp_path / "out").exists()
+    # a stateful stack of stacks: Keras itself cannot build the stateless twin (return_state with nested states)
+    x = keras.Input((None, 3), batch_size=2)
+    nested = L.StackedRNNCells([L.StackedRNNCells([L.LSTMCell(3), L.GRUCell(2)]), L.GRUCell(2)])
+    with pytest.raises(UnsupportedError, match=r"^layer odd \(RNN\): stateful=True with a StackedRNNCells inside"):
+        cudnn_port.export(keras.Model(x, L.RNN(nested, stateful=True, name="odd")(x)), tmp_path / "out")
 
 
 def test_two_stateful_layers_whose_state_names_meet_are_refused_in_one_line(tmp_path):

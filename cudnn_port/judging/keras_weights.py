@@ -159,12 +159,13 @@ def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]])
     return CanonicalRNN(spec, params)
 
 
-def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Optional[int] = None,
+def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Optional[Sequence[int]] = None,
                 direction: Optional[str] = None) -> "CanonicalRNN":
     """The stack of stock layer ``layer_path`` (``outer/inner`` for nested models) of Keras model ``model`` as the
     reference takes it, read from the layer's own variables by Keras' math (:func:`keras_canonical`), not through
-    the rewrite that built the fused layer; ``cell``: cell k of an ``RNN(StackedRNNCells(...))``, Keras' own list,
-    of the ``direction`` (``forward`` / ``backward``) layer of a ``Bidirectional`` of one."""
+    the rewrite that built the fused layer; ``cell``: [k] for cell k of an ``RNN(StackedRNNCells(...))`` in Keras'
+    own list, [k, j] for cell j of the StackedRNNCells that is cell k; of the ``direction`` (``forward`` /
+    ``backward``) layer of a ``Bidirectional`` of one."""
     layer = model
     for name in layer_path.split("/"):
         layer = next(inner for inner in layer.layers if inner.name == name)
@@ -173,7 +174,9 @@ def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Op
         rnns = [layer.forward_layer if direction == "forward" else layer.backward_layer]
     directions = []
     for rnn in rnns:
-        stock = rnn.cell if cell is None else rnn.cell.cells[cell]
+        stock = rnn.cell
+        for k in cell or []:
+            stock = stock.cells[k]
         kernel, recurrent = stock.kernel.numpy(), stock.recurrent_kernel.numpy()
         bias = stock.bias.numpy() if stock.bias is not None else \
             np.zeros((2, recurrent.shape[1]) if spec.mode == "gru" and spec.reset_after else recurrent.shape[1])

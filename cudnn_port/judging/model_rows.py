@@ -266,6 +266,18 @@ def _ideal_int8_model(model, inputs, settings):
             return model_outputs(fused(inputs if len(inputs) > 1 else inputs[0], training=False))
 
 
+def _cells_fused(stack, path=()):
+    """([k] or [k, j, ...], fused layer) of each cell of a StackedAdapter, nested stacks included."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
+    from ..stock_adapter import StackedAdapter
+
+    for k, adapter in enumerate(stack.adapters):
+        if isinstance(adapter, StackedAdapter):
+            yield from _cells_fused(adapter, path + (k,))
+        else:
+            yield list(path + (k,)), adapter.fused
+
+
 def _fused_by_path(model, prefix=""):
     """(the stock layer's ``outer/inner`` path, or None for a layer that was fused already, (the cell's index in an
     ``RNN(StackedRNNCells(...))``, the direction of a ``Bidirectional`` of one; each None otherwise), fused layer) of
@@ -276,11 +288,11 @@ def _fused_by_path(model, prefix=""):
 
     for layer in getattr(model, "layers", None) or []:
         if isinstance(layer, StackedPairAdapter):
-            yield from ((prefix + layer.name, (k, way), adapter.fused)
+            yield from ((prefix + layer.name, (cell, way), fused)
                         for way, stack in zip(("forward", "backward"), (layer.forward, layer.backward))
-                        for k, adapter in enumerate(stack.adapters))
+                        for cell, fused in _cells_fused(stack))
         elif isinstance(layer, StackedAdapter):
-            yield from ((prefix + layer.name, (k, None), adapter.fused) for k, adapter in enumerate(layer.adapters))
+            yield from ((prefix + layer.name, (cell, None), fused) for cell, fused in _cells_fused(layer))
         elif isinstance(layer, StockAdapter):
             yield prefix + layer.name, (None, None), layer.fused
         elif isinstance(layer, CudnnRNN):

@@ -274,7 +274,8 @@ class KerasModelSource(Source):
 
     def layer_of(self, name: str) -> Dict[str, Any]:
         """The user's layer behind stack ``name``: {layer, type} (``LSTM``, ``Bidirectional``, ``CudnnLSTM``...), and
-        ``cell`` (k) for cell k of an ``RNN(StackedRNNCells(...))``."""
+        ``cell`` ([k], or [k, j] for cell j of a StackedRNNCells that is cell k) for a cell of an
+        ``RNN(StackedRNNCells(...))``, with ``direction`` (forward / backward) in a ``Bidirectional`` of one."""
         layer = self._layers[name]
         row = max((r for r in self.stock_layers if name.startswith(r["layer"] + "/")), default=None,
                   key=lambda r: len(r["layer"]))  # the row whose path leads to this stack's variable
@@ -283,11 +284,12 @@ class KerasModelSource(Source):
             return {"layer": layer, "type": kind}
         found = {"layer": row["layer"], "type": row["type"]}
         base = re.escape(row["layer"].rsplit("/", 1)[-1])  # cells' adapters: {layer}(_{direction})_cell_{k}
-        cell = re.match(base + "(?:_(" + "|".join(DIRECTIONS) + "))?" +
-                        re.escape(STACKED_CELL.format(layer="", k="")) + r"(\d+)$", layer)
+        step = re.escape(STACKED_CELL.format(layer="", k="")) + r"\d+"
+        cell = re.match(base + "(?:_(" + "|".join(DIRECTIONS) + "))?" + f"((?:{step})+)$", layer)
         if not cell:
             return found
-        return dict(found, cell=int(cell.group(2)), **({"direction": cell.group(1)} if cell.group(1) else {}))
+        path = [int(k) for k in re.findall(r"\d+", cell.group(2))]
+        return dict(found, cell=path, **({"direction": cell.group(1)} if cell.group(1) else {}))
 
     def describe(self, name: str) -> str:
         spec = self.specs[name]
