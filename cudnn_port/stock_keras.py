@@ -34,6 +34,7 @@ import numpy as np
 
 from .errors import UnsupportedError
 from .layout import ACTIVATIONS, GATE_ACTIVATIONS, RNNSpec, pack
+from .streaming_model import cell_kind, is_stack
 from .targets import keras as keras_target
 
 if TYPE_CHECKING:
@@ -43,20 +44,10 @@ FUSED, REFUSED = "fused", "refused"
 RECURRENT = ("LSTM", "GRU", "SimpleRNN", "RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "Bidirectional")
 
 
-CELLS = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}  # RNN(cell): the layer it equals
-
-
-def _cell_kind(cell) -> Optional[str]:
-    """``LSTM``, ``GRU`` or ``SimpleRNN`` for Keras' own ``LSTMCell``, ``GRUCell``, ``SimpleRNNCell``; else None."""
-    return CELLS.get(type(cell).__name__) if type(cell).__module__.startswith("keras.") else None
-
-
 def stacked(rnn: Any) -> bool:
     """Whether ``rnn`` is Keras' ``RNN(StackedRNNCells([...]))``: cell k's output sequence is cell k+1's input, step
     by step, which is the stack of one layer per cell (each cell's states its own; a masked step skipped by all)."""
-    cell = getattr(rnn, "cell", None)
-    return type(rnn).__name__ == "RNN" and type(cell).__name__ == "StackedRNNCells" and \
-        type(cell).__module__.startswith("keras.")
+    return type(rnn).__name__ == "RNN" and is_stack(getattr(rnn, "cell", None))
 
 
 def _kind(rnn) -> Optional[str]:
@@ -64,7 +55,7 @@ def _kind(rnn) -> Optional[str]:
     (``RNN(LSTMCell(64))`` is ``LSTM(64)``); None for any other layer (an ``RNN`` of ``StackedRNNCells`` too)."""
     name = type(rnn).__name__
     if name == "RNN":
-        return _cell_kind(getattr(rnn, "cell", None))
+        return cell_kind(getattr(rnn, "cell", None))
     return name if name in ("LSTM", "GRU", "SimpleRNN") else None
 
 
@@ -84,13 +75,13 @@ def _why_not(layer) -> Optional[str]:
 def _stack_why_not(stack, where) -> Optional[str]:
     """Why a StackedRNNCells (nested ones included: cell ``k.j``) has no fused form (None: it has)."""
     for k, cell in enumerate(stack.cells):
-        if type(cell).__name__ == "StackedRNNCells" and type(cell).__module__.startswith("keras."):
+        if is_stack(cell):
             why = _stack_why_not(cell, f"{where}{k}.")
-        elif _cell_kind(cell) is None:
+        elif cell_kind(cell) is None:
             why = f"cell {where}{k} of its StackedRNNCells is a {type(cell).__name__} (only Keras' LSTMCell, " \
                   "GRUCell and SimpleRNNCell)"
         else:
-            why = _functions_why_not(cell, _cell_kind(cell))
+            why = _functions_why_not(cell, cell_kind(cell))
             why = why and f"cell {where}{k} of its StackedRNNCells has {why}"
         if why:
             return why
@@ -241,7 +232,7 @@ def cell_weights(cell: Any) -> List[Any]:
 
 def _mode(cell) -> str:
     """The fused mode of a stock LSTM / GRU / SimpleRNN cell that :func:`_why_not` passed."""
-    name = _cell_kind(cell)
+    name = cell_kind(cell)
     if name == "SimpleRNN":
         return "rnn_relu" if cell.get_config().get("activation") == "relu" else "rnn_tanh"
     return "lstm" if name == "LSTM" else "gru"
@@ -299,7 +290,7 @@ def _stack(cells, name, *, go_backwards, return_sequences, return_state, zero_ou
     with keras.name_scope(name):  # the cells' variables named under the layer: rnn/rnn_cell_0/...
         for k, cell in enumerate(cells):
             child, sequences = STACKED_CELL.format(layer=name, k=k), k < len(cells) - 1 or return_sequences
-            if type(cell).__name__ == "StackedRNNCells":
+            if is_stack(cell):
                 adapters.append(_stack(cell.cells, child, go_backwards=False, return_sequences=sequences,
                                        return_state=True, zero_output=zero_output))
             else:

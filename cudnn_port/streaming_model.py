@@ -15,7 +15,7 @@ it does not stream), a stateful layer inside a nested model or given ``initial_s
 stateful layer of a cell other than Keras' own, or of a ``StackedRNNCells`` holding another (Keras cannot build the
 stateless twin of nested states), and a stateful layer in a subclassed model.
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .errors import UnsupportedError
 
@@ -25,7 +25,17 @@ if TYPE_CHECKING:
 
 # stock layers whose states are h (and c) [batch, units] (an RNN of another cell is refused by cudnn_port.stock_keras)
 STREAMED = ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional")
-STREAMED_CELLS = ("LSTMCell", "GRUCell", "SimpleRNNCell")  # the cells whose states a streaming twin takes
+CELLS = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}  # Keras' cells: the layer each equals
+
+
+def cell_kind(cell: Any) -> Optional[str]:
+    """``LSTM``, ``GRU`` or ``SimpleRNN`` for Keras' own ``LSTMCell``, ``GRUCell``, ``SimpleRNNCell``; else None."""
+    return CELLS.get(type(cell).__name__) if type(cell).__module__.startswith("keras.") else None
+
+
+def is_stack(cell: Any) -> bool:
+    """Whether ``cell`` is Keras' own ``StackedRNNCells``."""
+    return type(cell).__name__ == "StackedRNNCells" and type(cell).__module__.startswith("keras.")
 
 
 def _stateful(layer) -> bool:
@@ -62,12 +72,11 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if nested:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True inside a nested "
                                    "model; build the model flat to export it as a streaming model")
-        if _stacked(layer.cell) and any(map(_stacked, layer.cell.cells)):
+        if is_stack(layer.cell) and any(map(is_stack, layer.cell.cells)):
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
                                    "StackedRNNCells inside its StackedRNNCells, whose nested states Keras cannot "
                                    "build a functional model around; put all the cells in one StackedRNNCells")
-        other = next((c for c in _cells(layer) if type(c).__name__ not in STREAMED_CELLS or
-                      not type(c).__module__.startswith("keras.")), None)
+        other = next((c for c in _cells(layer) if cell_kind(c) is None), None)
         if other is not None:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
                                    f"{type(other).__name__} cell, which has no fused form (only Keras' LSTMCell, "
@@ -137,13 +146,9 @@ def _cells(layer) -> List[Any]:
     """A stateful layer's cells: its one cell, or those of its ``StackedRNNCells`` (nested ones' cells in their
     place), each with states of its own."""
     def leaves(cell):
-        return [c for inner in cell.cells for c in leaves(inner)] if _stacked(cell) else [cell]
+        return [c for inner in cell.cells for c in leaves(inner)] if is_stack(cell) else [cell]
 
     return leaves(layer.cell)
-
-
-def _stacked(cell) -> bool:
-    return type(cell).__name__ == "StackedRNNCells"
 
 
 def _state_inputs(cell, prefix):
@@ -152,7 +157,7 @@ def _state_inputs(cell, prefix):
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
-    if _stacked(cell):
+    if is_stack(cell):
         return [_state_inputs(inner, f"{prefix}_cell{k}") for k, inner in enumerate(cell.cells)]
     kinds = ("h", "c") if type(cell).__name__ == "LSTMCell" else ("h",)  # LSTM, RNN(LSTMCell)
     return [keras.Input(batch_shape=(None, cell.units), name=f"{prefix}_{kind}") for kind in kinds]

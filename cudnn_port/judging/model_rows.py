@@ -17,7 +17,7 @@ from ..layer_paths import judged_by
 from ..model_inputs import from_records
 from ..precision import float32_policy, float32_twin
 from ..readers.keras_model import load_model_file
-from ..stock_keras import rewrite
+from ..stock_keras import DIRECTIONS, rewrite
 from ..streaming_model import streaming_twin
 from ..formats.jobs import GraphCheck
 from .artifact_rows import graph_artifact_rows, model_artifact_rows
@@ -289,7 +289,7 @@ def _fused_by_path(model, prefix=""):
     for layer in getattr(model, "layers", None) or []:
         if isinstance(layer, StackedPairAdapter):
             yield from ((prefix + layer.name, (cell, way), fused)
-                        for way, stack in zip(("forward", "backward"), (layer.forward, layer.backward))
+                        for way, stack in zip(DIRECTIONS, (layer.forward, layer.backward))
                         for cell, fused in _cells_fused(stack))
         elif isinstance(layer, StackedAdapter):
             yield from ((prefix + layer.name, (cell, None), fused) for cell, fused in _cells_fused(layer))
