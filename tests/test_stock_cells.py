@@ -473,6 +473,18 @@ def test_stock_reset_before_gru_model_converts_judged_by_keras(reset_before_file
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
 
 
+def assert_runtimes_match_keras(out, probe, want):
+    """OUT/model.onnx in onnxruntime and OpenVINO and OUT/model.tflite in LiteRT, run by the runtimes themselves on
+    ``probe``, each within 1e-5 + 1e-4 relative of ``want`` (Keras' outputs)."""
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
+    for got, what in results:
+        assert got.shape == want.shape, what
+        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
+
+
 @pytest.mark.slow
 def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
     """hard_sigmoid gates and sigmoid / softsign / linear cells in every kind of cell (two of them as Keras' RNN of
@@ -482,7 +494,6 @@ def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
     verify passes."""
     import keras
     import onnx
-    import openvino as ov
 
     L = keras.layers
     keras.utils.set_random_seed(23)
@@ -501,11 +512,7 @@ def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
     assert "Scan" in ops and not ops & {"LSTM", "GRU", "RNN"}, ops
     builtin, custom = op_codes(out / "model.tflite")
     assert not custom and {"WHILE", "UNIDIRECTIONAL_SEQUENCE_RNN"} <= builtin, (builtin, custom)
-    compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
-    for got, what in results:
-        assert got.shape == want.shape, what
-        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
+    assert_runtimes_match_keras(out, probe, want)
     verified = cli("verify", out)
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
 
@@ -520,7 +527,6 @@ def test_stacked_cells_of_more_functions_and_tanh_gates_convert_with_every_artif
     warning; ONNX (Scan loops where the functions ask) in onnxruntime and OpenVINO and TFLite (builtin ops only) in
     LiteRT match Keras on a padded batch; verify passes, its per-stack rows judged by each cell's own Keras weights."""
     import keras
-    import openvino as ov
 
     L = keras.layers
     keras.utils.set_random_seed(31)
@@ -547,11 +553,7 @@ def test_stacked_cells_of_more_functions_and_tanh_gates_convert_with_every_artif
         in stdout, stdout
     builtin, custom = op_codes(out / "model.tflite")
     assert not custom and {"WHILE", "GELU"} <= builtin, (builtin, custom)
-    compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
-    for got, what in results:
-        assert got.shape == want.shape, what
-        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
+    assert_runtimes_match_keras(out, probe, want)
     verified = cli("verify", out, "--json")
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
     for layer in ("bi/", "rnn_1/"):
