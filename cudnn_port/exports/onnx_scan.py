@@ -75,8 +75,7 @@ def needs_scan(node: "onnx.NodeProto") -> bool:
     if node.op_type not in _GATES:
         return False
     fns = [name for name, _, _ in functions(node)]
-    per = {"LSTM": 3, "GRU": 2, "RNN": 1}[node.op_type]
-    gates = fns[::per] if node.op_type != "RNN" else []
+    gates = fns[::len(_DEFAULTS[node.op_type])] if node.op_type != "RNN" else []  # each direction's first
     return any(name not in SEQUENCE_FUNCTIONS for name in fns) or any(name != "Sigmoid" for name in gates)
 
 
@@ -192,8 +191,8 @@ def _expanded(node, p):
 def _own(kind, v, name, n, const):
     """Keras' function ``kind`` (:data:`OWN_FUNCTIONS`) of ``v`` in plain ONNX ops (Keras' constants: selu's alpha
     and scale; gelu exact, through Erf)."""
-    def clip(low, high):
-        return n("Clip", [v, const(f"{name}_low", low), const(f"{name}_high", high)], name)
+    def clip(low, high, out=name):
+        return n("Clip", [v, const(f"{name}_low", low), const(f"{name}_high", high)], out)
 
     def times(u):
         return n("Mul", [v, u], name)
@@ -228,11 +227,10 @@ def _own(kind, v, name, n, const):
         keep = n("Greater", [n("Abs", [v], f"{name}_abs"), const(f"{name}_half", 0.5)], f"{name}_keep")
         return times(n("Cast", [keep], f"{name}_keep_float", to=1))
     if kind == "SoftShrink":  # x - clip(x, -0.5, 0.5)
-        return n("Sub", [v, n("Clip", [v, const(f"{name}_low", -0.5), const(f"{name}_high", 0.5)], f"{name}_clip")],
-                 name)
+        return n("Sub", [v, clip(-0.5, 0.5, f"{name}_clip")], name)
     if kind == "SparsePlus":  # (clip(x, -1, 1) + 1)^2 / 4 + relu(x - 1)
         one = const(f"{name}_one", 1.0)
-        shifted = n("Add", [n("Clip", [v, const(f"{name}_low", -1.0), one], f"{name}_clip"), one], f"{name}_shifted")
+        shifted = n("Add", [clip(-1.0, 1.0, f"{name}_clip"), one], f"{name}_shifted")
         square = n("Mul", [n("Mul", [shifted, shifted], f"{name}_sq"), const(f"{name}_quarter", 0.25)],
                    f"{name}_quarter_sq")
         return n("Add", [square, n("Relu", [n("Sub", [v, one], f"{name}_minus_1")], f"{name}_above")], name)
