@@ -45,7 +45,8 @@ ONNX_NAMES = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid", "hard_sigmoi
               "relu6": "Relu6", "exponential": "Exp",
               "mish": "Mish", "hard_silu": "HardSwish", "log_sigmoid": "LogSigmoid", "tanh_shrink": "TanhShrink",
               "hard_tanh": "HardTanh", "hard_shrink": "HardShrink", "soft_shrink": "SoftShrink",
-              "sparse_plus": "SparsePlus", "squareplus": "Squareplus", "sparse_sigmoid": "HardSigmoid"}
+              "sparse_plus": "SparsePlus", "squareplus": "Squareplus", "sparse_sigmoid": "HardSigmoid",
+              "softmax": "Softmax", "log_softmax": "LogSoftmax", "sparsemax": "Sparsemax"}
 SEQUENCE_FUNCTIONS = ("Sigmoid", "Tanh", "Relu")  # what a fused node keeps (exports.onnx_scan): OpenVINO runs these
 
 

@@ -48,11 +48,13 @@ RNN_OWN = {"tanh": "rnn_tanh", "relu": "rnn_relu"}  # the plain cells cuDNN comp
 # (exports.onnx_portable), TFLite's builtins hold some (exports.tflite.cannot_hold)
 # (Keras 3's definitions, at the defaults a name in a layer's config means: leaky_relu's slope 0.2, gelu exact (erf),
 # celu's alpha 1, the shrinks' threshold 0.5, squareplus' b 4; keras/src/activations/activations.py): every
-# element-wise function Keras names but ``threshold``, which takes arguments a name cannot give
-# (not element-wise, so no cell form: softmax, log_softmax, sparsemax, glu)
+# element-wise function Keras names but ``threshold``, which takes arguments a name cannot give, and
+# ``softmax``, ``log_softmax`` and ``sparsemax``, over the last axis of one gate's block, as Keras' cells apply every
+# function (``glu`` halves its input, so no cell runs it: Keras' own layer fails on its shapes)
 ACTIVATIONS = ("tanh", "relu", "sigmoid", "hard_sigmoid", "linear", "softsign", "softplus", "elu", "silu", "gelu",
                "selu", "relu6", "leaky_relu", "exponential", "mish", "hard_silu", "log_sigmoid", "tanh_shrink",
-               "hard_tanh", "celu", "hard_shrink", "soft_shrink", "sparse_plus", "sparse_sigmoid", "squareplus")
+               "hard_tanh", "celu", "hard_shrink", "soft_shrink", "sparse_plus", "sparse_sigmoid", "squareplus",
+               "softmax", "log_softmax", "sparsemax")
 # the gates' functions: any of them. Gates other than sigmoid make every ONNX node of the cell a Scan loop
 # (exports.onnx_scan), which stops at each sequence's length itself: the OpenVINO-safe form of a fused node needs
 # gates that are exactly 0 and 1 far enough out (exports.onnx_portable), and only sigmoid is among those it runs

@@ -64,6 +64,27 @@ FUNCTIONS.update({
 })
 
 
+def _softmax(v):
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _sparsemax(v):
+    """Keras 3's sparsemax over the last axis, as all its backends compute it (keras/src/backend/*/nn.py): tau is
+    (the sum, over the support, of the sorted values' running sums - 1) / the support's size. That is Martins et al.'s
+    threshold only where the support holds one value; a model computes Keras' version, so this is it."""
+    ranked = -np.sort(-v, axis=-1)
+    running = np.cumsum(ranked, axis=-1)
+    support = ranked - (running - 1.0) / np.arange(1, v.shape[-1] + 1) > 0
+    tau = (np.where(support, running, 0.0).sum(axis=-1, keepdims=True) - 1.0) / support.sum(axis=-1, keepdims=True)
+    return np.maximum(v - tau, 0.0)
+
+
+# tf_loop.PER_BLOCK: over the last axis of one gate's block (the steps here run one sequence: a vector)
+FUNCTIONS.update({"softmax": _softmax, "log_softmax": lambda v: v - v.max(axis=-1, keepdims=True) - np.log(
+    np.exp(v - v.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True)), "sparsemax": _sparsemax})
+
+
 def lstm_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: np.ndarray,
               act: Callable = np.tanh, gate: Callable = _sigmoid) -> Tuple[np.ndarray, np.ndarray]:
     """One LSTM step for one sequence. x ``[I]``, h ``[S]`` (P with projection, else H), c ``[H]`` -> (h', c')."""

@@ -20,12 +20,12 @@ one a :class:`~cudnn_port.stock_adapter.StackedPairAdapter` of two.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
-layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``softmax``; ``ConvLSTM*``; ``RNN`` of a
-cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of ``StackedRNNCells`` holding one), a
-stateful ``Bidirectional``, and stock recurrent
-layers inside a subclassed model (not Functional / Sequential), which cannot be rebuilt. There is no general path:
-Keras' own loop, left in the model, traces to TensorList ops that tf2onnx cannot convert and TFLite holds only as
-Flex ops, so its artifacts would not be the same set.
+layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``glu`` or the user's own;
+``ConvLSTM*``; ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of
+``StackedRNNCells`` holding one), a stateful ``Bidirectional``, and stock recurrent layers inside a subclassed model
+(not Functional / Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model,
+traces to TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be
+the same set.
 
 """
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
@@ -91,10 +91,15 @@ def _stack_why_not(stack, where) -> Optional[str]:
 def _functions_why_not(cell, name) -> Optional[str]:
     """Why a stock cell's functions have no fused form (None: they have)."""
     config = cell.get_config()  # the cell's: LSTM(...) keeps its units and functions on its cell too
-    if config.get("activation") not in ACTIVATIONS:
-        return f"activation={config.get('activation')!r} (the fused forms compute {', '.join(ACTIVATIONS)})"
-    if name != "SimpleRNN" and config.get("recurrent_activation") not in GATE_ACTIVATIONS:
-        return (f"recurrent_activation={config.get('recurrent_activation')!r} (the fused forms' gates are one of "
+
+    def named(key):  # Keras' name of a function; a registered function of the user's own as 'package>name'
+        value = config.get(key)
+        return value.get("config", value) if isinstance(value, dict) else value
+
+    if named("activation") not in ACTIVATIONS:
+        return f"activation={named('activation')!r} (the fused forms compute {', '.join(ACTIVATIONS)})"
+    if name != "SimpleRNN" and named("recurrent_activation") not in GATE_ACTIVATIONS:
+        return (f"recurrent_activation={named('recurrent_activation')!r} (the fused forms' gates are one of "
                 f"{', '.join(GATE_ACTIVATIONS)})")
     return None
 

@@ -14,7 +14,8 @@ MODE_IDS = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
 ACTIVATION_IDS = {"tanh": 0, "relu": 1, "sigmoid": 2, "hard_sigmoid": 3, "linear": 4, "softsign": 5, "softplus": 6,
                   "elu": 7, "silu": 8, "gelu": 9, "selu": 10, "relu6": 11, "leaky_relu": 12, "exponential": 13,
                   "mish": 14, "hard_silu": 15, "log_sigmoid": 16, "tanh_shrink": 17, "hard_tanh": 18, "celu": 19,
-                  "hard_shrink": 20, "soft_shrink": 21, "sparse_plus": 22, "sparse_sigmoid": 23, "squareplus": 24}
+                  "hard_shrink": 20, "soft_shrink": 21, "sparse_plus": 22, "sparse_sigmoid": 23, "squareplus": 24,
+                  "softmax": 25, "log_softmax": 26, "sparsemax": 27}
 FUSED_CLASS_NAMES = {"lstm": "CudnnLSTM", "gru": "CudnnGRU", "rnn_tanh": "CudnnRNNTanh", "rnn_relu": "CudnnRNNRelu"}
 # written beside the buffer by cudnn_port.layers when its fused op runs: the layout that op used for the buffer
 # (docs/conventions.md, section 6). 0: the fused op never ran (the layer's own cuDNN layout), 1: CUDA / cuDNN,

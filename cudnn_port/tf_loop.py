@@ -4,7 +4,8 @@ on: docs/conventions.md, section 8; the measurements behind each choice: docs/pe
 Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
 
     g   = g_t + h @ Rh             (SparseMatMul or MatMul, below)                  [B, G*H]
-    LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four), c~ = tanh of block 2 (cuDNN's gate order);
+    LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four; one a block for a function over the last axis,
+          PER_BLOCK), c~ = tanh of block 2 (cuDNN's gate order);
           c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
     GRU   r, z = σ(g_r), σ(g_z);  h~ = tanh(XW_h + r * (h @ R_h + b_R_h));  h' = h~ + z*(h - h~)
           reset before (``reset_after=False``): r, z from h @ R_rz, then h~ = tanh(XW_h + (r * h) @ R_h)
@@ -41,6 +42,11 @@ from typing import TYPE_CHECKING, Optional, Tuple
 if TYPE_CHECKING:
     import tensorflow as tf
 
+# the functions of layout.ACTIVATIONS over a vector's last axis, not element-wise: Keras' cells apply every function
+# to one gate's block [B, H] at a time, so the loop applies these block by block, never over several gates' at once
+# (exports.tflite_loop and exports.onnx_scan apply every function block by block)
+PER_BLOCK = ("softmax", "log_softmax", "sparsemax")
+
 def functions(tf: ModuleType) -> dict:
     """A cell's functions (RNNSpec.activation and recurrent_activation) in TensorFlow ops, by Keras' names."""
     return {"tanh": tf.tanh, "relu": tf.nn.relu, "sigmoid": tf.sigmoid,
@@ -56,7 +62,19 @@ def functions(tf: ModuleType) -> dict:
             "soft_shrink": lambda v: v - tf.clip_by_value(v, -0.5, 0.5),
             "sparse_plus": lambda v: tf.square(tf.clip_by_value(v, -1.0, 1.0) + 1.0) / 4.0 + tf.nn.relu(v - 1.0),
             "sparse_sigmoid": lambda v: (tf.clip_by_value(v, -1.0, 1.0) + 1.0) / 2.0,
-            "squareplus": lambda v: (v + tf.sqrt(v * v + 4.0)) / 2.0}
+            "squareplus": lambda v: (v + tf.sqrt(v * v + 4.0)) / 2.0,
+            # PER_BLOCK, over the last axis (the cell applies them one gate's block at a time)
+            "softmax": tf.nn.softmax, "log_softmax": tf.nn.log_softmax, "sparsemax": lambda v: _sparsemax(tf, v)}
+
+
+def _sparsemax(tf: ModuleType, v: "tf.Tensor") -> "tf.Tensor":
+    """Keras 3's sparsemax over the last axis, its TensorFlow backend's ops (keras/src/backend/tensorflow/nn.py; the
+    threshold is Keras', reference._sparsemax)."""
+    ranked = tf.sort(v, direction="DESCENDING", axis=-1)
+    running = tf.cumsum(ranked, axis=-1)
+    support = ranked - (running - 1.0) / tf.range(1, tf.shape(v)[-1] + 1, dtype=v.dtype) > 0
+    total = tf.reduce_sum(tf.where(support, running, tf.zeros_like(running)), axis=-1, keepdims=True)
+    return tf.maximum(v - (total - 1.0) / tf.reduce_sum(tf.cast(support, v.dtype), axis=-1, keepdims=True), 0.0)
 
 
 UNROLL = 4  # steps per loop iteration for batches below UNROLL_BELOW
@@ -78,13 +96,18 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     act, gate = functions(tf)[activation], functions(tf)[recurrent_activation]
     U = UNROLL if until is None else 1
 
+    def gates(v, n):  # the gate function of v's n blocks, as a list; one op over all where it is element-wise
+        if recurrent_activation in PER_BLOCK:
+            return [gate(block) for block in tf.split(v, n, axis=-1)]
+        return tf.split(gate(v), n, axis=-1)
+
     def small(h, weights):  # the product of the loop for batches below UNROLL_BELOW (module docstring)
         return tf.raw_ops.SparseMatMul(a=h, b=weights)
 
     def cell(g, h, c, product):
         if mode == "gru" and not reset_after:  # r gates h before the candidate's product: two products
             x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
-            r, z = tf.split(gate(x_rz + product(h, Rh[:, :2 * H])), 2, axis=-1)
+            r, z = gates(x_rz + product(h, Rh[:, :2 * H]), 2)
             candidate = act(x_h + product(r * h, Rh[:, 2 * H:]))
             return candidate + z * (h - candidate), c
         hr = product(h, Rh)
@@ -93,7 +116,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
             # one gate function over all four blocks (block 2's unused) and a slice for c~: as few ops as one
             # over gates reordered to i, f, o, c~, with no reordering of the weights, which would copy them all
             # in every call of the fused layers
-            i, f, _, o = tf.split(gate(g), 4, axis=-1)
+            i, f, _, o = gates(g, 4)
             c = f * c + i * act(g[..., 2 * H:3 * H])
             h = o * act(c)
             if Pt is not None:
@@ -103,7 +126,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
             return act(g + hr), c
         x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
         h_rz, h_h = tf.split(hr, [2 * H, H], axis=-1)
-        r, z = tf.split(gate(x_rz + h_rz), 2, axis=-1)
+        r, z = gates(x_rz + h_rz, 2)
         candidate = act(x_h + r * (h_h + bh))  # GRU's b_R_h sits inside r * (...)
         return candidate + z * (h - candidate), c  # (1 - z) * candidate + z * h in one op fewer
 

@@ -162,7 +162,7 @@ def test_reference_of_other_functions_is_keras_own_layer(kind, kwargs):
 # alpha 1 is Elu), so every node of them is a Scan loop; TFLite computes each in builtin ops
 MORE_FUNCTIONS = ("silu", "gelu", "selu", "relu6", "leaky_relu", "exponential", "mish", "hard_silu", "log_sigmoid",
                   "tanh_shrink", "hard_tanh", "celu", "hard_shrink", "soft_shrink", "sparse_plus", "sparse_sigmoid",
-                  "squareplus")
+                  "squareplus", "softmax", "log_softmax", "sparsemax")
 SCALE = {"exponential": 0.1}  # weights' scale (else 0.3): exp feeds on its own output and overflows at larger ones
 
 
@@ -488,7 +488,8 @@ def assert_runtimes_match_keras(out, probe, want):
 @pytest.mark.slow
 def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
     """hard_sigmoid gates and sigmoid / softsign / linear cells in every kind of cell (two of them as Keras' RNN of
-    a stock cell), trained by fit, saved by Keras 3 as .h5: every artifact and no warning. ONNX holds them as Scan
+    a stock cell), and the functions over a gate's block (softmax, log_softmax, sparsemax: cell and gates), trained by
+    fit, saved by Keras 3 as .h5: every artifact and no warning. ONNX holds them as Scan
     loops (OpenVINO's fused nodes run only Sigmoid, Tanh, Relu), TFLite as WHILE loops of builtin ops (the linear
     SimpleRNN as its fused op); ONNX in onnxruntime and OpenVINO and TFLite in LiteRT match Keras on a padded batch;
     verify passes."""
@@ -502,12 +503,15 @@ def test_other_gate_and_cell_functions_convert_with_every_artifact(tmp_path):
         L.Bidirectional(L.RNN(L.LSTMCell(7, activation="sigmoid", recurrent_activation="hard_sigmoid"),
                               return_sequences=True)),  # RNN(LSTMCell(...)) is LSTM(...)
         L.GRU(6, activation="softsign", recurrent_activation="hard_sigmoid", reset_after=False, return_sequences=True),
+        L.LSTM(5, activation="log_softmax", recurrent_activation="sparsemax", return_sequences=True),
+        L.GRU(6, activation="sparsemax", recurrent_activation="softmax", return_sequences=True),
         L.RNN(L.SimpleRNNCell(5, activation="linear")),
-        L.Dense(2)])
+        L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=4.0))])  # outputs well above 1e-5
     probe, want = fit_ids_model_and_save(model, tmp_path, (2,))
     out, manifest, stdout = convert_whole(tmp_path, "model.h5", want)
     assert not manifest.get("warnings"), manifest.get("warnings")
     assert "as a Scan loop" in stdout and "gates hard_sigmoid" in stdout, stdout
+    assert "activations Sparsemax, LogSoftmax, LogSoftmax" in stdout and "activations Softmax, Sparsemax" in stdout
     ops = {n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node}
     assert "Scan" in ops and not ops & {"LSTM", "GRU", "RNN"}, ops
     builtin, custom = op_codes(out / "model.tflite")

@@ -55,6 +55,8 @@ ONNX_FUNCTIONS = {"tanh": ("Tanh", None, None), "relu": ("Relu", None, None), "s
                   "tanh_shrink": ("TanhShrink", None, None), "hard_tanh": ("HardTanh", None, None),
                   "hard_shrink": ("HardShrink", None, None), "soft_shrink": ("SoftShrink", None, None),
                   "sparse_plus": ("SparsePlus", None, None), "squareplus": ("Squareplus", None, None),
+                  "softmax": ("Softmax", None, None), "log_softmax": ("LogSoftmax", None, None),
+                  "sparsemax": ("Sparsemax", None, None),
                   "sparse_sigmoid": ("HardSigmoid", 0.5, 0.5)}  # clip((x + 1) / 2, 0, 1)
 
 

@@ -41,7 +41,7 @@ _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 # names ONNX's sequence ops do not define, which only cudnn-port's writer puts on a node (Keras' functions of those
 # names, exports.onnx_portable.ONNX_FUNCTIONS): such a node is always expanded here, never left for a runtime
 OWN_FUNCTIONS = ("Silu", "Gelu", "Selu", "Relu6", "Exp", "Mish", "HardSwish", "LogSigmoid", "TanhShrink", "HardTanh",
-                 "HardShrink", "SoftShrink", "SparsePlus", "Squareplus")
+                 "HardShrink", "SoftShrink", "SparsePlus", "Squareplus", "Softmax", "LogSoftmax", "Sparsemax")
 _CANONICAL = {name.lower(): name for name in ("Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu",
                                                "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus")
              + OWN_FUNCTIONS}
@@ -188,9 +188,10 @@ def _expanded(node, p):
     return nodes
 
 
-def _own(kind, v, name, n, const):
-    """Keras' function ``kind`` (:data:`OWN_FUNCTIONS`) of ``v`` in plain ONNX ops (Keras' constants: selu's alpha
-    and scale; gelu exact, through Erf)."""
+def _own(kind, v, name, n, const, width):
+    """Keras' function ``kind`` (:data:`OWN_FUNCTIONS`) of ``v`` (one gate's block, ``[B, width]``) in plain ONNX ops
+    (Keras' constants: selu's alpha and scale; gelu exact, through Erf; softmax, log_softmax and sparsemax over the
+    block's last axis, tf_loop.PER_BLOCK)."""
     def clip(low, high, out=name):
         return n("Clip", [v, const(f"{name}_low", low), const(f"{name}_high", high)], out)
 
@@ -238,7 +239,34 @@ def _own(kind, v, name, n, const):
         root = n("Sqrt", [n("Add", [n("Mul", [v, v], f"{name}_sq"), const(f"{name}_four", 4.0)], f"{name}_plus_4")],
                  f"{name}_sqrt")
         return n("Mul", [n("Add", [v, root], f"{name}_sum"), const(f"{name}_half", 0.5)], name)
+    if kind in ("Softmax", "LogSoftmax"):
+        return n(kind, [v], name, axis=1)
+    if kind == "Sparsemax":
+        return _sparsemax(v, name, n, const, width)
     raise ValueError(f"activation {kind!r} has no Scan form here")
+
+
+def _sparsemax(v, name, n, const, width):
+    """Keras 3's sparsemax over the last axis of ``v`` ``[B, width]`` (reference._sparsemax: its threshold is
+    Keras')."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import numpy_helper
+
+    def ints(tag, value):
+        return n("Constant", [], f"{name}_{tag}", value=numpy_helper.from_array(np.asarray(value, np.int64)))
+
+    ranked = n("TopK", [v, ints("k", [width])], f"{name}_ranked", extra=(f"{name}_order",), axis=1, largest=1,
+               sorted=1)
+    running = n("CumSum", [ranked, ints("axis", 1)], f"{name}_running")
+    excess = n("Div", [n("Sub", [running, const(f"{name}_one", 1.0)], f"{name}_less_1"),
+                       const(f"{name}_ranks", np.arange(1, width + 1))], f"{name}_excess")
+    support = n("Greater", [n("Sub", [ranked, excess], f"{name}_gap"), const(f"{name}_zero", 0.0)], f"{name}_support")
+    axes = ints("axes", [1])
+    total = n("ReduceSum", [n("Where", [support, running, const(f"{name}_zero_w", 0.0)], f"{name}_kept"), axes],
+              f"{name}_total", keepdims=1)
+    size = n("ReduceSum", [n("Cast", [support], f"{name}_support_f", to=1), axes], f"{name}_size", keepdims=1)
+    tau = n("Div", [n("Sub", [total, const(f"{name}_one_t", 1.0)], f"{name}_total_1"), size], f"{name}_tau")
+    return n("Relu", [n("Sub", [v, tau], f"{name}_shifted")], name)
 
 
 def _body(op, H, fns, lbr, has_rb_h, masked, p):
@@ -249,8 +277,8 @@ def _body(op, H, fns, lbr, has_rb_h, masked, p):
 
     nodes = []
 
-    def n(op_type, inputs, name, **kw):
-        nodes.append(helper.make_node(op_type, inputs, [f"{p}/b_{name}"], **kw))
+    def n(op_type, inputs, name, extra=(), **kw):  # extra: the names of outputs after the first, unused
+        nodes.append(helper.make_node(op_type, inputs, [f"{p}/b_{out}" for out in (name,) + tuple(extra)], **kw))
         return f"{p}/b_{name}"
 
     def const(name, value):
@@ -271,7 +299,7 @@ def _body(op, H, fns, lbr, has_rb_h, masked, p):
             return n("Div", [v, n("Add", [n("Abs", [v], f"{name}_abs"), const(f"{name}_one", 1.0)], f"{name}_den")],
                      name)
         if kind in OWN_FUNCTIONS:
-            return _own(kind, v, name, n, const)
+            return _own(kind, v, name, n, const, H)
         kw = {"alpha": alpha} if kind in _ALPHA else {}
         kw.update({"beta": beta} if kind in _BETA else {})
         return n(kind, [v], name, **kw)

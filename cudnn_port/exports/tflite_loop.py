@@ -104,7 +104,31 @@ def _squareplus(b, v, n):  # (x + sqrt(x^2 + 4)) / 2
     return _times(b, _plus(b, v, root, f"{n}/sum"), half, n)
 
 
-# a cell's functions (RNNSpec.activation, recurrent_activation) in builtin ops: (graph, tensor, name) -> tensor
+def _sparsemax(b, v, n):  # Keras 3's, over the last axis (reference._sparsemax: its threshold is Keras')
+    i32 = lambda tag, value: b.const(f"{n}/{tag}", np.asarray(value, np.int32))
+    width = b.op("GATHER", [b.op("SHAPE", [v], f"{n}/shape", dtype="int32", options="ShapeOptions", outType=2),
+                            i32("last", 1)], f"{n}/width", dtype="int32", options="GatherOptions", axis=0)
+    ranked, _ = b.op("TOPK_V2", [v, width], [f"{n}/ranked", b.tensor(f"{n}/order", "int32")])
+    running = b.op("CUMSUM", [ranked, i32("axis", 1)], f"{n}/running", options="CumsumOptions")
+    end = b.op("ADD", [width, i32("one_j", 1)], f"{n}/end", dtype="int32", options="AddOptions")
+    ranks = b.op("CAST", [b.op("RANGE", [i32("one_i", 1), end, i32("step", 1)], f"{n}/ranks_i", dtype="int32")],
+                 f"{n}/ranks")
+    one, zero = b.const(f"{n}/one", np.float32(1)), b.const(f"{n}/zero", np.float32(0))
+    excess = b.op("DIV", [b.op("SUB", [running, one], f"{n}/less_1", options="SubOptions"), ranks], f"{n}/excess",
+                  options="DivOptions")
+    support = b.op("GREATER", [b.op("SUB", [ranked, excess], f"{n}/gap", options="SubOptions"), zero],
+                   f"{n}/support", dtype="bool")
+    total = b.op("SUM", [b.op("SELECT_V2", [support, running, zero], f"{n}/kept"), i32("axes", [1])], f"{n}/total",
+                 options="ReducerOptions", keepDims=True)
+    size = b.op("SUM", [b.op("CAST", [support], f"{n}/support_f"), i32("axes_k", [1])], f"{n}/size",
+                options="ReducerOptions", keepDims=True)
+    tau = b.op("DIV", [b.op("SUB", [total, one], f"{n}/total_1", options="SubOptions"), size], f"{n}/tau",
+               options="DivOptions")
+    return b.op("RELU", [b.op("SUB", [v, tau], f"{n}/shifted", options="SubOptions")], n)
+
+
+# a cell's functions (RNNSpec.activation, recurrent_activation) in builtin ops: (graph, tensor, name) -> tensor;
+# the loop applies each to one gate's block [B, H] at a time, so those over the last axis (layout.PER_BLOCK) are exact
 FUNCTIONS = {"tanh": lambda b, v, n: b.op("TANH", [v], n), "relu": lambda b, v, n: b.op("RELU", [v], n),
              "sigmoid": lambda b, v, n: b.op("LOGISTIC", [v], n), "elu": lambda b, v, n: b.op("ELU", [v], n),
              "linear": lambda b, v, n: v, "hard_sigmoid": _relu6_over_6, "softsign": _softsign,
@@ -121,7 +145,10 @@ FUNCTIONS = {"tanh": lambda b, v, n: b.op("TANH", [v], n), "relu": lambda b, v, 
              "hard_tanh": lambda b, v, n: b.op("RELU_N1_TO_1", [v], n),
              "celu": lambda b, v, n: b.op("ELU", [v], n),  # celu with Keras' alpha 1 is elu
              "hard_shrink": _hard_shrink, "soft_shrink": _soft_shrink, "sparse_plus": _sparse_plus,
-             "sparse_sigmoid": _sparse_sigmoid, "squareplus": _squareplus}
+             "sparse_sigmoid": _sparse_sigmoid, "squareplus": _squareplus,
+             "softmax": lambda b, v, n: b.op("SOFTMAX", [v], n, options="SoftmaxOptions", beta=1.0),
+             "log_softmax": lambda b, v, n: b.op("LOG_SOFTMAX", [v], n, options="LogSoftmaxOptions"),
+             "sparsemax": _sparsemax}
 
 
 def _loop_inputs(g, prefix, lstm):
