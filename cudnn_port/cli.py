@@ -43,7 +43,8 @@ def run(args: "argparse.Namespace", progress: Callable[[str], None]) -> Tuple[in
     manifest = convert(args.checkpoint, args.out, style=args.style, formats=formats, variable=args.variable,
                        force=args.force, drop_optimizer_slots=args.drop_optimizer_slots, **trusting(args),
                        allow_nonfinite=args.allow_nonfinite, prefer_buffer=args.prefer_buffer, xla=args.xla,
-                       quantize=args.quantize, keep_failed=args.keep_failed, progress=progress, **flag_values(args))
+                       quantize=args.quantize, keep_failed=args.keep_failed, ids_dtype=args.ids_dtype,
+                       progress=progress, **flag_values(args))
     return 0, manifest.to_dict(), cli_text.convert_text(manifest, args.out, args.verbose)
 
 

@@ -10,6 +10,7 @@ from . import formats
 from ._version import __version__
 from .cli_text import run_flags
 from .errors import CudnnPortError
+from .model_inputs import IDS_DTYPES
 
 
 EPILOG = """examples:
@@ -140,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-xla", dest="xla", action="store_false", help=argparse.SUPPRESS)  # the old default's opt-out
     out.add_argument("--quantize", choices=("int8",), help="also write int8 ONNX models (onnxruntime dynamic "
                      "quantization) next to the fp32 ones; verify judges them with their own tolerance")
+    out.add_argument("--ids-dtype", choices=IDS_DTYPES, help="the dtype every artifact of a Keras 3 model takes for "
+                     "an input an Embedding reads: int64 as NumPy and most tokenizers give ids, float32 as Keras also "
+                     "takes them (default: int32, or the dtype the model's keras.Input states)")
     out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output "
                      "(default: OUT must not exist or be empty)")
     out.add_argument("--drop-optimizer-slots", action="store_true",

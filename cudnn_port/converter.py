@@ -36,7 +36,8 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
             bidirectional: Optional[bool] = None, num_proj: Optional[int] = None, force: bool = False,
             drop_optimizer_slots: bool = False, allow_nonfinite: bool = False, prefer_buffer: bool = False,
             xla: bool = False, quantize: Optional[str] = None, keep_failed: bool = False, trust_source: bool = False,
-            progress: Optional[Callable[[str], None]] = None, verbose: bool = False) -> "Manifest":
+            ids_dtype: Optional[str] = None, progress: Optional[Callable[[str], None]] = None,
+            verbose: bool = False) -> "Manifest":
     """Convert every cuDNN stack of ``source`` and write the artifacts under ``out``; returns the manifest.
 
     ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1), a Keras 2 ``.h5`` file
@@ -51,7 +52,9 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
     ``out/frozen_graph.pb``; ``onnx``: ``out/model.onnx``; with several stacks the last three get a ``_<stack>``
     suffix) and ``out/manifest.json``. The spec arguments (``mode`` ... ``num_proj``) settle a bare buffer whose
     size fits several specs. ``xla=True`` compiles the SavedModels' forward pass with XLA (see
-    :mod:`cudnn_port.exports.tensorflow`); ``quantize="int8"`` also writes int8 ONNX models (``.keras`` sources).
+    :mod:`cudnn_port.exports.tensorflow`); ``quantize="int8"`` also writes int8 ONNX models (``.keras`` sources);
+    ``ids_dtype`` (``int32``, ``int64`` or ``float32``; Keras 3 model files only) is the dtype every artifact takes
+    for an input an Embedding reads (:mod:`cudnn_port.model_inputs`).
     A SavedModel's graph must be pure computation (:mod:`cudnn_port.graphs.allowlist`); ``trust_source=True``
     runs one that is not. ``progress(message)`` receives progress lines. Bad input raises
     :class:`~cudnn_port.errors.CudnnPortError` (nothing written); a whole-model export whose parity check fails raises
@@ -66,7 +69,7 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
 
 def _convert(source, out, *, style, formats, variable, mode, num_layers, num_units, input_size, bidirectional,
              num_proj, force, drop_optimizer_slots, allow_nonfinite, prefer_buffer, xla, quantize, keep_failed,
-             trust_source, progress):
+             trust_source, ids_dtype, progress):
     say = say_to(progress)
     if style is not None and style not in STYLES:
         raise CudnnPortError(f"unknown style {short(style, 40)!r}; choose one of {', '.join(STYLES)}")
@@ -86,13 +89,16 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "
                              f"{'SavedModel' if kind == 'saved_model' else '.keras model'} states every spec, so "
                              "leave the spec flags out")
+    if ids_dtype is not None and kind != "keras_model":
+        raise CudnnPortError("--ids-dtype applies to a Keras 3 model (.keras, or model.save(\"m.h5\")), whose "
+                             "artifacts take the model's inputs; leave it out for this source")
     if kind == "saved_model":
         if quantize:
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if kind == "keras_model":
         return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
-                                 keep_failed=keep_failed, progress=progress, formats=formats)
+                                 keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
 
     src = open_source(source)
     folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))

@@ -8,8 +8,11 @@ for an ``Embedding``). Those are facts of one training batch, not of the model. 
 whose input records a batch size or a length is "built from a batch" (:func:`built_from_a_batch`): its specs get a
 dynamic batch and time (the first two dimensions; the features, and an image's height and width, stay), and the
 caller (:func:`cudnn_port.roads.model.export`) keeps a size only where the model does not run on others, with a
-warning. An input an ``Embedding`` reads takes int32 ids. Every other model keeps what its inputs state; each
-dimension fixed besides the features is said in one warning line naming the fix.
+warning. An input an ``Embedding`` reads takes int32 ids where the model records float ids (Keras' default dtype), and
+the ids its ``keras.Input`` states otherwise; ``ids_dtype`` (``--ids-dtype``, one of :data:`IDS_DTYPES`) makes every
+artifact take ids of that dtype instead: int64, as NumPy and most tokenizers give them, or float32, as Keras also
+takes them (an artifact's input has one dtype). Every other model keeps what its inputs state; each dimension fixed
+besides the features is said in one warning line naming the fix.
 
 The specs are recorded in the manifest (``model_input_specs``), so that ``verify`` feeds the artifacts what they
 take, whichever model judges them.
@@ -17,6 +20,8 @@ take, whichever model judges them.
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .deps import import_tf
 from .errors import CudnnPortError
+
+IDS_DTYPES = ("int32", "int64", "float32")  # what --ids-dtype takes: the dtypes an Embedding's ids come in
 
 if TYPE_CHECKING:
     import keras
@@ -52,8 +57,17 @@ def built_from_a_batch(model: "keras.Model") -> bool:
         any(d is not None for d in list(inputs[0].shape)[:2])
 
 
-def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.TensorSpec"]:
-    """The whole model's inputs as its artifacts take them (see the module docstring); the names are the model's."""
+def check_ids_dtype(ids_dtype: Optional[str]) -> None:
+    """Refuse an ``ids_dtype`` that is none of :data:`IDS_DTYPES` (None: the default)."""
+    if ids_dtype is not None and ids_dtype not in IDS_DTYPES:
+        raise CudnnPortError(f"unknown ids dtype {str(ids_dtype)[:40]!r}; choose one of {', '.join(IDS_DTYPES)}")
+
+
+def input_specs(model: "keras.Model", warn: Callable[[str], None],
+                ids_dtype: Optional[str] = None) -> List["tf.TensorSpec"]:
+    """The whole model's inputs as its artifacts take them (see the module docstring); the names are the model's.
+    ``ids_dtype``: the dtype of every input an Embedding reads (None: int32 for float ids, else the model's)."""
+    check_ids_dtype(ids_dtype)
     tf = import_tf()
     inputs = getattr(model, "inputs", None)
     if not inputs:
@@ -61,6 +75,8 @@ def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.T
                              "keras.Input) before exporting")
     names = [t.name.split(":")[0] for t in inputs]
     ids = embedding_vocabularies(model, names)
+    if ids_dtype is not None and not ids:
+        warn(f"ids dtype {ids_dtype} given, but no input of the model feeds an Embedding, so it changes nothing")
     relax = built_from_a_batch(model)
     specs = []
     for name, tensor in zip(names, inputs):
@@ -68,8 +84,8 @@ def input_specs(model: "keras.Model", warn: Callable[[str], None]) -> List["tf.T
         if relax:  # batch and time, the sizes a batch fixes; features (and an image's height and width) stay
             free = 2 if name in ids or len(shape) > 2 else 1
             shape = [None] * free + shape[free:]
-        if name in ids and dtype.is_floating:
-            dtype = tf.int32
+        if name in ids and (ids_dtype is not None or dtype.is_floating):
+            dtype = tf.as_dtype(ids_dtype or "int32")
         fixed = [(i, d) for i, d in enumerate(shape[:len(shape) if name in ids else -1]) if d is not None]
         if fixed and not relax:
             dims = ", ".join(f"{'batch' if i == 0 else 'time' if i == 1 else f'dimension {i}'} {d}" for i, d in fixed)

@@ -60,6 +60,43 @@ def test_a_first_model_trains_exports_converts_and_runs_on_any_batch(tmp_path):
     _run_onnx_and_tflite(export, "input_layer", ids, want)
 
 
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
+    """``--ids-dtype int64`` (NumPy's and most tokenizers' ids) and ``float32`` (as Keras also takes them) on the bundled
+    first model: the manifest records the dtype, model.onnx, model.tflite and the SavedModel take ids of it (and
+    onnxruntime refuses int32 ids then: the dtype is the artifact's own), each matches Keras on a 4 x 7 batch of
+    them, and verify passes. A source that is not a Keras 3 model is refused in one line."""
+    import keras
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    from helpers import assert_clean_error
+
+    source = os.path.join(ROOT, "models", "first_model", "model.h5")
+    out = tmp_path / "out"
+    done = _cli("convert", source, out, "--ids-dtype", dtype)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    spec = json.loads((out / "manifest.json").read_text())["model_input_specs"][0]
+    assert spec["dtype"] == dtype and spec["shape"] == [None, None], spec
+    ids = np.random.default_rng(4).integers(1, 50, size=(4, 7)).astype(dtype)
+    want = keras.saving.load_model(source, compile=False).predict(ids, verbose=0)
+    assert np.abs(want).max() > 0.05
+    _run_onnx_and_tflite(out, spec["name"], ids, want)
+    served = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
+    got = served(**{spec["name"]: tf.constant(ids)})["output_0"].numpy()
+    assert np.allclose(got, want, atol=1e-5, rtol=1e-4), np.abs(got - want).max()
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="data type"):
+        session.run(None, {spec["name"]: ids.astype("int32" if dtype != "int32" else "int64")})
+    verified = _cli("verify", out)
+    assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr
+    if dtype == "int64":
+        refused = _cli("convert", os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt"), tmp_path / "o2",
+                       "--ids-dtype", dtype)
+        assert_clean_error(refused.returncode, refused.stderr, "--ids-dtype applies to a Keras 3 model")
+        assert not (tmp_path / "o2").exists()
+
+
 def _run_onnx_and_tflite(out, name, ids, want):
     """model.onnx (onnxruntime) and model.tflite (LiteRT) on ``ids`` against Keras' own ``want``."""
     import onnxruntime as ort

@@ -13,6 +13,9 @@ renamed into place (:mod:`cudnn_port.outdir`):
 - ``OUT/model.onnx``: tf2onnx for the rest of the model, each fused layer as fused ONNX LSTM / GRU nodes (the model
   is traced with the cuDNN op, whose frozen params the ONNX handler unpacks; nothing runs it); dynamic dimensions
   named ``batch`` and ``time``;
+- every whole-model artifact takes an input an Embedding reads as int32 ids (float ids, Keras' default dtype) or as
+  the model's ``keras.Input`` states them; ``ids_dtype`` (int32, int64 or float32) chooses for all of them
+  (:mod:`cudnn_port.model_inputs`);
 - ``OUT/model.tflite``: TensorFlow's TFLite converter for the rest of the model, each fused layer spliced in as this
   project's builtin TFLite ops (:mod:`cudnn_port.exports.tflite_model`): no Flex or custom op; signature
   ``serving_default`` with the same input and output names. Where the converter cannot express some other layer
@@ -50,7 +53,7 @@ from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .stack import prepare_stacks, write_stacks
 from ..judging.tasks import TASK, load_task
-from ..model_inputs import built_from_a_batch, input_specs, to_records
+from ..model_inputs import built_from_a_batch, check_ids_dtype, embedding_vocabularies, input_specs, to_records
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
 from ..layer_paths import forced_path
@@ -66,14 +69,14 @@ if TYPE_CHECKING:
 PARITY = "model_parity.json"
 
 
-def _input_specs(model):
+def _input_specs(model, ids_dtype):
     """The whole model's input specs (:func:`cudnn_port.model_inputs.input_specs`) and the warnings they raise. A
     Sequential model whose input records a batch size or a length (built from a batch, or given them by its
     keras.Input: the two look alike) is run once on other sizes (3 rows, 7 steps): one that runs takes any batch and
     length; one that cannot run on another length (a ``Flatten`` after its recurrent layer, say) keeps its length,
     and one that cannot run on another batch size keeps that too, each with a warning."""
     warnings = []
-    specs = input_specs(model, warnings.append)
+    specs = input_specs(model, warnings.append, ids_dtype)
     if not built_from_a_batch(model):
         return specs, warnings
     tf = import_tf()
@@ -95,7 +98,8 @@ def _input_specs(model):
 def _runs_on(model, specs) -> bool:
     """Whether ``model`` runs on inputs of ``specs`` (None: 3 rows, 7 steps; ids 0, in every vocabulary)."""
     feeds = sample_inputs([(s.name, s) for s in specs], seed=0, batch=3, steps=7)
-    values = [feeds[s.name] * 0 if s.dtype.is_integer else feeds[s.name] for s in specs]
+    ids = embedding_vocabularies(model, [s.name for s in specs])  # float ids too: 0, in every vocabulary
+    values = [feeds[s.name] * 0 if s.dtype.is_integer or s.name in ids else feeds[s.name] for s in specs]
     try:
         model(values[0] if len(values) == 1 else values, training=False)
         return True
@@ -133,19 +137,21 @@ def _traced(model, specs, path):
 def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Optional[str] = None, force: bool = False,
            progress: Optional[Progress] = None, seed: int = 0, path: Optional[str] = None, xla: bool = False,
            quantize: Optional[str] = None, keep_failed: bool = False, formats: Optional[Sequence[str]] = None,
-           verbose: bool = False) -> Manifest:
+           ids_dtype: Optional[str] = None, verbose: bool = False) -> Manifest:
     """Write the CPU artifacts of ``model`` (a built Keras model holding fused or stock LSTM / GRU layers) to ``out``;
     returns the manifest. See the module docstring for what is written. ``path``: the ``.keras`` file the model
     came from, if any (recorded and hashed in the manifest). ``xla=True``: each layer's SavedModel XLA-compiled
     (see :mod:`cudnn_port.exports.tensorflow`). ``quantize="int8"``: int8 ONNX models next to the fp32 ones
     (:mod:`cudnn_port.exports.quantize`). ``formats``: write (and check) only these of :func:`whole_model_formats`
-    (the checkpoint and ``keras/model.keras``, the judge's copy, are always written). A mixed-precision model gets
+    (the checkpoint and ``keras/model.keras``, the judge's copy, are always written). ``ids_dtype``: the dtype every
+    artifact takes for an input an Embedding reads, int32, int64 or float32 (default: int32 where the model records
+    float ids, else the model's own). A mixed-precision model gets
     float32 artifacts, judged by the model in float32 (:mod:`cudnn_port.precision`). Only cudnn-port's own words
     reach stderr during the call; ``verbose=True`` lets the libraries' through. Raises
     :class:`~cudnn_port.errors.ParityError` if an artifact disagrees with the judge."""
     with library_call(verbose), float32_policy():  # new layers compute in float32 whatever the script's policy
         return _export(model, out, style=style, force=force, progress=progress, seed=seed, path=path, xla=xla,
-                       quantize=quantize, keep_failed=keep_failed, formats=formats)
+                       quantize=quantize, keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
 
 
 def whole_model_formats() -> List[str]:
@@ -153,10 +159,11 @@ def whole_model_formats() -> List[str]:
     return layer_formats()
 
 
-def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats):
+def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats, ids_dtype):
     if not model.built:  # a Sequential with no keras.Input, never called nor fit: no weights yet
         raise CudnnPortError(f"model {model.name!r} is not built, so it has no weights to export; give it a "
                              "keras.Input, or call or fit it once, before export")
+    check_ids_dtype(ids_dtype)
     say = say_to(progress)
     chosen = _chosen_formats(formats, quantize)
     original = model
@@ -167,7 +174,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
             f"{', '.join(record['state_inputs'])} and outputs {', '.join(record['state_outputs'])} (zeros start a "
             "stream; feed each call's final states into the next)")
     model = rewrite(judged, say)  # stock LSTM / GRU fused; the model as given is saved, and (in float32) judges
-    specs, input_warnings = _input_specs(model)
+    specs, input_warnings = _input_specs(model, ids_dtype)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     stacks = prepare_stacks(source, say=say)
@@ -265,7 +272,7 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
 def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | str", style: Optional[str] = None,
                       force: bool = False, progress: Optional[Callable[[str], None]] = None, xla: bool = False,
                       quantize: Optional[str] = None, keep_failed: bool = False,
-                      formats: Optional[Sequence[str]] = None) -> Manifest:
+                      formats: Optional[Sequence[str]] = None, ids_dtype: Optional[str] = None) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     return export(load_model_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
-                  quantize=quantize, keep_failed=keep_failed, formats=formats)
+                  quantize=quantize, keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
