@@ -15,8 +15,9 @@ GRU(128); 50 steps), cudnn-port's ``model.onnx`` in onnxruntime against Keras' `
 against a minimal graph of the same fused nodes written by hand (the bound an export can reach), at batch 1 (full
 length) and 32 (right-padded, lengths 10-50), timed in alternating blocks; the plain SavedModel (TF Serving)
 against model.onnx at batch 1, beside TensorFlow's floor (a SavedModel whose signature takes the same inputs and
-returns the first: what a signature call costs before it computes anything); both ONNX files in OpenVINO where
-they load. Targets: Keras / ours >= 1.0 where
+returns the first: what a signature call costs before it computes anything) and, for the two unmasked LSTM models,
+TensorFlow's own fused CPU LSTM kernel (BlockLSTMV2, weights constant: the least a SavedModel of plain TensorFlow
+ops can cost without XLA); both ONNX files in OpenVINO where they load. Targets: Keras / ours >= 1.0 where
 Keras writes fused nodes; >= 3 at batch 1 and >= 1.0 at batch 32 where it writes a Loop; ours / minimal <= 1.1;
 SavedModel / ONNX <= 1.25. Exit 1 when a target is missed.
 
@@ -347,6 +348,56 @@ def minimal_graph(name, model):
     return g.model(inputs, out, len(model.outputs[0].shape))
 
 
+def fused_tf_saved_model(name, model, folder):
+    """For the unmasked LSTM models: a SavedModel of TensorFlow's own fused CPU LSTM kernel (``BlockLSTMV2``, the
+    one sequence op TensorFlow runs on a CPU without XLA), the weights constants, written to ``folder``: the least a
+    plain-ops SavedModel of the model can cost. None for the others: TensorFlow has no fused CPU GRU kernel, and
+    BlockLSTMV2 takes one length for the whole batch."""
+    import tensorflow as tf
+
+    rnns = [layer for layer in model.layers if type(layer).__name__ == "LSTM"]
+    if not name.startswith(("Emb ->", "LSTM(128) encoder")):
+        return None
+    dense = [layer for layer in model.layers if type(layer).__name__ == "Dense"][0]
+
+    weights = []  # per LSTM: [I + H, 4H] and [4H], read here (eagerly); BlockLSTMV2's gate order is Keras' (IFCO)
+    for layer in rnns:
+        k, r, b = (v.numpy() for v in (layer.cell.kernel, layer.cell.recurrent_kernel, layer.cell.bias))
+        weights.append((np.concatenate([k, r]), b))
+    kernel, bias = dense.kernel.numpy(), dense.bias.numpy()
+
+    def lstm(index, x, state=None):  # LSTM rnns[index] over x [T, B, I] -> (h [T, B, H], c [T, B, H])
+        w, b = weights[index]
+        H = b.shape[0] // 4
+        zeros = tf.zeros([tf.shape(x)[1], H])
+        h0, c0 = state if state is not None else (zeros, zeros)
+        peep = tf.zeros([H])
+        out = tf.raw_ops.BlockLSTMV2(seq_len_max=tf.cast(tf.shape(x)[0], tf.int64), x=x, cs_prev=c0, h_prev=h0,
+                                     w=tf.constant(w), wci=peep, wcf=peep, wco=peep, b=tf.constant(b),
+                                     cell_clip=0.0, use_peephole=False)
+        return out[6], out[1]
+
+    def head(y):
+        return tf.matmul(y, tf.constant(kernel)) + tf.constant(bias)
+
+    specs = [tf.TensorSpec([None] + list(t.shape[1:]), t.dtype, name=t.name.split(":")[0]) for t in model.inputs]
+    if name.startswith("Emb ->"):
+        table = next(v for v in model.layers if type(v).__name__ == "Embedding").embeddings.numpy()
+
+        def call(ids):
+            y, _ = lstm(0, tf.transpose(tf.gather(tf.constant(table), ids), [1, 0, 2]))
+            return {"output_0": head(lstm(1, y)[0][-1])}
+    else:
+        def call(enc, dec):
+            h, c = lstm(0, tf.transpose(enc, [1, 0, 2]))
+            return {"output_0": tf.transpose(head(lstm(1, tf.transpose(dec, [1, 0, 2]), (h[-1], c[-1]))[0]),
+                                             [1, 0, 2])}
+    module = tf.Module()
+    module.serve = tf.function(call, input_signature=specs)
+    tf.saved_model.save(module, folder, signatures=module.serve.get_concrete_function())
+    return folder
+
+
 def _session(model):
     import onnxruntime as ort
 
@@ -402,6 +453,8 @@ def speed(repeat, rounds):
             runs = {"keras": _session(keras_path), "ours": _session(ours_path), "minimal": _session(minimal)}
             serving = _saved_model(os.path.join(out, "saved_model"))
             floor = _saved_model(_identity_saved_model(os.path.join(out, "saved_model"), tmp))
+            fused_tf = fused_tf_saved_model(name, model, os.path.join(tmp, "fused_tf"))
+            fused_tf = fused_tf and _saved_model(fused_tf)
             vino = {}
             for key, path in (("ours", ours_path), ("keras", keras_path)):
                 try:
@@ -415,9 +468,13 @@ def speed(repeat, rounds):
                 errors = {k: float(np.abs(run(feeds) - want).max()) for k, run in runs.items()}
                 reps = repeat if batch == 1 else max(3, repeat // 5)
                 keys = ["keras", "ours", "minimal"]
+                tf_keys = ["saved_model", "saved_model_floor"] + ["saved_model_fused_tf"] * bool(fused_tf)
                 calls = [(runs[k], feeds) for k in keys] + ([(serving, feeds), (floor, feeds)] if batch == 1 else [])
+                if fused_tf and batch == 1:
+                    errors["saved_model_fused_tf"] = float(np.abs(np.asarray(fused_tf(feeds)["output_0"]) - want).max())
+                    calls.append((fused_tf, feeds))
                 medians, per_round = _ratios(calls, reps, rounds)
-                ms = dict(zip(keys + ["saved_model", "saved_model_floor"], (1e3 * m for m in medians)))
+                ms = dict(zip(keys + tf_keys, (1e3 * m for m in medians)))
                 keras_over_ours = [a / b for a, b in zip(per_round[0], per_round[1])]
                 row = {"model": name, "batch": batch, "keras_writes": "fused" if fused else "Loop", "nodes": nodes,
                        "ms": ms, "max_err": errors, "keras_over_ours": ms["keras"] / ms["ours"],
@@ -429,6 +486,8 @@ def speed(repeat, rounds):
                 if batch == 1:
                     row["saved_model_over_onnx"] = ms["saved_model"] / ms["ours"]
                     row["floor_over_onnx"] = ms["saved_model_floor"] / ms["ours"]
+                    if fused_tf:  # TensorFlow's fused LSTM kernel: the least a plain-ops SavedModel costs
+                        row["fused_tf_over_onnx"] = ms["saved_model_fused_tf"] / ms["ours"]
                     row["targets"][f"saved_model/onnx <= {SERVING_TARGET}"] = \
                         row["saved_model_over_onnx"] <= SERVING_TARGET
                 row["openvino_ms"] = {}
@@ -479,7 +538,8 @@ def _progress(row):
 
 def print_speed(rows):
     print("| model | batch | Keras writes | nodes Keras / ours / minimal | ms Keras / ours / minimal "
-          "| Keras / ours (rounds) | ours / minimal | SavedModel / ONNX (TF floor / ONNX) | OpenVINO ms ours / Keras "
+          "| Keras / ours (rounds) | ours / minimal | SavedModel / ONNX (TF floor, TF fused LSTM / ONNX) "
+          "| OpenVINO ms ours / Keras "
           "| targets |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -487,7 +547,8 @@ def print_speed(rows):
         ov = " / ".join(f"{v:.2f}" if isinstance(v, float) else "no" for v in (vino["ours"], vino["keras"]))
         low, high = r["keras_over_ours_rounds"]
         met = ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in r["targets"].items())
-        saved = f"{r['saved_model_over_onnx']:.2f} ({r['floor_over_onnx']:.2f})" if "saved_model_over_onnx" in r else ""
+        saved = f"{r['saved_model_over_onnx']:.2f} ({r['floor_over_onnx']:.2f}" if "saved_model_over_onnx" in r else ""
+        saved += (f", {r['fused_tf_over_onnx']:.2f})" if "fused_tf_over_onnx" in r else ")") if saved else ""
         print(f"| {r['model']} | {r['batch']} | {r['keras_writes']} | {n['keras']} / {n['ours']} / {n['minimal']} | "
               f"{ms['keras']:.2f} / {ms['ours']:.2f} / {ms['minimal']:.2f} | {r['keras_over_ours']:.2f} "
               f"({low:.2f}-{high:.2f}) | {r['ours_over_minimal']:.2f} | {saved} | {ov} | {met} |")
