@@ -72,12 +72,21 @@ def _softmax(v):
 def _sparsemax(v):
     """Keras 3's sparsemax over the last axis, as all its backends compute it (keras/src/backend/*/nn.py): tau is
     (the sum, over the support, of the sorted values' running sums - 1) / the support's size. That is Martins et al.'s
-    threshold only where the support holds one value; a model computes Keras' version, so this is it."""
-    ranked = -np.sort(-v, axis=-1)
-    running = np.cumsum(ranked, axis=-1)
-    support = ranked - (running - 1.0) / np.arange(1, v.shape[-1] + 1) > 0
-    tau = (np.where(support, running, 0.0).sum(axis=-1, keepdims=True) - 1.0) / support.sum(axis=-1, keepdims=True)
-    return np.maximum(v - tau, 0.0)
+    threshold only where the support holds one value; a model computes Keras' version, so this is it.
+
+    Keras' tau jumps where a value enters the support, and models sit on that edge: a saturated gate is exactly 1 in
+    float32 and 1 - 1e-12 in float64, so a cell state of exact float32 integers gets another support in float64
+    (outputs 0.3-0.8 apart, measured on trained-looking LSTMs). The support is therefore decided in float32, as the
+    models compute it; tau and the output keep ``v``'s dtype."""
+    dtype = v.dtype
+    single = v.astype(np.float32)
+    ranked = -np.sort(-single, axis=-1)
+    running = np.cumsum(ranked, axis=-1, dtype=np.float32)
+    support = ranked - (running - np.float32(1)) / np.arange(1, v.shape[-1] + 1, dtype=np.float32) > 0
+    running = np.cumsum(-np.sort(-v, axis=-1), axis=-1)  # v's dtype, the same order (ties sum alike)
+    size = support.sum(axis=-1, keepdims=True).astype(dtype)
+    tau = (np.where(support, running, dtype.type(0)).sum(axis=-1, keepdims=True) - dtype.type(1)) / size
+    return np.maximum(v - tau, dtype.type(0))
 
 
 # tf_loop.PER_BLOCK: over the last axis of one gate's block (the steps here run one sequence: a vector)
