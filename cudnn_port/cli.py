@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def run(args: "argparse.Namespace", progress: Callable[[str], None]) -> Tuple[int, Dict[str, Any], str]:
     """Run the parsed command; returns (exit code, JSON-ready result, text for a person)."""
     if args.command == "inspect":
-        report = inspect_source(args.checkpoint, variable=args.variable, **flag_values(args))
+        report = inspect_source(args.checkpoint, variable=args.variable, ids_dtype=args.ids_dtype, **flag_values(args))
         return 0, report, cli_text.inspect_text(report, args.verbose)
     if args.command == "verify":
         report = verify(args.out, atol=args.atol, rtol=args.rtol, seed=args.seed, progress=progress, **trusting(args))

@@ -98,6 +98,11 @@ def _common(parser, quiet=True):
                         "libraries' own log lines through to stderr (for debugging; also CUDNN_PORT_VERBOSE=1)")
 
 
+IDS_HELP = ("the dtype every artifact of a Keras 3 model takes for an input an Embedding reads: int64 as NumPy and "
+            "most tokenizers give ids, float32 as Keras also takes them (default: int32, or the dtype the model's "
+            "keras.Input states)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cudnn-port", description="Convert cuDNN RNN weights (opaque buffers) into canonical per-cell"
                      " weights and CPU artifacts that TensorFlow, Keras, ONNX Runtime and PyTorch load, and check "
@@ -112,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "the checkpoint.")
     p.add_argument("checkpoint", metavar="SOURCE", help=SOURCE_HELP)
     _spec_flags(p)
+    p.add_argument("--ids-dtype", choices=IDS_DTYPES, help=IDS_HELP)
     _common(p, quiet=False)
 
     p = sub.add_parser("convert", help="write canonical weights, CPU artifacts and a manifest to OUT/",
@@ -141,9 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-xla", dest="xla", action="store_false", help=argparse.SUPPRESS)  # the old default's opt-out
     out.add_argument("--quantize", choices=("int8",), help="also write int8 ONNX models (onnxruntime dynamic "
                      "quantization) next to the fp32 ones; verify judges them with their own tolerance")
-    out.add_argument("--ids-dtype", choices=IDS_DTYPES, help="the dtype every artifact of a Keras 3 model takes for "
-                     "an input an Embedding reads: int64 as NumPy and most tokenizers give ids, float32 as Keras also "
-                     "takes them (default: int32, or the dtype the model's keras.Input states)")
+    out.add_argument("--ids-dtype", choices=IDS_DTYPES, help=IDS_HELP)
     out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output "
                      "(default: OUT must not exist or be empty)")
     out.add_argument("--drop-optimizer-slots", action="store_true",

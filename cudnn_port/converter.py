@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .deps import require
 from .errors import CudnnPortError, UnsupportedError, short
+from .model_inputs import IDS_ONLY
 from .roads.graph import convert_saved_model
 from .outdir import OutputFolder, finish
 from . import formats as registry
@@ -90,8 +91,7 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
                              f"{'SavedModel' if kind == 'saved_model' else '.keras model'} states every spec, so "
                              "leave the spec flags out")
     if ids_dtype is not None and kind != "keras_model":
-        raise CudnnPortError("--ids-dtype applies to a Keras 3 model (.keras, or model.save(\"m.h5\")), whose "
-                             "artifacts take the model's inputs; leave it out for this source")
+        raise CudnnPortError(IDS_ONLY)
     if kind == "saved_model":
         if quantize:
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")

@@ -10,7 +10,7 @@ from .errors import CudnnPortError
 from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
 from .formats.jobs import GraphJob, road_plan
-from .model_inputs import input_specs, to_records
+from .model_inputs import IDS_ONLY, input_specs, to_records
 from .roads.stack import artifact_paths, clues_for, default_formats, find_stacks
 from .targets import target_for, tf1
 from .graphs import load_proto
@@ -21,13 +21,16 @@ from .formats.keras import WHOLE_MODEL
 
 
 
-def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = None,
+def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = None, ids_dtype: Optional[str] = None,
                    **flags: Optional[Union[int, bool, str]]) -> Dict[str, Any]:
     """What ``path`` holds and how each buffer would convert; a JSON-ready dict.
 
-    flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given).
+    flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given). ``ids_dtype``: as
+    ``convert``'s, the dtype a whole model's artifacts would take for its ids (:mod:`cudnn_port.model_inputs`).
     """
     path = os.fspath(path)
+    if ids_dtype is not None and source_kind(path) != "keras_model":
+        raise CudnnPortError(IDS_ONLY)
     if source_kind(path) == "saved_model":
         return _inspect_saved_model(path)
     source = open_source(path)
@@ -40,7 +43,7 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
         report["stock_layers"] = source.stock_layers
     if getattr(source, "whole_model", False):  # what the whole model's artifacts take
         warnings = []
-        report["model_inputs"] = to_records(input_specs(source.model, warnings.append))
+        report["model_inputs"] = to_records(input_specs(source.model, warnings.append, ids_dtype))
         report["warnings"] = warnings
     stacks = find_stacks(source, variable)
     for stack in stacks:

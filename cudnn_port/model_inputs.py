@@ -22,6 +22,8 @@ from .deps import import_tf
 from .errors import CudnnPortError
 
 IDS_DTYPES = ("int32", "int64", "float32")  # what --ids-dtype takes: the dtypes an Embedding's ids come in
+IDS_ONLY = ("--ids-dtype applies to a Keras 3 model (.keras, or model.save(\"m.h5\")), whose artifacts take the "
+            "model's inputs; leave it out for this source")
 
 if TYPE_CHECKING:
     import keras

@@ -85,15 +85,25 @@ def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
     served = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
     got = served(**{spec["name"]: tf.constant(ids)})["output_0"].numpy()
     assert np.allclose(got, want, atol=1e-5, rtol=1e-4), np.abs(got - want).max()
+    from cudnn_port.judging.model_rows import signature_feeds  # what verify's signature rows and bench feed it
+
+    feeds, note = signature_feeds(served, 0)
+    drawn = feeds[spec["name"]]
+    assert f"token ids {spec['name']} in [0, 50)" in note and drawn.dtype == dtype, (note, drawn.dtype)
+    assert drawn.min() >= 0 and drawn.max() < 50 and np.all(drawn == np.round(drawn)), drawn
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match="data type"):
         session.run(None, {spec["name"]: ids.astype("int32" if dtype != "int32" else "int64")})
     verified = _cli("verify", out)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr
     if dtype == "int64":
-        refused = _cli("convert", os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt"), tmp_path / "o2",
-                       "--ids-dtype", dtype)
-        assert_clean_error(refused.returncode, refused.stderr, "--ids-dtype applies to a Keras 3 model")
+        shown = _cli("inspect", source, "--ids-dtype", dtype, "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["model_inputs"][0]["dtype"] == dtype, shown.stdout
+        checkpoint = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
+        for argv in (("convert", checkpoint, tmp_path / "o2"), ("inspect", checkpoint)):
+            refused = _cli(*argv, "--ids-dtype", dtype)
+            assert_clean_error(refused.returncode, refused.stderr, "--ids-dtype applies to a Keras 3 model")
         assert not (tmp_path / "o2").exists()
 
 

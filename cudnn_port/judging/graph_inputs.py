@@ -23,6 +23,9 @@ CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 PASS_THROUGH = ("Cast", "Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StridedSlice", "Slice",
                 "Transpose", "Floor", "Round", "Rint", "Ceil", "StopGradient", "Snapshot", "EnsureShape")
 GATHERS = ("Gather", "GatherV2", "ResourceGather")
+# Keras 3's take (an Embedding's lookup) wraps negative ids first, where(i < 0, i + rows, i): ids pass through the
+# add, and through a select as one of its values (not as its condition)
+INDEX_WRAP = ("AddV2", "Add", "SelectV2", "Select")
 
 
 def _base(ref):
@@ -108,6 +111,11 @@ def token_vocabularies(function: "tf.types.experimental.ConcreteFunction") -> di
     return found
 
 
+def _passes(op, hits):
+    """Whether an ``op`` whose inputs ``hits`` carry ids carries them on (a select's condition alone does not)."""
+    return op in PASS_THROUGH or op in INDEX_WRAP and not (op.startswith("Select") and hits == [0])
+
+
 def _walk(scopes, placeholder):
     """Follow ``placeholder`` forward (PASS_THROUGH ops and calls); the rows of the first table it indexes, None
     if a gather's table size is unknown, False if it reaches no gather."""
@@ -131,7 +139,7 @@ def _walk(scopes, placeholder):
                         if arg and arg not in tainted:
                             tainted.add(arg)
                             todo.append(callee)
-                elif node.op in PASS_THROUGH and (scope, node.name) not in tainted:
+                elif _passes(node.op, hits) and (scope, node.name) not in tainted:
                     tainted.add((scope, node.name))
                     changed = True
     return False
