@@ -62,10 +62,11 @@ def test_a_first_model_trains_exports_converts_and_runs_on_any_batch(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["int64", "float32"])
 def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
-    """``--ids-dtype int64`` (NumPy's and most tokenizers' ids) and ``float32`` (as Keras also takes them) on the bundled
-    first model: the manifest records the dtype, model.onnx, model.tflite and the SavedModel take ids of it (and
-    onnxruntime refuses int32 ids then: the dtype is the artifact's own), each matches Keras on a 4 x 7 batch of
-    them, and verify passes. A source that is not a Keras 3 model is refused in one line."""
+    """``--ids-dtype int64`` (NumPy's and most tokenizers' ids) and ``float32`` (as Keras also takes them) on the
+    bundled first model: the manifest records the dtype, model.onnx, model.tflite and the SavedModel take ids of it
+    (and onnxruntime refuses int32 ids then: the dtype is the artifact's own), each matches Keras on a 4 x 7 batch
+    of them, verify's signature feeds are ids in the vocabulary, and verify passes; inspect lists the dtype. A
+    source that is not a Keras 3 model is refused in one line by convert and inspect."""
     import keras
     import onnxruntime as ort
     import tensorflow as tf
