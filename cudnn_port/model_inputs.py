@@ -98,6 +98,20 @@ def input_specs(model: "keras.Model", warn: Callable[[str], None],
     return specs
 
 
+def as_model_takes(model: "keras.Model", values: Sequence[Any]) -> Any:
+    """``values``, one per ``model.inputs`` (in that order), as a call of ``model`` takes them: the one value, or
+    the structure its ``keras.Input`` tensors were given in (a dict by name, a list), which Keras flattens in
+    ``model.inputs`` order."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
+    import keras
+
+    values = list(values)
+    if len(values) == 1:
+        return values[0]
+    structure = getattr(model, "_inputs_struct", None)
+    return keras.tree.pack_sequence_as(structure, values) if isinstance(structure, dict) else values
+
+
 def to_records(specs: Sequence["tf.TensorSpec"]) -> List[Dict[str, Any]]:
     """The specs as the manifest records them: {name, dtype, shape (None: any size)}."""
     return [{"name": s.name, "dtype": s.dtype.name, "shape": s.shape.as_list()} for s in specs]

@@ -30,12 +30,14 @@ def _open(path, job):
 def _write_model(job, paths):
     """The whole model's CPU trace frozen: inputs as the model names them, outputs ``output_0`` ..."""
     frozen = job.frozen("cpu")
-    outputs = [f"output_{i}" for i in range(len(frozen.outputs))]
+    outputs = Outputs.traced_names(len(frozen.outputs))
     graph_def = strip_unused_placeholders(frozen.graph.as_graph_def(), keep=[t.name for t in frozen.inputs],
                                           outputs=dict(zip(outputs, [t.name for t in frozen.outputs])))
     with open(paths["graphdef"], "wb") as f:
         f.write(graph_def.SerializeToString())
-    return {"graphdef_nodes": {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in outputs]}}
+    # recorded in output order (output_0, output_1, ..., output_10), as the runners return them
+    ordered = sorted(outputs, key=lambda n: int(n[7:]))
+    return {"graphdef_nodes": {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in ordered]}}
 
 
 def _open_model(path, job):

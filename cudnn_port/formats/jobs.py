@@ -34,6 +34,12 @@ class Outputs(NamedTuple):
         """A stack's ``[outputs, final_h, final_c]`` (a None or a missing one: not returned)."""
         return cls({n: v for n, v in zip(OUTPUT_NAMES, values) if v is not None}, note)
 
+    @staticmethod
+    def traced_names(count: int) -> List[str]:
+        """The names of a traced whole model's ``count`` outputs in the order its concrete function returns them:
+        the keys of its dict sorted, as TensorFlow flattens a dict (``output_10`` before ``output_2``)."""
+        return sorted(f"output_{i}" for i in range(count))
+
     @classmethod
     def of_model(cls, values: Sequence[Any]) -> "Outputs":
         """A whole model's outputs in order: ``output_0`` ..."""

@@ -3,6 +3,7 @@
 initial states), OUT/model_stateful.onnx also takes ``initial_h`` (and ``initial_c``) as required inputs, for
 streaming. Run by onnxruntime, and by OpenVINO where it is installed (:mod:`cudnn_port.exports.openvino`). ONNX's
 LSTM has no projection, so a projected stack has no ONNX form."""
+import copy
 import os
 from . import Artifact, Derived, Format, NotWritten, Road, Runtime
 from ..exports import io_names, onnx as onnx_export
@@ -53,10 +54,14 @@ def _write_model(job, paths):
     fused = job.frozen("lean")
     names_in, names_out = [t.name for t in fused.inputs], [t.name for t in fused.outputs]
     renames = dict(zip(names_in, job.input_names))
-    renames.update(zip(names_out, [f"output_{i}" for i in range(len(names_out))]))
+    renames.update(zip(names_out, Outputs.traced_names(len(names_out))))
     specs = {layer.opaque_kernel.numpy().astype("float32").tobytes(): layer.spec for layer in fused_layers(job.model)}
-    name_dynamic_dims(write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames, specs),
-                      paths["onnx"])
+    model = write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames, specs)
+    # output_2 before output_10, so that session.run(None, ...) returns them in the model's order
+    ordered = [copy.deepcopy(value) for value in sorted(model.graph.output, key=lambda value: int(value.name[7:]))]
+    del model.graph.output[:]
+    model.graph.output.extend(ordered)
+    name_dynamic_dims(model, paths["onnx"])
 
 
 def _open_model(path, job):

@@ -11,6 +11,7 @@ import numpy as np
 from .. import reference
 from ..deps import import_tf
 from ..layer_paths import judged_by
+from ..model_inputs import as_model_takes
 from ..targets.tf1 import cell_scope
 from .cudnn_api import canonical
 
@@ -60,7 +61,7 @@ def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
 
     def run(inputs):
         with judged_by(judges):
-            return model_outputs(model(inputs if len(inputs) > 1 else inputs[0], training=False))
+            return model_outputs(model(as_model_takes(model, inputs), training=False))
 
     if not judges:  # a model of stock Keras layers: the judge is Keras' own computation of it
         return run, "the original model's own Keras outputs"

@@ -53,7 +53,8 @@ from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .stack import prepare_stacks, write_stacks
 from ..judging.tasks import TASK, load_task
-from ..model_inputs import built_from_a_batch, check_ids_dtype, embedding_vocabularies, input_specs, to_records
+from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, embedding_vocabularies, input_specs,
+                            to_records)
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
 from ..layer_paths import forced_path
@@ -101,7 +102,7 @@ def _runs_on(model, specs) -> bool:
     ids = embedding_vocabularies(model, [s.name for s in specs])  # float ids too: 0, in every vocabulary
     values = [feeds[s.name] * 0 if s.dtype.is_integer or s.name in ids else feeds[s.name] for s in specs]
     try:
-        model(values[0] if len(values) == 1 else values, training=False)
+        model(as_model_takes(model, values), training=False)
         return True
     except Exception:  # noqa: BLE001 (any failure to run means: not on these sizes)
         return False
@@ -127,7 +128,7 @@ def _traced(model, specs, path):
     tf = import_tf()
 
     def call(*xs):
-        result = model(xs[0] if len(xs) == 1 else list(xs), training=False)
+        result = model(as_model_takes(model, xs), training=False)
         return {f"output_{i}": r for i, r in enumerate(keras.tree.flatten(result))}  # a dict: in sorted key order
 
     with forced_path(path):
