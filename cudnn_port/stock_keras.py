@@ -203,7 +203,37 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
     def clone(layer):
         return _adapter(layer) if id(layer) in fused else replaced.get(id(layer), layer)
 
+    _reserve_names(model)
     return keras.models.clone_model(model, clone_function=clone, recursive=True)
+
+
+def _reserve_names(model) -> None:
+    """Move Keras' auto-naming counters past every operation name in ``model``'s graphs (nested models' too). The
+    ops a clone creates (a ``Concatenate`` layer's mask is an ``ops.concatenate``, a new one per call) are named by
+    those counters, and Keras' loader resets them between its two passes over a file, so the clone's op could take
+    the name of one the loaded graph still holds, and the new model refuses to build ("The name "concatenate_1" is
+    used 2 times", measured on Keras 3.15: Embedding(mask_zero) shared by two inputs, Concatenate, Dense, GRU, Add)."""
+    # lazy: Keras and its naming state, loaded on first use (import cudnn_port stays light)
+    import collections
+
+    import keras
+    from keras.src.backend.common import global_state
+
+    uids = global_state.get_global_attribute("object_name_uids", default=collections.defaultdict(int),
+                                             set_to_default=True)
+    seen, todo = set(), [t for t in keras.tree.flatten(getattr(model, "outputs", None) or [])]
+    while todo:
+        history = getattr(todo.pop(), "_keras_history", None)
+        op = history and history.operation
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        base, _, number = op.name.rpartition("_")
+        base, count = (base, int(number) + 1) if base and number.isdigit() else (op.name, 1)
+        uids[base] = max(uids[base], count)
+        todo.extend(op._inbound_nodes[history.node_index].input_tensors)
+        if isinstance(op, keras.Model):  # a nested model: its own graph too
+            todo.extend(keras.tree.flatten(getattr(op, "outputs", None) or []))
 
 
 def _recurrent_inside(layer) -> Optional[str]:

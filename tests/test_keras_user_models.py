@@ -108,6 +108,44 @@ def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
         assert not (tmp_path / "o2").exists()
 
 
+def test_dict_inputs_shared_masked_embedding_and_eleven_outputs_convert(tmp_path):
+    """A Functional model as a multi-task user writes one: dict inputs ({"q", "p"} ids), one Embedding(mask_zero)
+    shared by both, Concatenate over time (its mask an op of the graph), Dense, GRU, LSTM and Add, an LSTM, and 11
+    Dense heads; trained by fit and saved as .keras. convert passes (the rewrite's clone once collided with an op
+    name of the loaded graph, and a dict input was called as a list), every artifact returns the 11 outputs in the
+    model's order (output_10 after output_9: ONNX's graph outputs too, by position), and verify passes."""
+    import keras
+    import onnxruntime as ort
+
+    L = keras.layers
+    keras.utils.set_random_seed(11)
+    q, p = keras.Input((None,), dtype="int32", name="q"), keras.Input((None,), dtype="int32", name="p")
+    embed = L.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0))
+    x = L.Dense(8, activation="tanh")(L.Concatenate(axis=1)([embed(q), embed(p)]))
+    x = L.GRU(12, return_sequences=True)(x)
+    x = L.LSTM(8)(L.Add()([x, L.LSTM(12, return_sequences=True)(x)]))
+    heads = [L.Dense(k + 1, kernel_initializer=keras.initializers.RandomNormal(stddev=2.0), name=f"head{k}")(x)
+             for k in range(11)]
+    model = keras.Model({"q": q, "p": p}, heads)
+    rng = np.random.default_rng(0)
+    ids = {name: rng.integers(1, 30, size=(32, 6)) for name in ("q", "p")}
+    model.compile("adam", ["mse"] * 11)
+    model.fit(ids, [rng.normal(size=(32, k + 1)) for k in range(11)], epochs=1, batch_size=16, verbose=0)
+    model.save(tmp_path / "model.keras")
+    probe = {name: rng.integers(0, 30, size=(3, 5)).astype("int32") for name in ("q", "p")}
+    probe["p"][1, 3:] = 0
+    want = [np.asarray(w) for w in model.predict(probe, verbose=0)]
+    out = tmp_path / "out"
+    done = _cli("convert", tmp_path / "model.keras", out)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == [f"output_{k}" for k in range(11)]
+    for k, (got, expected) in enumerate(zip(session.run(None, probe), want)):
+        assert got.shape == expected.shape and np.allclose(got, expected, atol=1e-5, rtol=1e-4), k
+    verified = _cli("verify", out)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
+
+
 def _run_onnx_and_tflite(out, name, ids, want):
     """model.onnx (onnxruntime) and model.tflite (LiteRT) on ``ids`` against Keras' own ``want``."""
     import onnxruntime as ort
