@@ -678,6 +678,32 @@ def test_a_judge_that_overflows_fails_its_row_saying_so():
     assert compare("onnx", [np.ones(3)], [np.ones(3)])["passed"]
 
 
+def test_verify_judges_a_stack_that_overflows_on_its_sample_on_a_smaller_one(tmp_path):
+    """SimpleRNN(activation="exponential") with large input weights behind a Dense that keeps the model's own inputs
+    small: the export passes (judged on the model's inputs), but verify's per-stack sample (N(0, 1) at the layer)
+    overflows exp in the judge. verify then judges the stack on fewer steps and smaller inputs and states, says so
+    on each row, and passes, where every such row failed before."""
+    import keras
+
+    import cudnn_port
+
+    L = keras.layers
+    keras.utils.set_random_seed(3)
+    x = keras.Input((None, 3))
+    rnn = L.SimpleRNN(5, activation="exponential", return_sequences=True)
+    small = L.Dense(4, kernel_initializer=keras.initializers.RandomNormal(stddev=0.001))
+    model = keras.Model(x, L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(rnn(small(x))))
+    k, r, b = rnn.get_weights()
+    rng = np.random.default_rng(0)
+    rnn.set_weights([rng.normal(size=k.shape).astype("float32") * 300,
+                     rng.normal(size=r.shape).astype("float32") * 0.05, b])
+    cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
+    report = cudnn_port.verify(tmp_path / "out")
+    assert report["passed"], [row for row in report["rows"] if row["passed"] is False]
+    scaled = [row for row in report["rows"] if "overflow on verify's usual sample" in str(row.get("note"))]
+    assert scaled and all(row["passed"] is not False for row in scaled), scaled
+
+
 def test_int8_judges_a_scan_loop_stack_as_float32_beside_a_quantized_lstm(tmp_path):
     """A plain LSTM (int8) before an LSTM with hard_sigmoid gates (a Scan loop, left float32): verify passes, and
     the int8 tolerance is sized by the second stack in the float reference, not by an int8 model of sigmoid gates,
