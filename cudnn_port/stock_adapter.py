@@ -177,14 +177,16 @@ class StackedAdapter(keras.layers.Layer):
 
 
 class StackedPairAdapter(keras.layers.Layer):
-    """Keras' ``Bidirectional(RNN(StackedRNNCells([...])))``: two :class:`StackedAdapter` s, each direction a
-    multi-layer stack of its own (the backward one over the reversed input, its cells' states its own), merged as
+    """Keras' ``Bidirectional(RNN(StackedRNNCells([...])))``, or a ``Bidirectional`` whose backward layer is not its
+    forward one reversed (``backward_layer=GRU(...)`` under an LSTM): two :class:`StackedAdapter` s (or a
+    :class:`StockAdapter` for a plain layer), each direction a stack of its own (the backward one over the reversed
+    input, its states its own), merged as
     Keras' ``Bidirectional`` merges its two layers: the backward output sequence flipped back along time, then
     ``merge_mode``; states: the forward cells' lists, then the backward cells'. ``initial_state``: the forward cells'
     lists, then the backward cells'."""
 
-    def __init__(self, forward: StackedAdapter, backward: StackedAdapter, *, merge_mode: Optional[str] = "concat",
-                 return_state: bool = False, **kwargs):
+    def __init__(self, forward: keras.layers.Layer, backward: keras.layers.Layer, *,
+                 merge_mode: Optional[str] = "concat", return_state: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.forward, self.backward = forward, backward
         self.merge_mode, self.return_state = merge_mode, return_state
@@ -221,8 +223,10 @@ class StackedPairAdapter(keras.layers.Layer):
     def compute_mask(self, inputs: "tf.Tensor", mask: "Optional[tf.Tensor]" = None) -> Any:
         out = mask if self.return_sequences else None
         outs = [out, out] if self.merge_mode is None else [out]
-        if self.return_state:
-            outs += [_state_masks(a) for s in (self.forward, self.backward) for a in s.adapters]
+        if self.return_state:  # a stack's states nested per cell, a plain layer's flat, as Keras returns them
+            for half in (self.forward, self.backward):
+                outs += [_state_masks(a) for a in half.adapters] if isinstance(half, StackedAdapter) else \
+                    _state_masks(half)
         return outs if len(outs) > 1 else outs[0]
 
 

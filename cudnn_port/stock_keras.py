@@ -120,22 +120,25 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
         return dict(row, verdict=REFUSED, why="stateful=True, and its backward direction reads each chunk from its "
                                                "end, so it does not stream")
     why = next((w for w in map(_why_not, inner) if w), None)
-    if why is None and kind == "Bidirectional" and any(map(stacked, inner)):
-        forward, backward = inner
-        if not (stacked(forward) and stacked(backward)):  # each direction a stack of its own: any two stacks
-            why = "one of its forward and backward layers is an RNN of StackedRNNCells and the other is not"
-        return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
     if stateful and why is None:  # cudnn_port.streaming_model makes it a stateless layer, states in and out
         return dict(row, why="stateful=True: streamed, its states are inputs and outputs")
-    if why is None and kind == "Bidirectional":
-        forward, backward = inner
-        cell = ("activation", "recurrent_activation", "reset_after")  # one fused stack: one cell for both directions
-        if forward.go_backwards or not backward.go_backwards or _kind(forward) != _kind(backward) or \
-                forward.cell.units != backward.cell.units or \
-                forward.return_sequences != backward.return_sequences or \
-                any(forward.cell.get_config().get(k) != backward.cell.get_config().get(k) for k in cell):
-            why = "its forward and backward layers are not one layer and its reverse"
+    if why is None and kind == "Bidirectional" and two_stacks(layer):
+        return dict(row, why="its directions differ: each a stack of its own")
     return dict(row, verdict=REFUSED, why=f"{why}, so it has no fused form") if why else row
+
+
+def two_stacks(layer: "keras.layers.Layer") -> bool:
+    """Whether a ``Bidirectional``'s directions are each a stack of their own (a
+    :class:`~cudnn_port.stock_adapter.StackedPairAdapter`): either is an ``RNN(StackedRNNCells)``, or the backward
+    layer is not the forward one reversed (another kind, size or function: ``backward_layer=GRU(...)`` under an
+    LSTM; a forward layer that runs backwards), which one bidirectional stack, one cell for both directions, cannot
+    hold."""
+    forward, backward = layer.forward_layer, layer.backward_layer
+    if stacked(forward) or stacked(backward) or forward.go_backwards or not backward.go_backwards:
+        return True
+    cell = ("activation", "recurrent_activation", "reset_after")
+    return _kind(forward) != _kind(backward) or forward.cell.units != backward.cell.units or \
+        any(forward.cell.get_config().get(k) != backward.cell.get_config().get(k) for k in cell)
 
 
 REBUILT = ("Functional", "Sequential")  # the models clone_model rebuilds around new layers
@@ -286,14 +289,19 @@ def _adapter(layer):
     bidirectional = type(layer).__name__ == "Bidirectional"
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
     first = rnns[0]
-    if stacked(first):
-        if not bidirectional:
-            return _stacked_adapter(layer, layer.name)
+    if not bidirectional and stacked(first):
+        return _stacked_adapter(layer, layer.name)
+    if bidirectional and two_stacks(layer):
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
         import keras
 
-        with keras.name_scope(layer.name):  # bi/bi_forward/bi_forward_cell_0/...
-            pair = [_stacked_adapter(rnn, f"{layer.name}_{way}") for rnn, way in zip(rnns, DIRECTIONS)]
+        with keras.name_scope(layer.name):  # bi/bi_forward/bi_forward_cell_0/..., or bi/bi_forward/...
+            pair = [_stacked_adapter(rnn, f"{layer.name}_{way}") if stacked(rnn) else
+                    _cell_adapter([rnn.cell], f"{layer.name}_{way}", bidirectional=False,
+                                  go_backwards=bool(rnn.go_backwards), merge_mode=None,
+                                  return_sequences=bool(rnn.return_sequences), return_state=bool(rnn.return_state),
+                                  zero_output=bool(rnn.zero_output_for_mask))
+                    for rnn, way in zip(rnns, DIRECTIONS)]
         return StackedPairAdapter(*pair, merge_mode=layer.merge_mode, return_state=bool(layer.return_state),
                                   name=layer.name)
     return _cell_adapter([rnn.cell for rnn in rnns], layer.name, bidirectional=bidirectional,

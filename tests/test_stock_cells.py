@@ -584,6 +584,42 @@ def test_stacked_cells_of_more_functions_and_tanh_gates_convert_with_every_artif
         assert any("the stock layer's own Keras weights" in str(j) for j in judges), (layer, judges)
 
 
+@pytest.mark.slow
+def test_bidirectional_whose_backward_layer_differs_converts_with_every_artifact(tmp_path):
+    """Bidirectional(LSTM, backward_layer=LSTM(activation="relu")) with return_state, its states used by the head;
+    Bidirectional(RNN(StackedRNNCells([LSTMCell, GRUCell])), backward_layer=GRU(reset_after=False)): the backward
+    layer is not the forward one reversed, so each direction is a stack of its own (a plain layer's states flat, a
+    stack's per cell, as Keras returns them). Keras sizes a Bidirectional's outputs and states by its forward layer,
+    so the halves keep one width. Masked ids, trained by fit, saved as .keras: every artifact, ONNX in onnxruntime
+    and OpenVINO and TFLite in LiteRT against Keras on a padded batch, and verify judges each direction by its own
+    Keras layer."""
+    import keras
+
+    L = keras.layers
+    keras.utils.set_random_seed(41)
+    ids = keras.Input((None,), dtype="int32")
+    e = L.Embedding(30, 6, mask_zero=True, embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0))(ids)
+    y, h_f, _, h_b, _ = L.Bidirectional(
+        L.LSTM(6, return_sequences=True, return_state=True), name="mixed",
+        backward_layer=L.LSTM(6, go_backwards=True, return_sequences=True, return_state=True, activation="relu"))(e)
+    y2 = L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.GRUCell(5)])), name="half_stacked",
+                         backward_layer=L.GRU(5, go_backwards=True, reset_after=False))(y)
+    out = L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=4.0))(L.Concatenate()([y2, h_f, h_b]))
+    probe, want = fit_ids_model_and_save(keras.Model(ids, out), tmp_path, (2,))
+    out_dir, manifest, stdout = convert_whole(tmp_path, "model.keras", want)
+    halves = [(entry["layer"], entry.get("cell"), entry.get("direction"), entry["spec"]["mode"])
+              for entry in manifest["model_layers"]]
+    assert halves == [("mixed", None, "forward", "lstm"), ("mixed", None, "backward", "lstm"),
+                      ("half_stacked", [0], "forward", "lstm"), ("half_stacked", [1], "forward", "gru"),
+                      ("half_stacked", None, "backward", "gru")], halves
+    assert "Bidirectional 'half_stacked' (backward) (1-layer unidirectional GRU (reset before)" in stdout, stdout
+    assert_runtimes_match_keras(out_dir, probe, want)
+    verified = cli("verify", out_dir, "--json")
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
+    judges = {row["stack"]: row["judge"] for row in json.loads(verified.stdout)["rows"] if row.get("judge")}
+    assert all("the stock layer's own Keras weights" in judges[s] for s in judges if s.startswith("mixed/")), judges
+
+
 def test_stateful_stacked_rnn_cells_stream(tmp_path):
     """A stateful RNN(StackedRNNCells([LSTMCell, GRUCell])): exported as a streaming model whose state inputs and
     outputs are each cell's (``rnn_cell0_h``, ``rnn_cell0_c``, ``rnn_cell1_h``); two chunks run in onnxruntime, the

@@ -201,11 +201,6 @@ def doubled_tanh(v):
 @pytest.mark.parametrize("layer, why", [
     (L.GRU(4, recurrent_activation=doubled_tanh, name="odd"),
      r"^layer odd \(GRU\): recurrent_activation='mine>doubled_tanh' \(the fused forms' gates are one of tanh, relu, "),
-    (L.Bidirectional(L.GRU(4), backward_layer=L.GRU(4, reset_after=False, go_backwards=True), name="odd"),
-     r"^layer odd \(Bidirectional\): its forward and backward layers are not one layer and its reverse"),
-    (L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.LSTMCell(4)])), name="odd",
-                     backward_layer=L.LSTM(4, go_backwards=True)),
-     r"^layer odd \(Bidirectional\): one of its forward and backward layers is an RNN of StackedRNNCells"),
     (L.Bidirectional(L.LSTM(4, activation=doubled_tanh), name="odd"),
      r"^layer odd \(Bidirectional\): activation='mine>doubled_tanh' \(the fused forms compute tanh, relu, sigmoid, "),
 ])

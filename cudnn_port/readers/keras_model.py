@@ -285,11 +285,12 @@ class KerasModelSource(Source):
         found = {"layer": row["layer"], "type": row["type"]}
         base = re.escape(row["layer"].rsplit("/", 1)[-1])  # cells' adapters: {layer}(_{direction})_cell_{k}
         step = re.escape(STACKED_CELL.format(layer="", k="")) + r"\d+"
-        cell = re.match(base + "(?:_(" + "|".join(DIRECTIONS) + "))?" + f"((?:{step})+)$", layer)
-        if not cell:
+        cell = re.match(base + "(?:_(" + "|".join(DIRECTIONS) + "))?" + f"((?:{step})*)$", layer)
+        if not cell or not (cell.group(1) or cell.group(2)):  # a layer's own stack (both directions in one)
             return found
-        path = [int(k) for k in re.findall(r"\d+", cell.group(2))]
-        return dict(found, cell=path, **({"direction": cell.group(1)} if cell.group(1) else {}))
+        path = [int(k) for k in re.findall(r"\d+", cell.group(2))]  # none: a Bidirectional's plain half
+        where = dict({"cell": path} if path else {}, **({"direction": cell.group(1)} if cell.group(1) else {}))
+        return dict(found, **where)
 
     def describe(self, name: str) -> str:
         spec = self.specs[name]
