@@ -116,9 +116,6 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     row = {"layer": layer.name, "type": kind, "verdict": FUSED, "why": ""}
     inner = [layer.forward_layer, layer.backward_layer] if kind == "Bidirectional" else [layer]
     stateful = any(getattr(rnn, "stateful", False) for rnn in inner)
-    if stateful and kind == "Bidirectional":
-        return dict(row, verdict=REFUSED, why="stateful=True, and its backward direction reads each chunk from its "
-                                               "end, so it does not stream")
     why = next((w for w in map(_why_not, inner) if w), None)
     if stateful and why is None:  # cudnn_port.streaming_model makes it a stateless layer, states in and out
         return dict(row, why="stateful=True: streamed, its states are inputs and outputs")

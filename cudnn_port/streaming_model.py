@@ -10,10 +10,15 @@ model from stock Keras layers (each stateful layer replaced by a copy with ``sta
 holding the same weights, the other layers shared), so it is also the judge of the artifacts: Keras' own math.
 Batch becomes dynamic (a stateful layer needs a fixed batch only to keep its states).
 
-Refused in one line: a stateful ``Bidirectional`` layer (its backward direction reads each chunk from its end, so
-it does not stream), a stateful layer inside a nested model or given ``initial_state`` by the model itself, a
+A stateful ``Bidirectional`` streams too: each direction keeps its states from chunk to chunk, the backward one its
+state after reading the chunk from its end, as Keras' stateful layers do; its state inputs are
+``<layer>_forward_h`` (``_c``) then ``<layer>_backward_h`` (``_c``).
+
+Refused in one line: a stateful layer inside a nested model or given ``initial_state`` by the model itself, a
 stateful layer of a cell other than Keras' own, or of a ``StackedRNNCells`` holding another (Keras cannot build the
-stateless twin of nested states), and a stateful layer in a subclassed model.
+stateless twin of nested states), a stateful ``Bidirectional`` of ``StackedRNNCells`` or with an LSTM in one direction
+only (Keras' ``Bidirectional`` gives each direction half of its ``initial_state``), and a stateful layer in a
+subclassed model.
 """
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -65,18 +70,22 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
     if not found:
         return model, []
     for layer, nested in found:
-        if hasattr(layer, "forward_layer"):
-            raise UnsupportedError(f"layer {layer.name} (Bidirectional): stateful=True, and its backward direction "
-                                   "reads each chunk from its end, so it does not stream; rebuild it with "
-                                   "stateful=False")
+        if hasattr(layer, "forward_layer") and any(is_stack(rnn.cell) for rnn in _halves(layer)):
+            raise UnsupportedError(f"layer {layer.name} (Bidirectional): stateful=True around an RNN of "
+                                   "StackedRNNCells, whose nested states Keras' Bidirectional does not take as "
+                                   "initial_state; rebuild it with stateful=False")
+        if hasattr(layer, "forward_layer") and len({_kind_states(rnn.cell) for rnn in _halves(layer)}) > 1:
+            raise UnsupportedError(f"layer {layer.name} (Bidirectional): stateful=True with an LSTM in one direction "
+                                   "only; Keras' Bidirectional gives each direction half of its initial_state, so "
+                                   "its states cannot be fed back; use one kind of layer for both directions")
         if nested:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True inside a nested "
                                    "model; build the model flat to export it as a streaming model")
-        if is_stack(layer.cell) and any(map(is_stack, layer.cell.cells)):
+        if not hasattr(layer, "forward_layer") and is_stack(layer.cell) and any(map(is_stack, layer.cell.cells)):
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
                                    "StackedRNNCells inside its StackedRNNCells, whose nested states Keras cannot "
                                    "build a functional model around; put all the cells in one StackedRNNCells")
-        other = next((c for c in _cells(layer) if cell_kind(c) is None), None)
+        other = next((c for rnn in _halves(layer) for c in _cells(rnn) if cell_kind(c) is None), None)
         if other is not None:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
                                    f"{type(other).__name__} cell, which has no fused form (only Keras' LSTMCell, "
@@ -98,7 +107,11 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         if any(r["layer"] == layer.name for r in records):
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True and called more than "
                                    "once, so its states are not one stream")
-        states = _state_inputs(layer.cell, layer.name)  # Keras' structure: [h(, c)], or one such list per cell
+        if hasattr(layer, "forward_layer"):  # a Bidirectional: the forward layer's states, then the backward's
+            states = [s for rnn, way in zip(_halves(layer), ("forward", "backward"))
+                      for s in _state_inputs(rnn.cell, f"{layer.name}_{way}")]
+        else:
+            states = _state_inputs(layer.cell, layer.name)  # Keras' structure: [h(, c)], or one such list per cell
         names = [_input_name(t) for t in keras.tree.flatten(states)]
         taken = next((name for name in names if name in used), None)
         if taken:
@@ -142,6 +155,16 @@ def _input_name(tensor) -> str:
     return getattr(layer, "name", None) or tensor.name.split(":")[0]
 
 
+def _kind_states(cell) -> int:
+    """How many states a stock cell carries: 2 for an LSTM's (h, c), else 1."""
+    return 2 if type(cell).__name__ == "LSTMCell" else 1
+
+
+def _halves(layer) -> List[Any]:
+    """A Bidirectional's forward and backward layers; any other layer alone."""
+    return [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
+
+
 def _cells(layer) -> List[Any]:
     """A stateful layer's cells: its one cell, or those of its ``StackedRNNCells`` (nested ones' cells in their
     place), each with states of its own."""
@@ -164,8 +187,16 @@ def _state_inputs(cell, prefix):
 
 
 def _stateless_copy(layer):
-    """A copy of stateful layer ``layer`` with ``stateful=False, return_state=True``, its weights copied."""
-    copy = type(layer).from_config(dict(layer.get_config(), stateful=False, return_state=True))
-    copy.build((None, None, int(_cells(layer)[0].kernel.shape[0])))
+    """A copy of stateful layer ``layer`` with ``stateful=False, return_state=True``, its weights copied (a
+    Bidirectional's: both of its layers so)."""
+    config = layer.get_config()
+    if hasattr(layer, "forward_layer"):
+        for key in ("layer", "backward_layer"):
+            if config.get(key):
+                config[key] = dict(config[key], config=dict(config[key]["config"], stateful=False, return_state=True))
+    else:
+        config = dict(config, stateful=False, return_state=True)
+    copy = type(layer).from_config(config)
+    copy.build((None, None, int(_cells(_halves(layer)[0])[0].kernel.shape[0])))
     copy.set_weights(layer.get_weights())
     return copy

@@ -649,6 +649,47 @@ def test_stateful_stacked_rnn_cells_stream(tmp_path):
     assert cudnn_port.verify(tmp_path / "out")["passed"]
 
 
+def test_stateful_bidirectional_layers_stream(tmp_path):
+    """Stateful Bidirectional(GRU) and Bidirectional(LSTM, backward_layer=LSTM(activation="relu")): each direction
+    keeps its states from chunk to chunk (the backward one its state after reading the chunk from its end, as Keras'
+    stateful layer does), so both stream: state inputs ``<layer>_forward_h`` ... ``<layer>_backward_c``, two chunks in
+    onnxruntime matching the stateful Keras model's own two calls; verify passes. An LSTM in one direction only is
+    refused in one line (Keras' Bidirectional halves its initial_state, so the states cannot be fed back)."""
+    import keras
+    import onnxruntime as ort
+
+    import cudnn_port
+
+    L = keras.layers
+    keras.utils.set_random_seed(8)
+    x = keras.Input((None, 3), batch_size=2, name="x")
+    y = L.Bidirectional(L.GRU(4, stateful=True, return_sequences=True), name="plain")(x)
+    y = L.Bidirectional(L.LSTM(5, stateful=True, return_sequences=True), name="mixed",
+                        backward_layer=L.LSTM(5, stateful=True, return_sequences=True, go_backwards=True,
+                                              activation="relu"))(y)
+    model = keras.Model(x, L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(y))
+    rng = np.random.default_rng(1)
+    chunks = [rng.normal(size=(2, 4, 3)).astype("float32") for _ in range(2)]
+    want = [np.asarray(model(chunk)) for chunk in chunks]  # the layers keep their states between the calls
+    cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    names = [i.name for i in session.get_inputs()]
+    assert names == ["x", "plain_forward_h", "plain_backward_h", "mixed_forward_h", "mixed_forward_c",
+                     "mixed_backward_h", "mixed_backward_c"], names
+    states = [np.zeros((2, 4), np.float32)] * 2 + [np.zeros((2, 5), np.float32)] * 4
+    for chunk, expected in zip(chunks, want):
+        y, *states = session.run(None, dict(zip(names, [chunk] + states)))
+        assert np.all(np.abs(y - expected) <= ATOL + RTOL * np.abs(expected)), float(np.abs(y - expected).max())
+    assert np.abs(want[1]).max() > 0.05 and cudnn_port.verify(tmp_path / "out")["passed"]
+    x = keras.Input((None, 3), batch_size=2, name="x")
+    odd = keras.Model(x, L.Bidirectional(L.LSTM(4, stateful=True), name="odd",
+                                         backward_layer=L.GRU(4, stateful=True, go_backwards=True))(x))
+    with pytest.raises(cudnn_port.CudnnPortError, match=r"^layer odd \(Bidirectional\): stateful=True with an LSTM "
+                       "in one direction only") as e:
+        cudnn_port.export(odd, tmp_path / "odd")
+    assert "\n" not in str(e.value) and not (tmp_path / "odd").exists()
+
+
 def test_stateful_layer_of_a_custom_cell_is_refused_in_one_line(tmp_path):
     """A stateful RNN of a cell of the user's own, alone or among StackedRNNCells, is refused naming the layer and
     the cell (Keras cannot rebuild an unregistered cell, so it was a TypeError from Keras)."""

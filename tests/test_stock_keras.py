@@ -223,15 +223,6 @@ def test_recurrent_layer_inside_time_distributed_is_refused_in_one_line(tmp_path
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 
 
-def test_stateful_bidirectional_layer_is_refused_in_one_line(tmp_path):
-    """A stateful Bidirectional layer does not stream (its backward direction reads each chunk from its end)."""
-    model = keras.Sequential([keras.Input((None, 3), batch_size=2),
-                              L.Bidirectional(L.LSTM(4, stateful=True), name="both")])
-    with pytest.raises(UnsupportedError, match=r"^layer both \(Bidirectional\): stateful=True.*does not stream") as e:
-        cudnn_port.export(model, str(tmp_path / "out"))
-    assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
-
-
 def test_model_without_cudnn_math_is_refused_in_one_line(tmp_path):
     x = keras.Input((None, 5, 3), name="x")  # ConvLSTM1D: steps of rows x channels
     layer = L.ConvLSTM1D(2, 3, name="conv")  # named: Keras' counters vary
