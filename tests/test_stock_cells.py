@@ -625,28 +625,37 @@ def test_stateful_stacked_rnn_cells_stream(tmp_path):
     outputs are each cell's (``rnn_cell0_h``, ``rnn_cell0_c``, ``rnn_cell1_h``); two chunks run in onnxruntime, the
     first chunk's final states fed to the second, match the stateful Keras model's own two calls; verify passes."""
     import keras
-    import onnxruntime as ort
 
-    import cudnn_port
 
     L = keras.layers
     keras.utils.set_random_seed(7)
     x = keras.Input((None, 3), batch_size=2, name="x")
     model = keras.Model(x, L.Dense(2)(L.RNN(L.StackedRNNCells([L.LSTMCell(5), L.GRUCell(4)]), stateful=True,
                                             return_sequences=True, name="rnn")(x)))
-    rng = np.random.default_rng(0)
+    assert_streams_like_keras(model, tmp_path / "out", {"rnn_cell0_h": 5, "rnn_cell0_c": 5, "rnn_cell1_h": 4}, 0)
+
+
+def assert_streams_like_keras(model, out, states, seed):
+    """Stateful ``model`` (input ``x`` [2, T, 3]) called on two chunks keeps its states between the calls; its
+    export to ``out`` (ONNX) takes state inputs ``states`` ({name: width}, in order) after ``x``, and run on the two
+    chunks, the first's final states fed to the second, matches both calls; verify passes."""
+    import onnxruntime as ort
+
+    import cudnn_port
+
+    rng = np.random.default_rng(seed)
     chunks = [rng.normal(size=(2, 4, 3)).astype("float32") for _ in range(2)]
-    want = [np.asarray(model(chunk)) for chunk in chunks]  # the layer keeps its states between the calls
-    cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
-    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    want = [np.asarray(model(chunk)) for chunk in chunks]  # the layers keep their states between the calls
+    cudnn_port.export(model, out, formats=["onnx"])
+    session = ort.InferenceSession(str(out / "model.onnx"))
     names = [i.name for i in session.get_inputs()]
-    assert names == ["x", "rnn_cell0_h", "rnn_cell0_c", "rnn_cell1_h"], names
-    states = [np.zeros((2, 5), np.float32), np.zeros((2, 5), np.float32), np.zeros((2, 4), np.float32)]
+    assert names == ["x", *states], names
+    values = [np.zeros((2, width), np.float32) for width in states.values()]
     for chunk, expected in zip(chunks, want):
-        y, *states = session.run(None, dict(zip(names, [chunk] + states)))
+        y, *values = session.run(None, dict(zip(names, [chunk] + values)))
         assert np.all(np.abs(y - expected) <= ATOL + RTOL * np.abs(expected)), float(np.abs(y - expected).max())
     assert np.abs(want[1]).max() > 0.05
-    assert cudnn_port.verify(tmp_path / "out")["passed"]
+    assert cudnn_port.verify(out)["passed"]
 
 
 def test_stateful_bidirectional_layers_stream(tmp_path):
@@ -656,7 +665,6 @@ def test_stateful_bidirectional_layers_stream(tmp_path):
     onnxruntime matching the stateful Keras model's own two calls; verify passes. An LSTM in one direction only is
     refused in one line (Keras' Bidirectional halves its initial_state, so the states cannot be fed back)."""
     import keras
-    import onnxruntime as ort
 
     import cudnn_port
 
@@ -668,19 +676,9 @@ def test_stateful_bidirectional_layers_stream(tmp_path):
                         backward_layer=L.LSTM(5, stateful=True, return_sequences=True, go_backwards=True,
                                               activation="relu"))(y)
     model = keras.Model(x, L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(y))
-    rng = np.random.default_rng(1)
-    chunks = [rng.normal(size=(2, 4, 3)).astype("float32") for _ in range(2)]
-    want = [np.asarray(model(chunk)) for chunk in chunks]  # the layers keep their states between the calls
-    cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
-    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
-    names = [i.name for i in session.get_inputs()]
-    assert names == ["x", "plain_forward_h", "plain_backward_h", "mixed_forward_h", "mixed_forward_c",
-                     "mixed_backward_h", "mixed_backward_c"], names
-    states = [np.zeros((2, 4), np.float32)] * 2 + [np.zeros((2, 5), np.float32)] * 4
-    for chunk, expected in zip(chunks, want):
-        y, *states = session.run(None, dict(zip(names, [chunk] + states)))
-        assert np.all(np.abs(y - expected) <= ATOL + RTOL * np.abs(expected)), float(np.abs(y - expected).max())
-    assert np.abs(want[1]).max() > 0.05 and cudnn_port.verify(tmp_path / "out")["passed"]
+    assert_streams_like_keras(model, tmp_path / "out", {"plain_forward_h": 4, "plain_backward_h": 4,
+                                                        "mixed_forward_h": 5, "mixed_forward_c": 5,
+                                                        "mixed_backward_h": 5, "mixed_backward_c": 5}, 1)
     x = keras.Input((None, 3), batch_size=2, name="x")
     odd = keras.Model(x, L.Bidirectional(L.LSTM(4, stateful=True), name="odd",
                                          backward_layer=L.GRU(4, stateful=True, go_backwards=True))(x))
