@@ -165,9 +165,11 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
     c = c if spec.mode == "lstm" else None
     want, want_zero = reference.forward(canon, x, lengths, h, c), reference.forward(canon, x, lengths)
     scale = 1.0
-    while not _finite(want, want_zero) and x.shape[1] > 1:  # the cell's functions overflow on this sample (a GRU
-        # of log_softmax gates can grow without bound): judge on fewer steps, smaller inputs and states; say so
-        scale, keep = scale / 10, x.shape[1] // 2
+    # the cell's functions overflow on this sample, in float64 or in the float32 the artifacts compute in (exp, a GRU
+    # of log_softmax gates growing without bound): judge on fewer steps, smaller inputs and states, and say so
+    while not (_finite(want, want_zero) and _finite(reference.forward(canon, x, lengths, h, c, dtype=np.float32))) \
+            and scale > 1e-6:
+        scale, keep = scale / 10, max(1, x.shape[1] // 2)
         x, lengths = x[:, :keep] / 10, np.minimum(lengths, keep)
         h, c = h / 10, (None if c is None else c / 10)
         want, want_zero = reference.forward(canon, x, lengths, h, c), reference.forward(canon, x, lengths)
@@ -184,9 +186,9 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         row.setdefault("judge", judged_by if row["passed"] is not None else None)
         row["stack"] = stack["variable"]
         if scale < 1:
-            row["note"] = "; ".join(filter(None, [row.get("note"), f"{x.shape[1]} steps, inputs and states scaled "
-                                                  f"by {scale:g}: the cell's functions overflow on verify's usual "
-                                                  "sample"]))
+            steps = f"{x.shape[1]} step{'s' if x.shape[1] > 1 else ''}"
+            row["note"] = "; ".join(filter(None, [row.get("note"), f"{steps}, inputs and states scaled by {scale:g}: "
+                                                  "the cell's functions overflow on verify's usual sample"]))
         if row["passed"] and row["max_abs"] is not None and atol_in < row["max_abs"] <= atol:  # passed on the floor
             row["note"] = "; ".join(filter(None, [row.get("note"), f"atol {atol:.2e}: 4x this case's fp32 floor"]))
     return rows
@@ -240,8 +242,9 @@ def case_floor(canon: "CanonicalRNN", batch: Tuple[np.ndarray, np.ndarray, np.nd
     artifact is right); no artifact computing in fp32 can be held closer than that."""
     x, lengths, h, c = batch
     got = reference.forward(canon, x, lengths, h, c, dtype=np.float32)
-    return fp32_floor(max(float(np.max(np.abs(np.asarray(g, np.float64) - w), initial=0.0))
-                          for g, w in zip(got, want) if w is not None))
+    floor = fp32_floor(max(float(np.max(np.abs(np.asarray(g, np.float64) - w), initial=0.0))
+                           for g, w in zip(got, want) if w is not None))
+    return floor if np.isfinite(floor) else 0.0  # float32 overflows where float64 does not: no floor to grant
 
 
 def _copied_row(manifest, out, source):
