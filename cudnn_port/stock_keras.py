@@ -28,6 +28,7 @@ traces to TensorList ops that tf2onnx cannot convert and TFLite holds only as Fl
 the same set.
 
 """
+import collections
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -214,8 +215,6 @@ def _reserve_names(model) -> None:
     the name of one the loaded graph still holds, and the new model refuses to build ("The name "concatenate_1" is
     used 2 times", measured on Keras 3.15: Embedding(mask_zero) shared by two inputs, Concatenate, Dense, GRU, Add)."""
     # lazy: Keras and its naming state, loaded on first use (import cudnn_port stays light)
-    import collections
-
     import keras
     from keras.src.backend.common import global_state
 

@@ -90,8 +90,8 @@ def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
 
     feeds, note = signature_feeds(served, 0)
     drawn = feeds[spec["name"]]
-    assert f"token ids {spec['name']} in [0, 50)" in note and drawn.dtype == dtype, (note, drawn.dtype)
-    assert drawn.min() >= 0 and drawn.max() < 50 and np.all(drawn == np.round(drawn)), drawn
+    assert f"token ids {spec['name']} in [1, 50)" in note and drawn.dtype == dtype, (note, drawn.dtype)
+    assert drawn.min() >= 1 and drawn.max() < 50 and np.all(drawn == np.round(drawn)), drawn
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match="data type"):
         session.run(None, {spec["name"]: ids.astype("int32" if dtype != "int32" else "int64")})

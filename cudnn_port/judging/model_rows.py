@@ -80,8 +80,9 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
 
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:
     """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
-    ids in [0, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
-    (:func:`~.graph_inputs.token_vocabularies`). Returns (feeds, a note naming the token inputs)."""
+    ids in [1, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
+    (:func:`~.graph_inputs.token_vocabularies`): never 0, which a masking Embedding reads as padding, and a padding
+    step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note naming the token inputs)."""
     specs = sorted(function.structured_input_signature[1].items())
     feeds = sample_inputs(specs, seed)
     texts = text_inputs(specs, feeds, seed)  # strings: English sentences
@@ -92,9 +93,9 @@ def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: in
         vocabs = {}
     rng = np.random.default_rng(seed + 1)
     for name, vocab in sorted(vocabs.items()):
-        feeds[name] = rng.integers(0, vocab or 2, size=feeds[name].shape).astype(feeds[name].dtype)
+        feeds[name] = rng.integers(1, max(vocab or 2, 2), size=feeds[name].shape).astype(feeds[name].dtype)
     ragged = _ragged_inputs(feeds, dict(specs), rng)
-    shown = ", ".join(f"{n} in [0, {v or 2})" for n, v in sorted(vocabs.items()))
+    shown = ", ".join(f"{n} in [1, {max(v or 2, 2)})" for n, v in sorted(vocabs.items()))
     return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "") + \
         (f"; English sentences for {', '.join(sorted(texts))}" if texts else "")
 
