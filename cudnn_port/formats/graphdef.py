@@ -36,7 +36,7 @@ def _write_model(job, paths):
     with open(paths["graphdef"], "wb") as f:
         f.write(graph_def.SerializeToString())
     # recorded in output order (output_0, output_1, ..., output_10), as the runners return them
-    ordered = sorted(outputs, key=lambda n: int(n[7:]))
+    ordered = sorted(outputs, key=Outputs.number)
     return {"graphdef_nodes": {"inputs": [t.name for t in frozen.inputs], "outputs": [f"{n}:0" for n in ordered]}}
 
 

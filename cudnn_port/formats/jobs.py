@@ -10,6 +10,7 @@ writes its artifacts (:func:`write_road`); nothing here names a format. The judg
     manifest.model_artifacts.update(write_road("model", job, tmp, manifest, say))
 """
 import os
+import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import formats as registry
@@ -39,6 +40,13 @@ class Outputs(NamedTuple):
         """The names of a traced whole model's ``count`` outputs in the order its concrete function returns them:
         the keys of its dict sorted, as TensorFlow flattens a dict (``output_10`` before ``output_2``)."""
         return sorted(f"output_{i}" for i in range(count))
+
+    @staticmethod
+    def number(name: str) -> float:
+        """The N of a whole model's output named ``output_N``, the key that puts them in the model's order (any other
+        name after them)."""
+        found = re.fullmatch(r"output_(\d+)", name)
+        return int(found.group(1)) if found else float("inf")
 
     @classmethod
     def of_model(cls, values: Sequence[Any]) -> "Outputs":

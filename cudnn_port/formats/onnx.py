@@ -5,7 +5,6 @@ streaming. Run by onnxruntime, and by OpenVINO where it is installed (:mod:`cudn
 LSTM has no projection, so a projected stack has no ONNX form."""
 import copy
 import os
-import re
 from . import Artifact, Derived, Format, NotWritten, Road, Runtime
 from ..exports import io_names, onnx as onnx_export
 from ..exports.onnx import cannot_hold, first_refusal
@@ -59,16 +58,10 @@ def _write_model(job, paths):
     specs = {layer.opaque_kernel.numpy().astype("float32").tobytes(): layer.spec for layer in fused_layers(job.model)}
     model = write_graph_onnx(fused.graph.as_graph_def(), names_in, names_out, None, renames, specs)
     # output_2 before output_10, so that session.run(None, ...) returns them in the model's order
-    ordered = [copy.deepcopy(value) for value in sorted(model.graph.output, key=_output_number)]
+    ordered = [copy.deepcopy(value) for value in sorted(model.graph.output, key=lambda v: Outputs.number(v.name))]
     del model.graph.output[:]
     model.graph.output.extend(ordered)
     name_dynamic_dims(model, paths["onnx"])
-
-
-def _output_number(value) -> float:
-    """The N of a graph output named ``output_N`` (any other name after them, in its place)."""
-    found = re.fullmatch(r"output_(\d+)", value.name)
-    return int(found.group(1)) if found else float("inf")
 
 
 def _open_model(path, job):

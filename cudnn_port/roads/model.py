@@ -48,7 +48,7 @@ from ..manifest import Manifest, warn
 from ..outdir import OutputFolder, finish
 from ..paths import sha256
 from ..judging.parity import ATOL, RTOL, sample_inputs, write_report
-from ..formats.jobs import ModelJob, layer_formats, write_road
+from ..formats.jobs import ModelJob, Outputs, layer_formats, write_road
 from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .stack import prepare_stacks, write_stacks
@@ -204,7 +204,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
                                     for s in stacks]
         outputs = job.traced("cpu").structured_outputs
         manifest["model_output_specs"] = [{"name": k, "dtype": v.dtype.name, "shape": v.shape.as_list()}
-                                          for k, v in sorted(outputs.items(), key=lambda kv: int(kv[0][7:]))]
+                                          for k, v in sorted(outputs.items(), key=lambda kv: Outputs.number(kv[0]))]
         for record, key in zip(manifest["model_output_specs"], _output_keys(original)):
             record["key"] = key  # a dict of outputs: output_0 ... are its values in sorted key order
         write_whole_model(tmp, lambda where: original.save(where), manifest, say)
