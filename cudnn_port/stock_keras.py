@@ -22,8 +22,8 @@ A ``stateful=True`` layer is made stateless first, its states inputs and outputs
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
 layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``glu`` or the user's own;
 ``ConvLSTM*``; ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of
-``StackedRNNCells`` holding one), a stateful ``Bidirectional``, and stock recurrent layers inside a subclassed model
-(not Functional / Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model,
+``StackedRNNCells`` holding one), and stock recurrent layers inside a subclassed model (not Functional /
+Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model,
 traces to TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be
 the same set.
 
@@ -220,7 +220,7 @@ def _reserve_names(model) -> None:
 
     uids = global_state.get_global_attribute("object_name_uids", default=collections.defaultdict(int),
                                              set_to_default=True)
-    seen, todo = set(), [t for t in keras.tree.flatten(getattr(model, "outputs", None) or [])]
+    seen, todo = set(), list(keras.tree.flatten(getattr(model, "outputs", None) or []))
     while todo:
         history = getattr(todo.pop(), "_keras_history", None)
         op = history and history.operation

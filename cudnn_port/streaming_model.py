@@ -182,7 +182,7 @@ def _state_inputs(cell, prefix):
 
     if is_stack(cell):
         return [_state_inputs(inner, f"{prefix}_cell{k}") for k, inner in enumerate(cell.cells)]
-    kinds = ("h", "c") if type(cell).__name__ == "LSTMCell" else ("h",)  # LSTM, RNN(LSTMCell)
+    kinds = ("h", "c")[:_kind_states(cell)]  # LSTM, RNN(LSTMCell): h and c
     return [keras.Input(batch_shape=(None, cell.units), name=f"{prefix}_{kind}") for kind in kinds]
 
 

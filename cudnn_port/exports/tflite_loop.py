@@ -128,7 +128,7 @@ def _sparsemax(b, v, n):  # Keras 3's, over the last axis (reference._sparsemax:
 
 
 # a cell's functions (RNNSpec.activation, recurrent_activation) in builtin ops: (graph, tensor, name) -> tensor;
-# the loop applies each to one gate's block [B, H] at a time, so those over the last axis (layout.PER_BLOCK) are exact
+# the loop applies each to one gate's block [B, H] at a time, so those over the last axis (tf_loop.PER_BLOCK) are exact
 FUNCTIONS = {"tanh": lambda b, v, n: b.op("TANH", [v], n), "relu": lambda b, v, n: b.op("RELU", [v], n),
              "sigmoid": lambda b, v, n: b.op("LOGISTIC", [v], n), "elu": lambda b, v, n: b.op("ELU", [v], n),
              "linear": lambda b, v, n: v, "hard_sigmoid": _relu6_over_6, "softsign": _softsign,

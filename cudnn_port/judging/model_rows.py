@@ -14,7 +14,7 @@ from .tasks import task_row
 from ..formats import derived_keys
 from ..formats.jobs import ModelJob
 from ..layer_paths import judged_by
-from ..model_inputs import from_records
+from ..model_inputs import as_model_takes, from_records
 from ..precision import float32_policy, float32_twin
 from ..readers.keras_model import load_model_file
 from ..stock_keras import DIRECTIONS, rewrite
@@ -264,7 +264,7 @@ def _ideal_int8_model(model, inputs, settings):
             judges[id(layer)] = _Int8Stack(canon, {k: settings[k] for k in ("per_channel", "reduce_range")}) \
                 if quantized(spec) else ReferenceStack(canon)
         with judged_by(judges):
-            return model_outputs(fused(inputs if len(inputs) > 1 else inputs[0], training=False))
+            return model_outputs(fused(as_model_takes(fused, inputs), training=False))
 
 
 def _cells_fused(stack, path=()):
