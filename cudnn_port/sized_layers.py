@@ -16,12 +16,13 @@ takes such a layer's place in the rewritten model (:func:`cudnn_port.stock_keras
 - :class:`TimeFolded`: ``TimeDistributed(layer)`` as one call of ``layer`` on ``[batch * time, ...]`` (step ``i``'s
   ``mask[i]`` passed for all steps at once where ``layer`` takes a mask); exact for a layer that computes each sample
   alone (every stock layer at inference, but one that reduces over the batch axis, which the whole-model judge would
-  fail). Its reshapes take shapes LiteRT computes before the model runs (``SHAPE`` slices and constants); a
+  fail). A wrapped recurrent layer (or model holding one) is called as its fused form, which holds the weights.
+  Its reshapes take shapes LiteRT computes before the model runs (``SHAPE`` slices and constants); a
   ``TimeDistributed`` of a ``Dense`` is a :class:`SequenceDense`, one op.
 
 Masks pass through each as through the layer it replaces.
 """
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import keras
 from .deps import import_tf
@@ -30,9 +31,13 @@ from .deps import import_tf
 class _Replacing(keras.layers.Layer):
     """A layer in another layer's place: its name and dtype policy, the other layer held (weights shared)."""
 
-    def __init__(self, layer: keras.layers.Layer, name: str, dtype: Any, inner: Any = None) -> None:
+    def __init__(self, layer: keras.layers.Layer, name: str, dtype: Any, inner: Any = None, holds: bool = True) -> None:
         super().__init__(name=name, dtype=dtype)
-        self.layer, self.inner = layer, inner
+        self.inner = inner
+        if holds:
+            self.layer = layer
+        else:  # untracked: ``inner`` holds the weights computed (a fused layer's), the stock ones are not its own
+            object.__setattr__(self, "layer", layer)
         self.supports_masking = layer.supports_masking
 
     def compute_output_shape(self, input_shape: Sequence[Optional[int]]) -> Tuple[Optional[int], ...]:
@@ -68,6 +73,11 @@ class TiledRepeat(_Replacing):
 class TimeFolded(_Replacing):
     """``TimeDistributed(layer)``: ``layer`` called once on ``[batch * time, ...]``."""
 
+    @property
+    def layers(self) -> List[keras.layers.Layer]:
+        """The layer called, so that :func:`cudnn_port.layers.fused_layers` finds a fused one inside."""
+        return [self.inner]
+
     def call(self, inputs: Any, training: Optional[bool] = None, mask: Any = None) -> Any:
         tf, inner = import_tf(), self.inner  # the wrapped layer, or the layer of this module in its place
         kwargs = {"training": training} if inner._call_has_training_arg else {}
@@ -95,8 +105,8 @@ def _plain_dense(layer) -> bool:
 
 def sized(layer: keras.layers.Layer, recurrent_inside: Any) -> Optional[keras.layers.Layer]:
     """The layer of this module that takes the stock ``layer``'s place, or None to keep ``layer``.
-    ``recurrent_inside(layer)``: whether a layer holds a recurrent one (a ``TimeDistributed`` of one is refused
-    before this is asked, :func:`cudnn_port.stock_keras.classify`)."""
+    ``recurrent_inside(layer)``: whether a layer holds a recurrent one (a ``TimeDistributed`` of one is a
+    :class:`TimeFolded` around its fused form, which :func:`cudnn_port.stock_keras.rewrite` makes itself)."""
     if not type(layer).__module__.startswith("keras."):
         return None
     kind, args = type(layer).__name__, dict(name=layer.name, dtype=layer.dtype_policy)

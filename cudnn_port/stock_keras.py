@@ -10,7 +10,9 @@ same steps without a loop, and dropout does nothing at inference) is a :class:`~
 around a fused layer holding the same weights: Keras' kernels are the canonical weights
 (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`). ``Dense``, ``Reshape``,
 ``RepeatVector`` and ``TimeDistributed`` are recomputed with ops LiteRT sizes before the model runs, and without Keras'
-per-step loop (:mod:`cudnn_port.sized_layers`). Every other layer is the user's own layer object, reused (nested
+per-step loop (:mod:`cudnn_port.sized_layers`); a ``TimeDistributed`` of a recurrent layer (or of a model holding one)
+runs its fused form once on ``[batch * time, steps, ...]``, which computes each sequence alone as Keras' per-step
+calls do. Every other layer is the user's own layer object, reused (nested
 Functional / Sequential models are rebuilt around them). The rewritten model then takes the whole-model road
 (:mod:`cudnn_port.roads.model`), which judges it against the ORIGINAL model: Keras' own outputs.
 
@@ -22,8 +24,9 @@ A ``stateful=True`` layer is made stateless first, its states inputs and outputs
 (:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
 layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``glu`` or the user's own;
 ``ConvLSTM*``; ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of
-``StackedRNNCells`` holding one), and stock recurrent layers inside a subclassed model (not Functional /
-Sequential), which cannot be rebuilt. There is no general path: Keras' own loop, left in the model,
+``StackedRNNCells`` holding one), a stateful layer inside ``TimeDistributed`` (Keras carries its states from one
+outer step to the next), and stock recurrent layers inside a subclassed model (not Functional / Sequential), which
+cannot be rebuilt. There is no general path: Keras' own loop, left in the model,
 traces to TensorList ops that tf2onnx cannot convert and TFLite holds only as Flex ops, so its artifacts would not be
 the same set.
 
@@ -108,10 +111,17 @@ def _functions_why_not(cell, name) -> Optional[str]:
 def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
     kind = type(layer).__name__
-    inner = _recurrent_inside(layer.layer) if kind == "TimeDistributed" else None
-    if inner:
-        return {"layer": layer.name, "type": kind, "verdict": REFUSED,
-                "why": f"it wraps {inner}, and a recurrent layer inside TimeDistributed has no fused form yet"}
+    if kind == "TimeDistributed" and _recurrent_inside(layer.layer) and not _nested(layer.layer):
+        row = classify(layer.layer)  # TimeDistributed(LSTM): the layer run on [batch * time, steps, ...]
+        if row is None:  # a layer of the user's own class that holds a recurrent one
+            return {"layer": layer.name, "type": kind, "verdict": REFUSED,
+                    "why": f"it wraps a {type(layer.layer).__name__}, a layer of its own class that holds "
+                           f"{_recurrent_inside(layer.layer)}, which cannot be rebuilt around a fused layer"}
+        row = dict(row, layer=layer.name, type=f"{kind}({row['type']})")
+        if row["verdict"] == FUSED and "stateful" in row["why"]:
+            return dict(row, verdict=REFUSED, why="it wraps a stateful=True layer, whose states Keras carries from "
+                                                  "one of the wrapper's steps to the next; build it stateless")
+        return row if row["verdict"] == REFUSED else dict(row, why="its steps run as one batch of sequences")
     if kind not in RECURRENT or not type(layer).__module__.startswith("keras."):
         return None
     row = {"layer": layer.name, "type": kind, "verdict": FUSED, "why": ""}
@@ -153,6 +163,9 @@ def _walk(model, prefix=""):
         if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter, StackedAdapter,
                                                                      StackedPairAdapter)):
             yield from _walk(layer, f"{prefix}{layer.name}/")
+            continue
+        if type(layer).__name__ == "TimeDistributed" and _nested(layer.layer):  # its model's layers: td/model/...
+            yield from _walk(layer.layer, f"{prefix}{layer.name}/{layer.layer.name}/")
             continue
         row = classify(layer)
         if row and row["verdict"] == FUSED and prefix and "stateful" in row["why"]:
@@ -201,7 +214,12 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
     if not fused and not replaced:
         return model
 
+    folded = {id(layer): form for layer in _layers(model) if type(layer).__name__ == "TimeDistributed"
+              for form in [_time_distributed(layer, fused, sized)] if form is not None}
+
     def clone(layer):
+        if id(layer) in folded:
+            return folded[id(layer)]
         return _adapter(layer) if id(layer) in fused else replaced.get(id(layer), layer)
 
     _reserve_names(model)
@@ -233,6 +251,37 @@ def _reserve_names(model) -> None:
         todo.extend(op._inbound_nodes[history.node_index].input_tensors)
         if isinstance(op, keras.Model):  # a nested model: its own graph too
             todo.extend(keras.tree.flatten(getattr(op, "outputs", None) or []))
+
+
+def _nested(layer) -> bool:
+    """Whether ``layer`` is a model (a Functional, Sequential or subclassed one) rather than one layer."""
+    return bool(getattr(layer, "layers", None))
+
+
+def _time_distributed(layer, fused, sized):
+    """The layer in the place of ``TimeDistributed`` ``layer`` when it holds a layer to fuse (None: keep it): the
+    wrapped layer's adapter, or its model rewritten, called once on ``[batch * time, ...]``
+    (:class:`~cudnn_port.sized_layers.TimeFolded`; ``sized=False``: Keras' own ``TimeDistributed`` around it, for a
+    judge that shares no sized layer)."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
+    import keras
+
+    from .sized_layers import TimeFolded
+
+    inner = layer.layer
+    if id(layer) in fused:
+        new = _adapter(inner)
+    elif _nested(inner) and type(inner).__name__ in REBUILT and _recurrent_inside(inner):
+        new = rewrite(inner, strict=False, sized=sized)
+    else:
+        return None
+    if new is inner:
+        return None
+    if sized:
+        return TimeFolded(layer, inner=new, name=layer.name, dtype=layer.dtype_policy, holds=False)
+    judge = keras.layers.TimeDistributed(new, name=layer.name)
+    judge.compute_output_shape = layer.compute_output_shape  # the stock layer's shapes: an adapter states none
+    return judge
 
 
 def _recurrent_inside(layer) -> Optional[str]:

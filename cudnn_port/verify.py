@@ -21,6 +21,7 @@ hash the same; otherwise from OUT/checkpoint (the report says which). An element
     assert report["passed"]
 """
 import os
+import re
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -216,7 +217,8 @@ def _independent_stack(manifest, source, variable, spec):
     original = getattr(source, "original", None)
     if original is not None:
         row = source.layer_of(variable)
-        if row["type"] in ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional"):
+        wrapped = re.fullmatch(r"TimeDistributed\((\w+)\)", row["type"])  # TimeDistributed(LSTM): the LSTM's
+        if (wrapped.group(1) if wrapped else row["type"]) in ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional"):
             return (keras_weights.stock_stack(original, row["layer"], spec, row.get("cell"), row.get("direction")),
                     "the stock layer's own Keras weights, by Keras' math (not the rewrite)")
     return None

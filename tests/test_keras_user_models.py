@@ -10,6 +10,8 @@
 - A Functional seq2seq (encoder states into the decoder) with ``BatchNormalization`` and ``TimeDistributed(Dense)``
   (Keras loops over the steps where time is dynamic; computed as one Dense over batch x time), its outputs a dict
   (``output_0`` ... its values in sorted key order, each key in the manifest), saved as ``.keras``.
+- Recurrent layers inside ``TimeDistributed`` (a char encoder model per word; a Bidirectional LSTM, a GRU v1): folded
+  into the batch, one fused stack each.
 """
 import json
 import os
@@ -374,6 +376,63 @@ def test_cnn_lstm_of_time_distributed_conv_keeps_model_tflite_on_any_batch(tmp_p
         want = np.asarray(model(x, training=False))
         got = next(iter(runner(**{name: x}).values()))
         assert np.all(np.abs(got - want) <= 1e-5 + 1e-4 * np.abs(want)), (batch, steps, np.abs(got - want).max())
+
+
+def test_recurrent_layers_inside_time_distributed_run_as_one_batch_of_sequences(tmp_path):
+    """A hierarchical text model as users write one, trained by fit and saved as .keras: a char encoder model (its own
+    Embedding(mask_zero), GRU) in TimeDistributed over the words, then an LSTM; beside it TimeDistributed of a
+    Bidirectional LSTM (masked chars, merge_mode sum) and of a GRU(reset_after=False). Each folds the words into the
+    batch and runs as one fused stack: every artifact and the int8 ONNX judged by Keras, verify judges each stack by
+    the stock layer's own weights, and model.tflite takes other batch and word counts (its zero states sized from the
+    folded batch, not the model's)."""
+    import keras
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port import convert, verify
+
+    L = keras.layers
+    keras.utils.set_random_seed(8)
+    rng = np.random.default_rng(8)
+    big = keras.initializers.RandomNormal(stddev=1.0)
+
+    def chars(batch, words):  # ragged words of ids, right-padded with 0; an all-padding word too
+        ids = rng.integers(1, 30, size=(batch, words, 7)).astype("int32")
+        for index in np.ndindex(batch, words):
+            ids[index][rng.integers(1, 8):] = 0
+        ids[-1, -1] = 0
+        return ids
+
+    words = keras.Input((None, 7), dtype="int32", name="chars")
+    one = keras.Input((7,), dtype="int32")
+    encoder = keras.Model(one, L.GRU(5)(L.Embedding(30, 6, mask_zero=True, embeddings_initializer=big)(one)),
+                          name="char_enc")
+    topic = L.LSTM(6, name="sentence")(L.Dropout(0.1)(L.TimeDistributed(encoder, name="words")(words)))
+    topic = L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=3.0), name="topic")(topic)
+    tags = L.Embedding(30, 4, mask_zero=True, embeddings_initializer=big)(words)
+    tags = L.TimeDistributed(L.Bidirectional(L.LSTM(3, return_sequences=True), merge_mode="sum"), name="bi")(tags)
+    tags = L.TimeDistributed(L.GRU(4, reset_after=False), name="gru_v1")(tags)
+    tags = L.Dense(3, kernel_initializer=keras.initializers.RandomNormal(stddev=3.0), name="tags")(tags)
+    model = keras.Model(words, {"topic": topic, "tags": tags})
+    model.compile("adam", {"topic": "mse"})  # Keras carries the [batch, words, chars] mask to a loss on "tags"
+    model.fit(chars(16, 5), {"topic": rng.normal(size=(16, 2))}, epochs=1, batch_size=8, verbose=0)
+    model.save(tmp_path / "words.keras")
+    manifest = convert(tmp_path / "words.keras", tmp_path / "out", quantize="int8")
+    assert {"saved_model", "graphdef", "onnx", "tflite"} <= set(manifest.model_artifacts), manifest.warnings
+    assert manifest.parity["passed"]
+    report = verify(tmp_path / "out")
+    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
+    judged = {r["stack"] for r in report["rows"] if r["judge"] and "stock layer's own" in r["judge"]}
+    assert {s.split("/")[0] for s in judged} == {"words", "bi", "gru_v1", "sentence"}, judged
+    assert any(r["artifact"] == "onnx int8 (onnxruntime)" and r["passed"] for r in report["rows"])
+    runner = Interpreter(str(tmp_path / "out" / "model.tflite")).get_signature_runner("serving_default")
+    order = sorted(("topic", "tags"))  # output_k: the dict's values in sorted key order
+    for batch, count in ((2, 6), (5, 1), (1, 3)):
+        ids = chars(batch, count)
+        want = {k: np.asarray(v) for k, v in model(ids, training=False).items()}
+        got = runner(chars=ids)
+        for k, key in enumerate(order):
+            error = np.abs(got[f"output_{k}"] - want[key])
+            assert np.all(error <= 1e-5 + 1e-4 * np.abs(want[key])), (batch, count, key, error.max())
 
 
 def test_a_mixed_precision_sequential_built_by_fit_takes_float32_inputs():

@@ -213,12 +213,19 @@ def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 
 
-def test_recurrent_layer_inside_time_distributed_is_refused_in_one_line(tmp_path):
-    """TimeDistributed(LSTM) (a sentence encoder run per document sentence): no fused form yet, so one line; a
-    TimeDistributed around layers that hold no recurrent one converts (test_keras_user_models.py)."""
-    x = keras.Input((None, None, FEATURES), name="x")
-    model = keras.Model(x, L.TimeDistributed(L.LSTM(4), name="words")(x))
-    with pytest.raises(UnsupportedError, match=r"^layer words \(TimeDistributed\): it wraps an LSTM") as e:
+@pytest.mark.parametrize("layer, why", [
+    (L.GRU(4, activation=doubled_tanh), r"^layer words \(TimeDistributed\(GRU\)\): activation='mine>doubled_tanh' "),
+    (L.LSTM(4, stateful=True), r"^layer words \(TimeDistributed\(LSTM\)\): it wraps a stateful=True layer, "
+                               r"whose states Keras carries from one of the wrapper's steps to the next; build it "
+                               r"stateless$"),
+])
+def test_recurrent_layer_inside_time_distributed_without_a_fused_form_is_refused_in_one_line(tmp_path, layer, why):
+    """TimeDistributed(LSTM) folds the outer steps into the batch (test_keras_user_models.py); a wrapped layer with
+    no fused form, or a stateful one (its states would run from one outer step to the next), is refused in one
+    line naming the wrapper, the layer and why."""
+    x = keras.Input((None, 6, FEATURES), name="x", batch_size=2)
+    model = keras.Model(x, L.TimeDistributed(layer, name="words")(x))
+    with pytest.raises(UnsupportedError, match=why) as e:
         cudnn_port.export(model, str(tmp_path / "out"))
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 

@@ -186,7 +186,7 @@ def _inline(model, op, canon) -> List[object]:
     for k, (state, width) in enumerate(states):
         target = tensors[sg.inputs[2 + k]]
         if _zeros(model, state):  # zeros of the layer's own, built from x's shape (see _static_fill)
-            ops += _static_fill(model, main.inputs[0], target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
+            ops += _static_fill(model, x, target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
         else:
             ops.append(edit.op(fb, transpose, [state, perm], [target]))
     for o in sg.operators:

@@ -167,8 +167,11 @@ def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Op
     own list, [k, j] for cell j of the StackedRNNCells that is cell k; of the ``direction`` (``forward`` /
     ``backward``) layer of a ``Bidirectional`` of one."""
     layer = model
-    for name in layer_path.split("/"):
-        layer = next(inner for inner in layer.layers if inner.name == name)
+    for name in layer_path.split("/"):  # a TimeDistributed's child is the layer it wraps: td/lstm
+        children = [layer.layer] if type(layer).__name__ == "TimeDistributed" else layer.layers
+        layer = next(inner for inner in children if inner.name == name)
+    if type(layer).__name__ == "TimeDistributed":  # the layer it wraps (a path that ends at the wrapper)
+        layer = layer.layer
     rnns = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
     if direction is not None:
         rnns = [layer.forward_layer if direction == "forward" else layer.backward_layer]

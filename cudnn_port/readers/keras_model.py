@@ -189,6 +189,8 @@ def variable_names(model: "keras.Model") -> Dict[int, str]:
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
+    from ..sized_layers import TimeFolded
+
     names, seen = {}, set()
 
     def walk(container, prefix):
@@ -196,7 +198,7 @@ def variable_names(model: "keras.Model") -> Dict[int, str]:
             if id(layer) in seen:  # a shared layer: named where it first appears
                 continue
             seen.add(id(layer))
-            if isinstance(layer, keras.Model):
+            if isinstance(layer, (keras.Model, TimeFolded)):  # a TimeDistributed's layer: td/inner/...
                 walk(layer, f"{prefix}{layer.name}/")
                 continue
             taken = set()
@@ -242,7 +244,8 @@ class KerasModelSource(Source):
         skip = {id(v) for layer in fused for v in (layer.cudnn_spec, layer.cudnn_platform)}
         for variable in model.variables:
             name = named[id(variable)]
-            if id(variable) in skip or name.endswith((f"/{SPEC_VARIABLE}", f"/{PLATFORM_VARIABLE}", SEED_STATE)):
+            if id(variable) in skip or name.endswith((f"/{SPEC_VARIABLE}", f"/{PLATFORM_VARIABLE}")) or \
+                    re.sub(r"_\d+$", "", name).endswith(SEED_STATE):  # word_enc/seed_generator_state_1 too
                 continue
             self._values[name] = variable
             self.shapes[name] = tuple(int(d) for d in variable.shape)
