@@ -152,9 +152,10 @@ def two_stacks(layer: "keras.layers.Layer") -> bool:
 REBUILT = ("Functional", "Sequential")  # the models clone_model rebuilds around new layers
 
 
-def _walk(model, prefix=""):
+def _walk(model, prefix="", folded=False):
     """(row, layer) for each stock recurrent layer inside ``model``, nested models included; one inside a model
-    that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused."""
+    that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused, and so is a stateful
+    one in a model inside ``TimeDistributed`` (``folded``)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .layers import CudnnRNN
     from .stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
@@ -162,15 +163,15 @@ def _walk(model, prefix=""):
     for layer in getattr(model, "layers", None) or []:
         if getattr(layer, "layers", None) and not isinstance(layer, (CudnnRNN, StockAdapter, StackedAdapter,
                                                                      StackedPairAdapter)):
-            yield from _walk(layer, f"{prefix}{layer.name}/")
+            yield from _walk(layer, f"{prefix}{layer.name}/", folded)
             continue
         if type(layer).__name__ == "TimeDistributed" and _nested(layer.layer):  # its model's layers: td/model/...
-            yield from _walk(layer.layer, f"{prefix}{layer.name}/{layer.layer.name}/")
+            yield from _walk(layer.layer, f"{prefix}{layer.name}/{layer.layer.name}/", True)
             continue
         row = classify(layer)
-        if row and row["verdict"] == FUSED and prefix and "stateful" in row["why"]:
-            row.update(verdict=REFUSED, why="stateful=True inside a nested model, which does not stream; build the "
-                                            "model flat")
+        if row and row["verdict"] == FUSED and folded and "stateful" in row["why"]:
+            row.update(verdict=REFUSED, why="stateful=True in a model inside TimeDistributed, which carries its "
+                                            "states from one of the wrapper's steps to the next; build it stateless")
         if row and row["verdict"] == FUSED and type(model).__name__ not in REBUILT:
             row.update(verdict=REFUSED, why=f"it sits in {model.name}, a subclassed {type(model).__name__}, which "
                                             "cannot be rebuilt around a fused layer; build it as a Functional or "

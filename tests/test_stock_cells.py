@@ -638,7 +638,7 @@ def test_stateful_stacked_rnn_cells_stream(tmp_path):
 def assert_streams_like_keras(model, out, states, seed):
     """Stateful ``model`` (input ``x`` [2, T, 3]) called on two chunks keeps its states between the calls; its
     export to ``out`` (ONNX) takes state inputs ``states`` ({name: width}, in order) after ``x``, and run on the two
-    chunks, the first's final states fed to the second, matches both calls; verify passes."""
+    chunks, the first's final states fed to the second, matches both calls; verify passes (its report returned)."""
     import onnxruntime as ort
 
     import cudnn_port
@@ -655,37 +655,62 @@ def assert_streams_like_keras(model, out, states, seed):
         y, *values = session.run(None, dict(zip(names, [chunk] + values)))
         assert np.all(np.abs(y - expected) <= ATOL + RTOL * np.abs(expected)), float(np.abs(y - expected).max())
     assert np.abs(want[1]).max() > 0.05
-    assert cudnn_port.verify(out)["passed"]
+    report = cudnn_port.verify(out)
+    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
+    return report
 
 
 def test_stateful_bidirectional_layers_stream(tmp_path):
-    """Stateful Bidirectional(GRU) and Bidirectional(LSTM, backward_layer=LSTM(activation="relu")): each direction
-    keeps its states from chunk to chunk (the backward one its state after reading the chunk from its end, as Keras'
-    stateful layer does), so both stream: state inputs ``<layer>_forward_h`` ... ``<layer>_backward_c``, two chunks in
-    onnxruntime matching the stateful Keras model's own two calls; verify passes. An LSTM in one direction only is
-    refused in one line (Keras' Bidirectional halves its initial_state, so the states cannot be fed back)."""
+    """Stateful Bidirectional(GRU, merge_mode=None), Bidirectional(LSTM, backward_layer=LSTM(activation="relu")),
+    Bidirectional(LSTM, backward_layer=GRU) and Bidirectional(RNN(StackedRNNCells([LSTMCell, GRUCell]))): each
+    direction keeps its states from chunk to chunk (the backward one its state after reading the chunk from its end,
+    as Keras' stateful layer does), so all stream: state inputs ``<layer>_forward_h`` ... ``<layer>_backward_c``
+    (``_cell<k>`` per cell), two chunks in onnxruntime matching the stateful Keras model's own two calls; verify
+    passes. The last two cannot feed their states back through Keras' Bidirectional (it gives each direction half of
+    its initial_state), so their directions are called apart; merge_mode=None's two outputs were taken for a state."""
     import keras
-
-    import cudnn_port
 
     L = keras.layers
     keras.utils.set_random_seed(8)
     x = keras.Input((None, 3), batch_size=2, name="x")
-    y = L.Bidirectional(L.GRU(4, stateful=True, return_sequences=True), name="plain")(x)
+    y = L.Concatenate()(L.Bidirectional(L.GRU(4, stateful=True, return_sequences=True), merge_mode=None,
+                                        name="plain")(x))
     y = L.Bidirectional(L.LSTM(5, stateful=True, return_sequences=True), name="mixed",
                         backward_layer=L.LSTM(5, stateful=True, return_sequences=True, go_backwards=True,
                                               activation="relu"))(y)
+    y = L.Bidirectional(L.LSTM(4, stateful=True, return_sequences=True), name="odd", merge_mode="sum",
+                        backward_layer=L.GRU(4, stateful=True, go_backwards=True, return_sequences=True))(y)
+    y = L.Bidirectional(L.RNN(L.StackedRNNCells([L.LSTMCell(3), L.GRUCell(2)]), stateful=True), name="stk")(y)
     model = keras.Model(x, L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(y))
-    assert_streams_like_keras(model, tmp_path / "out", {"plain_forward_h": 4, "plain_backward_h": 4,
-                                                        "mixed_forward_h": 5, "mixed_forward_c": 5,
-                                                        "mixed_backward_h": 5, "mixed_backward_c": 5}, 1)
+    report = assert_streams_like_keras(model, tmp_path / "out", {
+        "plain_forward_h": 4, "plain_backward_h": 4, "mixed_forward_h": 5, "mixed_forward_c": 5,
+        "mixed_backward_h": 5, "mixed_backward_c": 5, "odd_forward_h": 4, "odd_forward_c": 4, "odd_backward_h": 4,
+        "stk_forward_cell0_h": 3, "stk_forward_cell0_c": 3, "stk_forward_cell1_h": 2, "stk_backward_cell0_h": 3,
+        "stk_backward_cell0_c": 3, "stk_backward_cell1_h": 2}, 1)
+    stock = {r["stack"].split("/")[0] for r in report["rows"] if "stock layer's own" in (r["judge"] or "")}
+    assert {"odd_forward", "odd_backward", "stk_forward", "stk_backward"} <= stock, stock  # each by its own weights
+
+
+def test_stateful_layers_in_a_nested_model_and_given_initial_state_stream(tmp_path):
+    """A seq2seq as users write one: a stateful LSTM decoder given the encoder's states (initial_state), then a
+    nested Sequential holding a stateful GRU. Keras starts the decoder from the states it is given on every call (it
+    reads its kept states only when a call gives none), so it is its stateless twin with no state inputs; the nested
+    model's GRU streams with state input ``inner_h`` (the twin runs the nested model's graph in its own). Two chunks
+    in onnxruntime match the stateful Keras model's own two calls; verify passes."""
+    import keras
+
+    L = keras.layers
+    keras.utils.set_random_seed(9)
     x = keras.Input((None, 3), batch_size=2, name="x")
-    odd = keras.Model(x, L.Bidirectional(L.LSTM(4, stateful=True), name="odd",
-                                         backward_layer=L.GRU(4, stateful=True, go_backwards=True))(x))
-    with pytest.raises(cudnn_port.CudnnPortError, match=r"^layer odd \(Bidirectional\): stateful=True with an LSTM "
-                       "in one direction only") as e:
-        cudnn_port.export(odd, tmp_path / "odd")
-    assert "\n" not in str(e.value) and not (tmp_path / "odd").exists()
+    _, h, c = L.LSTM(5, return_state=True, name="enc")(x)
+    y = L.LSTM(5, stateful=True, return_sequences=True, name="dec")(x, initial_state=[h, c])
+    block = keras.Sequential([L.GRU(4, stateful=True, return_sequences=True, name="inner"), L.Dense(3)], name="block")
+    model = keras.Model(x, L.Dense(2, kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(block(y)))
+    assert_streams_like_keras(model, tmp_path / "out", {"inner_h": 4}, 2)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["streaming"] == [
+        {"layer": "dec", "state_inputs": [], "state_outputs": [], "given_initial_state": True},
+        {"layer": "inner", "state_inputs": ["inner_h"], "state_outputs": ["output_1"]}], manifest["streaming"]
 
 
 def test_stateful_layer_of_a_custom_cell_is_refused_in_one_line(tmp_path):

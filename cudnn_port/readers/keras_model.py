@@ -280,8 +280,11 @@ class KerasModelSource(Source):
         ``cell`` ([k], or [k, j] for cell j of a StackedRNNCells that is cell k) for a cell of an
         ``RNN(StackedRNNCells(...))``, with ``direction`` (forward / backward) in a ``Bidirectional`` of one."""
         layer = self._layers[name]
-        row = max((r for r in self.stock_layers if name.startswith(r["layer"] + "/")), default=None,
-                  key=lambda r: len(r["layer"]))  # the row whose path leads to this stack's variable
+        # the row whose path leads to this stack's variable; a stateful Bidirectional streamed with its directions
+        # apart (cudnn_port.streaming_model): {layer}_forward/..., {layer}_backward/...
+        row = max((r for r in self.stock_layers if name.startswith(r["layer"] + "/") or (
+            r["type"] == "Bidirectional" and re.match(re.escape(r["layer"]) + "_(forward|backward)/", name))),
+            default=None, key=lambda r: len(r["layer"]))
         kind = FUSED_CLASS_NAMES[self.specs[name].mode]
         if not row:
             return {"layer": layer, "type": kind}

@@ -171,6 +171,10 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     judged, policy = float32_twin(model)  # a mixed-precision model's artifacts compute in float32: so does the judge
     judged, streams = streaming_twin(judged)  # stateful layers: states in, states out
     for record in streams:
+        if record.get("given_initial_state"):
+            say(f"stateful layer {record['layer']}: given initial_state by the model, which Keras starts every call "
+                "from, so it computes as a stateless layer (no state inputs of its own)")
+            continue
         say(f"stateful layer {record['layer']}: exported as a streaming model, its states are inputs "
             f"{', '.join(record['state_inputs'])} and outputs {', '.join(record['state_outputs'])} (zeros start a "
             "stream; feed each call's final states into the next)")
