@@ -1,5 +1,6 @@
-"""Clean-up passes over an ONNX graph that tf2onnx wrote, each in place and each keeping what an If / Loop / Scan
-body reads by name: a Squeeze that undoes the Unsqueeze before it, and LSTM / GRU / RNN outputs that nothing reads."""
+"""Passes over an ONNX graph that tf2onnx wrote, each in place and each keeping what an If / Loop / Scan body reads by
+name: a Squeeze that undoes the Unsqueeze before it, and LSTM / GRU / RNN outputs that nothing reads, removed; and
+one sequence input given to each LSTM / GRU / RNN node (:func:`sequence_inputs_apart`)."""
 from typing import TYPE_CHECKING, List, Set
 
 if TYPE_CHECKING:
@@ -70,3 +71,31 @@ def unread_outputs_dropped(graph: "onnx.GraphProto") -> None:
             for k, name in enumerate(node.output):
                 if name and name not in read:
                     node.output[k] = ""
+
+
+SEQUENCE_OPS = ("LSTM", "GRU", "RNN")
+
+
+def sequence_inputs_apart(graph: "onnx.GraphProto") -> None:
+    """Give (in place) each LSTM / GRU / RNN node after the first that reads the same sequences ``X`` a view of its
+    own: ``Reshape(X, Shape(X))``, the same tensor. OpenVINO 2026.4's CPU plugin computes one of two sequence nodes
+    that share their ``X`` wrongly when the batch is dynamic and the time length known: Keras' ``LSTM(4,
+    return_sequences=True)`` and ``LSTM(4)`` on one ``keras.Input((6, 5))``, the second off by 0.25 (0.41 for two
+    layers in ``TimeDistributed`` over one input), exact with a static batch and in onnxruntime; measured in
+    tests/test_whole_model_openvino.py (test_two_sequence_nodes_on_one_input_run_in_openvino). The view changes no
+    number in any runtime."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import helper
+
+    seen, nodes = set(), []
+    for node in graph.node:
+        if node.op_type in SEQUENCE_OPS and node.input and node.input[0] in seen:
+            source, view = node.input[0], f"{node.name}/own_X"
+            nodes += [helper.make_node("Shape", [source], [f"{view}_shape"], name=f"{view}_shape"),
+                      helper.make_node("Reshape", [source, f"{view}_shape"], [view], name=view)]
+            node.input[0] = view
+        elif node.op_type in SEQUENCE_OPS and node.input:
+            seen.add(node.input[0])
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
 from .onnx_ctc import ctc_greedy_decoder_handler
-from .onnx_passes import squeeze_pairs_cancelled, unread_outputs_dropped
+from .onnx_passes import sequence_inputs_apart, squeeze_pairs_cancelled, unread_outputs_dropped
 from .onnx_scan import sequence_nodes_expanded
 from .onnx_portable import portable_stack_graph
 from ..errors import CudnnPortError
@@ -216,6 +216,7 @@ def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], out
     model.ir_version = IR_VERSION
     squeeze_pairs_cancelled(model.graph)
     unread_outputs_dropped(model.graph)
+    sequence_inputs_apart(model.graph)  # OpenVINO computes one of two nodes sharing X wrongly
     sequence_nodes_expanded(model.graph)  # activations OpenVINO's sequence ops do not run: Scan loops
     onnx.checker.check_model(model)
     if path is not None:
