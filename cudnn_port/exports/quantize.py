@@ -148,12 +148,13 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
 def _check_lstm_wiring(source, result):
     """Each DynamicQuantizeLSTM reads the X, B, sequence_lens and initial states its LSTM read (or what an Identity
     or Cast between them read, where the quantizer's clean-up dropped one that changed nothing)."""
-    lstm = {n.output[0]: n for n in source.graph.node if n.op_type == "LSTM"}
+    # by all outputs: Y alone is "" on each LSTM whose sequences nothing reads (two such nodes were confused)
+    lstm = {tuple(n.output): n for n in source.graph.node if n.op_type == "LSTM"}
     producer = {out: n for n in source.graph.node for out in n.output}
     for node in result.graph.node:
         if node.op_type != "DynamicQuantizeLSTM":
             continue
-        old = list(lstm[node.output[0]].input) + [""] * 8
+        old = list(lstm[tuple(node.output)].input) + [""] * 8
         new = list(node.input)
         for i, label in ((0, "X"), (3, "B"), (4, "sequence_lens"), (5, "initial_h"), (6, "initial_c")):
             before = producer.get(old[i])
