@@ -111,7 +111,7 @@ def _functions_why_not(cell, name) -> Optional[str]:
 def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
     kind = type(layer).__name__
-    if kind == "TimeDistributed" and _recurrent_inside(layer.layer) and not _nested(layer.layer):
+    if kind == "TimeDistributed" and _recurrent_inside(layer.layer) and not _nested(_unwrapped(layer)):
         row = classify(layer.layer)  # TimeDistributed(LSTM): the layer run on [batch * time, steps, ...]
         if row is None:  # a layer of the user's own class that holds a recurrent one
             return {"layer": layer.name, "type": kind, "verdict": REFUSED,
@@ -165,8 +165,8 @@ def _walk(model, prefix="", folded=False):
                                                                      StackedPairAdapter)):
             yield from _walk(layer, f"{prefix}{layer.name}/", folded)
             continue
-        if type(layer).__name__ == "TimeDistributed" and _nested(layer.layer):  # its model's layers: td/model/...
-            yield from _walk(layer.layer, f"{prefix}{layer.name}/{layer.layer.name}/", True)
+        if type(layer).__name__ == "TimeDistributed" and _nested(_unwrapped(layer)):  # its model's: td/model/...
+            yield from _walk(_unwrapped(layer), f"{prefix}{layer.name}/{_unwrapped(layer).name}/", True)
             continue
         row = classify(layer)
         if row and row["verdict"] == FUSED and folded and "stateful" in row["why"]:
@@ -254,24 +254,35 @@ def _reserve_names(model) -> None:
             todo.extend(keras.tree.flatten(getattr(op, "outputs", None) or []))
 
 
+def _unwrapped(layer):
+    """The layer inside ``TimeDistributed`` ``layer`` (inside each of nested ones)."""
+    while type(layer).__name__ == "TimeDistributed":
+        layer = layer.layer
+    return layer
+
+
 def _nested(layer) -> bool:
     """Whether ``layer`` is a model (a Functional, Sequential or subclassed one) rather than one layer."""
     return bool(getattr(layer, "layers", None))
 
 
-def _time_distributed(layer, fused, sized):
+def _time_distributed(layer, fused, sized, name=None):
     """The layer in the place of ``TimeDistributed`` ``layer`` when it holds a layer to fuse (None: keep it): the
-    wrapped layer's adapter, or its model rewritten, called once on ``[batch * time, ...]``
-    (:class:`~cudnn_port.sized_layers.TimeFolded`; ``sized=False``: Keras' own ``TimeDistributed`` around it, for a
-    judge that shares no sized layer)."""
+    wrapped layer's adapter (named ``name``, default as ``layer``: the judges find a stack by the wrapper's name), or
+    its model rewritten, called once on ``[batch * time, ...]`` (:class:`~cudnn_port.sized_layers.TimeFolded`;
+    ``sized=False``: Keras' own ``TimeDistributed`` around it, for a judge that shares no sized layer)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
     from .sized_layers import TimeFolded
 
-    inner = layer.layer
-    if id(layer) in fused:
-        new = _adapter(inner)
+    inner, name = layer.layer, name or layer.name
+    if type(inner).__name__ == "TimeDistributed":  # TimeDistributed(TimeDistributed(...)): the inner form, folded again
+        new = _time_distributed(inner, fused | ({id(inner)} if id(layer) in fused else set()), sized, name)
+        if new is None:
+            return None
+    elif id(layer) in fused:
+        new = _adapter(inner, name)
     elif _nested(inner) and type(inner).__name__ in REBUILT and _recurrent_inside(inner):
         new = rewrite(inner, strict=False, sized=sized)
     else:
@@ -325,10 +336,11 @@ def _mode(cell) -> str:
 STACKED_CELL = "{layer}_cell_{k}"  # the name of cell k's adapter (and fused layer) in an RNN of StackedRNNCells
 
 
-def _adapter(layer):
+def _adapter(layer, name=None):
     """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / SimpleRNN / Bidirectional, weights
     packed; for an ``RNN(StackedRNNCells(...))``, a :class:`~cudnn_port.stock_adapter.StackedAdapter` of one per cell
-    (named :data:`STACKED_CELL`)."""
+    (named :data:`STACKED_CELL`). Named ``name`` (default: as ``layer``)."""
+    name = name or layer.name
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .stock_adapter import StackedPairAdapter
 
@@ -336,21 +348,21 @@ def _adapter(layer):
     rnns = [layer.forward_layer, layer.backward_layer] if bidirectional else [layer]
     first = rnns[0]
     if not bidirectional and stacked(first):
-        return _stacked_adapter(layer, layer.name)
+        return _stacked_adapter(layer, name)
     if bidirectional and two_stacks(layer):
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
         import keras
 
-        with keras.name_scope(layer.name):  # bi/bi_forward/bi_forward_cell_0/..., or bi/bi_forward/...
-            pair = [_stacked_adapter(rnn, f"{layer.name}_{way}") if stacked(rnn) else
-                    _cell_adapter([rnn.cell], f"{layer.name}_{way}", bidirectional=False,
+        with keras.name_scope(name):  # bi/bi_forward/bi_forward_cell_0/..., or bi/bi_forward/...
+            pair = [_stacked_adapter(rnn, f"{name}_{way}") if stacked(rnn) else
+                    _cell_adapter([rnn.cell], f"{name}_{way}", bidirectional=False,
                                   go_backwards=bool(rnn.go_backwards), merge_mode=None,
                                   return_sequences=bool(rnn.return_sequences), return_state=bool(rnn.return_state),
                                   zero_output=bool(rnn.zero_output_for_mask))
                     for rnn, way in zip(rnns, DIRECTIONS)]
         return StackedPairAdapter(*pair, merge_mode=layer.merge_mode, return_state=bool(layer.return_state),
-                                  name=layer.name)
-    return _cell_adapter([rnn.cell for rnn in rnns], layer.name, bidirectional=bidirectional,
+                                  name=name)
+    return _cell_adapter([rnn.cell for rnn in rnns], name, bidirectional=bidirectional,
                          go_backwards=bool(first.go_backwards) and not bidirectional,
                          merge_mode=layer.merge_mode if bidirectional else None,
                          return_sequences=bool(first.return_sequences), return_state=bool(layer.return_state),

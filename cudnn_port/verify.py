@@ -217,8 +217,10 @@ def _independent_stack(manifest, source, variable, spec):
     original = getattr(source, "original", None)
     if original is not None:
         row = source.layer_of(variable)
-        wrapped = re.fullmatch(r"TimeDistributed\((\w+)\)", row["type"])  # TimeDistributed(LSTM): the LSTM's
-        if (wrapped.group(1) if wrapped else row["type"]) in ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional"):
+        kind = row["type"]
+        while re.fullmatch(r"TimeDistributed\((.+)\)", kind):  # TimeDistributed(LSTM): the LSTM's
+            kind = kind[len("TimeDistributed("):-1]
+        if kind in ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional"):
             return (keras_weights.stock_stack(original, row["layer"], spec, row.get("cell"), row.get("direction")),
                     "the stock layer's own Keras weights, by Keras' math (not the rewrite)")
     return None

@@ -213,6 +213,36 @@ def test_layer_without_cudnn_math_is_refused_in_one_line(tmp_path, layer, why):
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
 
 
+def test_stacked_cells_mixed_halves_and_nested_time_distributed_are_judged_by_their_own_weights(tmp_path):
+    """TimeDistributed of RNN(StackedRNNCells), of a Bidirectional whose backward layer is a GRU under an LSTM, and of
+    TimeDistributed(LSTM): model.onnx and model_int8.onnx match Keras, and verify judges every stack by the stock
+    cell's or direction's own weights (it read a stacked layer's weights as one cell's, and a mixed Bidirectional's
+    as one layer's; the int8 judge failed on a direction that is one plain layer, with or without TimeDistributed)."""
+    keras.utils.set_random_seed(12)
+    words, pages = keras.Input((None, 6, 5), name="words"), keras.Input((None, None, 6, 5), name="pages")
+    stacked = L.TimeDistributed(L.RNN(L.StackedRNNCells([L.LSTMCell(4), L.GRUCell(3)])), name="stacked")(words)
+    mixed = L.TimeDistributed(L.Bidirectional(L.LSTM(4), backward_layer=L.GRU(4, go_backwards=True)),
+                              name="mixed")(words)
+    deep = L.TimeDistributed(L.TimeDistributed(L.LSTM(3)), name="deep")(pages)
+    model = keras.Model([words, pages], [stacked, mixed, deep])
+    rng = np.random.default_rng(12)
+    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype("float32") for w in model.get_weights()])
+    cudnn_port.export(model, str(tmp_path / "out"), formats=["onnx"], quantize="int8")
+    feeds = {"words": rng.normal(size=(2, 3, 6, 5)).astype("float32"),
+             "pages": rng.normal(size=(2, 2, 3, 6, 5)).astype("float32")}
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, feeds), model(feeds, training=False)):
+        want = np.asarray(want)
+        assert np.abs(want).max() > 0.05 and np.all(np.abs(got - want) <= ATOL_FP32 + 1e-4 * np.abs(want))
+    report = cudnn_port.verify(tmp_path / "out")
+    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
+    stacks = {r["stack"] for r in report["rows"] if r["stack"] not in ("(all)", "(whole model)")}
+    judged = {r["stack"] for r in report["rows"] if "stock layer's own" in (r["judge"] or "")}
+    assert len(stacks) == 5 and judged == stacks, (stacks, judged)
+    assert any(r["artifact"] == "onnx int8 (onnxruntime)" and r["passed"] for r in report["rows"])
+
+
 @pytest.mark.parametrize("layer, why", [
     (L.GRU(4, activation=doubled_tanh), r"^layer words \(TimeDistributed\(GRU\)\): activation='mine>doubled_tanh' "),
     (L.LSTM(4, stateful=True), r"^layer words \(TimeDistributed\(LSTM\)\): it wraps a stateful=True layer, "

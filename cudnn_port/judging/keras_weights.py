@@ -168,9 +168,12 @@ def stock_stack(model: "keras.Model", layer_path: str, spec: "RNNSpec", cell: Op
     ``backward``) layer of a ``Bidirectional`` of one."""
     layer = model
     for name in layer_path.split("/"):  # a TimeDistributed's child is the layer it wraps: td/lstm
-        children = [layer.layer] if type(layer).__name__ == "TimeDistributed" else layer.layers
+        inner = layer
+        while type(inner).__name__ == "TimeDistributed":  # nested ones: the layer inside them all
+            inner = inner.layer
+        children = [inner] if inner is not layer else layer.layers
         layer = next(inner for inner in children if inner.name == name)
-    if type(layer).__name__ == "TimeDistributed":  # the layer it wraps (a path that ends at the wrapper)
+    while type(layer).__name__ == "TimeDistributed":  # the layer it wraps (a path that ends at the wrapper)
         layer = layer.layer
     rnns = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
     if direction is not None:

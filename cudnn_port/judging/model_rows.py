@@ -287,18 +287,22 @@ def _fused_by_path(model, prefix=""):
     from ..layers import CudnnRNN
     from ..stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
 
-    # a TimeDistributed's one layer is its child (the path td/inner), as the judge's stock_stack walks it
-    children = [model.layer] if type(model).__name__ == "TimeDistributed" else getattr(model, "layers", None)
-    for layer in children or []:
-        if isinstance(layer, StackedPairAdapter):
-            yield from ((prefix + layer.name, (cell, way), fused)
-                        for way, stack in zip(DIRECTIONS, (layer.forward, layer.backward))
-                        for cell, fused in _cells_fused(stack))
+    for layer in getattr(model, "layers", None) or []:
+        path, wrapped = prefix + layer.name, False
+        while type(layer).__name__ == "TimeDistributed":  # Keras' own around a stack (path: the wrapper's name)
+            layer, wrapped = layer.layer, True
+        if wrapped and not isinstance(layer, (CudnnRNN, StockAdapter, StackedAdapter, StackedPairAdapter)):
+            path = f"{path}/{layer.name}"  # a model inside: td/model/..., as the judge's stock_stack walks it
+        if isinstance(layer, StackedPairAdapter):  # each direction a stack of cells, or one plain layer's
+            yield from ((path, (cell, way), fused)
+                        for way, half in zip(DIRECTIONS, (layer.forward, layer.backward))
+                        for cell, fused in (_cells_fused(half) if isinstance(half, StackedAdapter) else
+                                            [(None, half.fused)]))
         elif isinstance(layer, StackedAdapter):
-            yield from ((prefix + layer.name, (cell, None), fused) for cell, fused in _cells_fused(layer))
+            yield from ((path, (cell, None), fused) for cell, fused in _cells_fused(layer))
         elif isinstance(layer, StockAdapter):
-            yield prefix + layer.name, (None, None), layer.fused
+            yield path, (None, None), layer.fused
         elif isinstance(layer, CudnnRNN):
             yield None, (None, None), layer
-        elif getattr(layer, "layers", None) or type(layer).__name__ == "TimeDistributed":
-            yield from _fused_by_path(layer, f"{prefix}{layer.name}/")
+        elif getattr(layer, "layers", None):
+            yield from _fused_by_path(layer, f"{path}/")
