@@ -78,24 +78,26 @@ SEQUENCE_OPS = ("LSTM", "GRU", "RNN")
 
 def sequence_inputs_apart(graph: "onnx.GraphProto") -> None:
     """Give (in place) each LSTM / GRU / RNN node after the first that reads the same sequences ``X`` a view of its
-    own: ``Reshape(X, Shape(X))``, the same tensor. OpenVINO 2026.4's CPU plugin computes one of two sequence nodes
-    that share their ``X`` wrongly when the batch is dynamic and the time length known: Keras' ``LSTM(4,
-    return_sequences=True)`` and ``LSTM(4)`` on one ``keras.Input((6, 5))``, the second off by 0.25 (0.41 for two
-    layers in ``TimeDistributed`` over one input), exact with a static batch and in onnxruntime; measured in
-    tests/test_whole_model_openvino.py (test_two_sequence_nodes_on_one_input_run_in_openvino). The view changes no
-    number in any runtime."""
+    own: ``Reshape(V, Shape(V))`` of the view ``V`` the node before it got (the first: ``X``), the same tensor.
+    OpenVINO 2026.4's CPU plugin computes one of several sequence nodes that share their ``X`` wrongly when the batch
+    is dynamic and the time length known: Keras' ``LSTM(4, return_sequences=True)`` and ``LSTM(4)`` on one
+    ``keras.Input((6, 5))``, the second off by 0.25 (0.41 for two layers in ``TimeDistributed`` over one input, 0.48
+    for three LSTMs behind one ``Masking``), exact with a static batch and in onnxruntime. Identical views of ``X``
+    it merges back into one (the three LSTMs), hence a chain. Measured in tests/test_whole_model_openvino.py
+    (test_sequence_nodes_sharing_one_input_run_in_openvino). The views change no number in any runtime."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import helper
 
-    seen, nodes = set(), []
+    last, nodes = {}, []  # X: the view the last node reading it got (X itself for the first)
     for node in graph.node:
-        if node.op_type in SEQUENCE_OPS and node.input and node.input[0] in seen:
-            source, view = node.input[0], f"{node.name}/own_X"
+        if node.op_type in SEQUENCE_OPS and node.input and node.input[0] in last:
+            # a view of the previous view: identical views of X, OpenVINO merges back into one (three LSTMs measured)
+            source, view = last[node.input[0]], f"{node.name}/own_X"
             nodes += [helper.make_node("Shape", [source], [f"{view}_shape"], name=f"{view}_shape"),
                       helper.make_node("Reshape", [source, f"{view}_shape"], [view], name=view)]
-            node.input[0] = view
+            last[node.input[0]], node.input[0] = view, view
         elif node.op_type in SEQUENCE_OPS and node.input:
-            seen.add(node.input[0])
+            last[node.input[0]] = node.input[0]
         nodes.append(node)
     del graph.node[:]
     graph.node.extend(nodes)
