@@ -29,6 +29,7 @@ its two stateless layers called apart, each with its own states, then merged as 
 Refused in one line: a stateful layer of a cell other than Keras' own, or of a ``StackedRNNCells`` holding another
 (Keras cannot build the stateless twin of nested states), and a stateful layer in a subclassed model.
 """
+import re
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .errors import UnsupportedError
@@ -156,7 +157,15 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
         count = len(record["state_inputs"])
         record["state_outputs"] = [f"output_{first + k}" for k in range(count)]
         first += count
-    twin = keras.Model(inputs + state_in, outputs + state_out, name=model.name)
+    try:
+        twin = keras.Model(inputs + state_in, outputs + state_out, name=model.name)
+    except ValueError as error:  # a nested model's layers, now in the outer graph, take a name the outer one has
+        taken = re.search(r'The name "([^"]+)" is used \d+ times', str(error))
+        if not taken or not holders:
+            raise
+        raise UnsupportedError(f"model {model.name}: its nested model {next(iter(holders.values())).name} holds a "
+                               f"stateful layer, so the streaming model runs that model's layers in its own graph, "
+                               f"where two layers are named {taken.group(1)!r}; rename one of them") from None
     return twin, records
 
 

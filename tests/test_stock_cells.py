@@ -696,8 +696,11 @@ def test_stateful_layers_in_a_nested_model_and_given_initial_state_stream(tmp_pa
     nested Sequential holding a stateful GRU. Keras starts the decoder from the states it is given on every call (it
     reads its kept states only when a call gives none), so it is its stateless twin with no state inputs; the nested
     model's GRU streams with state input ``inner_h`` (the twin runs the nested model's graph in its own). Two chunks
-    in onnxruntime match the stateful Keras model's own two calls; verify passes."""
+    in onnxruntime match the stateful Keras model's own two calls; verify passes. A layer name that the nested model
+    and the outer one both use is refused in one line (a flat graph cannot hold it twice)."""
     import keras
+
+    import cudnn_port
 
     L = keras.layers
     keras.utils.set_random_seed(9)
@@ -711,6 +714,14 @@ def test_stateful_layers_in_a_nested_model_and_given_initial_state_stream(tmp_pa
     assert manifest["streaming"] == [
         {"layer": "dec", "state_inputs": [], "state_outputs": [], "given_initial_state": True},
         {"layer": "inner", "state_inputs": ["inner_h"], "state_outputs": ["output_1"]}], manifest["streaming"]
+    # the nested model's layers join the streaming model's graph: a name both models use is refused in one line
+    x = keras.Input((None, 3), batch_size=2, name="x")
+    sub = keras.Sequential([L.GRU(4, stateful=True, return_sequences=True), L.Dense(3, name="proj")], name="sub")
+    clash = keras.Model(x, L.Dense(2, name="proj")(sub(x)), name="clash")
+    with pytest.raises(cudnn_port.CudnnPortError, match=r"^model clash: its nested model sub holds a stateful layer, "
+                       r".* two layers are named 'proj'; rename one of them$") as e:
+        cudnn_port.export(clash, tmp_path / "clash")
+    assert "\n" not in str(e.value) and not (tmp_path / "clash").exists()
 
 
 def test_stateful_layer_of_a_custom_cell_is_refused_in_one_line(tmp_path):

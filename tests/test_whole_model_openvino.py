@@ -120,7 +120,8 @@ def test_sequence_nodes_sharing_one_input_run_in_openvino(tmp_path):
     Masking of it: OpenVINO 2026.4 computed one node of each group 0.25 to 0.48 off when they read one X with the
     batch dynamic (exact with a static batch, and in onnxruntime), and convert failed its parity; each node after the
     first now reads a view of the view before it, Reshape(V, Shape(V)) (identical views of X were merged back).
-    Judged by Keras on batches of 3 and 1 (a padded row), with OpenVINO's compiled model kept dynamic."""
+    Judged by Keras on batches of 3 and 1 (a padded row), with OpenVINO's compiled model kept dynamic; the int8
+    model in onnxruntime too."""
     ov = pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
     import cudnn_port
 
@@ -132,12 +133,16 @@ def test_sequence_nodes_sharing_one_input_run_in_openvino(tmp_path):
                             L.Concatenate()([L.LSTM(4)(masked), L.LSTM(3)(masked), L.LSTM(4)(masked)])])
     rng = np.random.default_rng(13)
     model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype("float32") for w in model.get_weights()])
-    cudnn_port.export(model, str(tmp_path / "out"), formats=["onnx"])
+    cudnn_port.export(model, str(tmp_path / "out"), formats=["onnx"], quantize="int8")
     compiled = ov.Core().compile_model(str(tmp_path / "out" / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    int8 = ort.InferenceSession(str(tmp_path / "out" / "model_int8.onnx"), providers=["CPUExecutionProvider"])
     for batch in (3, 1):
         feed = rng.normal(size=(batch, 6, 5)).astype("float32")
         feed[0, 4:] = 0
         got = compiled({"x": feed})
-        for output, want in zip(compiled.outputs, model(feed, training=False)):
+        for output, want, rounded in zip(compiled.outputs, model(feed, training=False), int8.run(None, {"x": feed})):
             want = np.asarray(want)
             assert np.abs(want).max() > 0.05 and np.abs(got[output] - want).max() <= ATOL_FP32, batch
+            # int8 drops each masked LSTM's padding channel through the views too (measured 0.003 off; 0.26-0.34
+            # where a view hid the channel from it, whose +-K swamped the rows' int8 scales)
+            assert np.abs(rounded - want).max() <= 0.03, (batch, np.abs(rounded - want).max())

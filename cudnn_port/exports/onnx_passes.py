@@ -74,6 +74,7 @@ def unread_outputs_dropped(graph: "onnx.GraphProto") -> None:
 
 
 SEQUENCE_OPS = ("LSTM", "GRU", "RNN")
+OWN_X = "own_X"  # the last name part of sequence_inputs_apart's views (``{node}/own_X``, its Shape ``..._shape``)
 
 
 def sequence_inputs_apart(graph: "onnx.GraphProto") -> None:
@@ -84,7 +85,9 @@ def sequence_inputs_apart(graph: "onnx.GraphProto") -> None:
     ``keras.Input((6, 5))``, the second off by 0.25 (0.41 for two layers in ``TimeDistributed`` over one input, 0.48
     for three LSTMs behind one ``Masking``), exact with a static batch and in onnxruntime. Identical views of ``X``
     it merges back into one (the three LSTMs), hence a chain. Measured in tests/test_whole_model_openvino.py
-    (test_sequence_nodes_sharing_one_input_run_in_openvino). The views change no number in any runtime."""
+    (test_sequence_nodes_sharing_one_input_run_in_openvino). The views change no number in any runtime; the int8
+    rewrite, which drops a masked LSTM's padding channel, follows them back to it
+    (:func:`cudnn_port.exports.onnx_portable.plain_lstm_inputs`)."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import helper
 
@@ -92,7 +95,7 @@ def sequence_inputs_apart(graph: "onnx.GraphProto") -> None:
     for node in graph.node:
         if node.op_type in SEQUENCE_OPS and node.input and node.input[0] in last:
             # a view of the previous view: identical views of X, OpenVINO merges back into one (three LSTMs measured)
-            source, view = last[node.input[0]], f"{node.name}/own_X"
+            source, view = last[node.input[0]], f"{node.name}/{OWN_X}"
             nodes += [helper.make_node("Shape", [source], [f"{view}_shape"], name=f"{view}_shape"),
                       helper.make_node("Reshape", [source, f"{view}_shape"], [view], name=view)]
             last[node.input[0]], node.input[0] = view, view

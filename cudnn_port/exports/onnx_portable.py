@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from ..gates import CUDNN_ORDER, ONNX_GRU, ONNX_LSTM, ONNX_RNN, reorder
+from .onnx_passes import OWN_X
 from .onnx_scan import SEQUENCE_FUNCTIONS
 
 if TYPE_CHECKING:
@@ -219,9 +220,16 @@ def plain_lstm_inputs(model: "onnx.ModelProto") -> int:
 
     producer = {out: n for n in model.graph.node for out in n.output}
     inits = {i.name: i for i in model.graph.initializer}
+    def source(name):  # through the views onnx_passes.sequence_inputs_apart gives nodes sharing X: Reshape(a, Shape(a))
+        view = producer.get(name)
+        while view is not None and view.op_type == "Reshape" and producer.get(view.input[1]) is not None and \
+                producer[view.input[1]].op_type == "Shape" and producer[view.input[1]].input[0] == view.input[0]:
+            name, view = view.input[0], producer.get(view.input[0])
+        return name
+
     changed = 0
     for n in model.graph.node:
-        concat = producer.get(n.input[0]) if n.op_type == "LSTM" else None
+        concat = producer.get(source(n.input[0])) if n.op_type == "LSTM" else None
         if (concat is None or concat.op_type != "Concat" or not concat.output[0].endswith(PAD_SUFFIX)
                 or n.input[1] not in inits):  # W computed in the graph: the channel stays (and so does float32)
             continue
@@ -229,11 +237,15 @@ def plain_lstm_inputs(model: "onnx.ModelProto") -> int:
         inits[n.input[1]].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(W[:, :, :-1]), n.input[1]))
         n.input[0] = concat.input[0]
         changed += 1
-    used = {i for n in model.graph.node for i in n.input}
-    for n in [n for n in model.graph.node if n.op_type == "Concat" and n.output[0].endswith(PAD_SUFFIX)]:
-        if n.output[0] not in used:
+    while True:  # the pad Concats nothing reads now, and the views of them
+        used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+        dead = [n for n in model.graph.node if n.output[0] not in used and (
+            (n.op_type == "Concat" and n.output[0].endswith(PAD_SUFFIX)) or
+            (n.op_type in ("Reshape", "Shape") and n.name.rsplit("/", 1)[-1].startswith(OWN_X)))]
+        if not dead:
+            return changed
+        for n in dead:
             model.graph.node.remove(n)
-    return changed
 
 
 def _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p, weights):
