@@ -111,7 +111,7 @@ def _functions_why_not(cell, name) -> Optional[str]:
 def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     """{layer, type, verdict (fused / refused), why} for a stock recurrent layer; None otherwise."""
     kind = type(layer).__name__
-    if kind == "TimeDistributed" and _recurrent_inside(layer.layer) and not _nested(_unwrapped(layer)):
+    if kind == "TimeDistributed" and _recurrent_inside(layer.layer) and not _nested(unwrapped(layer)):
         row = classify(layer.layer)  # TimeDistributed(LSTM): the layer run on [batch * time, steps, ...]
         if row is None:  # a layer of the user's own class that holds a recurrent one
             return {"layer": layer.name, "type": kind, "verdict": REFUSED,
@@ -165,8 +165,8 @@ def _walk(model, prefix="", folded=False):
                                                                      StackedPairAdapter)):
             yield from _walk(layer, f"{prefix}{layer.name}/", folded)
             continue
-        if type(layer).__name__ == "TimeDistributed" and _nested(_unwrapped(layer)):  # its model's: td/model/...
-            yield from _walk(_unwrapped(layer), f"{prefix}{layer.name}/{_unwrapped(layer).name}/", True)
+        if type(layer).__name__ == "TimeDistributed" and _nested(unwrapped(layer)):  # its model's: td/model/...
+            yield from _walk(unwrapped(layer), f"{prefix}{layer.name}/{unwrapped(layer).name}/", True)
             continue
         row = classify(layer)
         if row and row["verdict"] == FUSED and folded and "stateful" in row["why"]:
@@ -254,7 +254,7 @@ def _reserve_names(model) -> None:
             todo.extend(keras.tree.flatten(getattr(op, "outputs", None) or []))
 
 
-def _unwrapped(layer):
+def unwrapped(layer: Any) -> Any:
     """The layer inside ``TimeDistributed`` ``layer`` (inside each of nested ones)."""
     while type(layer).__name__ == "TimeDistributed":
         layer = layer.layer

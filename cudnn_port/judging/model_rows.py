@@ -17,7 +17,7 @@ from ..layer_paths import judged_by
 from ..model_inputs import as_model_takes, from_records
 from ..precision import float32_policy, float32_twin
 from ..readers.keras_model import load_model_file
-from ..stock_keras import DIRECTIONS, rewrite
+from ..stock_keras import DIRECTIONS, rewrite, unwrapped
 from ..streaming_model import streaming_twin
 from ..formats.jobs import GraphCheck
 from .artifact_rows import graph_artifact_rows, model_artifact_rows
@@ -288,9 +288,8 @@ def _fused_by_path(model, prefix=""):
     from ..stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
 
     for layer in getattr(model, "layers", None) or []:
-        path, wrapped = prefix + layer.name, False
-        while type(layer).__name__ == "TimeDistributed":  # Keras' own around a stack (path: the wrapper's name)
-            layer, wrapped = layer.layer, True
+        path, inner = prefix + layer.name, unwrapped(layer)  # Keras' own TimeDistributed around a stack: its name
+        wrapped, layer = inner is not layer, inner
         if wrapped and not isinstance(layer, (CudnnRNN, StockAdapter, StackedAdapter, StackedPairAdapter)):
             path = f"{path}/{layer.name}"  # a model inside: td/model/..., as the judge's stock_stack walks it
         if isinstance(layer, StackedPairAdapter):  # each direction a stack of cells, or one plain layer's
