@@ -43,7 +43,10 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
 
     ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1), a Keras 2 ``.h5`` file
     with CuDNNLSTM / CuDNNGRU layers (default style keras; with the keras format a full-model file is also rebuilt
-    whole in Keras 3 as ``out/keras/model.keras``), a SavedModel folder holding cuDNN nodes, or a Keras 3 model file
+    whole in Keras 3 as ``out/keras/model.keras``), a PyTorch file holding ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``
+    modules (any kind ``torch.save``, ``torch.jit.save`` or ``torch.export.save`` writes, or safetensors; read as data,
+    nothing in it runs; default style pytorch; ``mode`` settles an ``nn.RNN``'s tanh or relu where the file does
+    not), a SavedModel folder holding cuDNN nodes, or a Keras 3 model file
     (``.keras``, or ``model.save("m.h5")``) of stock LSTM / GRU / Bidirectional layers or :mod:`cudnn_port.layers`
     (exported whole, see :func:`cudnn_port.export`).
 
@@ -100,7 +103,8 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
                                  keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
 
-    src = open_source(source)
+    src = open_source(source, mode=mode)
+    getattr(src, "refuse_undecided", lambda: None)()  # a module whose file leaves its spec to a flag that is missing
     folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
     if style is None and src.default_style == "tf1" and not all(s.spec.cudnn_computes for s in stacks):

@@ -38,11 +38,11 @@ from .progress import Progress, say_to
 from .checkpoint import Checkpoint
 from .exports.runners import loads_shared
 from .graphs.trust import check_out
-from .judging import cudnn_api, keras_weights, tf1_weights
+from .judging import cudnn_api, keras_weights, tf1_weights, torch_weights
 from .judging.keras_weights import rebuilt_model_row
 from .judging.model_rows import keras_model_rows, saved_model_rows
 from .quiet import library_call
-from .readers import open_source
+from .readers import open_source, source_kind
 
 if TYPE_CHECKING:
     from .canonical import CanonicalRNN
@@ -143,8 +143,9 @@ def _judge_source(manifest, out, unchanged):
         if manifest.get("kind") != "keras_model" or not os.path.isfile(copy):
             return None, None
         path, words = copy, "buffer in OUT/keras/model.keras (source unavailable)"
-    try:
-        return open_source(path), words
+    modes = {s["spec"].get("mode") for s in manifest.get("stacks", [])} & {"rnn_tanh", "rnn_relu"}
+    try:  # an nn.RNN whose file leaves tanh or relu to --mode: the mode convert was given
+        return open_source(path, mode=modes.pop() if len(modes) == 1 else None), words
     except CudnnPortError:
         return None, None
 
@@ -182,6 +183,10 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         say(f"{stack['variable']}: checkpoint")
         rows.append(checkpoint_judge(manifest, out, stack, spec, (x, lengths, h, c), want, atol, rtol))
     rows += stack_artifact_rows(out, stack, spec, canon, (x, lengths, h, c), want, want_zero, atol, rtol, say)
+    if source is not None and source_kind(manifest["source"]["checkpoint"]) == "pytorch":
+        say(f"{stack['variable']}: PyTorch's own module")
+        rows.append(torch_weights.torch_row(manifest["source"]["checkpoint"], stack["prefix"], spec,
+                                            (x, lengths, h, c), want, atol, rtol))
     floor = max((r["max_abs"] for r in rows if r["passed"] and r["max_abs"] is not None), default=atol)
     rows.append(gpu_row(spec, canon, (x, lengths, h, c), want, fp32_floor(floor), rtol))
     for row in rows:
@@ -207,6 +212,10 @@ def _independent_stack(manifest, source, variable, spec):
     canonical cells: their tensors by TF1's names and gate orders; a stock Keras layer: its kernels by Keras' math),
     so that the per-stack judge shares nothing with the reader or rewrite the artifacts came through; None for a
     source whose stacks are buffers as saved."""
+    if source_kind(manifest["source"]["checkpoint"]) == "pytorch":  # PyTorch's names, not the reader's packing
+        prefix = variable.rsplit("/", 1)[0] if "/" in variable else ""
+        canon, how = torch_weights.stack_from_file(manifest["source"]["checkpoint"], prefix, spec)
+        return canon, f"the source file's tensors by PyTorch's parameter names, read by {how} (not the reader)"
     if str(manifest["source"].get("format", "")).startswith("Keras 2 HDF5"):  # the source, unchanged
         return (keras_weights.stack_from_file(manifest["source"]["checkpoint"], variable, spec),
                 "the source .h5's arrays, by Keras 2's own weight rule (not the reader)")
