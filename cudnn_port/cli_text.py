@@ -114,6 +114,12 @@ def inspect_text(report: Dict[str, Any], verbose: bool = False) -> str:
         lines.append(f"stock layer {r['layer']} ({r['type']}): {r['verdict']}{why}")
     for s in report["stacks"]:
         lines += ["", f"cuDNN stack {s['variable']}: {s['size']} elements, {s['dtype']}", f"  found: {s['found']}"]
+        if s.get("batch_first") is not None:  # a PyTorch module: its own input layout (the artifacts' is docs')
+            lines.append(f"  the module took batch_first={s['batch_first']} input; every artifact takes "
+                         "[batch, time, features] (docs/runtimes.md)")
+        if s.get("problem") and not s["candidates"]:  # a spec only a flag can settle: no candidates to rank
+            lines.append(f"  {s['problem'].split(': ', 1)[-1]}")
+            continue
         if s["spec"]:
             plan = s["plan"]
             lines += [f"  converts as: {describe(s['spec'])}  ({s['how']})"]

@@ -33,7 +33,7 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
         raise CudnnPortError(IDS_ONLY)
     if source_kind(path) == "saved_model":
         return _inspect_saved_model(path)
-    source = open_source(path)
+    source = open_source(path, mode=flags.get("mode"))
     flags = {k: v for k, v in flags.items() if v is not None}
     report = {"checkpoint": source.prefix, "format": source.format, "default_style": source.default_style,
               "variables": [{"name": n, "shape": list(source.shapes[n]), "dtype": source.dtypes[n]}
@@ -54,6 +54,12 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
                  "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}
         if hasattr(source, "layer_of"):
             entry.update(source.layer_of(stack.variable))
+        problem = getattr(source, "undecided_problem", lambda variable: None)(stack.variable)
+        if problem:  # the file leaves part of the spec to a flag (an nn.RNN's tanh or relu)
+            entry.update(spec=None, problem=problem, settle_with=["--mode rnn_tanh", "--mode rnn_relu"], candidates=[],
+                         candidate_count=0, found=source.describe(stack.variable))
+            report["stacks"].append(entry)
+            continue
         try:
             spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
             entry.update(spec=spec.to_dict(), how=how, flags=spec.flags() if spec.cudnn_computes else None,

@@ -83,7 +83,9 @@ class PyTorchSource(Source):
             variable = f"{module}/{BUFFER}" if module else BUFFER
             facts["file_keys"] = where.get(module, module)
             self.modules[variable] = facts
-            if spec is None:
+            if spec is None:  # nn.RNN, tanh or relu: listed (both have one size) and refused until --mode says
+                size = _spec(self.prefix, module, params, attrs.get(module, {}), "rnn_tanh")[0].param_count
+                self._add(variable, None, (size,), _dtype(params))
                 continue
             canon = _canonical(spec, params)
             self._canon[variable] = canon
@@ -104,12 +106,17 @@ class PyTorchSource(Source):
         """The modules whose mode the file does not tell (an ``nn.RNN`` state_dict: tanh or relu)."""
         return [v for v, facts in self.modules.items() if v not in self.specs]
 
+    def undecided_problem(self, variable: str) -> Optional[str]:
+        """Why ``variable``'s spec is not settled (the flag that settles it), or None."""
+        if variable not in self.modules or variable in self.specs:
+            return None
+        module = self.modules[variable]["module"] or "(top level)"
+        return f"{self.prefix}: {module} is an nn.RNN whose file does not say tanh or relu; pass --mode rnn_tanh " \
+               "or --mode rnn_relu"
+
     def refuse_undecided(self) -> None:
-        left = self.undecided()
-        if left:
-            module = self.modules[left[0]]["module"] or "(top level)"
-            raise CudnnPortError(f"{self.prefix}: {module} is an nn.RNN whose file does not say tanh or relu; pass "
-                                 "--mode rnn_tanh or --mode rnn_relu")
+        for variable in self.undecided():
+            raise CudnnPortError(self.undecided_problem(variable))
 
     def get(self, name):
         if name in self._canon:

@@ -172,6 +172,7 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
 
     # pickle's hooks -------------------------------------------------------------------------------------------------
     def find_class(self, module, name):
+        module = "builtins" if module == "__builtin__" else module  # protocol 2 spells Python 2's name
         if _module_refused(module) or (module in ("builtins", "__builtin__") and name not in SAFE_BUILTINS):
             self._refuse(f"{module}.{name}")
         return _Callable(self, Global(module, name))
