@@ -22,14 +22,17 @@ EPILOG = """examples:
   cudnn-port convert model.keras out/                (a Keras 3 model of LSTM/GRU/Bidirectional layers, or
   cudnn-port convert model.h5 out/                    cudnn_port.layers; .keras or Keras 3's .h5 -> CPU export)
   cudnn-port convert model.keras out/ --quantize int8  (with int8 ONNX models beside the float32 ones)
+  cudnn-port convert model.pt out/                   (a PyTorch file: each nn.LSTM / nn.GRU / nn.RNN a stack)
   cudnn-port verify out/
   cudnn-port bench out/ --json
 exit codes: 0 ok, 1 failed parity check or internal error, 2 bad input or usage, 130/143 interrupted"""
 
 SOURCE_HELP = ("a Keras 3 model file (.keras, or model.save('m.h5')) of stock LSTM / GRU / Bidirectional layers or "
                "cudnn_port.layers, any backend and precision policy; a Keras 2 .h5 file with CuDNNLSTM/CuDNNGRU "
-               "layers; a SavedModel folder whose graph holds CudnnRNN/V2/V3 nodes; or a TensorFlow checkpoint "
-               "holding a cuDNN buffer (prefix, its .index file, or its folder)")
+               "layers; a PyTorch file holding nn.LSTM / nn.GRU / nn.RNN modules (torch.save, TorchScript, "
+               "torch.export .pt2 or safetensors; read as data, nothing in it runs); a SavedModel folder whose graph "
+               "holds CudnnRNN/V2/V3 nodes; or a TensorFlow checkpoint holding a cuDNN buffer (prefix, its .index "
+               "file, or its folder)")
 MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
 DASH_HINT = "a name that starts with a dash goes after --, e.g. cudnn-port convert -- -model.ckpt out/"
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..checkpoint import Checkpoint
+from ..errors import CudnnPortError
 from ..source import Source
 from .keras_h5 import KerasH5, is_hdf5, is_keras3_model_h5
 from .keras_model import KerasModelSource
@@ -91,5 +92,5 @@ def open_source(path: "os.PathLike[str] | str", mode: Optional[str] = None) -> S
     path = os.fspath(path)
     found = source_type(path)
     if found.open is None:
-        raise ValueError(f"a {found.words} is a graph, not arrays: cudnn_port.roads.graph reads it")
+        raise CudnnPortError(f"{path} is a {found.words}: a graph, not named arrays (cudnn_port.roads.graph reads it)")
     return found.open(path, mode)
