@@ -30,7 +30,7 @@ from ..layout import RNNSpec, pack
 from ..paths import require_file
 from ..source import Source
 from .torch_files import read_torch_file, sniff
-from .torch_pickle import Inert
+from .torch_pickle import Inert, Quantized
 
 BUFFER = "opaque_kernel"
 GATES = {4: "lstm", 3: "gru", 1: "rnn"}
@@ -178,6 +178,10 @@ def _flatten(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dic
                 module(child, f"{prefix}.{name}" if prefix else name)
 
     def add(key, value):
+        if isinstance(value, Quantized):  # quantize_dynamic's nn.LSTM: no float weights, no cuDNN form
+            module = key.split("._all_weight_values")[0].split("._packed_params")[0].rsplit(".", 1)[0]
+            raise CudnnPortError(f"{path}: {_strip(module) or '(top level)'} is a quantized module ({key}), which has "
+                                 "no cuDNN form; convert the float model before it was quantized")
         stripped = _strip(key)
         tensors[stripped] = value
         m = _PARAM.match(stripped)
@@ -192,6 +196,11 @@ def _flatten(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dic
             for k, v in arrays.items():
                 add(f"{prefix}.{k}" if prefix else k, v)
             for k, v in obj.items():
+                packed = isinstance(v, Inert) and v.cls.qualname == "torch.ScriptObject"  # quantize_dynamic's
+                if isinstance(k, str) and (isinstance(v, Quantized) or packed or
+                                           (isinstance(v, tuple) and any(isinstance(t, Quantized) for t in v))):
+                    add(f"{prefix}.{k}" if prefix else k, Quantized())
+                    continue
                 if isinstance(k, str) and isinstance(v, (dict, Inert)) and k not in NOT_WEIGHTS:
                     walk(v, prefix if (k in STATE_KEYS and not prefix) else (f"{prefix}.{k}" if prefix else k))
 

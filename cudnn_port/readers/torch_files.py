@@ -23,12 +23,14 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..errors import CudnnPortError, reason, short
+from .zip_guard import check_members
 from .torch_pickle import TORCH_DTYPES, Inert, Storage, numpy_dtype, resolve, tensor_view, unpickle
 
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c  # torch/serialization.py MAGIC_NUMBER
 SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 MAX_HEADER = 100 << 20  # a safetensors JSON header this large is not a model's
+MAX_STORAGES = 200000  # zip members: one per storage; a GPU-trained RNN keeps all its weights in one
 
 
 @dataclass
@@ -91,6 +93,7 @@ def read_torch_file(path: str) -> TorchFile:
 
 def _read_zip(path):
     with zipfile.ZipFile(path) as z:
+        check_members(z, path, "a PyTorch file holds one per tensor storage", max_members=MAX_STORAGES)
         names = z.namelist()
         if any(n.endswith("archive_format") for n in names) or any("/models/" in n and n.endswith(".json")
                                                                     for n in names):
@@ -101,6 +104,8 @@ def _read_zip(path):
         order = z.read(root_dir + "byteorder").decode().strip() if root_dir + "byteorder" in names else "little"
         obj, storages = unpickle(z.read(pkl), os.path.basename(path))
         for key, storage in storages.items():
+            if storage.dtype == "quantized":  # never read: the reader names the module holding it
+                continue
             member = f"{root_dir}data/{key}"
             if member not in names:
                 raise CudnnPortError(f"{path}: storage {short(key, 20)} is named but not stored; the file is damaged")
@@ -137,6 +142,9 @@ def _read_legacy(path):
             if storage is None:
                 raise CudnnPortError(f"{path}: storage {short(str(key), 20)} is stored but never named; the file is "
                                      "damaged")
+            if storage.dtype == "quantized":
+                raise CudnnPortError(f"{path} holds quantized tensors, which no cuDNN stack holds; convert the float "
+                                     "model before it was quantized")
             (numel,) = struct.unpack("<q" if little else ">q", f.read(8))
             dt = numpy_dtype(storage.dtype)
             if numel < 0 or f.tell() + numel * dt.itemsize > size:

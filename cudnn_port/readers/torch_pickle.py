@@ -130,7 +130,9 @@ class Pending:
     def __init__(self, storage: Storage, offset: int, size: tuple, stride: tuple):
         self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
 
-    def value(self) -> np.ndarray:
+    def value(self) -> "np.ndarray | Quantized":
+        if self.storage.dtype == "quantized":
+            return Quantized()
         return tensor_view(self.storage, self.offset, self.size, self.stride)
 
 
@@ -217,6 +219,8 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
         if module == "torch._tensor" and name == "_rebuild_from_type_v2":  # (func, new_type, args, state)
             func, inner = args[0], args[2]
             return func(*inner) if isinstance(func, _Callable) else inner
+        if module.startswith("torch") and name == "_rebuild_qtensor":
+            return Quantized()
         if module.startswith("torch") and name in QUANTIZED:
             raise CudnnPortError(f"{self._what} holds a {name[len('_rebuild_'):].replace('_', ' ')}, which no cuDNN "
                                  "stack holds; convert the float model before it was quantized")
@@ -268,8 +272,18 @@ class _Callable:
         return f"<{self.g.qualname}>"
 
 
+class Quantized:
+    """A quantized tensor (``torch.quantize_per_tensor``, ``quantize_dynamic``'s packed weights): kept as a marker,
+    never read, so the reader can name the module that holds it."""
+
+    def __repr__(self):
+        return "<quantized tensor>"
+
+
 def _storage_dtype(storage_type) -> str:
     g = storage_type.g if isinstance(storage_type, _Callable) else None
+    if g is not None and g.name.startswith(("QInt", "QUInt")):
+        return "quantized"
     if g is not None and g.name in STORAGE_DTYPES:
         return STORAGE_DTYPES[g.name]
     if g is not None and g.module == "torch" and g.name in TORCH_DTYPES:  # new zips: ('storage', torch.float32, ...)

@@ -24,22 +24,26 @@ def check_keras_zip(path: str) -> None:
     weights file links to or stores data outside itself."""
     try:
         with zipfile.ZipFile(path) as archive:
-            members = archive.infolist()
-            if len(members) > MAX_MEMBERS:
-                raise CudnnPortError(f"{path} holds {len(members)} members; a .keras file holds a handful, so it "
-                                     "is not read")
-            for info in members:
-                limit = MAX_JSON_BYTES if info.filename.endswith(".json") else \
-                    max(FREE_BYTES, MAX_RATIO * info.compress_size)
-                if info.file_size > limit:
-                    raise CudnnPortError(f"{path}: member {short(info.filename)} inflates to {info.file_size} bytes "
-                                         f"from {info.compress_size}; the file is damaged or crafted to exhaust "
-                                         "memory, so it is not read")
+            check_members(archive, path, "a .keras file holds a handful")
             if WEIGHTS in archive.namelist():
                 _check_weights(archive, path)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
         raise CudnnPortError(f"cannot read {path} as a .keras archive ({reason(e)}); save the model again with "
                              "model.save(path)") from None
+
+
+def check_members(archive: zipfile.ZipFile, path: str, usual: str, max_members: int = MAX_MEMBERS) -> None:
+    """Refuse an archive of more than ``max_members`` members (``usual`` says how many its kind holds), or one of
+    whose members would inflate far beyond its stored bytes, from the central directory alone."""
+    members = archive.infolist()
+    if len(members) > max_members:
+        raise CudnnPortError(f"{path} holds {len(members)} members; {usual}, so it is not read")
+    for info in members:
+        limit = MAX_JSON_BYTES if info.filename.endswith(".json") else max(FREE_BYTES, MAX_RATIO * info.compress_size)
+        if info.file_size > limit:
+            raise CudnnPortError(f"{path}: member {short(info.filename)} inflates to {info.file_size} bytes from "
+                                 f"{info.compress_size}; the file is damaged or crafted to exhaust memory, so it is "
+                                 "not read")
 
 
 def _check_weights(archive, path):
