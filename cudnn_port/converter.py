@@ -106,6 +106,8 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
     src = open_source(source, mode=mode)
     getattr(src, "refuse_undecided", lambda: None)()  # a module whose file leaves its spec to a flag that is missing
     folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))
+    if getattr(src, "consumes_mode", False):  # the reader applied --mode where its file leaves the mode open
+        flags = dict(flags, mode=None)
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
     if style is None and src.default_style == "tf1" and not all(s.spec.cudnn_computes for s in stacks):
         style = "keras"  # no TF1 cuDNN cell holds a reset-before GRU or another activation; Keras' layers do

@@ -21,27 +21,34 @@ from cudnn_port.readers import open_source, source_kind
 
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "fixtures", "torch")
+PUBLISHED = os.path.join(HERE, "fixtures", "realworld")  # files published in public repositories (README there)
 CASES = json.load(open(os.path.join(FIXTURES, "cases.json")))
-EXPECTED = np.load(os.path.join(FIXTURES, "expected.npz"))
+EXPECTED = {FIXTURES: np.load(os.path.join(FIXTURES, "expected.npz")),
+            PUBLISHED: np.load(os.path.join(PUBLISHED, "torch_expected.npz"))}
+EVERY = [dict(case, base=FIXTURES) for case in CASES["cases"]] + \
+    [dict(case, base=PUBLISHED) for case in json.load(open(os.path.join(PUBLISHED, "torch_cases.json")))["cases"]]
 ATOL, RTOL = 1e-5, 1e-4
 MARKER = "/tmp/cudnn_port_evil_ran"
 
 
 def case_id(case):
-    return f"{case['file']}:{case['module']}"
+    return f"{'published/' if case['base'] == PUBLISHED else ''}{case['file']}:{case['module']}"
 
 
 def stack_name(case):
-    """The stack a module becomes: its path with the wrappers' prefixes (DataParallel's module., torch.compile's
-    _orig_mod.) read past, then /opaque_kernel."""
-    module = ".".join(p for p in case["module"].split(".") if p not in ("module", "_orig_mod"))
+    """The stack a module becomes: its path with the wrappers' prefixes (DataParallel's leading module.,
+    torch.compile's _orig_mod.) read past, then /opaque_kernel."""
+    parts = case["module"].split(".")
+    while parts and parts[0] in ("module", "_orig_mod"):
+        parts = parts[1:]
+    module = ".".join(p for p in parts if p != "_orig_mod")
     return f"{module}/opaque_kernel" if module else "opaque_kernel"
 
 
 def torch_batch(case):
     """(x [B, T, I], lengths, h0, c0 or None, [y [B, T, D*S], h_n, c_n or None]) from expected.npz, batch-major."""
-    key = case["key"]
-    get = lambda name: EXPECTED[f"{key}/{name}"] if f"{key}/{name}" in EXPECTED else None
+    key, expected = case["key"], EXPECTED[case["base"]]
+    get = lambda name: expected[f"{key}/{name}"] if f"{key}/{name}" in expected else None
     x, y = get("x"), get("y")
     if not case["batch_first"]:
         x, y = x.transpose(1, 0, 2), y.transpose(1, 0, 2)
@@ -59,15 +66,17 @@ def assert_matches(got, want, what):
 
 
 def mode_flag(case):
-    """What a user passes: --mode for an nn.RNN whose file does not say tanh or relu (a bare state_dict)."""
-    return case["mode"] if case["mode"].startswith("rnn_") and case["kind"] not in ("whole_module",) else None
+    """What a user passes: --mode for the nn.RNN a file holds (a bare state_dict does not say tanh or relu)."""
+    modes = {c["mode"] for c in EVERY if c["file"] == case["file"] and c["mode"].startswith("rnn_")}
+    return modes.pop() if modes else None
 
 
-@pytest.mark.parametrize("case", CASES["cases"], ids=case_id)
+@pytest.mark.parametrize("case", EVERY, ids=case_id)
 def test_every_file_kind_reads_to_pytorchs_own_outputs(case):
-    """The reader alone: the spec read off the file equals the module's, and the stack it packs computes (by the
-    NumPy reference) what PyTorch computed on CPU, or what cuDNN computed on an H100 for the GPU-saved file."""
-    path = os.path.join(FIXTURES, case["file"])
+    """The reader alone, on every file users save and every published one: the spec read off the file equals the
+    module's, and the stack it packs computes (by the NumPy reference) what PyTorch computed on CPU, or what cuDNN
+    computed on an H100 for the GPU-saved file."""
+    path = os.path.join(case["base"], case["file"])
     assert source_kind(path) == "pytorch"
     source = open_source(path, mode=mode_flag(case))
     name = stack_name(case)
@@ -84,14 +93,13 @@ def test_every_file_kind_reads_to_pytorchs_own_outputs(case):
 def test_reading_needs_no_torch_and_runs_nothing():
     """Every file kind reads with torch unimportable, and the two crafted pickles (os.system on load, in the zip
     and the legacy format) are refused naming the call, the command never run."""
-    files = sorted({c["file"] for c in CASES["cases"]})
+    files = sorted({os.path.join(c["base"], c["file"]) for c in EVERY})
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "from cudnn_port.readers import open_source\n"
         "from cudnn_port.errors import CudnnPortError\n"
         f"for f in {files!r}:\n"
-        f"    s = open_source({FIXTURES!r} + '/' + f, mode='rnn_relu' if f == 'rnn_relu.pt' else 'rnn_tanh'"
-        " if f == 'compiled.pt' else None)\n"
+        "    s = open_source(f, mode='rnn_relu' if f.endswith('rnn_relu.pt') else 'rnn_tanh')\n"
         "    assert s.specs, f\n"
         f"for f in {[r['file'] for r in CASES['refused']]!r}:\n"
         "    try:\n"
@@ -170,12 +178,20 @@ def test_what_the_file_cannot_tell_comes_from_a_flag(capsys, tmp_path):
     cell = tmp_path / "cell.pt"
     torch.save({"cell.weight_ih": torch.randn(8, 3), "cell.weight_hh": torch.randn(8, 2),
                 "cell.bias_ih": torch.randn(8), "cell.bias_hh": torch.randn(8)}, cell)
-    code, _, err = run_cli(capsys, "convert", cell, tmp_path / "o")
-    assert_clean_error(code, err, "nn.LSTMCell")
+    published = os.path.join(PUBLISHED, "chrisprasanna_Predicting_Seattle_Gas_Prices_with_ML", "darnn.pt")
+    for path in (cell, published):  # the published one: a DA-RNN's encoder and decoder LSTMCells
+        code, _, err = run_cli(capsys, "convert", path, tmp_path / "o")
+        assert_clean_error(code, err, "nn.LSTMCell")
+    quantized = tmp_path / "quantized.pt"
+    model = torch.nn.Sequential(torch.nn.LSTM(3, 5, 2), )
+    torch.save(torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM}, dtype=torch.qint8).state_dict(),
+               quantized)
+    code, _, err = run_cli(capsys, "convert", quantized, tmp_path / "o")
+    assert_clean_error(code, err, "0 is a quantized module")
     assert not os.path.exists(tmp_path / "o")
 
 
-@pytest.mark.parametrize("case", CASES["cases"], ids=case_id)
+@pytest.mark.parametrize("case", EVERY, ids=case_id)
 def test_every_file_kind_converts_to_an_artifact_that_matches_pytorch(tmp_path, case):
     """convert writes model_stateful.onnx for every module of every file kind (the SavedModel for an LSTM with
     proj_size, which ONNX's LSTM cannot hold); run on PyTorch's ragged batch with its non-zero states it gives
@@ -186,7 +202,7 @@ def test_every_file_kind_converts_to_an_artifact_that_matches_pytorch(tmp_path, 
     feeds = {"inputs": x, "sequence_lengths": lengths, "initial_h": h0, **({"initial_c": c0} if c0 is not None else {})}
     if case["proj_size"]:
         tf = pytest.importorskip("tensorflow")
-        manifest = convert(os.path.join(FIXTURES, case["file"]), tmp_path / "out", formats=["saved_model"],
+        manifest = convert(os.path.join(case["base"], case["file"]), tmp_path / "out", formats=["saved_model"],
                            mode=mode_flag(case))
         stack = next(s for s in manifest.stacks if s.variable == stack_name(case))
         serve = tf.saved_model.load(str(tmp_path / "out" / stack.artifacts["saved_model"]))
@@ -194,7 +210,7 @@ def test_every_file_kind_converts_to_an_artifact_that_matches_pytorch(tmp_path, 
         got = [got["outputs"].numpy(), got["final_h"].numpy(), got["final_c"].numpy()]
     else:
         ort = pytest.importorskip("onnxruntime")
-        manifest = convert(os.path.join(FIXTURES, case["file"]), tmp_path / "out", formats=["onnx"],
+        manifest = convert(os.path.join(case["base"], case["file"]), tmp_path / "out", formats=["onnx"],
                            mode=mode_flag(case))
         stack = next(s for s in manifest.stacks if s.variable == stack_name(case))
         session = ort.InferenceSession(str(tmp_path / "out" / stack.artifacts["onnx_stateful"]))
@@ -210,7 +226,7 @@ def test_a_gpu_trained_model_converts_to_every_artifact_and_verify_judges_it(cap
     names."""
     tf = pytest.importorskip("tensorflow")
     pytest.importorskip("torch")
-    case = next(c for c in CASES["cases"] if c["file"] == "gpu_views_cuda.pt")
+    case = next(c for c in EVERY if c["file"] == "gpu_views_cuda.pt")
     src, out = os.path.join(FIXTURES, case["file"]), tmp_path / "out"
     code, _, err = run_cli(capsys, "convert", src, out, "--formats",
                            "checkpoint,saved_model,graphdef,onnx,tflite,keras,pytorch", "--quantize", "int8")

@@ -57,6 +57,7 @@ class PyTorchSource(Source):
 
     default_style = "pytorch"
     names_note = "PyTorch module paths kept as they are; each recurrent module one stack"
+    consumes_mode = True  # --mode is applied here (to the modules whose file leaves it open), not to every stack
 
     def __init__(self, path: str, mode: Optional[str] = None):
         self.prefix = os.path.abspath(require_file(os.fspath(path), "PyTorch file"))
@@ -149,7 +150,7 @@ def _strip(key: str) -> str:
         for prefix in DROPPED_PREFIXES:
             if key.startswith(prefix):
                 key, changed = key[len(prefix):], True
-        key = key.replace("._orig_mod.", ".").replace(".module.module.", ".module.")
+        key = key.replace("._orig_mod.", ".")  # torch.compile of a submodule
     return key
 
 
@@ -307,7 +308,8 @@ def _spec(path, module, params, attrs, mode_flag) -> Tuple[Optional[RNNSpec], Di
     elif stated and stated != mode:
         raise CudnnPortError(f"{where}: the module says mode {stated.upper()} but its tensors are a {mode.upper()}'s; "
                              "the file is damaged or edited")
-    if mode_flag is not None and mode_flag != mode:
+    if mode_flag is not None and mode_flag != mode and not (mode_flag.startswith("rnn_") and gates != 1):
+        # --mode rnn_tanh / rnn_relu settles the nn.RNN modules; beside them an LSTM or GRU stays as its file says
         raise CudnnPortError(f"{where}: --mode {mode_flag} contradicts the file, which holds an {CLASSES[mode]} "
                              f"({mode}); leave --mode out")
     spec = RNNSpec(mode=mode, num_layers=layers, num_units=H, input_size=int(ih.shape[1]), bidirectional=dirs == 2,
