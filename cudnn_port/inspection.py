@@ -48,7 +48,9 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
     stacks = find_stacks(source, variable)
     for stack in stacks:
         clues = clues_for(source, stack)
-        found = ranked(candidates(stack.size, dtype=stack.dtype, **flags), clues)
+        stated = source.specs.get(stack.variable)  # a spec the source states outright: no other to rank
+        found = [stated] if stated is not None and not flags else \
+            ranked(candidates(stack.size, dtype=stack.dtype, **flags), clues)
         entry = {"variable": stack.variable, "size": stack.size, "dtype": stack.dtype, "slots": stack.slots,
                  "found": _found(source, stack, clues), "candidate_count": len(found),
                  "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}

@@ -115,13 +115,34 @@ def _read_zip(path):
 
 
 def _raw(z, member, dtype, order="little"):
-    """A zip member's bytes as a flat array of ``dtype``."""
+    """A zip member's bytes as a flat array of ``dtype``: mapped from the file, read-only, where the member is stored
+    uncompressed (as torch.save stores every storage), so no copy is made until the artifacts need one."""
     info = z.getinfo(member)
     dt = numpy_dtype(dtype).newbyteorder("<" if order == "little" else ">") if dtype not in ("bool", "bfloat16") \
         else numpy_dtype(dtype)
     if info.file_size % dt.itemsize:
         raise CudnnPortError(f"{member} holds {info.file_size} bytes, not a whole number of {dtype} elements")
-    return np.frombuffer(z.read(member), dtype=dt).astype(dt.newbyteorder("="), copy=False)
+    start = _stored_offset(z, info)
+    if start is not None and info.file_size:
+        flat = np.memmap(z.filename, dtype=dt, mode="r", offset=start, shape=(info.file_size // dt.itemsize,))
+    else:
+        flat = np.frombuffer(z.read(member), dtype=dt)
+    return flat if dt.isnative or dt.itemsize == 1 else flat.astype(dt.newbyteorder("="))
+
+
+def _stored_offset(z, info):
+    """Where an uncompressed, unencrypted member's bytes start in the file (after its local header), or None."""
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 or not isinstance(z.filename, str):
+        return None
+    with open(z.filename, "rb") as f:
+        f.seek(info.header_offset)
+        header = f.read(30)
+        size = os.fstat(f.fileno()).st_size
+    if len(header) < 30 or header[:4] != b"PK\x03\x04":
+        return None
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    start = info.header_offset + 30 + name_len + extra_len
+    return start if start + info.file_size <= size else None
 
 
 def _read_legacy(path):
