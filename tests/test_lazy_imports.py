@@ -13,7 +13,7 @@ from typing import Dict, Iterator, List, Set, Tuple
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cudnn_port"
 HEAVY = {"tensorflow", "keras", "onnx", "onnxruntime", "tf2onnx", "torch", "openvino", "ai_edge_litert",
-         "flatbuffers", "h5py", "safetensors"}
+         "flatbuffers", "h5py", "safetensors", "ml_dtypes"}  # ml_dtypes: optional, comes with TensorFlow and Keras
 # pytest loads the plugin in every run of every project that installs cudnn-port; it loads cudnn_port only for a test
 # that asks for a parity report
 WAITS_FOR_A_CALLER = {("pytest_plugin.py", "cudnn_port.verify")}

@@ -14,13 +14,15 @@ wrongly fails every row.
 - :func:`torch_row`: ``torch.nn.LSTM / GRU / RNN`` itself on CPU, loading those tensors, on verify's ragged batch
   with non-zero states, against the same reference (a judge of the judge: PyTorch's kernels agree with it).
 """
-import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .parity import compare, failed_row, skipped_row
 from ..canonical import CanonicalRNN, LayerParams
+from ..formats.pytorch import torch_modules
+from ..readers.torch_files import read_torch_file
+from ..readers.torch_pickle import Inert
 
 if TYPE_CHECKING:
     from ..layout import RNNSpec
@@ -49,9 +51,6 @@ def file_tensors(path: str) -> Tuple[Dict[str, np.ndarray], str]:
             return found, "PyTorch's own loader (torch.load, weights_only=True)"
     except Exception:  # BLE001: no torch, or a file torch cannot load without running it: the project's unpickler
         pass
-    from ..readers.torch_files import read_torch_file
-    from ..readers.torch_pickle import Inert
-
     found = {}
     root = read_torch_file(path).root
 
@@ -82,7 +81,7 @@ def _walk(obj, prefix, found, convert, inert=None):
     elif isinstance(obj, dict):
         for k, v in obj.items():
             _walk(v, f"{prefix}.{k}" if prefix else str(k), found, convert, inert)
-    elif inert is not None and type(obj).__name__ == "Inert":
+    elif inert is not None and isinstance(obj, Inert):
         inert(obj, prefix)
 
 
@@ -129,8 +128,8 @@ def stack_from_file(path: str, module: str, spec: "RNNSpec") -> Tuple[CanonicalR
     return CanonicalRNN(spec, layers), how
 
 
-def torch_row(path: str, module: str, spec: "RNNSpec", batch, want: List[Optional[np.ndarray]], atol: float,
-              rtol: float) -> Dict[str, Any]:
+def torch_row(path: str, module: str, spec: "RNNSpec", batch: Tuple[np.ndarray, ...],
+              want: List[Optional[np.ndarray]], atol: float, rtol: float) -> Dict[str, Any]:
     """``torch.nn.LSTM / GRU / RNN`` loading the module's tensors from the file, against the reference."""
     name = "PyTorch's own module on the file's tensors"
     try:
@@ -138,8 +137,6 @@ def torch_row(path: str, module: str, spec: "RNNSpec", batch, want: List[Optiona
         import torch  # noqa: F401
     except ImportError:
         return skipped_row(name, "PyTorch is not installed (pip install torch)")
-    from ..formats.pytorch import torch_modules
-
     try:
         tensors, how = file_tensors(path)
         state = {k: v for k, v in module_tensors(tensors, module).items() if not k.endswith("_raw")}
@@ -152,7 +149,3 @@ def torch_row(path: str, module: str, spec: "RNNSpec", batch, want: List[Optiona
         return dict(compare(name, got, want, atol, rtol), judge_of_artifact=f"torch.nn on CPU; tensors by {how}")
     except Exception as e:  # BLE001: a module PyTorch cannot build from the file is a failed check
         return failed_row(name, e)
-
-
-def source_path(manifest) -> str:
-    return os.fspath(manifest["source"].get("checkpoint", ""))

@@ -119,15 +119,15 @@ class PyTorchSource(Source):
         for variable in self.undecided():
             raise CudnnPortError(self.undecided_problem(variable))
 
-    def get(self, name):
+    def get(self, name: str) -> np.ndarray:
         if name in self._canon:
             return pack(self._canon[name], self.dtypes[name])
         return self._arrays[name]
 
-    def files(self):
+    def files(self) -> List[str]:
         return [self.prefix]
 
-    def describe(self, name):
+    def describe(self, name: str) -> str:
         facts = self.modules.get(name, {})
         return f"{facts.get('class', 'module')} '{facts.get('module', name)}' in a {self.format}: " + \
             "; ".join(f"{k} from {v}" for k, v in facts.get("from", {}).items())
@@ -138,7 +138,7 @@ class PyTorchSource(Source):
         return {"module": facts.get("module"), "type": facts.get("class"), "batch_first": facts.get("batch_first"),
                 "facts_from": facts.get("from", {})}
 
-    def nothing_found(self):
+    def nothing_found(self) -> str:
         return (f"no nn.LSTM / nn.GRU / nn.RNN in {self.prefix}: no tensor is named weight_ih_l0 (inspect lists "
                 "the tensors)")
 

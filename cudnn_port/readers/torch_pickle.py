@@ -46,7 +46,7 @@ QUANTIZED = {"_rebuild_qtensor", "_rebuild_sparse_tensor", "_rebuild_sparse_csr_
              "_rebuild_wrapper_subclass", "_rebuild_meta_tensor_no_storage", "_rebuild_device_tensor_from_numpy"}
 
 
-def bfloat16_dtype():
+def bfloat16_dtype() -> Optional[np.dtype]:
     """NumPy's bfloat16 (ml_dtypes, which TensorFlow and Keras bring), or None."""
     try:
         # lazy: ml_dtypes comes with TensorFlow / Keras; only bfloat16 tensors need it
@@ -173,13 +173,13 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
         self._what, self.storages = what, {}
 
     # pickle's hooks -------------------------------------------------------------------------------------------------
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> "_Callable":
         module = "builtins" if module == "__builtin__" else module  # protocol 2 spells Python 2's name
         if _module_refused(module) or (module in ("builtins", "__builtin__") and name not in SAFE_BUILTINS):
             self._refuse(f"{module}.{name}")
         return _Callable(self, Global(module, name))
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> "Storage":
         if not isinstance(pid, tuple) or not pid or pid[0] != "storage":
             raise CudnnPortError(f"{self._what}: a persistent id {short(repr(pid), 60)} is not a storage; the file is "
                                  "not a PyTorch file")
@@ -204,7 +204,7 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
                              "torch.save(model.state_dict(), path)")
 
     # what a call of a global gives ----------------------------------------------------------------------------------
-    def call(self, g: Global, args: tuple, kwargs: Optional[dict] = None):
+    def call(self, g: Global, args: tuple, kwargs: Optional[dict] = None) -> Any:
         module, name = g.module, g.name
         if kwargs:
             args = args + tuple(kwargs.values())
