@@ -17,7 +17,7 @@ from .roads.graph import convert_saved_model
 from .outdir import OutputFolder, finish
 from . import formats as registry
 from .roads.stack import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
-from .readers import open_source, source_kind, WEIGHTS
+from .readers import open_source, source_type
 from .targets import STYLES
 from .progress import say_to
 from .checkpoint import Checkpoint, resolve_prefix
@@ -82,24 +82,24 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose {', '.join(QUANTIZE)}")
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
-    kind = source_kind(source)
-    if kind in WEIGHTS and not os.path.lexists(source):  # a prefix, or nothing: said before the heavy imports
+    found = source_type(source)
+    road = found.road
+    if road == "stack" and not os.path.lexists(source):  # a checkpoint prefix, or nothing: said before heavy imports
         resolve_prefix(source)
     onnx = formats is None or "onnx" in formats
     require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
             *(["onnxruntime"] if quantize else []), *registry.needs(formats or ()), purpose="convert")
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
-    if kind not in WEIGHTS and (given or variable):
+    if (given and not found.spec_flags) or (variable and road != "stack"):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "
-                             f"{'SavedModel' if kind == 'saved_model' else '.keras model'} states every spec, so "
-                             "leave the spec flags out")
-    if ids_dtype is not None and kind != "keras_model":
+                             f"{found.words} states every spec, so leave the spec flags out")
+    if ids_dtype is not None and road != "model":
         raise CudnnPortError(IDS_ONLY)
-    if kind == "saved_model":
+    if road == "graph":
         if quantize:
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
-    if kind == "keras_model":
+    if road == "model":
         return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
                                  keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
 

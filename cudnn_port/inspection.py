@@ -16,7 +16,7 @@ from .targets import target_for, tf1
 from .graphs import load_proto
 from .graphs.reach import describe, dropped_summary, reach
 from .graphs.trust import inspect_entries
-from .readers import open_source, source_kind
+from .readers import open_source, source_type
 from .formats.keras import WHOLE_MODEL
 
 
@@ -29,9 +29,10 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
     ``convert``'s, the dtype a whole model's artifacts would take for its ids (:mod:`cudnn_port.model_inputs`).
     """
     path = os.fspath(path)
-    if ids_dtype is not None and source_kind(path) != "keras_model":
+    road = source_type(path).road
+    if ids_dtype is not None and road != "model":
         raise CudnnPortError(IDS_ONLY)
-    if source_kind(path) == "saved_model":
+    if road == "graph":
         return _inspect_saved_model(path)
     source = open_source(path, mode=flags.get("mode"))
     flags = {k: v for k, v in flags.items() if v is not None}

@@ -1,5 +1,7 @@
-"""What every reader gives the converter: a :class:`Source`, the same verbs for every input format."""
-from typing import Dict, List, Optional
+"""What every reader gives the converter: a :class:`Source`, the same verbs for every input format; and what every
+reader module declares: one :class:`SourceType`, its ``SOURCE``, which :mod:`cudnn_port.readers` discovers."""
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -53,3 +55,32 @@ class Source:
         """The error message when the source holds no cuDNN buffer."""
         return (f"no cuDNN buffer in {self.prefix}: no variable name ends in opaque_kernel; name it with "
                 "--variable NAME (cudnn-port inspect lists the variables)")
+
+
+@dataclass(frozen=True)
+class SourceType:
+    """One kind of source, declared by its reader module as ``SOURCE``:
+
+    - ``kind``: the one name every module uses for it (``"pytorch"``); ``words``: the same for users;
+    - ``road``: ``"stack"`` (stack by stack, :mod:`cudnn_port.roads.stack`), ``"model"`` (a whole Keras model,
+      :mod:`cudnn_port.roads.model`) or ``"graph"`` (a SavedModel's graph, :mod:`cudnn_port.roads.graph`);
+    - ``claims(path)``: whether ``path`` is of this kind, by its content; kinds are asked in ``order``;
+    - ``open(path, mode)``: the :class:`Source` (None on the graph road, which reads no named arrays); ``mode`` is
+      ``--mode``, for a file that leaves the mode open (an ``nn.RNN``'s tanh or relu);
+    - ``spec_flags``: whether the spec flags (``--mode`` ... ``--num-proj``) may settle what the file leaves open;
+    - ``judge``: ``"module:function"`` of verify's per-stack judge that reads the source file by its format's own
+      documented rule, not through this reader (``function(path, variable, spec) -> (CanonicalRNN, words)``), or
+      None where the stacks are buffers as saved (the cuDNN API's statement of the layout judges them);
+    - ``original``: ``"module:function"`` of a verify row in which the source's own framework runs the stack from
+      the file (``function(path, variable, spec, batch, want, atol, rtol) -> row``: PyTorch's ``nn.LSTM``), or None.
+    """
+
+    kind: str
+    words: str
+    road: str
+    claims: Callable[[str], bool]
+    open: Optional[Callable[[str, Optional[str]], Source]]
+    spec_flags: bool = False
+    order: int = 50
+    judge: Optional[str] = None
+    original: Optional[str] = None

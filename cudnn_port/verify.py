@@ -20,6 +20,7 @@ hash the same; otherwise from OUT/checkpoint (the report says which). An element
     report = verify("out/")            # also writes out/parity.json
     assert report["passed"]
 """
+import importlib
 import os
 import re
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -38,11 +39,11 @@ from .progress import Progress, say_to
 from .checkpoint import Checkpoint
 from .exports.runners import loads_shared
 from .graphs.trust import check_out
-from .judging import cudnn_api, keras_weights, tf1_weights, torch_weights
+from .judging import cudnn_api, keras_weights, tf1_weights
 from .judging.keras_weights import rebuilt_model_row
 from .judging.model_rows import keras_model_rows, saved_model_rows
 from .quiet import library_call
-from .readers import open_source, source_kind
+from .readers import open_source, source_type
 
 if TYPE_CHECKING:
     from .canonical import CanonicalRNN
@@ -183,10 +184,11 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         say(f"{stack['variable']}: checkpoint")
         rows.append(checkpoint_judge(manifest, out, stack, spec, (x, lengths, h, c), want, atol, rtol))
     rows += stack_artifact_rows(out, stack, spec, canon, (x, lengths, h, c), want, want_zero, atol, rtol, say)
-    if source is not None and source_kind(manifest["source"]["checkpoint"]) == "pytorch":
-        say(f"{stack['variable']}: PyTorch's own module")
-        rows.append(torch_weights.torch_row(manifest["source"]["checkpoint"], stack["prefix"], spec,
-                                            (x, lengths, h, c), want, atol, rtol))
+    original = source_type(manifest["source"]["checkpoint"]).original if source is not None else None
+    if original is not None:  # the source's own framework runs the stack from the file (PyTorch's nn.LSTM)
+        say(f"{stack['variable']}: the source's own framework")
+        rows.append(_call(original, manifest["source"]["checkpoint"], stack["variable"], spec, (x, lengths, h, c),
+                          want, atol, rtol))
     floor = max((r["max_abs"] for r in rows if r["passed"] and r["max_abs"] is not None), default=atol)
     rows.append(gpu_row(spec, canon, (x, lengths, h, c), want, fp32_floor(floor), rtol))
     for row in rows:
@@ -212,13 +214,9 @@ def _independent_stack(manifest, source, variable, spec):
     canonical cells: their tensors by TF1's names and gate orders; a stock Keras layer: its kernels by Keras' math),
     so that the per-stack judge shares nothing with the reader or rewrite the artifacts came through; None for a
     source whose stacks are buffers as saved."""
-    if source_kind(manifest["source"]["checkpoint"]) == "pytorch":  # PyTorch's names, not the reader's packing
-        prefix = variable.rsplit("/", 1)[0] if "/" in variable else ""
-        canon, how = torch_weights.stack_from_file(manifest["source"]["checkpoint"], prefix, spec)
-        return canon, f"the source file's tensors by PyTorch's parameter names, read by {how} (not the reader)"
-    if str(manifest["source"].get("format", "")).startswith("Keras 2 HDF5"):  # the source, unchanged
-        return (keras_weights.stack_from_file(manifest["source"]["checkpoint"], variable, spec),
-                "the source .h5's arrays, by Keras 2's own weight rule (not the reader)")
+    judge = source_type(manifest["source"]["checkpoint"]).judge  # the source file's own rule, by the registry
+    if judge is not None:
+        return _call(judge, manifest["source"]["checkpoint"], variable, spec)
     if variable in getattr(source, "canonical", {}):  # TF1 canonical cells, no buffer: the reader packed one
         checkpoint = source.checkpoint
         return (tf1_weights.stack_from_checkpoint(checkpoint.get, checkpoint.shapes, variable, spec),
@@ -233,6 +231,12 @@ def _independent_stack(manifest, source, variable, spec):
             return (keras_weights.stock_stack(original, row["layer"], spec, row.get("cell"), row.get("direction")),
                     "the stock layer's own Keras weights, by Keras' math (not the rewrite)")
     return None
+
+
+def _call(where: str, *args):
+    """The function a source's registry entry names as ``"module:function"``, called."""
+    module, function = where.split(":")
+    return getattr(importlib.import_module(module), function)(*args)
 
 
 def _read_buffer(spec: RNNSpec, buffer: np.ndarray) -> Tuple["CanonicalRNN", List[Dict[str, Any]]]:

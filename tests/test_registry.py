@@ -225,3 +225,91 @@ def test_a_toy_format_defined_in_one_place_is_written_and_verified_on_every_road
             assert toy and all(r["passed"] for r in toy) and report["passed"], (out, report["rows"])
     finally:
         formats.unregister("toy")
+
+
+# ---------------------------------------------------------------------------------------------- the toy source
+
+def _toy_source(swap=False):
+    """A kind of source defined in one place: a ``.toyrnn`` JSON file ``{"name": {"mode", "layers", "units",
+    "input", "bidirectional", "gates": [per pseudo-layer {"W": ..., "R": ..., "b_W": ..., "b_R": ...}]}}``: its
+    reader packs each stack into a buffer; its judge reads the same JSON by its own rule. ``swap``: a reader with a
+    bug (gates 1 and 2 of the first pseudo-layer's W exchanged)."""
+    import json
+
+    from cudnn_port.canonical import CanonicalRNN, LayerParams
+    from cudnn_port.layout import RNNSpec, pack
+    from cudnn_port.source import Source, SourceType
+
+    def spec_of(entry):
+        return RNNSpec(entry["mode"], entry["layers"], entry["units"], entry["input"], entry["bidirectional"])
+
+    class ToySource(Source):
+        default_style = "keras"
+
+        def __init__(self, path):
+            self.prefix, self.format = str(path), "toy RNN JSON"
+            self.stacks = json.load(open(path))
+            self.shapes = {f"{n}/opaque_kernel": (spec_of(e).param_count,) for n, e in self.stacks.items()}
+            self.dtypes = dict.fromkeys(self.shapes, "float32")
+            self.specs = {f"{n}/opaque_kernel": spec_of(e) for n, e in self.stacks.items()}
+
+        def get(self, name):
+            entry = self.stacks[name.split("/")[0]]
+            spec = spec_of(entry)
+            layers = [LayerParams(**{k: np.asarray(v, np.float32) for k, v in p.items()}) for p in entry["gates"]]
+            if swap:
+                layers[0].W[[1, 2]] = layers[0].W[[2, 1]]
+            return pack(CanonicalRNN(spec, layers), "float32")
+
+        def files(self):
+            return [self.prefix]
+
+    return SourceType("toy", "toy RNN JSON file", "stack", lambda path: str(path).endswith(".toyrnn"),
+                      lambda path, mode=None: ToySource(path), order=5, judge=f"{__name__}:toy_judge")
+
+
+def toy_judge(path, variable, spec):
+    """The toy source's judge: its JSON by its own rule (each gate's lists), not through its reader's packing."""
+    import json
+
+    from cudnn_port.canonical import CanonicalRNN, LayerParams
+
+    entry = json.load(open(path))[variable.split("/")[0]]
+    layers = [LayerParams(**{k: np.asarray(v, np.float64) for k, v in p.items()}) for p in entry["gates"]]
+    return CanonicalRNN(spec, layers), "the toy file's own lists"
+
+
+@pytest.mark.slow
+def test_a_toy_source_defined_in_one_place_is_inspected_converted_and_judged(tmp_path):
+    """Adding a kind of source is its definition and nothing else: registered, the toy source is claimed by content,
+    inspected, converted by the road it names, and judged by verify with its own judge; a reader that packs a gate
+    wrongly (planted) fails verify."""
+    import json
+
+    from cudnn_port import convert, inspect_source, verify
+    from cudnn_port import readers
+    from cudnn_port.layout import unpack
+
+    spec = make_spec("lstm", 2, True)
+    canon = unpack(spec, np.random.default_rng(5).normal(size=spec.param_count).astype(np.float32) * 0.4)
+    entry = {"mode": "lstm", "layers": 2, "units": spec.num_units, "input": spec.input_size, "bidirectional": True,
+             "gates": [{k: getattr(p, k).tolist() for k in ("W", "R", "b_W", "b_R")} for p in canon.layers]}
+    src = tmp_path / "model.toyrnn"
+    src.write_text(json.dumps({"enc": entry}))
+    readers.register(_toy_source())
+    try:
+        assert readers.source_kind(src) == "toy"
+        report = inspect_source(src)
+        assert report["format"] == "toy RNN JSON" and report["stacks"][0]["spec"]["num_layers"] == 2
+        manifest = convert(src, tmp_path / "out", formats=["checkpoint", "onnx"])
+        assert manifest.stacks[0].variable == "enc/opaque_kernel"
+        verdict = verify(tmp_path / "out")
+        assert verdict["passed"] and any(r.get("judge") == "the toy file's own lists" for r in verdict["rows"])
+        readers.register(_toy_source(swap=True))  # the reader's bug, planted; the judge reads the file itself
+        convert(src, tmp_path / "bad", formats=["onnx"])
+        bad = verify(tmp_path / "bad")
+        assert not bad["passed"] and any(r["artifact"].startswith("onnx") and r["passed"] is False
+                                         for r in bad["rows"])
+    finally:
+        readers.unregister("toy")
+    assert readers.source_kind(src) == "checkpoint"

@@ -13,7 +13,7 @@ came through.
   (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
 """
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 import json
 
 import numpy as np
@@ -120,6 +120,13 @@ def _layers(model):
 # Keras gate blocks (i f c o / z r h) in cuDNN order (i f c o / r z h)
 KERAS_TO_CUDNN = {"LSTM": [0, 1, 2, 3], "GRU": [1, 0, 2], "SimpleRNN": [0]}
 KERAS_KIND = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
+
+
+def judge_stack(path: str, variable: str, spec: "RNNSpec") -> "Tuple[CanonicalRNN, str]":
+    """verify's per-stack judge of a Keras 2 ``.h5`` (the registry's ``judge``): :func:`stack_from_file`, and the
+    judge's words."""
+    words = "the source .h5's arrays, by Keras 2's own weight rule (not the reader)"
+    return stack_from_file(path, variable, spec), words
 
 
 def stack_from_file(source: str, variable: str, spec: "RNNSpec") -> "CanonicalRNN":

@@ -128,9 +128,11 @@ def stack_from_file(path: str, module: str, spec: "RNNSpec") -> Tuple[CanonicalR
     return CanonicalRNN(spec, layers), how
 
 
-def torch_row(path: str, module: str, spec: "RNNSpec", batch: Tuple[np.ndarray, ...],
+def torch_row(path: str, variable: str, spec: "RNNSpec", batch: Tuple[np.ndarray, ...],
               want: List[Optional[np.ndarray]], atol: float, rtol: float) -> Dict[str, Any]:
-    """``torch.nn.LSTM / GRU / RNN`` loading the module's tensors from the file, against the reference."""
+    """``torch.nn.LSTM / GRU / RNN`` loading the tensors of the module of stack ``variable`` from the file, against
+    the reference (the registry's ``original`` row of a PyTorch source)."""
+    module = variable.rsplit("/", 1)[0] if "/" in variable else ""
     name = "PyTorch's own module on the file's tensors"
     try:
         # lazy: torch, loaded on first use (import cudnn_port stays light)
@@ -149,3 +151,10 @@ def torch_row(path: str, module: str, spec: "RNNSpec", batch: Tuple[np.ndarray, 
         return dict(compare(name, got, want, atol, rtol), judge_of_artifact=f"torch.nn on CPU; tensors by {how}")
     except Exception as e:  # BLE001: a module PyTorch cannot build from the file is a failed check
         return failed_row(name, e)
+
+
+def judge_stack(path: str, variable: str, spec: "RNNSpec") -> Tuple[CanonicalRNN, str]:
+    """verify's per-stack judge of a PyTorch source (the registry's ``judge``): the stack ``variable``
+    (``{module}/opaque_kernel``) from the file's tensors by PyTorch's names, and the judge's words."""
+    canon, how = stack_from_file(path, variable.rsplit("/", 1)[0] if "/" in variable else "", spec)
+    return canon, f"the source file's tensors by PyTorch's parameter names, read by {how} (not the reader)"

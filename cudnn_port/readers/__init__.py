@@ -9,80 +9,65 @@ reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.r
 - PyTorch files (``torch.save``, legacy, TorchScript, ``torch.export``, safetensors) holding ``nn.LSTM`` /
   ``nn.GRU`` / ``nn.RNN`` modules, read as data: :class:`.pytorch.PyTorchSource`
 
-:data:`SOURCES` is the registry: one :class:`SourceType` per kind, in the order they claim a path; convert, inspect,
-verify and bench look a kind up there (its road, its flags, its judge) instead of switching on names.
+:func:`sources` is the registry: each reader module declares one :class:`~cudnn_port.source.SourceType` as
+``SOURCE`` (found with ``pkgutil``, no list to edit); convert, inspect, verify and bench look a path's kind up there
+(its road, its flags, its judge) instead of switching on names. A new kind of source is one module here plus its
+test.
 
 SavedModels holding cuDNN nodes are graphs, not weights: :mod:`cudnn_port.graphs` finds and replaces their nodes.
 """
+import importlib
 import os
-from dataclasses import dataclass
-from typing import Callable, Optional
+import pkgutil
+from typing import Dict, Optional
 
-from ..checkpoint import Checkpoint
 from ..errors import CudnnPortError
-from ..source import Source
-from .keras_h5 import KerasH5, is_hdf5, is_keras3_model_h5
-from .keras_model import KerasModelSource
-from .platform import check_source
-from .tf1_canonical import with_canonical_stacks
-from .pytorch import PyTorchSource, is_pytorch_file
-from ..paths import is_saved_model
+from ..source import Source, SourceType
+
+_REGISTRY: Dict[str, SourceType] = {}
 
 
-@dataclass(frozen=True)
-class SourceType:
-    """One kind of source: ``kind`` (the one name every module uses), ``words`` (for users), ``road`` ("stack":
-    stack by stack, :mod:`cudnn_port.roads.stack`; "model": a whole Keras model, :mod:`cudnn_port.roads.model`;
-    "graph": a SavedModel's graph, :mod:`cudnn_port.roads.graph`), ``claims(path)`` (by content, not name),
-    ``open(path, mode)`` (the :class:`~cudnn_port.source.Source`; None for the graph road, which reads no
-    arrays), and ``spec_flags`` (whether the spec flags may settle what the file does not state)."""
-
-    kind: str
-    words: str
-    road: str
-    claims: Callable[[str], bool]
-    open: Optional[Callable[[str, Optional[str]], Source]]
-    spec_flags: bool = False
-
-
-def _open_checkpoint(path, mode=None):
-    checkpoint = Checkpoint(path)
-    check_source(checkpoint)
-    return with_canonical_stacks(checkpoint)
+def sources() -> Dict[str, SourceType]:
+    """Every registered kind of source by name, in the order they claim a path: the ``SOURCE`` of each module of
+    this package, imported once (they are light)."""
+    if not _REGISTRY:
+        found = []
+        for module in pkgutil.iter_modules(__path__):
+            declared = getattr(importlib.import_module(f"{__name__}.{module.name}"), "SOURCE", None)
+            if isinstance(declared, SourceType):
+                found.append(declared)
+        kinds = [t.kind for t in found]
+        if len(set(kinds)) != len(kinds):
+            raise RuntimeError(f"two reader modules register the same kind: {sorted(kinds)}")
+        _REGISTRY.update((t.kind, t) for t in sorted(found, key=lambda t: (t.order, t.kind)))
+    return _REGISTRY
 
 
-def _open_pytorch(path, mode=None):
-    return PyTorchSource(path, mode=mode)
+def register(declared: SourceType) -> None:
+    """Add ``declared`` to the registry, in its ``order``, as its module would (a test's toy source)."""
+    merged = dict(sources(), **{declared.kind: declared})
+    _REGISTRY.clear()
+    _REGISTRY.update((t.kind, t) for t in sorted(merged.values(), key=lambda t: (t.order, t.kind)))
 
 
-def _keras_model(path):
-    if path.endswith(".keras") and os.path.lexists(path) and not os.path.isdir(path):
-        return True
-    return os.path.isfile(path) and is_hdf5(path) and is_keras3_model_h5(path)
+def unregister(kind: str) -> None:
+    sources().pop(kind, None)
 
 
-SOURCES = (
-    SourceType("saved_model", "SavedModel", "graph", is_saved_model, None),
-    SourceType("keras_model", "Keras 3 model (.keras, or a Keras 3 .h5)", "model", _keras_model,
-               lambda path, mode=None: KerasModelSource.from_file(path)),
-    SourceType("keras_h5", "Keras 2 .h5 file", "stack", lambda path: os.path.isfile(path) and is_hdf5(path),
-               lambda path, mode=None: KerasH5(path)),
-    SourceType("pytorch", "PyTorch file", "stack", is_pytorch_file, _open_pytorch, spec_flags=True),
-    SourceType("checkpoint", "TensorFlow checkpoint", "stack", lambda path: True, _open_checkpoint,
-               spec_flags=True),  # a prefix, index or folder; also what does not exist yet
-)
-WEIGHTS = tuple(t.kind for t in SOURCES if t.road == "stack")  # the kinds converted stack by stack
+def kinds_on(road: str) -> tuple:
+    """The kinds that take ``road`` ("stack", "model", "graph")."""
+    return tuple(t.kind for t in sources().values() if t.road == road)
 
 
 def source_type(path: "os.PathLike[str] | str") -> SourceType:
-    """The :class:`SourceType` that claims ``path``, decided here once for convert, inspect and the readers."""
+    """The :class:`~cudnn_port.source.SourceType` that claims ``path``, decided here once for convert, inspect,
+    verify and the readers (a TensorFlow checkpoint prefix claims what no other kind does, and what does not exist)."""
     path = os.fspath(path)
-    return next(t for t in SOURCES if t.claims(path))
+    return next(t for t in sources().values() if t.claims(path))
 
 
 def source_kind(path: "os.PathLike[str] | str") -> str:
-    """The kind of ``path`` (:func:`source_type`'s name): "saved_model", "keras_model", "keras_h5", "pytorch" or
-    "checkpoint"."""
+    """The kind of ``path``: :func:`source_type`'s ``kind``."""
     return source_type(path).kind
 
 
@@ -94,3 +79,6 @@ def open_source(path: "os.PathLike[str] | str", mode: Optional[str] = None) -> S
     if found.open is None:
         raise CudnnPortError(f"{path} is a {found.words}: a graph, not named arrays (cudnn_port.roads.graph reads it)")
     return found.open(path, mode)
+
+
+WEIGHTS = kinds_on("stack")  # the kinds converted stack by stack

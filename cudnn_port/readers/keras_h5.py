@@ -25,7 +25,7 @@ from ..errors import CudnnPortError, reason
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
 from ..paths import require_file
-from ..source import Source
+from ..source import Source, SourceType
 from .h5_guard import check_h5
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -237,3 +237,8 @@ def _cudnn_mode(weights):
         if H and r[1] == G * H and k[1] == G * H and b[0] == 2 * G * H:
             return mode
     return None
+
+
+SOURCE = SourceType("keras_h5", "Keras 2 .h5 file", "stack", lambda path: os.path.isfile(path) and is_hdf5(path),
+                    lambda path, mode=None: KerasH5(path), order=30,
+                    judge="cudnn_port.judging.keras_weights:judge_stack")

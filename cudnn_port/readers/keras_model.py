@@ -23,14 +23,14 @@ import numpy as np
 from ..errors import CudnnPortError, UnsupportedError, reason
 from ..stored_spec import FUSED_CLASS_NAMES, PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..paths import require_file
-from ..source import Source
+from ..source import Source, SourceType
 from .platform import refuse_miopen
 from .zip_guard import check_keras_zip
 from ..deps import import_tf
 from ..stock_keras import DIRECTIONS, STACKED_CELL, plan, rewrite
 from ..streaming_model import streaming_twin
 from .h5_guard import check_h5
-from .keras_h5 import is_hdf5
+from .keras_h5 import is_hdf5, is_keras3_model_h5
 
 if TYPE_CHECKING:
     import keras
@@ -302,3 +302,15 @@ class KerasModelSource(Source):
         spec = self.specs[name]
         kind = FUSED_CLASS_NAMES[spec.mode]
         return f"fused layer {self._layers[name]} ({kind}), spec stated by the layer"
+
+
+def _claims(path: str) -> bool:
+    """A ``.keras`` file (a zip; also a damaged one, which its reader refuses in words), or a whole model Keras 3
+    saved as ``.h5`` (a root ``model_config`` and ``keras_version`` 3.x)."""
+    if path.endswith(".keras") and os.path.lexists(path) and not os.path.isdir(path):
+        return True
+    return os.path.isfile(path) and is_hdf5(path) and is_keras3_model_h5(path)
+
+
+SOURCE = SourceType("keras_model", "Keras 3 model (.keras, or a Keras 3 .h5)", "model", _claims,
+                    lambda path, mode=None: KerasModelSource.from_file(path), order=20)

@@ -28,7 +28,7 @@ from ..canonical import CanonicalRNN, LayerParams
 from ..errors import CudnnPortError
 from ..layout import RNNSpec, pack
 from ..paths import require_file
-from ..source import Source
+from ..source import Source, SourceType
 from .torch_files import read_torch_file, sniff
 from .torch_pickle import Inert, Quantized
 
@@ -378,3 +378,9 @@ def _canonical(spec: RNNSpec, params) -> CanonicalRNN:
             layers.append(LayerParams(W=W.reshape(G, H, -1), R=R.reshape(G, H, -1), b_W=b_W.reshape(G, H),
                                       b_R=b_R.reshape(G, H), P=get("weight_hr") if spec.num_proj else None))
     return CanonicalRNN(spec, layers)
+
+
+SOURCE = SourceType("pytorch", "PyTorch file", "stack", is_pytorch_file,
+                    lambda path, mode=None: PyTorchSource(path, mode), spec_flags=True, order=40,
+                    judge="cudnn_port.judging.torch_weights:judge_stack",
+                    original="cudnn_port.judging.torch_weights:torch_row")
