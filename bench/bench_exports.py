@@ -266,7 +266,7 @@ def main():
 
     run_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
     res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat, "cpu_int8": cpu_int8_kind(),
-           "tf_enable_onednn_opts": os.environ["TF_ENABLE_ONEDNN_OPTS"]}
+           "tf_enable_onednn_opts": os.environ["TF_ENABLE_ONEDNN_OPTS"], "load_average_at_start": load_average()}
     full1, full32 = feeds(1, [STEPS]), feeds(32, [STEPS] * 32)
     if args.only == "saved_model":
         with tempfile.TemporaryDirectory() as tmp:
@@ -364,6 +364,7 @@ def report(res, args):
     """Print ``res`` as JSON or as one line per measure, each with its target; return the exit code: 1 if any
     measured target is missed (:func:`missed_targets`), else 0."""
     res["targets_missed"] = missed_targets(res)
+    res["load_average_at_end"] = load_average()
     code = 1 if res["targets_missed"] else 0
     if args.json:
         print(json.dumps(res, indent=2))
@@ -386,7 +387,20 @@ def report(res, args):
     if "int8_b1_ms" in res:
         print_int8_rows(res)
     print("every target met" if not code else "targets MISSED: " + "; ".join(res["targets_missed"]))
+    start, end = res.get("load_average_at_start"), res["load_average_at_end"]
+    if start is not None and max(start, end) > 0.5 * (os.cpu_count() or 1):
+        print(f"   (load average {start:.1f} at the start, {end:.1f} at the end on {os.cpu_count()} cores: other work "
+              "shared the machine, and a ratio measured so moves either way; compare runs on an idle machine)")
     return code
+
+
+def load_average():
+    """The machine's 1-minute load average (None where the OS does not say): other work running beside the bench
+    moves the ratios, either way (docs/performance.md)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def print_onnx_rows(res):
