@@ -20,8 +20,8 @@ Every number is measured in this one run, so the ratios compare like with like:
    The int8 speed-up depends on how the CPU multiplies int8 (VNNI or int16 pairs); the first line says which.
 
 Ratios 1, 2, 4, 5 and 6 time their sides in alternating blocks so that machine noise falls on all of them. The
-script exits 1 when any target it measured is missed (the last line names them), so a drift shows in the run that
-meets it; 0 when every one is met.
+script exits 1 when any target it measured is missed (the verdict line names them), so a drift fails the run that
+shows it; 0 when every one is met.
 
     python bench/bench_exports.py [--repeat 10] [--json] [--only saved_model]
 
