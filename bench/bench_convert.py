@@ -3,7 +3,7 @@
 Prints, from one run: parameters per second, peak RSS as a multiple of the buffer's bytes, and two baselines
 measured in the same run on the same file: a plain NumPy copy of the buffer (memory speed) and a copy-through
 of the checkpoint with TensorFlow's own reader and writer (I/O speed). Each conversion runs in a fresh child
-process so its peak RSS is its own.
+process so its peak RSS is its own. Exit 1 when the peak RSS target (<= 3x the buffer's bytes) is missed.
 
     python bench/bench_convert.py [--params 100e6] [--json]
 """
@@ -20,6 +20,7 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RSS_TARGET = 3.0  # peak RSS of a conversion over the buffer's bytes
 sys.path.insert(0, ROOT)
 
 
@@ -97,11 +98,12 @@ def main():
         "peak_rss_over_blob": round(conv["peak_rss_mib"] / mib, 2),
         "peak_rss_above_baseline_over_blob": round((conv["peak_rss_mib"] - conv["baseline_rss_mib"]) / mib, 2),
         "copy_through_peak_rss_over_blob": round(through["peak_rss_mib"] / mib, 2),
-        "target": "peak RSS <= 3x blob bytes",
+        "target": f"peak RSS <= {RSS_TARGET:g}x blob bytes",
     }
+    result["target_met"] = result["peak_rss_over_blob"] <= RSS_TARGET
     if args.json:
         print(json.dumps(result, indent=2))
-        return
+        return 0 if result["target_met"] else 1
     print(f"{result['spec']}: {result['params']:,} params, blob {result['blob_mib']} MiB")
     print(f"convert          {result['convert_s']:8.3f} s   {result['params_per_s'] / 1e6:8.1f} M params/s")
     print(f"copy-through     {result['copy_through_s']:8.3f} s   (TF read + write, same file)   "
@@ -110,8 +112,10 @@ def main():
           f"convert / numpy copy = {result['convert_over_numpy_copy']}x")
     print(f"peak RSS         {result['peak_rss_mib']} MiB = {result['peak_rss_over_blob']}x blob "
           f"({result['peak_rss_above_baseline_over_blob']}x above the {result['baseline_rss_mib']} MiB after imports; "
-          f"copy-through {result['copy_through_peak_rss_over_blob']}x)   target <= 3x")
+          f"copy-through {result['copy_through_peak_rss_over_blob']}x)   target <= {RSS_TARGET:g}x: "
+          f"{'met' if result['target_met'] else 'MISSED'}")
+    return 0 if result["target_met"] else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

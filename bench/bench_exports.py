@@ -11,15 +11,17 @@ Every number is measured in this one run, so the ratios compare like with like:
    Bidirectional(LSTM) x 2). Target >= 2.5x faster. Skipped with a message if tf2onnx is not installed
    (tf2onnx is a dependency of cudnn-port).
 4. SavedModel vs the ONNX export: the default (plain ops, which every runtime serves) at batch 1 and 32, and the
-   XLA-compiled one ``convert --xla`` writes at batch 1. Targets: default <= 1.5x at batch 1; XLA within 2x; batch
+   XLA-compiled one ``convert --xla`` writes at batch 1. Targets: default <= 1.4x at batch 1; XLA within 2x; batch
    32 reported. The default's batch-1 line also gives the lowest and highest of its rounds' ratios (each round's
    medians); the verdict is on the medians over all rounds.
-5. The same for a GRU of the same sizes: default <= 1.5x at batch 1, batch 32 reported.
+5. The same for a GRU of the same sizes: default <= 1.4x at batch 1, batch 32 reported.
 6. int8 ONNX (``convert --quantize int8``) vs the fp32 ONNX export at batch 1 and 32. Target >= 2x at both; and the
    bundled char LM's next-token loss on its text with the int8 whole-model ONNX vs fp32: within 1% (relative).
    The int8 speed-up depends on how the CPU multiplies int8 (VNNI or int16 pairs); the first line says which.
 
-Ratios 1, 2, 4, 5 and 6 time their sides in alternating blocks so that machine noise falls on all of them.
+Ratios 1, 2, 4, 5 and 6 time their sides in alternating blocks so that machine noise falls on all of them. The
+script exits 1 when any target it measured is missed (the verdict line names them), so a drift fails the run that
+shows it; 0 when every one is met.
 
     python bench/bench_exports.py [--repeat 10] [--json] [--only saved_model]
 
@@ -45,7 +47,21 @@ from cudnn_port.benchmark import time_call  # noqa: E402
 from cudnn_port.layout import RNNSpec, unpack  # noqa: E402
 
 LAYERS, INPUT, HIDDEN, STEPS = 2, 256, 512, 100
-SAVED_MODEL_B1_TARGET = 1.5
+SAVED_MODEL_B1_TARGET = 1.4  # the same graphs measured 1.36x (LSTM) and 1.34x (GRU) in 20 rounds on 2026-11-25
+
+# every target: result key -> (label, ">=" or "<=", bound); "|<=|" bounds the absolute value. A key the run did not
+# measure (--only saved_model, tf2onnx not installed) is left out of the verdict.
+TARGETS = {
+    "onnx_b32_share_of_sgemm": ("1. ONNX batch 32, share of the best sgemm", ">=", 0.85),
+    "onnx_b1_over_minimal": ("2. ONNX batch 1 / minimal hand-built graph", "<=", 1.0),
+    "ragged_speedup_over_tf2onnx": ("3. ragged batch 1, speed-up over tf2onnx", ">=", 2.5),
+    "saved_model_b1_over_onnx": ("4. SavedModel batch 1 / ONNX", "<=", SAVED_MODEL_B1_TARGET),
+    "saved_model_xla_b1_over_onnx": ("4. --xla SavedModel batch 1 / ONNX", "<=", 2.0),
+    "gru_saved_model_b1_over_onnx": ("5. GRU SavedModel batch 1 / ONNX", "<=", SAVED_MODEL_B1_TARGET),
+    "int8_b1_speedup": ("6. int8 ONNX speed-up, batch 1", ">=", 2.0),
+    "int8_b32_speedup": ("6. int8 ONNX speed-up, batch 32", ">=", 2.0),
+    "char_lm_loss_change": ("6. char LM loss, int8 / fp32 - 1", "|<=|", 0.01),
+}
 
 
 def time_blocks(calls, repeat, rounds=3, per_round=False):
@@ -250,7 +266,7 @@ def main():
 
     run_onnx = lambda f: session.run(["outputs"], f)  # noqa: E731
     res = {"config": f"{spec.describe()}, {STEPS} steps", "repeat": args.repeat, "cpu_int8": cpu_int8_kind(),
-           "tf_enable_onednn_opts": os.environ["TF_ENABLE_ONEDNN_OPTS"]}
+           "tf_enable_onednn_opts": os.environ["TF_ENABLE_ONEDNN_OPTS"], "load_average_at_start": load_average()}
     full1, full32 = feeds(1, [STEPS]), feeds(32, [STEPS] * 32)
     if args.only == "saved_model":
         with tempfile.TemporaryDirectory() as tmp:
@@ -295,7 +311,7 @@ def main():
     res.update(int8_ratios(work.name, run_onnx, full1, full32, args.repeat))
     res.update(char_lm_loss())
     work.cleanup()
-    report(res, args)
+    return report(res, args)
 
 
 def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
@@ -331,11 +347,28 @@ def saved_model_ratios(canon, folder, full1, full32, run_onnx, repeat):
     return res
 
 
+def missed_targets(res):
+    """The labels of :data:`TARGETS` that ``res`` measured and missed, in order."""
+    missed = []
+    for key, (label, sense, bound) in TARGETS.items():
+        value = res.get(key)
+        if value is None:
+            continue
+        met = {">=": value >= bound, "<=": value <= bound, "|<=|": abs(value) <= bound}[sense]
+        if not met:
+            missed.append(f"{label} {value:.3g} (target {sense.strip('|')} {bound})")
+    return missed
+
+
 def report(res, args):
-    """Print ``res`` as JSON or as one line per measure, each with its target."""
+    """Print ``res`` as JSON or as one line per measure, each with its target; return the exit code: 1 if any
+    measured target is missed (:func:`missed_targets`), else 0."""
+    res["targets_missed"] = missed_targets(res)
+    res["load_average_at_end"] = load_average()
+    code = 1 if res["targets_missed"] else 0
     if args.json:
         print(json.dumps(res, indent=2))
-        return
+        return code
     print(res["config"], f"(median of {args.repeat}+ runs, {os.cpu_count()} cores, int8: {res['cpu_int8']}, "
                          f"TF_ENABLE_ONEDNN_OPTS={res['tf_enable_onednn_opts']})")
     if "sgemm_gflops" in res:
@@ -353,6 +386,21 @@ def report(res, args):
                   f"{res['saved_model_xla_b1_over_onnx']:.2f}x the ONNX export   target <= 2x")
     if "int8_b1_ms" in res:
         print_int8_rows(res)
+    print("every target met" if not code else "targets MISSED: " + "; ".join(res["targets_missed"]))
+    start, end = res.get("load_average_at_start"), res["load_average_at_end"]
+    if start is not None and max(start, end) > 0.5 * (os.cpu_count() or 1):
+        print(f"   (load average {start:.1f} at the start, {end:.1f} at the end on {os.cpu_count()} cores: other work "
+              "shared the machine, and a ratio measured so moves either way; compare runs on an idle machine)")
+    return code
+
+
+def load_average():
+    """The machine's 1-minute load average (None where the OS does not say): other work running beside the bench
+    moves the ratios, either way (docs/performance.md)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def print_onnx_rows(res):
@@ -388,4 +436,4 @@ def print_int8_rows(res):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

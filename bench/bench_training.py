@@ -12,7 +12,8 @@ inside one tf.function. Variants, all measured in this run, timed in alternating
 3. keras non-cuDNN: the same with ``use_cudnn=False``.
 
 On a CPU, 2 and 3 run the same code (``--skip-non-cudnn`` leaves 3 out); the GPU targets (fused >= 1.3x faster
-than 2, >= 5x than 3) need a GPU. The CPU target: fused >= 1.2x keras stacked for LSTM, >= 1x for GRU.
+than 2, >= 5x than 3) need a GPU. The CPU target: fused >= 1.2x keras stacked for LSTM, >= 1x for GRU. Exit 1
+when a target of the device it ran on is missed.
 
     python bench/bench_training.py [--mode lstm|gru|both] [--repeat 3] [--rounds 4] [--json]
 """
@@ -32,6 +33,9 @@ from bench_exports import time_blocks  # noqa: E402
 
 LAYERS, INPUT, HIDDEN, STEPS, BATCH = 3, 128, 256, 50, 32
 KINDS = ("fused", "keras stacked", "keras non-cuDNN")
+TARGETS = {"CPU": {"keras stacked": {"lstm": 1.2, "gru": 1.0}},
+           "GPU": {"keras stacked": {"lstm": 1.3, "gru": 1.3}, "keras non-cuDNN": {"lstm": 5.0, "gru": 5.0}}}
+"""device -> variant -> mode -> the least speed-up of the fused layer over that variant."""
 
 
 def build(kind, mode="lstm"):
@@ -101,9 +105,10 @@ def main(argv=None):
         ms = measure(mode, kinds, args.repeat, args.rounds)
         fused = ms["fused"]
         results["modes"][mode] = {"ms": ms, "speedup": {k: v / fused for k, v in ms.items() if k != "fused"}}
+    results["targets_missed"] = missed_targets(results)
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
+        return 1 if results["targets_missed"] else 0
     for mode, r in results["modes"].items():
         print(f"training step, 3-layer Bi{mode.upper()} I{INPUT} H{HIDDEN} T{STEPS} batch {BATCH}, on {device}:")
         for kind, ms in r["ms"].items():
@@ -112,7 +117,20 @@ def main(argv=None):
     if device == "CPU":
         print("  (CPU target: fused >= 1.2x keras stacked for LSTM, >= 1x for GRU; the GPU targets, fused >= 1.3x "
               "keras stacked and >= 5x keras non-cuDNN, need a GPU)")
-    return 0
+    print("every target met" if not results["targets_missed"] else
+          "targets MISSED: " + "; ".join(results["targets_missed"]))
+    return 1 if results["targets_missed"] else 0
+
+
+def missed_targets(results):
+    """Each target of :data:`TARGETS` for the device the run used that it measured and missed."""
+    missed = []
+    for mode, r in results["modes"].items():
+        for kind, least in TARGETS[results["device"]].items():
+            got = r["speedup"].get(kind)
+            if got is not None and got < least[mode]:
+                missed.append(f"{mode} fused over {kind} {got:.2f}x (target >= {least[mode]}x)")
+    return missed
 
 
 if __name__ == "__main__":

@@ -198,33 +198,35 @@ def save_raw_op_model(path, spec, blob, op="CudnnRNN", as_variable=False, **attr
     return save_params_module(path, blob, signature, run, as_variable)
 
 
-def torch_grads(spec, buffer, x, lengths, h0, c0, gy, ghn, gcn=None):
+def torch_grads(spec, buffer, x, lengths, h0, c0, gy, ghn, gcn=None, dtype="float32"):
     """PyTorch's CPU kernels (nn.LSTM / GRU holding ``buffer``, packed ragged batch): ([outputs, h_n, c_n], [d
     buffer, dx, dh0, dc0]) for loss = sum(outputs * gy) + sum(h_n * ghn) [+ sum(c_n * gcn)]. Independent of
-    cudnn_port's math: the judge of gradients."""
+    cudnn_port's math: the judge of gradients. ``dtype="float64"`` computes everything in float64 (the module, the
+    inputs, the cotangents): an exact truth for float32 paths to be measured against."""
     import torch
 
     from cudnn_port.layout import pack
     from cudnn_port.targets import pytorch as torch_target
 
+    kind = getattr(torch, dtype)
     cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU
     module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True, bidirectional=spec.bidirectional,
-                 **({"proj_size": spec.num_proj} if spec.num_proj else {}))
-    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in
+                 **({"proj_size": spec.num_proj} if spec.num_proj else {})).to(kind)
+    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)).to(kind) for k, v in
                             torch_target.write(unpack(spec, buffer), "").items()})
-    xt, h0t = torch.tensor(x, requires_grad=True), torch.tensor(h0, requires_grad=True)
-    c0t = torch.tensor(c0, requires_grad=True) if spec.mode == "lstm" else None
+    xt, h0t = (torch.tensor(np.asarray(a, dtype), requires_grad=True) for a in (x, h0))
+    c0t = torch.tensor(np.asarray(c0, dtype), requires_grad=True) if spec.mode == "lstm" else None
     packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(np.asarray(lengths).astype(np.int64)),
                                                      batch_first=True, enforce_sorted=False)
     out, final = module(packed, (h0t, c0t) if c0t is not None else h0t)
     y, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
     hn, cn = final if c0t is not None else (final, None)
-    loss = (y * torch.tensor(gy)).sum() + (hn * torch.tensor(ghn)).sum()
-    loss = loss + ((cn * torch.tensor(gcn)).sum() if cn is not None else 0)
+    loss = (y * torch.tensor(gy, dtype=kind)).sum() + (hn * torch.tensor(ghn, dtype=kind)).sum()
+    loss = loss + ((cn * torch.tensor(gcn, dtype=kind)).sum() if cn is not None else 0)
     loss.backward()
     grads = {k: p.grad.numpy() for k, p in module.named_parameters()}
     forward = [t.detach().numpy() if t is not None else None for t in (y, hn, cn)]
-    return forward, [pack(torch_target.read(grads, "", spec)), xt.grad.numpy(), h0t.grad.numpy(),
+    return forward, [pack(torch_target.read(grads, "", spec), dtype), xt.grad.numpy(), h0t.grad.numpy(),
                      None if c0t is None else c0t.grad.numpy()]
 
 

@@ -1,0 +1,65 @@
+"""The plain-ops SavedModel's graph shape, not its speed (``python bench/bench_exports.py --only saved_model`` times
+it): which form each layer and direction takes, and how many nodes its loops run per step.
+
+Speed at batch 1 is mostly per-op cost (docs/performance.md, "The loop"), so a change that adds ops to a loop body,
+moves the mask back into the loop or swaps the recurrent product's kernel slows the stack road's SavedModel without
+failing any parity test. Bounds: the node counts measured when these tests were written (TensorFlow 2.21) plus
+about 10%, stated per count below; a form (op type in a body) is checked exactly."""
+import collections
+import functools
+
+import pytest
+
+from helpers import make_spec, random_blob
+from cudnn_port.layout import unpack
+
+tf = pytest.importorskip("tensorflow")
+
+from cudnn_port import tf_loop  # noqa: E402
+from cudnn_port.exports.tensorflow import build_module  # noqa: E402
+
+# mode -> (non-Const nodes of a four-step loop body, measured; of the serving graph outside the loops, measured)
+MEASURED = {"lstm": (73, 239), "gru": (71, 212)}
+SLACK = 1.1  # bound = measured * SLACK
+
+
+@functools.lru_cache(maxsize=None)
+def graph_of(mode):
+    """The serving_default graph of a 2-layer bidirectional stack (input 5 != hidden 6): (graph_def, {body name:
+    Counter of its op types}) for every while loop."""
+    spec = make_spec(mode, 2, True, input_size=5, hidden=6)
+    module = build_module(unpack(spec, random_blob(spec, seed=91)))
+    graph_def = module.serve.get_concrete_function().graph.as_graph_def()
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    loops = [n for n in graph_def.node if n.op in ("While", "StatelessWhile")]
+    bodies = {n.attr["body"].func.name: collections.Counter(x.op for x in functions[n.attr["body"].func.name].node_def)
+              for n in loops}
+    return spec, graph_def, loops, bodies
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_each_direction_runs_a_four_step_loop_of_sparse_products_and_a_one_step_loop(mode):
+    spec, graph_def, loops, bodies = graph_of(mode)
+    runs = spec.num_layers * spec.num_dirs
+    assert len(loops) == 2 * runs, [n.op for n in loops]  # per layer and direction: the unrolled loop, the remainder
+    unrolled = [ops for ops in bodies.values() if ops["SparseMatMul"]]
+    single = [ops for ops in bodies.values() if not ops["SparseMatMul"]]
+    assert len(unrolled) == len(single) == runs, bodies
+    for ops in unrolled:  # batches below UNROLL_BELOW: UNROLL steps, each one SparseMatMul, no MatMul
+        assert ops["SparseMatMul"] == tf_loop.UNROLL and not ops["MatMul"], ops
+    for ops in single:  # the remainder and batches from UNROLL_BELOW on: one MatMul a step
+        assert ops["MatMul"] == 1, ops
+    for ops in bodies.values():  # no mask inside the loop, no former Conv2D product
+        assert not ops.keys() & {"Select", "SelectV2", "Conv2D", "BatchMatMulV2", "Einsum"}, ops
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_node_counts_stay_within_their_bounds(mode):
+    _, graph_def, _, bodies = graph_of(mode)
+    body, outside = MEASURED[mode]
+    for ops in bodies.values():
+        if ops["SparseMatMul"]:
+            count = sum(n for op, n in ops.items() if op != "Const")
+            assert count <= body * SLACK, f"a four-step {mode} loop body runs {count} ops (measured {body}): {ops}"
+    count = sum(1 for n in graph_def.node if n.op != "Const")
+    assert count <= outside * SLACK, f"{mode}: {count} nodes outside the loops (measured {outside})"
