@@ -285,3 +285,20 @@ def test_source_registry_claims_pytorch_files_by_content_not_name(tmp_path):
     with pytest.raises(CudnnPortError, match="not a PyTorch file"):
         from cudnn_port.readers.torch_files import read_torch_file
         read_torch_file(os.path.join(HERE, "fixtures", "keras2_dense_only.h5"))
+
+
+def test_a_checkpoint_with_two_state_dicts_keeps_both_apart(tmp_path):
+    """{"model": ..., "model_ema": ...}: each state_dict keeps its key as the stacks' prefix (the EMA copy never
+    replaces the model's weights); two keys that read as one name once module. is read past are refused."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    model, ema = torch.nn.GRU(3, 4, 2), torch.nn.GRU(3, 4, 2)
+    path = tmp_path / "ema.pt"
+    torch.save({"model": model.state_dict(), "model_ema": ema.state_dict(), "epoch": 3}, path)
+    source = open_source(path)
+    for name, module in (("model", model), ("model_ema", ema)):
+        got = unpack(source.specs[f"{name}/opaque_kernel"], source.get(f"{name}/opaque_kernel"))
+        np.testing.assert_array_equal(got.layers[1].R.reshape(-1, 4), module.weight_hh_l1.detach().numpy())
+    torch.save({"module.weight_ih_l0": model.weight_ih_l0, "weight_ih_l0": ema.weight_ih_l0}, path)
+    with pytest.raises(CudnnPortError, match="both read as weight_ih_l0"):
+        open_source(path)

@@ -178,16 +178,25 @@ def _flatten(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dic
             if isinstance(child, Inert):
                 module(child, f"{prefix}.{name}" if prefix else name)
 
+    first = {}  # stripped name -> the key it was read from: two keys that read as one name are refused
+
     def add(key, value):
         if isinstance(value, Quantized):  # quantize_dynamic's nn.LSTM: no float weights, no cuDNN form
             module = key.split("._all_weight_values")[0].split("._packed_params")[0].rsplit(".", 1)[0]
             raise CudnnPortError(f"{path}: {_strip(module) or '(top level)'} is a quantized module ({key}), which has "
                                  "no cuDNN form; convert the float model before it was quantized")
         stripped = _strip(key)
+        if stripped in first and first[stripped] != key:
+            raise CudnnPortError(f"{path}: {first[stripped]} and {key} both read as {stripped} once the wrappers' "
+                                 "prefixes (module., _orig_mod.) are read past; save the unwrapped model's state_dict")
+        first[stripped] = key
         tensors[stripped] = value
         m = _PARAM.match(stripped)
         if m:
             raw.setdefault(m.group(1) or "", key.rsplit(".", 1)[0] if "." in key else "")
+
+    containers = [k for k, v in root.items() if k in STATE_KEYS and isinstance(v, (dict, Inert))] \
+        if isinstance(root, dict) else []
 
     def walk(obj, prefix):
         if isinstance(obj, Inert):
@@ -203,7 +212,10 @@ def _flatten(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dic
                     add(f"{prefix}.{k}" if prefix else k, Quantized())
                     continue
                 if isinstance(k, str) and isinstance(v, (dict, Inert)) and k not in NOT_WEIGHTS:
-                    walk(v, prefix if (k in STATE_KEYS and not prefix) else (f"{prefix}.{k}" if prefix else k))
+                    # the one state_dict of a checkpoint dict is the model's; beside another (an EMA copy) each
+                    # keeps its key as a prefix
+                    alone = obj is root and containers == [k]
+                    walk(v, prefix if alone else (f"{prefix}.{k}" if prefix else k))
 
     walk(root, "")
     if not tensors:
