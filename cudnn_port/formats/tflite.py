@@ -68,7 +68,8 @@ def _write_model(job, paths):
                for layer in layers}
     try:
         data = tflite_model.convert(job.frozen("cudnn"), job.input_names,
-                                    sorted(job.traced("cudnn").structured_outputs), kernels)
+                                    sorted(job.traced("cudnn").structured_outputs), kernels,
+                                    batch=job.batch)
     except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
         raise NotWritten(f"{tflite_model.why(e)}; only the per-layer .tflite files (layers/<layer>/) were written")
     with open(paths["tflite"], "wb") as f:

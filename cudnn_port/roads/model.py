@@ -53,8 +53,8 @@ from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .stack import prepare_stacks, write_stacks
 from ..judging.tasks import TASK, load_task
-from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, embedding_vocabularies, input_specs,
-                            to_records)
+from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, declared_batch,
+                            embedding_vocabularies, input_specs, to_records)
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
 from ..layer_paths import forced_path
@@ -200,7 +200,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
         job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
-        job.manifest = manifest
+        job.manifest, job.batch = manifest, declared_batch(original)
         manifest.model_artifacts = write_road("model", job, tmp, manifest, say, formats=chosen)
         if formats is not None:
             manifest["not_asked_for"] = [f for f in whole_model_formats() if f not in chosen]
