@@ -236,3 +236,45 @@ def test_a_whole_model_onnx_survives_an_empty_batch_and_zero_steps(tmp_path):
     batch = rng.normal(size=(2, 7, 5)).astype(np.float32)
     got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": batch})[0]
     np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("held_out", [HELD_OUT[1], HELD_OUT[2]], ids=[IDS[1], IDS[2]])
+def test_lengths_outside_one_to_steps_are_refused_by_every_runtime(tmp_path, held_out):
+    """A stack's ONNX and TFLite files took any length: for length 0 onnxruntime, OpenVINO and LiteRT returned three
+    different final states, and past the steps LiteRT's final_h was all zeros. Lengths of 0 and of steps + 1 now
+    end in a catchable error in onnxruntime and OpenVINO (where installed), naming the guard, and in LiteRT (its
+    GATHER fails out of bounds),
+    with or without states; lengths 1 and steps in the same batch still run."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port.exports.onnx_guard import LENGTHS_GUARD
+    try:
+        import openvino
+    except ImportError:
+        openvino = None
+    from cudnn_port.exports.tflite import write_tflite
+
+    mode, layers, bi, inputs, hidden = held_out
+    canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=300 + layers)
+    feeds, states = ragged(canon.spec)
+    runs = {}
+    for states_fed in (False, True):
+        onnx_path, lite_path = tmp_path / f"m{states_fed}.onnx", tmp_path / f"m{states_fed}.tflite"
+        write_onnx(canon, onnx_path, states=states_fed)
+        write_tflite(canon, str(lite_path), stateful=states_fed)
+        session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        runner = Interpreter(str(lite_path)).get_signature_runner("serving_default")
+        runs[f"onnxruntime{states_fed}"] = (session.run, LENGTHS_GUARD, states_fed)
+        runs[f"litert{states_fed}"] = (lambda _, f, r=runner: r(**f), "gather index out of bounds", states_fed)
+        if openvino is not None:
+            compiled = openvino.Core().compile_model(str(onnx_path), "CPU")
+            runs[f"openvino{states_fed}"] = (lambda _, f, c=compiled: c(f), LENGTHS_GUARD, states_fed)
+    steps = feeds["inputs"].shape[1]
+    for name, (run, needle, states_fed) in runs.items():
+        given = dict(feeds, **(states if states_fed else {}))
+        run(None, dict(given, sequence_lengths=np.array([1, steps, 2, 3], np.int32)))  # the bounds themselves
+        for bad in (0, steps + 1):
+            lengths = np.array([steps, bad, 2, 1], np.int32)
+            with pytest.raises(Exception) as caught:
+                run(None, dict(given, sequence_lengths=lengths))
+            assert needle in str(caught.value), (name, bad, str(caught.value)[:300])

@@ -174,7 +174,7 @@ def build_model(canon: "CanonicalRNN", name: str = "rnn", states: bool = False,
     model = helper.make_model(graph, producer_name="cudnn-port", opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
     helper.set_model_props(model, metadata(spec, states))
-    guard_empty(model)  # onnxruntime aborts the process on an empty batch
+    guard_empty(model, "sequence_lengths")  # onnxruntime aborts the process on an empty batch
     onnx.checker.check_model(model)
     return model
 

@@ -1,4 +1,5 @@
-"""A guard at an ONNX model's inputs and outputs for the sizes onnxruntime's sequence kernels abort the process on.
+"""A guard at an ONNX model's inputs and outputs for the sizes onnxruntime's sequence kernels abort the process on,
+and for lengths no runtime agrees on.
 
 onnxruntime 1.31.1's CPU ``LSTM`` and ``GRU`` kernels end the whole process (``std::terminate``: "terminate called
 without an active exception", SIGABRT, no Python exception a server could catch) on an empty batch, and its ``GRU``
@@ -10,14 +11,17 @@ inputs have a dynamic dimension named ``batch`` / ``time``:
   the batch is 0 (``Pad`` by ``Cast(Equal(B, 0))``: zeros, or 1 for a rank-1 integer input such as
   ``sequence_lengths``, a valid length), and each output of a ``batch`` dimension is sliced back to the first B
   rows: nothing, for B = 0. Rows are computed apart, so the padding row changes no other row;
-* **zero time steps -> a catchable error.** A ``Reshape`` of one element to ``[-1, -1]`` when the time is 0 (to
-  ``[1]`` otherwise) fails in the node named :data:`TIME_GUARD`, whose name says what is wrong, in onnxruntime and
-  OpenVINO alike (a ``Range`` of step 0 killed OpenVINO 2026.4 with SIGFPE); a sequence of no steps has no last
-  step, so no final state to return.
+* **zero time steps -> a catchable error.** A ``ConstantOfShape`` of shape ``[-1]`` when the time is 0 (``[1]``
+  otherwise, summed to a 0 every input adds) fails in the node named :data:`TIME_GUARD`, whose name says what is
+  wrong, in onnxruntime and OpenVINO alike (a ``Range`` of step 0 killed OpenVINO 2026.4 with SIGFPE, and OpenVINO
+  folded a ``Reshape`` probe away); a sequence of no steps has no last step, so no final state to return.
+* **a length outside [1, time] -> a catchable error** (a stack's ``sequence_lengths``): the node named
+  :data:`LENGTHS_GUARD` fails the same way. Such lengths have no cuDNN meaning, and each runtime made up its own
+  answer (for length 0 onnxruntime, OpenVINO and LiteRT returned three different final states).
 
-For B > 0 and T > 0 both are exact: a ``Pad`` by 0 and a ``Slice`` of all rows copy the values.
+For B > 0 and T > 0 all are exact: a ``Pad`` by 0 and a ``Slice`` of all rows copy the values.
 """
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 
 PREFIX = "empty_guard/"
 TIME_GUARD = PREFIX + "zero_length_input_refused: time must be at least 1"
+LENGTHS_GUARD = PREFIX + "sequence_lengths_refused: each length must be in [1, time]"
 
 
 def _dims(value) -> List[str]:
@@ -46,9 +51,9 @@ def _rename(graph: "onnx.GraphProto", names: Dict[str, str]) -> None:
                 out.name = names.get(out.name, out.name)
 
 
-def guard_empty(model: "onnx.ModelProto") -> None:
+def guard_empty(model: "onnx.ModelProto", lengths: Optional[str] = None) -> None:
     """Add the guard of the module docstring to ``model`` in place (nothing where no input has a ``batch``
-    dimension)."""
+    dimension); ``lengths``: the name of a stack's lengths input, checked to lie in [1, time]."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import TensorProto, helper, numpy_helper
 
@@ -73,18 +78,23 @@ def guard_empty(model: "onnx.ModelProto") -> None:
         shape = node("Shape", [value.name], f"{label}_shape")
         return node("Gather", [shape, const(f"{label}_axis", np.array([axis], np.int64))], label)  # [1] int64
 
+    def refuse_if(bad, label, node_name):
+        """A 0 (int64 scalar) that fails to compute where ``bad``: ``ConstantOfShape`` of [-1], an error naming itself
+        ``node_name`` in onnxruntime and OpenVINO alike, else of [1], summed. Its shape comes from the inputs, so no
+        runtime folds it away (OpenVINO folded a Reshape probe of a constant, and merged Reshapes in a row)."""
+        size = node("Where", [bad, const(f"{label}/negative", np.array([-1], np.int64)),
+                              const(f"{label}/one", np.array([1], np.int64))], f"{label}/probe_shape")
+        probe = node("ConstantOfShape", [size], f"{label}/probe", node_name=node_name,
+                     value=numpy_helper.from_array(np.array([0], np.int64)))
+        return node("ReduceSum", [probe], f"{label}/zero", keepdims=0)
+
     batch = size(*batch_in[0], "batch")
     extra = node("Cast", [node("Equal", [batch, const("zero", np.array([0], np.int64))], "batch_is_zero")],
                  "extra_row", to=TensorProto.INT64)
     if time_in:
         time = size(*time_in[0], "time")
         empty = node("Equal", [time, const("zero_t", np.array([0], np.int64))], "time_is_zero")
-        target = node("Where", [empty, const("no_shape", np.array([-1, -1], np.int64)),
-                                const("one_row", np.array([1], np.int64))], "time_probe_shape")
-        probe = node("Reshape", [const("probe", np.array([0], np.int64)), target], "time_probe",
-                     node_name=TIME_GUARD)
-        zero = node("ReduceSum", [probe], "time_probe_sum", keepdims=0)  # 0: ties the probe to every input
-        extra = node("Add", [extra, zero], "extra_row_checked")
+        extra = node("Add", [extra, refuse_if(empty, "time", TIME_GUARD)], "extra_row_checked")
     renames = {}
     for value, axis in batch_in:
         rank, elem = len(_dims(value)), value.type.tensor_type.elem_type
@@ -95,6 +105,15 @@ def guard_empty(model: "onnx.ModelProto") -> None:
         fill = 1 if rank == 1 and np.issubdtype(dtype, np.integer) else 0  # a length of the padding row: valid
         renames[value.name] = node("Pad", [value.name, pads, const(f"{value.name}/fill", np.array(fill, dtype))],
                                    f"{value.name}/guarded")
+    if lengths in renames and time_in:  # a stack's lengths: each in [1, time], checked on the guarded rows
+        given = lengths
+        lengths = node("Cast", [renames[given]], "lengths_i64", to=TensorProto.INT64)
+        low = node("ReduceMin", [lengths], "shortest", axes=[0], keepdims=1)
+        high = node("ReduceMax", [lengths], "longest", axes=[0], keepdims=1)
+        bad = node("Or", [node("Less", [low, const("one_l", np.array([1], np.int64))], "below_one"),
+                          node("Greater", [high, time], "beyond_time")], "lengths_out_of_range")
+        zero = node("Cast", [refuse_if(bad, "lengths", LENGTHS_GUARD)], "lengths_zero_i32", to=TensorProto.INT32)
+        renames[given] = node("Add", [renames[given], zero], f"{given}/checked")
     outputs = {v.name: axis for v, axis in batch_out if v.name not in renames}
     inner = {name: PREFIX + f"{name}/unguarded" for name in outputs}
     for n in graph.node:  # the producer writes the unguarded name; the Slice below writes the output's own
