@@ -57,7 +57,7 @@ def _on_signal(signum, frame):
     if _State.held:
         _State.pending = signum
         return
-    raise Interrupted(signum)
+    raise Interrupted(signum, _State.published)  # after the publishing rename, OUT is whole and kept
 
 
 def raised_signal() -> Optional[int]:
