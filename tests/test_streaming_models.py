@@ -121,8 +121,8 @@ def test_a_fixed_batch_stateful_model_tflite_prepares_at_its_own_batch(tmp_path)
     """Input(batch_shape=(3, 4, 5)) -> stateful, unrolled LSTM -> stateful GRU -> Dense -> Dense, saved with
     model.save: LiteRT prepares model.tflite at the model's own batch when a caller resizes only the sequence input
     (the state inputs start at that batch too; they started at 1 row, and LiteRT refused the fused LSTM:
-    ``NumElements(output_state) != n_batch * n_output``). Judged by Keras' stateful model over two chunks, the
-    second call fed the first call's final states."""
+    ``NumElements(output_state) != n_batch * n_output``); so does the LSTM's own layers/enc__enc/model_stateful.tflite.
+    Judged by Keras' stateful model over two chunks, the second call fed the first call's final states."""
     from ai_edge_litert.interpreter import Interpreter
 
     from cudnn_port import convert
@@ -157,3 +157,17 @@ def test_a_fixed_batch_stateful_model_tflite_prepares_at_its_own_batch(tmp_path)
         for g, w in zip(got, expected):
             np.testing.assert_allclose(g, w, **TOL)
         states = dict(zip(("enc_h", "enc_c", "dec_h"), got[1:]))
+    # the LSTM's own streaming file, resized at its sequence inputs alone: its states start at batch 3 too
+    layer = Interpreter(str(tmp_path / "out" / "layers" / "enc__enc" / "model_stateful.tflite"))
+    inputs = {d["name"]: d["index"] for d in layer.get_input_details()}
+    outputs = {d["name"]: d["index"] for d in layer.get_output_details()}
+    layer.resize_tensor_input(inputs["inputs"], [3, 4, 5])
+    layer.resize_tensor_input(inputs["sequence_lengths"], [3])
+    layer.allocate_tensors()
+    feeds = {"inputs": chunks[0], "sequence_lengths": np.full(3, 4, np.int32),
+             "initial_h": np.zeros((1, 3, 6), "float32"), "initial_c": np.zeros((1, 3, 6), "float32")}
+    for name, value in feeds.items():
+        layer.set_tensor(inputs[name], value)
+    layer.invoke()
+    np.testing.assert_allclose(layer.get_tensor(outputs["final_h"])[0], want[0][1], **TOL)  # Keras' enc h
+    np.testing.assert_allclose(layer.get_tensor(outputs["final_c"])[0], want[0][2], **TOL)

@@ -201,10 +201,18 @@ def _rnn(graph, canon, x, layer, direction):
     return y, graph.final(y, p)
 
 
-def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
-    """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs."""
+def build_model(canon: "CanonicalRNN", stateful: bool = False, batch: Optional[int] = None) -> bytes:
+    """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs;
+    ``batch``: the batch its inputs start at until resized (the batch a whole model declares; else 1), so that a
+    caller who resizes ``inputs`` and ``sequence_lengths`` to it leaves ``initial_h`` / ``initial_c`` fitting (LiteRT
+    refused the fused LSTM otherwise: ``NumElements(output_state) != n_batch * n_output``)."""
     spec = canon.spec
     graph = _Graph(spec, stateful)
+    if batch:
+        for index in graph.g.inputs:  # inputs [B, T, I], sequence_lengths [B], states [L*D, B, S]
+            t = graph.g.tensors[index]
+            axis = 1 if t.name.startswith("initial_") else 0
+            t.shape = [int(batch) if k == axis else d for k, d in enumerate(t.shape)]
     g = graph.g
     x, finals_h, finals_c = graph.x, [], []
     for layer in range(spec.num_layers):
@@ -230,6 +238,6 @@ def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
     return graph.model.serialize()
 
 
-def write_tflite(canon: "CanonicalRNN", path: str, stateful: bool = False) -> None:
+def write_tflite(canon: "CanonicalRNN", path: str, stateful: bool = False, batch: Optional[int] = None) -> None:
     with open(path, "wb") as f:
-        f.write(build_model(canon, stateful))
+        f.write(build_model(canon, stateful, batch))

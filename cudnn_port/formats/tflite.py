@@ -15,8 +15,9 @@ from .jobs import Outputs
 
 
 def _write(job, paths):
-    tflite_export.write_tflite(job.canon, paths["tflite"])
-    tflite_export.write_tflite(job.canon, paths["tflite_stateful"], stateful=True)
+    batch = job.options.get("batch")  # the batch a whole model declares: where LiteRT starts (exports.tflite)
+    tflite_export.write_tflite(job.canon, paths["tflite"], batch=batch)
+    tflite_export.write_tflite(job.canon, paths["tflite_stateful"], stateful=True, batch=batch)
 
 
 def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], Outputs]:
