@@ -117,6 +117,7 @@ def test_a_functional_model_with_a_masked_stateful_layer_streams_like_keras(tmp_
         states = {"lm_h": h, "lm_c": c}
 
 
+@pytest.mark.slow
 def test_a_fixed_batch_stateful_model_tflite_prepares_at_its_own_batch(tmp_path):
     """Input(batch_shape=(3, 4, 5)) -> stateful, unrolled LSTM -> stateful GRU -> Dense -> Dense, saved with
     model.save: LiteRT prepares model.tflite at the model's own batch when a caller resizes only the sequence input
