@@ -47,6 +47,8 @@ def resolve_prefix(path: str) -> str:
         if found:
             raise CudnnPortError(f"{path} holds {len(found)} checkpoints; pass one prefix, e.g. {found[0][:-6]}")
         models = sorted(n for n in os.listdir(path) if n.endswith((".keras", ".h5", ".hdf5")))
+        if path.rstrip(os.sep).endswith(MODEL_FILES):
+            raise CudnnPortError(_model_folder(path, models))
         if models:
             raise CudnnPortError(f"{path} is a folder holding {' and '.join(models[:2])}"
                                  f"{' and more' if len(models) > 2 else ''}, not a TensorFlow checkpoint; pass the "
@@ -58,12 +60,40 @@ def resolve_prefix(path: str) -> str:
     if ".data-" in os.path.basename(path):
         path = path[:path.rindex(".data-")]
     if not os.path.lexists(path + ".index"):
-        raise CudnnPortError(missing_source(path))
+        raise CudnnPortError(_not_a_model(path) if os.path.isfile(path) else missing_source(path))
     require_file(path + ".index", "checkpoint index")
     return path
 
 
 MODEL_FILES = (".keras", ".h5", ".hdf5")
+KERAS_MEMBERS = ("config.json", "model.weights.h5")  # what model.save("m.keras") zips (with metadata.json)
+
+
+def _model_folder(path: str, models: List[str]) -> str:
+    """What to say of a folder named like a model file (``x.keras``): a folder, not such a file; an unpacked
+    ``.keras`` archive said to be one (its ``model.weights.h5`` holds weights only, no model)."""
+    kind = os.path.splitext(path.rstrip(os.sep))[1]
+    if all(os.path.isfile(os.path.join(path, m)) for m in KERAS_MEMBERS):
+        return (f"{path} is a folder, not a {kind} file (an unpacked .keras archive); pass the .keras file "
+                "model.save wrote, or zip the folder's files into one: cd into it, zip ../model.keras *")
+    models = [m for m in models if m != "model.weights.h5"]
+    return (f"{path} is a folder, not a {kind} file; " +
+            (f"pass the model file inside it, e.g. {os.path.join(path, models[0])}" if models else
+             "pass a .keras or .h5 model file, a SavedModel folder or a checkpoint"))
+
+
+def _not_a_model(path: str) -> str:
+    """What to say of a file that is no source cudnn-port reads (an existing file whose ``.index`` is absent):
+    what it is, empty or not a model file of its suffix."""
+    size, suffix = os.path.getsize(path), os.path.splitext(path)[1]
+    if size == 0:
+        return (f"{path} is empty (0 bytes), so it holds no model: it was not written completely; save the model "
+                "again (model.save(path)) or copy the file again")
+    if path.endswith(MODEL_FILES):
+        return (f"{path} ({size} bytes) is not an HDF5 file, so not a Keras {suffix} file (truncated, or another "
+                "kind of file renamed); save the model again with model.save(path)")
+    return (f"{path} is a file, but not a checkpoint (no {os.path.basename(path)}.index beside it), SavedModel or "
+            "Keras model file; pass a checkpoint prefix, a SavedModel folder, or a .keras / .h5 file")
 
 
 def missing_source(path: str) -> str:

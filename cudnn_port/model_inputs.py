@@ -45,6 +45,20 @@ def embedding_vocabularies(model: "keras.Model", names: Sequence[str]) -> Dict[s
     return found
 
 
+def declared_batch(model: "keras.Model") -> Optional[int]:
+    """The batch size every input of ``model`` records (``keras.Input(batch_shape=...)``, ``batch_size=``, or the
+    batch a ``Sequential`` was built on), or None where one has none or they differ. A stateful layer keeps states
+    of that batch; the artifacts' batch stays dynamic, and this is only where LiteRT starts (see
+    :mod:`cudnn_port.exports.tflite_model`)."""
+    try:
+        inputs = list(getattr(model, "inputs", None) or [])
+    except (AttributeError, ValueError):  # a model Keras never built has no inputs to ask
+        return None
+    sizes = {t.shape[0] if len(t.shape) else None for t in inputs}
+    size = sizes.pop() if len(sizes) == 1 else None
+    return int(size) if isinstance(size, int) and size > 0 else None
+
+
 def built_from_a_batch(model: "keras.Model") -> bool:
     """Whether Keras may have fixed ``model``'s input from a batch it was first called on: a ``Sequential`` whose
     input records a batch size or a time length. Without ``keras.Input``, ``fit``, ``predict`` or a call builds it on

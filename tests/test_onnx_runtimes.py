@@ -132,3 +132,149 @@ def test_openvino_runs_in_f32_and_takes_the_states(stack):
     want = ["inputs", "sequence_lengths", "initial_h"] + (["initial_c"] if canon.spec.mode == "lstm" else [])
     assert len(compiled.inputs) == len(want)  # the states are inputs, not folded into constants
     assert all(name in port.get_names() for name, port in zip(want, compiled.inputs))
+
+
+EMPTY_PROBE = """
+import json, sys
+import numpy as np
+import onnxruntime as ort
+try:
+    import openvino
+except ImportError:
+    openvino = None
+results = []
+for path in sys.argv[1:]:
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    compiled = openvino.Core().compile_model(path, "CPU") if openvino else None
+    for batch, steps in ((0, 5), (3, 0)):
+        feeds = {}
+        for i in session.get_inputs():
+            dims = [batch if d == "batch" else steps if d == "time" else d for d in i.shape]
+            dtype = np.int32 if "int32" in i.type else np.float32
+            feeds[i.name] = np.full(dims, steps, dtype) if i.name == "sequence_lengths" else np.ones(dims, dtype)
+        row = {"path": path, "batch": batch, "steps": steps}
+        for name, run in (("onnxruntime", lambda: session.run(None, feeds)),
+                          ("openvino", compiled and (lambda: list(compiled(feeds).values())))):
+            if run is None:
+                continue
+            try:
+                row[name] = [list(np.shape(v)) for v in run()]
+            except Exception as e:
+                row[name] = "error: " + " ".join(str(e).split())[:400]
+        results.append(row)
+print(json.dumps(results))
+"""
+
+
+def run_empty_probe(paths):
+    """Each ONNX model at ``paths`` run on an empty batch (0 x 5 steps) and on zero steps (3 x 0) in onnxruntime
+    (and OpenVINO where installed), in a child process: [{path, batch, steps, runtime: output shapes or
+    "error: ..."}]. The child must end by itself: onnxruntime 1.31.1 aborted it (SIGABRT) on either."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", EMPTY_PROBE, *map(str, paths)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_an_empty_batch_or_zero_steps_never_ends_the_process(tmp_path):
+    """onnxruntime 1.31.1 ends the process (SIGABRT, nothing to catch) on an LSTM or GRU node of an empty batch, or
+    a GRU of zero steps without sequence_lens. Every held-out stack's model.onnx and model_stateful.onnx (LSTM and
+    GRU, one to three layers, both directions, input size != hidden) gives empty outputs of the right shapes for an
+    empty batch, and for zero steps a catchable error naming the guard, in onnxruntime and OpenVINO."""
+    from cudnn_port.exports.onnx_guard import TIME_GUARD
+
+    paths, specs = [], {}
+    for mode, layers, bi, inputs, hidden in HELD_OUT:
+        canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=200 + layers)
+        for states in (False, True):
+            path = tmp_path / f"{mode}{layers}{bi}{states}.onnx"
+            write_onnx(canon, path, states=states)
+            paths.append(path)
+            specs[str(path)] = canon.spec
+    rows = run_empty_probe(paths)
+    assert len(rows) == 2 * len(paths)
+    for row in rows:
+        spec = specs[row["path"]]
+        state = [spec.num_pseudo_layers, 0, spec.num_units]
+        want = [[0, 5, spec.num_dirs * spec.num_units]] + [state] * (2 if spec.mode == "lstm" else 1)
+        for runtime in ("onnxruntime", "openvino"):
+            if runtime not in row:
+                continue
+            if row["batch"] == 0:
+                assert row[runtime] == want, row
+            else:
+                assert row[runtime].startswith("error:") and TIME_GUARD in row[runtime], row
+
+
+@pytest.mark.slow
+def test_a_whole_model_onnx_survives_an_empty_batch_and_zero_steps(tmp_path):
+    """A Keras model of a bidirectional LSTM and an unmasked GRU (its fused node has no sequence_lens: onnxruntime's
+    GRU aborted on zero steps too), saved and converted: model.onnx gives empty outputs for an empty batch and a
+    catchable error naming the guard for zero steps, in a child process that ends by itself; on a batch it still
+    matches Keras."""
+    keras = pytest.importorskip("keras")
+    from cudnn_port import convert
+    from cudnn_port.exports.onnx_guard import TIME_GUARD
+
+    L = keras.layers
+    x = keras.Input((None, 5), name="x")
+    model = keras.Model(x, L.Dense(3)(L.GRU(4)(L.Bidirectional(L.LSTM(6, return_sequences=True))(x))))
+    rng = np.random.default_rng(8)
+    model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
+    model.save(tmp_path / "m.keras")
+    convert(tmp_path / "m.keras", tmp_path / "out", formats=["onnx"])
+    path = tmp_path / "out" / "model.onnx"
+    for row in run_empty_probe([path]):
+        for runtime in ("onnxruntime", "openvino"):
+            if runtime in row:
+                ok = row[runtime] == [[0, 3]] if row["batch"] == 0 else TIME_GUARD in row[runtime]
+                assert ok, row
+    batch = rng.normal(size=(2, 7, 5)).astype(np.float32)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": batch})[0]
+    np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("held_out", [HELD_OUT[1], HELD_OUT[2]], ids=[IDS[1], IDS[2]])
+def test_lengths_outside_one_to_steps_are_refused_by_every_runtime(tmp_path, held_out):
+    """A stack's ONNX and TFLite files took any length: for length 0 onnxruntime, OpenVINO and LiteRT returned three
+    different final states, and past the steps LiteRT's final_h was all zeros. Lengths of 0 and of steps + 1 now
+    end in a catchable error in onnxruntime and OpenVINO (where installed), naming the guard, and in LiteRT (its
+    GATHER fails out of bounds),
+    with or without states; lengths 1 and steps in the same batch still run."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port.exports.onnx_guard import LENGTHS_GUARD
+    try:
+        import openvino
+    except ImportError:
+        openvino = None
+    from cudnn_port.exports.tflite import write_tflite
+
+    mode, layers, bi, inputs, hidden = held_out
+    canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=300 + layers)
+    feeds, states = ragged(canon.spec)
+    runs = {}
+    for states_fed in (False, True):
+        onnx_path, lite_path = tmp_path / f"m{states_fed}.onnx", tmp_path / f"m{states_fed}.tflite"
+        write_onnx(canon, onnx_path, states=states_fed)
+        write_tflite(canon, str(lite_path), stateful=states_fed)
+        session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        runner = Interpreter(str(lite_path)).get_signature_runner("serving_default")
+        runs[f"onnxruntime{states_fed}"] = (session.run, LENGTHS_GUARD, states_fed)
+        runs[f"litert{states_fed}"] = (lambda _, f, r=runner: r(**f), "gather index out of bounds", states_fed)
+        if openvino is not None:
+            compiled = openvino.Core().compile_model(str(onnx_path), "CPU")
+            runs[f"openvino{states_fed}"] = (lambda _, f, c=compiled: c(f), LENGTHS_GUARD, states_fed)
+    steps = feeds["inputs"].shape[1]
+    for name, (run, needle, states_fed) in runs.items():
+        given = dict(feeds, **(states if states_fed else {}))
+        run(None, dict(given, sequence_lengths=np.array([1, steps, 2, 3], np.int32)))  # the bounds themselves
+        for bad in (0, steps + 1):
+            lengths = np.array([steps, bad, 2, 1], np.int32)
+            with pytest.raises(Exception) as caught:
+                run(None, dict(given, sequence_lengths=lengths))
+            assert needle in str(caught.value), (name, bad, str(caught.value)[:300])

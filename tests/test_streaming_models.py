@@ -115,3 +115,60 @@ def test_a_functional_model_with_a_masked_stateful_layer_streams_like_keras(tmp_
         y, h, c = session.run(["output_0", "output_1", "output_2"], dict(states, ids=chunk))
         np.testing.assert_allclose(y, expected, **TOL)
         states = {"lm_h": h, "lm_c": c}
+
+
+@pytest.mark.slow
+def test_a_fixed_batch_stateful_model_tflite_prepares_at_its_own_batch(tmp_path):
+    """Input(batch_shape=(3, 4, 5)) -> stateful, unrolled LSTM -> stateful GRU -> Dense -> Dense, saved with
+    model.save: LiteRT prepares model.tflite at the model's own batch when a caller resizes only the sequence input
+    (the state inputs start at that batch too; they started at 1 row, and LiteRT refused the fused LSTM:
+    ``NumElements(output_state) != n_batch * n_output``); so does the LSTM's own layers/enc__enc/model_stateful.tflite.
+    Judged by Keras' stateful model over two chunks, the second call fed the first call's final states."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cudnn_port import convert
+
+    model = keras.Sequential([keras.Input(batch_shape=(3, 4, 5), name="x"),
+                              L.LSTM(6, stateful=True, unroll=True, return_sequences=True, name="enc"),
+                              L.GRU(4, stateful=True, unroll=True, name="dec"), L.Dense(7, activation="relu"),
+                              L.Dense(2)])
+    rng = np.random.default_rng(11)
+    model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
+    model.save(tmp_path / "fixed.keras")
+    convert(tmp_path / "fixed.keras", tmp_path / "out", formats=["tflite"])
+    chunks = [rng.normal(size=(3, 4, 5)).astype("float32") for _ in range(2)]
+    for name in ("enc", "dec"):
+        model.get_layer(name).reset_states()
+    want = []
+    for chunk in chunks:
+        y = np.asarray(model(chunk))
+        want.append([y] + [np.asarray(s) for name in ("enc", "dec") for s in model.get_layer(name).states])
+    interpreter = Interpreter(str(tmp_path / "out" / "model.tflite"))
+    inputs = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    outputs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
+    interpreter.resize_tensor_input(inputs["x"], [3, 4, 5])  # the sequence input alone, as a caller of batch 3 does
+    interpreter.allocate_tensors()
+    states = {"enc_h": np.zeros((3, 6), "float32"), "enc_c": np.zeros((3, 6), "float32"),
+              "dec_h": np.zeros((3, 4), "float32")}
+    for chunk, expected in zip(chunks, want):
+        for name, value in dict(states, x=chunk).items():
+            interpreter.set_tensor(inputs[name], value)
+        interpreter.invoke()
+        got = [interpreter.get_tensor(outputs[f"output_{k}"]) for k in range(4)]
+        for g, w in zip(got, expected):
+            np.testing.assert_allclose(g, w, **TOL)
+        states = dict(zip(("enc_h", "enc_c", "dec_h"), got[1:]))
+    # the LSTM's own streaming file, resized at its sequence inputs alone: its states start at batch 3 too
+    layer = Interpreter(str(tmp_path / "out" / "layers" / "enc__enc" / "model_stateful.tflite"))
+    inputs = {d["name"]: d["index"] for d in layer.get_input_details()}
+    outputs = {d["name"]: d["index"] for d in layer.get_output_details()}
+    layer.resize_tensor_input(inputs["inputs"], [3, 4, 5])
+    layer.resize_tensor_input(inputs["sequence_lengths"], [3])
+    layer.allocate_tensors()
+    feeds = {"inputs": chunks[0], "sequence_lengths": np.full(3, 4, np.int32),
+             "initial_h": np.zeros((1, 3, 6), "float32"), "initial_c": np.zeros((1, 3, 6), "float32")}
+    for name, value in feeds.items():
+        layer.set_tensor(inputs[name], value)
+    layer.invoke()
+    np.testing.assert_allclose(layer.get_tensor(outputs["final_h"])[0], want[0][1], **TOL)  # Keras' enc h
+    np.testing.assert_allclose(layer.get_tensor(outputs["final_c"])[0], want[0][2], **TOL)

@@ -1,6 +1,7 @@
 """A model file is data: each crafted source file of issue 38 outside SavedModel graphs, built here (h5py, zipfile,
 TF), is one line and exit 2, nothing is written outside OUT, no secret reaches OUT, the input is untouched, and a
 memory bomb stays below twice a normal run's peak memory."""
+import json
 import os
 import shutil
 import subprocess
@@ -42,15 +43,21 @@ def with_weight(tmp_path, make):
 
 
 def run_child(*argv, timeout=300):
-    """The CLI in a child process, measured: (exit code, stderr, its peak RSS in KiB)."""
+    """The CLI in a child process, measured: (exit code, stderr, its peak RSS in KiB); exit code 124 where it ran
+    past ``timeout`` seconds (the CLI is then killed)."""
     probe = textwrap.dedent("""
         import resource, subprocess, sys
-        p = subprocess.run([sys.executable, "-m", "cudnn_port.cli", *sys.argv[1:]], capture_output=True, text=True)
-        print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-        sys.stderr.write(p.stderr)
+        try:
+            p = subprocess.run([sys.executable, "-m", "cudnn_port.cli", *sys.argv[2:]], capture_output=True,
+                               text=True, timeout=float(sys.argv[1]))
+            code, err = p.returncode, p.stderr
+        except subprocess.TimeoutExpired:
+            code, err = 124, "timed out"
+        print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        sys.stderr.write(err)
     """)
-    proc = subprocess.run([sys.executable, "-c", probe, *map(str, argv)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = subprocess.run([sys.executable, "-c", probe, str(timeout), *map(str, argv)], capture_output=True,
+                          text=True, timeout=timeout + 30, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     code, rss = map(int, proc.stdout.split())
     return code, proc.stderr, rss
 
@@ -135,6 +142,65 @@ def test_a_keras_file_whose_weights_link_outside_is_refused(tmp_path, capsys):
         archive.writestr("config.json", "{}")
         archive.write(inner, "model.weights.h5")
     refused(capsys, "inspect", path, needles=["model.weights.h5", "/layers/x is an external link"])
+
+
+def _lying_model(tmp_path, suffix):
+    """A model saved with model.save (TimeDistributed(LSTM(6)) -> Bidirectional(GRU(5)) -> Dense), whose
+    TimeDistributed LSTM's config then declares units 8192 while its weights stay those of 6 units: a 36 KB
+    .keras took inspect past 180 s and 4.4 GiB while Keras built (and orthogonally initialised) that layer."""
+    keras = pytest.importorskip("keras")
+
+    L = keras.layers
+    x = keras.Input((3, 5, 4))
+    model = keras.Model(x, L.Dense(2)(L.Bidirectional(L.GRU(5))(L.TimeDistributed(L.LSTM(6, name="inner"))(x))))
+    honest = tmp_path / f"honest{suffix}"
+    model.save(honest)
+
+    def lie(node):
+        if isinstance(node, dict):
+            if node.get("class_name") == "LSTM":
+                node["config"]["units"] = 8192
+            for value in node.values():
+                lie(value)
+        elif isinstance(node, list):
+            for value in node:
+                lie(value)
+
+    path = tmp_path / f"lying{suffix}"
+    if suffix == ".keras":
+        with zipfile.ZipFile(honest) as source, zipfile.ZipFile(path, "w") as copy:
+            config = json.loads(source.read("config.json"))
+            lie(config)
+            for info in source.infolist():
+                copy.writestr(info, json.dumps(config) if info.filename == "config.json" else source.read(info))
+    else:
+        shutil.copy(honest, path)
+        with h5py.File(path, "r+") as f:
+            config = json.loads(f.attrs["model_config"])
+            lie(config)
+            f.attrs["model_config"] = json.dumps(config)
+    return honest, path
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_a_model_whose_config_declares_far_more_than_its_weights_is_refused_before_keras_builds_it(tmp_path,
+                                                                                                  suffix):
+    """Refused in one line, within seconds and without TensorFlow's memory (under 512 MiB at its peak: Keras
+    alone takes more), naming the layer; the honest file's sizes pass the same check."""
+    from cudnn_port.readers.config_sizes import check_config_sizes
+    from cudnn_port.readers.h5_guard import check_h5
+    from cudnn_port.readers.zip_guard import check_keras_zip
+
+    honest, lying = _lying_model(tmp_path, suffix)
+    code, err, rss = run_child("inspect", lying, timeout=60)
+    assert code == 2 and len(err.strip().splitlines()) == 1, (code, err)
+    assert "LSTM 'inner' alone 268435456" in err and "crafted to exhaust memory" in err, err
+    assert rss < 512 << 10, rss
+    if suffix == ".keras":
+        check_keras_zip(str(honest))
+    else:
+        with h5py.File(honest, "r") as f:
+            check_config_sizes(f.attrs["model_config"], check_h5(f, str(honest)), str(honest), "the file")
 
 
 # ------------------------------------------------------------------------------------------- checkpoints

@@ -82,3 +82,55 @@ def test_an_h5_that_keras_itself_cannot_load_says_so_and_how_to_save_it(capsys, 
     code, _, err = run_cli(capsys, "convert", tmp_path / "m.h5", tmp_path / "out")
     assert_clean_error(code, err, "Keras itself cannot load", "'NotEqual'", "save the model as .keras (")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_model_file_is_called_empty_not_missing(capsys, tmp_path):
+    """A 0-byte model.h5 was answered "no such file: model.h5; did you mean model.h5?"."""
+    (tmp_path / "model.h5").write_bytes(b"")
+    line = refused(capsys, ["convert", tmp_path / "model.h5", tmp_path / "out"], "is empty (0 bytes)",
+                   "save the model again", paths=[tmp_path])
+    assert "did you mean" not in line and "no such file" not in line, line
+    (tmp_path / "other.h5").write_bytes(b"not hdf5")
+    refused(capsys, ["inspect", tmp_path / "other.h5"], "is not an HDF5 file", paths=[tmp_path])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_named_like_a_keras_file_is_called_a_folder(capsys, tmp_path):
+    """A folder x.keras holding an unzipped .keras archive was sent to x.keras/model.weights.h5 (weights only,
+    refused next); one holding a model file names that file."""
+    import zipfile
+
+    unpacked = tmp_path / "x.keras"
+    with zipfile.ZipFile(os.path.join(FIRST, "model.keras")) as archive:
+        archive.extractall(unpacked)
+    line = refused(capsys, ["convert", unpacked, tmp_path / "out"], "is a folder, not a .keras file",
+                   "an unpacked .keras archive", "zip ../model.keras *", paths=[tmp_path])
+    assert "model.weights.h5" not in line, line
+    holder = tmp_path / "y.keras"
+    holder.mkdir()
+    shutil.copy(os.path.join(FIRST, "model.keras"), holder / "model.keras")
+    refused(capsys, ["inspect", holder], "is a folder, not a .keras file", f"e.g. {holder / 'model.keras'}",
+            paths=[tmp_path])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", ["nan_kernel", "complex_input"])
+def test_values_no_artifact_can_take_are_refused_before_the_export(capsys, tmp_path, case):
+    """A NaN in a Dense kernel ended after the whole export as exit 1 "parity FAILED ..."; a complex128 input as an
+    internal error. Both are one line, exit 2, before anything is written."""
+    import keras
+    import numpy as np
+
+    L = keras.layers
+    x = keras.Input((3, 4), dtype="complex128" if case == "complex_input" else "float32", name="x")
+    model = keras.Model(x, L.Dense(2, name="head")(L.Bidirectional(L.GRU(5))(L.LSTM(6, return_sequences=True)(x))))
+    rng = np.random.default_rng(4)
+    weights = [rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()]
+    if case == "nan_kernel":
+        weights[-2][1, 0] = np.nan  # the head's kernel
+    model.set_weights(weights)
+    model.save(tmp_path / "m.keras")
+    needles = ["weight 'head/kernel' holds 1 NaN/Inf value", "the training run diverged"] \
+        if case == "nan_kernel" else ["input 'x' is complex128", "float32 keras.Input"]
+    refused(capsys, ["convert", tmp_path / "m.keras", tmp_path / "out"], *needles, paths=[tmp_path])
+    assert not (tmp_path / "out").exists()

@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from . import io_names
 from .onnx_portable import fused_node, layer_weights, portable_stack_graph
+from .onnx_guard import guard_empty
 from .onnx_scan import sequence_nodes_expanded
 
 if TYPE_CHECKING:
@@ -173,6 +174,7 @@ def build_model(canon: "CanonicalRNN", name: str = "rnn", states: bool = False,
     model = helper.make_model(graph, producer_name="cudnn-port", opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
     helper.set_model_props(model, metadata(spec, states))
+    guard_empty(model, "sequence_lengths")  # onnxruntime aborts the process on an empty batch
     onnx.checker.check_model(model)
     return model
 

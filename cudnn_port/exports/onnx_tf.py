@@ -15,6 +15,7 @@ import numpy as np
 from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
 from .onnx_ctc import ctc_greedy_decoder_handler
 from .onnx_passes import sequence_inputs_apart, squeeze_pairs_cancelled, unread_outputs_dropped
+from .onnx_guard import guard_empty
 from .onnx_scan import sequence_nodes_expanded
 from .onnx_portable import portable_stack_graph
 from ..errors import CudnnPortError
@@ -242,7 +243,7 @@ def _unique_returns(library):
 
 def name_dynamic_dims(model: "onnx.ModelProto", path: str) -> None:
     """Name the unknown dimensions of the model's inputs and outputs ``batch`` (first) and ``time`` (second) instead
-    of tf2onnx's ``unk__N``, and save it at ``path``."""
+    of tf2onnx's ``unk__N``, add the guard of :mod:`.onnx_guard` over them, and save it at ``path``."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
 
@@ -250,6 +251,8 @@ def name_dynamic_dims(model: "onnx.ModelProto", path: str) -> None:
         for i, dim in enumerate(value.type.tensor_type.shape.dim):
             if not dim.HasField("dim_value"):
                 dim.dim_param = ("batch", "time")[i] if i < 2 else f"dim_{i}"
+    guard_empty(model)  # onnxruntime aborts the process on an empty batch
+    onnx.checker.check_model(model)
     onnx.save(model, str(path))
 
 

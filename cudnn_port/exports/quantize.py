@@ -125,6 +125,7 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
     _check_lstm_wiring(source, result)
     if not any(o.domain == "com.microsoft" for o in result.opset_import):  # onnxruntime < 1.16 left it out
         result.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    del result.graph.value_info[:]  # quantize_dynamic's shape inference of every tensor: hints, no part of the model
     onnx.checker.check_model(result)
     tmp_path = dst_path + ".tmp"
     onnx.save(result, tmp_path)

@@ -65,6 +65,7 @@ def fused_op(spec: "RNNSpec") -> bool:
     return spec.is_rnn and spec.activation in RNN_ACTIVATIONS
 
 
+LENGTHS_GUARD = "sequence_lengths_refused: each length must be in [1, time]"  # the op failing on such lengths
 SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_default")(inputs=..., sequence_lengths=...)
 
 
@@ -89,6 +90,7 @@ class _Graph:
                                                  i32("one_1e", [1])], "batch_time", dtype="int32",
                                options="StridedSliceOptions")
         self.swap = i32("swap_batch_time", [1, 0, 2])
+        self.lengths = self._checked_lengths()
         steps = g.op("RANGE", [i32("zero", 0), self.T, i32("one", 1)], "steps", dtype="int32")
         row = g.op("RESHAPE", [steps, i32("row_shape", [1, -1])], "steps_row", dtype="int32")
         column = g.op("RESHAPE", [self.lengths, i32("column_shape", [-1, 1])], "lengths_column", dtype="int32")
@@ -111,6 +113,26 @@ class _Graph:
                 dims = g.op("CONCATENATION", [i32(f"{label}_ld", [LD]), batch, i32(f"{label}_w", [width])],
                             f"{label}_shape", dtype="int32", options="ConcatenationOptions", axis=0)
                 self.states[label] = g.op("FILL", [dims, g.const(f"{label}_zero", np.float32(0))], label)
+
+    def _checked_lengths(self) -> int:
+        """``sequence_lengths`` through a check that each lies in [1, T]: else a GATHER out of bounds fails (a
+        catchable error, at the op writing ``sequence_lengths_refused...``; every size stays known when LiteRT
+        prepares the model, see :mod:`.tflite_model`) instead of an answer cuDNN does not define
+        (LiteRT returned final_h all zeros past T, and for length 0 other final states than ONNX's runtimes). An
+        empty batch passes (REDUCE_ANY of nothing is false)."""
+        g, i32 = self.g, self.i32
+        below = g.op("REDUCE_ANY", [g.op("LESS", [self.lengths, i32("length_floor", 1)], "length_below_one",
+                                         dtype="bool"), i32("lengths_axis", [0])], "any_below_one", dtype="bool",
+                     options="ReducerOptions")
+        beyond = g.op("REDUCE_ANY", [g.op("GREATER", [self.lengths, self.T], "length_beyond_time", dtype="bool"),
+                                     i32("lengths_axis_b", [0])], "any_beyond_time", dtype="bool",
+                      options="ReducerOptions")
+        bad = g.op("LOGICAL_OR", [below, beyond], "lengths_out_of_range", dtype="bool")
+        index = g.op("SELECT_V2", [bad, i32("out_of_bounds", 1), i32("in_bounds", 0)], "lengths_probe_index",
+                     dtype="int32")
+        zero = g.op("GATHER", [i32("probe", [0]), index], LENGTHS_GUARD, dtype="int32", options="GatherOptions",
+                    axis=0)
+        return g.op("ADD", [self.lengths, zero], "sequence_lengths_checked", dtype="int32", options="AddOptions")
 
     def state(self, label, p, width, variable=False) -> int:
         """initial_h[p] or initial_c[p], [B, width]: a variable tensor where a fused op updates it in place."""
@@ -179,10 +201,18 @@ def _rnn(graph, canon, x, layer, direction):
     return y, graph.final(y, p)
 
 
-def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
-    """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs."""
+def build_model(canon: "CanonicalRNN", stateful: bool = False, batch: Optional[int] = None) -> bytes:
+    """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs;
+    ``batch``: the batch its inputs start at until resized (the batch a whole model declares; else 1), so that a
+    caller who resizes ``inputs`` and ``sequence_lengths`` to it leaves ``initial_h`` / ``initial_c`` fitting (LiteRT
+    refused the fused LSTM otherwise: ``NumElements(output_state) != n_batch * n_output``)."""
     spec = canon.spec
     graph = _Graph(spec, stateful)
+    if batch:
+        for index in graph.g.inputs:  # inputs [B, T, I], sequence_lengths [B], states [L*D, B, S]
+            t = graph.g.tensors[index]
+            axis = 1 if t.name.startswith("initial_") else 0
+            t.shape = [int(batch) if k == axis else d for k, d in enumerate(t.shape)]
     g = graph.g
     x, finals_h, finals_c = graph.x, [], []
     for layer in range(spec.num_layers):
@@ -208,6 +238,6 @@ def build_model(canon: "CanonicalRNN", stateful: bool = False) -> bytes:
     return graph.model.serialize()
 
 
-def write_tflite(canon: "CanonicalRNN", path: str, stateful: bool = False) -> None:
+def write_tflite(canon: "CanonicalRNN", path: str, stateful: bool = False, batch: Optional[int] = None) -> None:
     with open(path, "wb") as f:
-        f.write(build_model(canon, stateful))
+        f.write(build_model(canon, stateful, batch))

@@ -24,14 +24,17 @@ reserve outputs or a GRU's c_n, a fused layer inside a loop or branch, and a fus
 at run time (:func:`_check_static`).
 
 Interface: SignatureDef ``serving_default`` over the model's inputs (named as the model names them) returning
-``output_0`` ... ``output_{n-1}``; batch and time dynamic. Each fused stack keeps the per-stack semantics of
-:mod:`cudnn_port.exports.tflite` (zero outputs past each length, final states at each sequence's last step)::
+``output_0`` ... ``output_{n-1}``; batch and time dynamic. Every input's batch starts at the batch the model declares
+(``keras.Input(batch_shape=...)``, a stateful layer's batch; else 1), so that ``allocate_tensors()`` before any
+``resize_tensor_input`` prepares the model at that batch, states included (:func:`_declared_batch`).
+Each fused stack keeps the per-stack semantics of :mod:`cudnn_port.exports.tflite` (zero outputs past each length,
+final states at each sequence's last step)::
 
     from ai_edge_litert.interpreter import Interpreter
     run = Interpreter("OUT/model.tflite").get_signature_runner("serving_default")
     logits = run(tokens=ids)["output_0"]
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 import re
 import warnings
 
@@ -51,11 +54,12 @@ BATCH_MAJOR = [1, 0, 2]  # [B, L*D, S] <-> [L*D, B, S]
 
 
 def convert(frozen: "tf.types.experimental.ConcreteFunction", input_names: Sequence[str], output_names: Sequence[str],
-            canons: Dict[bytes, object]) -> bytes:
+            canons: Dict[bytes, object], batch: Optional[int] = None) -> bytes:
     """The serialized whole model. ``frozen``: the model's concrete function traced with its fused layers on the
     cuDNN path, variables frozen into constants; ``input_names``: the names of its inputs (as its placeholders are
     named), ``output_names``: the names of its outputs in ``frozen.outputs`` order; ``canons``: {a fused layer's
-    buffer as float32 bytes: its CanonicalRNN}. Raises :class:`~cudnn_port.errors.UnsupportedError` (or the
+    buffer as float32 bytes: its CanonicalRNN}; ``batch``: the batch the model declares, where it declares one.
+    Raises :class:`~cudnn_port.errors.UnsupportedError` (or the
     converter's error) when some op has no builtin TFLite op."""
     tf = import_tf()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
@@ -69,7 +73,25 @@ def convert(frozen: "tf.types.experimental.ConcreteFunction", input_names: Seque
     splice(model, canons)
     _signature(model, input_names, output_names)
     _check_static(model)
+    _declared_batch(model, batch)
     return edit.serialize(model)
+
+
+def _declared_batch(model, batch: Optional[int]) -> None:
+    """Give every input of dynamic batch (-1 in its shape signature) ``batch`` rows until it is resized. The
+    converter leaves such an input at 1 row, and a fused LSTM's state inputs take the batch a caller feeds them: a
+    caller who resizes only the sequence input to the model's own batch (a stateful layer's, whose state inputs it
+    never touches) had LiteRT refuse to prepare the model, ``NumElements(output_state) != n_batch * n_output``
+    (LiteRT 2.3, unidirectional_sequence_lstm.cc). The signature stays dynamic: any other batch is one
+    ``resize_tensor_input`` of every input away, as the signature runner does."""
+    if not batch:
+        return
+    main = model.subgraphs[0]
+    for index in main.inputs:
+        t = main.tensors[index]
+        signature = list(t.shapeSignature) if t.shapeSignature is not None else []
+        if signature and signature[0] == -1 and t.shape is not None and len(t.shape):
+            t.shape = [int(batch)] + list(t.shape)[1:]
 
 
 def splice(model: Any, canons: Dict[bytes, object]) -> None:

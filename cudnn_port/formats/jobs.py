@@ -88,6 +88,7 @@ class ModelJob(Job):
         self.model, self.specs, self.tmp, self._trace, self._cache = model, list(specs), tmp, trace, {}
         self.input_names = [s.name for s in self.specs]
         self.count = 0
+        self.batch: Optional[int] = None  # the batch the model declares (keras.Input(batch_shape=...)), if any
 
     def _once(self, key: str, make: Callable[[], Any]) -> Any:
         if key not in self._cache:

@@ -15,8 +15,9 @@ from .jobs import Outputs
 
 
 def _write(job, paths):
-    tflite_export.write_tflite(job.canon, paths["tflite"])
-    tflite_export.write_tflite(job.canon, paths["tflite_stateful"], stateful=True)
+    batch = job.options.get("batch")  # the batch a whole model declares: where LiteRT starts (exports.tflite)
+    tflite_export.write_tflite(job.canon, paths["tflite"], batch=batch)
+    tflite_export.write_tflite(job.canon, paths["tflite_stateful"], stateful=True, batch=batch)
 
 
 def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], Outputs]:
@@ -68,7 +69,8 @@ def _write_model(job, paths):
                for layer in layers}
     try:
         data = tflite_model.convert(job.frozen("cudnn"), job.input_names,
-                                    sorted(job.traced("cudnn").structured_outputs), kernels)
+                                    sorted(job.traced("cudnn").structured_outputs), kernels,
+                                    batch=job.batch)
     except Exception as e:  # noqa: BLE001 (TF's converter or the splice refuses some op: the other artifacts stand)
         raise NotWritten(f"{tflite_model.why(e)}; only the per-layer .tflite files (layers/<layer>/) were written")
     with open(paths["tflite"], "wb") as f:

@@ -22,20 +22,21 @@ MAX_OBJECTS = 1 << 20
 
 class _Totals:
     def __init__(self):
-        self.declared = self.stored = self.objects = 0
+        self.declared = self.stored = self.objects = self.elements = 0
         self.largest: Optional[str] = None
         self.largest_bytes = 0
 
 
-def check_h5(f: "h5py.File", path: str) -> None:
+def check_h5(f: "h5py.File", path: str) -> int:
     """Refuse ``f`` (an open ``h5py.File`` read from ``path``) if it links outside itself, stores data outside
-    itself, or declares far more data than it stores."""
+    itself, or declares far more data than it stores; else return how many elements its datasets hold."""
     totals, seen = _Totals(), set()
     _group(f, path, totals, seen)
     if totals.declared > MAX_EXPANSION * totals.stored + TOTAL_FREE_BYTES:
         raise CudnnPortError(f"{path}: its datasets declare {totals.declared} bytes but store {totals.stored} "
                              f"(largest: {short(totals.largest or '?')}); the file is damaged or crafted to exhaust "
                              "memory, so it is not read")
+    return totals.elements
 
 
 def _group(group, path, totals, seen):
@@ -75,6 +76,7 @@ def _dataset(dataset, where, path, totals):
         raise CudnnPortError(f"{path}: dataset {short(where)} declares {declared} bytes but stores {stored}; the "
                              "file is damaged or crafted to exhaust memory, so it is not read")
     totals.declared += declared
+    totals.elements += int(dataset.size or 0)
     totals.stored += stored
     if declared >= totals.largest_bytes:
         totals.largest, totals.largest_bytes = where, declared

@@ -25,7 +25,12 @@ from ..errors import CudnnPortError, reason
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
 from ..paths import require_file
+<<<<<<< HEAD
 from ..source import Source, SourceType
+=======
+from ..source import Source
+from .config_sizes import check_config_sizes
+>>>>>>> h63
 from .h5_guard import check_h5
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -116,7 +121,7 @@ class KerasH5(Source):
                                  "file?") from None
 
     def _read(self, f):
-        check_h5(f, self.prefix)
+        stored = check_h5(f, self.prefix)
         _touch_everything(f)
         root = f["model_weights"] if "model_weights" in f else f
         if "layer_names" not in root.attrs:
@@ -124,6 +129,8 @@ class KerasH5(Source):
                                  "layer_names attribute); pass a file written by Keras model.save or save_weights")
         config = f.attrs.get("model_config")
         self.model_config = json.loads(h5_text(config)) if config is not None else None
+        if self.model_config is not None:  # the Keras 3 rebuild (keras/model.keras) builds it from its config
+            check_config_sizes(self.model_config, stored, self.prefix, "the file")
         classes = layer_classes(self.model_config) if self.model_config else {}
         self.format = f"Keras 2 HDF5 ({'full model' if self.model_config else 'weights only'}, " \
                       f"keras {h5_text(root.attrs.get('keras_version', '?'))})"

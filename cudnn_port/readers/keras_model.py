@@ -29,6 +29,7 @@ from .zip_guard import check_keras_zip
 from ..deps import import_tf
 from ..stock_keras import DIRECTIONS, STACKED_CELL, plan, rewrite
 from ..streaming_model import streaming_twin
+from .config_sizes import check_config_sizes
 from .h5_guard import check_h5
 from .keras_h5 import is_hdf5, is_keras3_model_h5
 
@@ -136,9 +137,12 @@ def load_keras_h5(path: str) -> "keras.Model":
     require_file(path, "Keras .h5 file")
     try:
         with h5py.File(path, "r") as f:
-            check_h5(f, path)
+            stored = check_h5(f, path)
+            config = f.attrs.get("model_config")
     except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
         raise CudnnPortError(f"cannot read {path} ({reason(e)}); is it a complete Keras .h5 file?") from None
+    if config is not None:
+        check_config_sizes(config, stored, path, "the file")
     import keras
 
     from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)

@@ -5,11 +5,14 @@ archive whose ``config.json`` inflates to 1 GiB took inspect to 2.6 GB. Here, fr
 (nothing is inflated): a member may not inflate to more than :data:`MAX_RATIO` times its stored bytes (beyond
 :data:`FREE_BYTES`), the JSON members not beyond :data:`MAX_JSON_BYTES` at all, and the archive holds at most
 :data:`MAX_MEMBERS` members. The weights file inside is then checked as any HDF5 source is
-(:mod:`cudnn_port.readers.h5_guard`: no links or data outside it, no declared sizes far above stored ones).
+(:mod:`cudnn_port.readers.h5_guard`: no links or data outside it, no declared sizes far above stored ones), and
+the layers ``config.json`` declares against the weights it stores (:mod:`cudnn_port.readers.config_sizes`), before
+Keras builds any of them.
 """
 import zipfile
 
 from ..errors import CudnnPortError, reason, short
+from .config_sizes import check_config_sizes
 from .h5_guard import check_h5
 
 MAX_RATIO = 200  # Keras stores members uncompressed (ratio 1); JSON deflates about 10x
@@ -25,8 +28,9 @@ def check_keras_zip(path: str) -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             check_members(archive, path, "a .keras file holds a handful")
-            if WEIGHTS in archive.namelist():
-                _check_weights(archive, path)
+            stored = _check_weights(archive, path) if WEIGHTS in archive.namelist() else 0
+            if "config.json" in archive.namelist():
+                check_config_sizes(archive.read("config.json"), stored, path, WEIGHTS)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
         raise CudnnPortError(f"cannot read {path} as a .keras archive ({reason(e)}); save the model again with "
                              "model.save(path)") from None
@@ -46,7 +50,7 @@ def check_members(archive: zipfile.ZipFile, path: str, usual: str, max_members: 
                                  "not read")
 
 
-def _check_weights(archive, path):
+def _check_weights(archive, path) -> int:
     # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
 
@@ -57,4 +61,4 @@ def _check_weights(archive, path):
             raise CudnnPortError(f"cannot read {WEIGHTS} in {path} ({reason(e)}); save the model again with "
                                  "model.save(path)") from None
         with f:
-            check_h5(f, f"{path} ({WEIGHTS})")
+            return check_h5(f, f"{path} ({WEIGHTS})")

@@ -42,8 +42,10 @@ and the error names its report).
 import os
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
+import numpy as np
+
 from ..deps import import_tf
-from ..errors import CudnnPortError, ParityError
+from ..errors import CudnnPortError, ParityError, short
 from ..manifest import Manifest, warn
 from ..outdir import OutputFolder, finish
 from ..paths import sha256
@@ -53,8 +55,8 @@ from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .stack import prepare_stacks, write_stacks
 from ..judging.tasks import TASK, load_task
-from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, embedding_vocabularies, input_specs,
-                            to_records)
+from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, declared_batch,
+                            embedding_vocabularies, input_specs, to_records)
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
 from ..layer_paths import forced_path
@@ -165,6 +167,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         raise CudnnPortError(f"model {model.name!r} is not built, so it has no weights to export; give it a "
                              "keras.Input, or call or fit it once, before export")
     check_ids_dtype(ids_dtype)
+    _refuse_bad_values(model)
     say = say_to(progress)
     chosen = _chosen_formats(formats, quantize)
     original = model
@@ -189,7 +192,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
 
     def write(tmp):
         manifest = write_stacks(source, stacks, tmp, style=style, formats=chosen, layer_dir="layers", xla=xla,
-                                say=say)
+                                say=say, batch=declared_batch(original))
         manifest.kind = "keras_model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         manifest["model_input_specs"] = to_records(specs)
@@ -200,7 +203,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
         job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
-        job.manifest = manifest
+        job.manifest, job.batch = manifest, declared_batch(original)
         manifest.model_artifacts = write_road("model", job, tmp, manifest, say, formats=chosen)
         if formats is not None:
             manifest["not_asked_for"] = [f for f in whole_model_formats() if f not in chosen]
@@ -230,6 +233,26 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         raise ParityError(_failure(manifest["parity"], f"the output was kept; see {report}"), manifest["parity"],
                           report)
     return manifest
+
+
+def _refuse_bad_values(model):
+    """Refuse, before any export, what every artifact would fail on only after all were written: an input of
+    complex dtype (no runtime's recurrent op takes one; Keras' own LSTM fails on it too) and a weight holding NaN or
+    Inf (every artifact and the judge then compute NaN, and parity fails at the end of the export)."""
+    for tensor in getattr(model, "inputs", None) or []:
+        dtype = str(getattr(tensor.dtype, "name", tensor.dtype))
+        if dtype.startswith("complex"):
+            raise CudnnPortError(f"input {short(tensor.name.split(':')[0])!r} is {dtype}, which no artifact takes "
+                                 "(recurrent ops compute in real numbers); give the model a float32 keras.Input "
+                                 "with the real and imaginary parts as features")
+    for variable in model.weights:
+        value = np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
+        if value.dtype.kind in "fc" and not np.isfinite(value).all():
+            bad = int(value.size - np.isfinite(value).sum())
+            name = getattr(variable, "path", None) or variable.name
+            raise CudnnPortError(f"weight {short(name)!r} holds {bad} NaN/Inf value{'s' if bad > 1 else ''}, so no "
+                                 "artifact can match the model; the training run diverged: save the model from a "
+                                 "checkpoint before it did")
 
 
 def _chosen_formats(formats, quantize):

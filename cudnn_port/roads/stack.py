@@ -189,10 +189,12 @@ def refusals(stacks: Sequence[Stack], formats: Sequence[str]) -> List[str]:
 
 def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: str, formats: Sequence[str],
                  drop_slots: bool = False, layer_dir: Optional[str] = None, xla: bool = False,
-                 allow_nonfinite: bool = False, say: Optional[Callable[[str], None]] = None) -> Manifest:
+                 allow_nonfinite: bool = False, say: Optional[Callable[[str], None]] = None,
+                 batch: Optional[int] = None) -> Manifest:
     """Write OUT's checkpoint and each stack's artifacts into ``tmp``; return the manifest (not yet written:
     :func:`cudnn_port.outdir.finish` hashes and writes it). ``layer_dir``: put each stack's artifacts under
-    ``{layer_dir}/{label}/`` (a whole-model export keeps the top level for the whole model)."""
+    ``{layer_dir}/{label}/`` (a whole-model export keeps the top level for the whole model); ``batch``: the batch
+    the whole model declares, where its layers' artifacts that take a batch start (TFLite)."""
     say = say_to(say)
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = new_manifest(source.prefix, source.format, source.names_note, formats, style)
@@ -200,8 +202,9 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
     if "saved_model" in formats:
         manifest["saved_model_xla"] = xla
     for stack in stacks:
-        manifest.stacks.append(_write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla,
-                                                         several=len(stacks) > 1, manifest=manifest, say=say))
+        manifest.stacks.append(_write_stack_artifacts(source, stack, tmp, style, formats, layer_dir,
+                                                      {"xla": xla, "batch": batch}, several=len(stacks) > 1,
+                                                      manifest=manifest, say=say))
         if drop_slots:
             manifest["dropped"] += stack.slots
     if "keras" in formats and source.model_config:
@@ -223,7 +226,7 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
     return manifest
 
 
-def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla, several, manifest, say):
+def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, options, several, manifest, say):
     entry = StackRecord(variable=stack.variable, prefix=stack.prefix, label=stack.label, spec=stack.spec.to_dict(),
                         param_count=stack.size, spec_source=stack.how)
     scheme = getattr(target_for(style, source.shapes, stack.prefix), "scheme", None)
@@ -246,7 +249,7 @@ def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, xla, s
         for rel in rels.values():
             say(f"writing {rel}")
             os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
-        details = fmt.write(StackJob(stack.spec, canon, stack.label, {"xla": xla}),
+        details = fmt.write(StackJob(stack.spec, canon, stack.label, options),
                             {k: os.path.join(tmp, rel) for k, rel in rels.items()})
         entry.artifacts.update(rels)
         entry.record(details or {})
