@@ -25,12 +25,8 @@ from ..errors import CudnnPortError, reason
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
 from ..paths import require_file
-<<<<<<< HEAD
 from ..source import Source, SourceType
-=======
-from ..source import Source
 from .config_sizes import check_config_sizes
->>>>>>> h63
 from .h5_guard import check_h5
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
