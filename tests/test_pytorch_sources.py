@@ -302,3 +302,65 @@ def test_a_checkpoint_with_two_state_dicts_keeps_both_apart(tmp_path):
     torch.save({"module.weight_ih_l0": model.weight_ih_l0, "weight_ih_l0": ema.weight_ih_l0}, path)
     with pytest.raises(CudnnPortError, match="both read as weight_ih_l0"):
         open_source(path)
+
+
+def _safetensors(path, entries, payload):
+    """A safetensors file with the header ``entries`` as given (offsets unchecked) over ``payload``."""
+    header = json.dumps(entries).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + payload)
+    return path
+
+
+def test_hostile_files_end_in_one_line_with_bounded_work(capsys, tmp_path):
+    """Files crafted against the reader: each is refused in one line (exit 2, nothing written), or read as PyTorch
+    reads it, in seconds and without the memory its declarations would cost."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    lstm = torch.nn.LSTM(3, 4)
+    cases = []
+    broadcast = tmp_path / "broadcast.pt"  # 9e8 elements spelled by strides of 0 over one stored float
+    torch.save({**lstm.state_dict(), "table": torch.zeros(1).expand(30000, 30000)}, broadcast)
+    cases.append((broadcast, "no model's weights repeat their storage"))
+    gap = _safetensors(tmp_path / "gap.safetensors", {
+        "weight_ih_l0": {"dtype": "F32", "shape": [16, 3], "data_offsets": [0, 192]},
+        "weight_hh_l0": {"dtype": "F32", "shape": [16, 4], "data_offsets": [192, 448]},
+        "weight_ih_l5": {"dtype": "F32", "shape": [16, 4], "data_offsets": [448, 704]}}, bytes(704))
+    cases.append((gap, "no tensor of layer 1"))
+    shared = _safetensors(tmp_path / "overlap.safetensors", {
+        "weight_ih_l0": {"dtype": "F32", "shape": [16, 3], "data_offsets": [0, 192]},
+        "weight_hh_l0": {"dtype": "F32", "shape": [16, 4], "data_offsets": [0, 256]}}, bytes(256))
+    cases.append((shared, "do not fit its shape, the file, or the tensor before it"))
+    polyglot = tmp_path / "polyglot.pt"
+    polyglot.write_bytes(b"PK\x03\x04\x00\x00\x00\x00{}" + bytes(32))
+    cases.append((polyglot, "reads both as a zip archive and as a safetensors file"))
+    fifo = tmp_path / "fifo.pt"
+    os.mkfifo(fifo)
+    cases.append((fifo, "not a regular file or folder"))
+    for path, needle in cases:
+        start = time.perf_counter()
+        code, _, err = run_cli(capsys, "convert", path, tmp_path / "out")
+        assert_clean_error(code, err, needle)
+        assert time.perf_counter() - start < 30 and not os.path.exists(tmp_path / "out")
+
+    nested = ()
+    for _ in range(64):  # a pickle that shares each tuple twice: 2**64 leaves if walked without its memo
+        nested = (nested, nested)
+    bomb = tmp_path / "shared.pt"
+    torch.save({"model": lstm.state_dict(), "history": nested, "graph": {"a": {"b": {}}}}, bomb)
+    start = time.perf_counter()
+    source = open_source(bomb)
+    assert time.perf_counter() - start < 30 and list(source.specs) == ["opaque_kernel"]  # the one state_dict
+
+
+def test_a_state_dicts_attributes_are_not_read_as_its_weights(tmp_path):
+    """pickle's BUILD sets an OrderedDict's attributes (a state_dict's _metadata), never its items, as torch.load
+    does: an attribute named like a weight must not replace the weight."""
+    torch = pytest.importorskip("torch")
+    state = torch.nn.LSTM(3, 4).state_dict()
+    state.__dict__["weight_ih_l0"] = torch.randn(16, 3)  # pickled as BUILD state beside _metadata
+    path = tmp_path / "attrs.pt"
+    torch.save(state, path)
+    source = open_source(path)
+    got = unpack(source.specs["opaque_kernel"], source.get("opaque_kernel")).layers[0].W.reshape(16, 3)
+    np.testing.assert_array_equal(got, torch.load(path, weights_only=True)["weight_ih_l0"].numpy())

@@ -63,6 +63,9 @@ def source_type(path: "os.PathLike[str] | str") -> SourceType:
     """The :class:`~cudnn_port.source.SourceType` that claims ``path``, decided here once for convert, inspect,
     verify and the readers (a TensorFlow checkpoint prefix claims what no other kind does, and what does not exist)."""
     path = os.fspath(path)
+    if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+        raise CudnnPortError(f"{path} is not a regular file or folder (a pipe, a socket or a device); pass the model "
+                             "file itself")
     return next(t for t in sources().values() if t.claims(path))
 
 

@@ -243,5 +243,5 @@ def _cudnn_mode(weights):
 
 
 SOURCE = SourceType("keras_h5", "Keras 2 .h5 file", "stack", lambda path: os.path.isfile(path) and is_hdf5(path),
-                    lambda path, mode=None: KerasH5(path), order=30,
+                    lambda path, mode=None: KerasH5(path), spec_flags=True, order=30,
                     judge="cudnn_port.judging.keras_weights:judge_stack")

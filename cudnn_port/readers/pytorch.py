@@ -35,7 +35,7 @@ from .torch_pickle import Inert, Quantized
 BUFFER = "opaque_kernel"
 GATES = {4: "lstm", 3: "gru", 1: "rnn"}
 CLASSES = {"lstm": "nn.LSTM", "gru": "nn.GRU", "rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN", "rnn": "nn.RNN"}
-_PARAM = re.compile(r"^(?:(.*)\.)?(weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(\d+)(_reverse)?(_raw)?$")
+_PARAM = re.compile(r"^(?:(.*)\.)?(weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(0|[1-9]\d{0,5})(_reverse)?(_raw)?$")
 _CELL = re.compile(r"^(?:(.*)\.)?(weight_ih|weight_hh)$")
 DROPPED_PREFIXES = ("module.", "_orig_mod.")
 STATE_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "net", "network", "module",
@@ -157,15 +157,26 @@ def _strip(key: str) -> str:
 def _flatten(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dict], Dict[str, str]]:
     """({tensor name: array}, {module path: attributes of a pickled module}, {module path: its key prefix in the
     file}) of the weights ``root`` holds: the state_dict itself, the one inside a checkpoint dict, or a module tree."""
-    tensors, attrs, raw = {}, {}, {}
+    tensors, attrs, raw, seen_at, active = {}, {}, {}, {}, set()
 
     def module(obj: Inert, prefix: str):
+        if id(obj) in active or len(seen_at.setdefault(id(obj), set())) >= 8:  # a cycle, or a module shared widely
+            return
+        seen_at[id(obj)].add(prefix)
+        active.add(id(obj))
+        try:
+            _module(obj, prefix)
+        finally:
+            active.discard(id(obj))
+
+    def _module(obj: Inert, prefix: str):
         state = obj.attrs
         info = {k: state[k] for k in MODULE_ATTRS if k in state and not isinstance(state[k], (np.ndarray, Inert))}
         info["class"] = obj.cls.name
         attrs[_strip(prefix)] = info
         params = state.get("_parameters") if isinstance(state.get("_parameters"), dict) else {}
-        for name, value in list(params.items()) + list((state.get("_buffers") or {}).items()):
+        buffers = state.get("_buffers") if isinstance(state.get("_buffers"), dict) else {}
+        for name, value in list(params.items()) + list(buffers.items()):
             if isinstance(value, np.ndarray):
                 add(f"{prefix}.{name}" if prefix else name, value)
         children = state.get("_modules") if isinstance(state.get("_modules"), dict) else {}
@@ -198,7 +209,12 @@ def _flatten(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dic
     containers = [k for k, v in root.items() if k in STATE_KEYS and isinstance(v, (dict, Inert))] \
         if isinstance(root, dict) else []
 
+    walked = set()  # a pickle may share one dict or module many times (or hold itself): each is read once
+
     def walk(obj, prefix):
+        if id(obj) in walked:
+            return
+        walked.add(id(obj))
         if isinstance(obj, Inert):
             module(obj, prefix)
         elif isinstance(obj, dict):
@@ -239,11 +255,11 @@ def _script_constants(path: str, root: Any, attrs: Dict[str, dict]) -> None:
                 if m:
                     current = constants.setdefault(f"{module}.{m.group(1)}", {})
                     continue
-                m = re.match(r"^  (\w+) : Final\[\w+\] = (.+)$", line)
+                m = re.match(r"^  (\w+) : Final\[\w+\] = (.{1,200})$", line)  # a setting is a short literal
                 if current is not None and m and m.group(1) in MODULE_ATTRS:
                     try:
                         current[m.group(1)] = ast.literal_eval(m.group(2).strip())
-                    except (ValueError, SyntaxError):
+                    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                         pass
 
     def walk(obj, prefix):
@@ -293,7 +309,12 @@ def _spec(path, module, params, attrs, mode_flag) -> Tuple[Optional[RNNSpec], Di
     ih = params.get(("weight_ih", 0, 0))
     if hh is None or ih is None or hh.ndim != 2 or ih.ndim != 2:
         raise CudnnPortError(f"{where} lacks weight_ih_l0 / weight_hh_l0 as matrices; the file is damaged or edited")
-    layers = 1 + max(k for _, k, _ in params)
+    present = {k for _, k, _ in params}
+    layers = 1 + max(present)
+    if len(present) != layers:  # a layer index past the ones stored (weight_ih_l999999): name the first gap
+        gap = next(k for k in range(layers) if k not in present)
+        raise CudnnPortError(f"{where} holds layer {layers - 1} but no tensor of layer {gap}; the file is damaged or "
+                             "edited")
     dirs = 1 + max(d for _, _, d in params)
     hr = params.get(("weight_hr", 0, 0))
     H = hr.shape[1] if hr is not None else hh.shape[1]

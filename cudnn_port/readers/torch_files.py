@@ -14,6 +14,7 @@ inert module tree) with NumPy arrays for tensors. The facts come from torch/seri
 the safetensors format (docs/sources.md).
 """
 import json
+import math
 import os
 import struct
 import zipfile
@@ -29,7 +30,8 @@ from .torch_pickle import TORCH_DTYPES, Inert, Storage, numpy_dtype, resolve, te
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c  # torch/serialization.py MAGIC_NUMBER
 SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-MAX_HEADER = 100 << 20  # a safetensors JSON header this large is not a model's
+MAX_HEADER = 16 << 20  # a safetensors JSON header this large is not a model's (about 250,000 tensors)
+MAX_PICKLE = 64 << 20  # a data.pkl this large holds no model's weights (they are in the storages beside it)
 MAX_STORAGES = 200000  # zip members: one per storage; a GPU-trained RNN keeps all its weights in one
 
 
@@ -52,6 +54,9 @@ def sniff(path: str) -> Optional[str]:
         with open(path, "rb") as f:
             head = f.read(16)
             if head[:4] == b"PK\x03\x04":
+                if head[8:9] == b"{":  # also reads as a safetensors header: two files in one, each reader its own
+                    raise CudnnPortError(f"{path} reads both as a zip archive and as a safetensors file, so which "
+                                         "weights it holds depends on the reader; it is not read")
                 return "zip" if _torch_zip(path) else None
             if len(head) >= 9 and head[8:9] == b"{":
                 (n,) = struct.unpack("<Q", head[:8])
@@ -82,10 +87,10 @@ def read_torch_file(path: str) -> TorchFile:
             return _read_legacy(path)
         if kind == "safetensors":
             return _read_safetensors(path)
+    except CudnnPortError:
+        raise
     except (OSError, zipfile.BadZipFile, struct.error, json.JSONDecodeError, KeyError, ValueError, TypeError,
-            EOFError) as e:
-        if isinstance(e, CudnnPortError):
-            raise
+            EOFError, AttributeError, IndexError, LookupError, RecursionError, MemoryError, OverflowError) as e:
         raise CudnnPortError(f"cannot read {path} as a PyTorch file ({reason(e)}); is it complete and undamaged?") \
             from None
     raise CudnnPortError(f"{path} is not a PyTorch file (torch.save, TorchScript, torch.export or safetensors)")
@@ -102,6 +107,9 @@ def _read_zip(path):
         root_dir = pkl[:-len("data.pkl")]
         scripted = any(n.startswith(root_dir + "code/") for n in names) or root_dir + "constants.pkl" in names
         order = z.read(root_dir + "byteorder").decode().strip() if root_dir + "byteorder" in names else "little"
+        if z.getinfo(pkl).file_size > MAX_PICKLE:
+            raise CudnnPortError(f"{path}: its pickle inflates to {z.getinfo(pkl).file_size} bytes; a model's "
+                                 "pickle names its tensors in far less, so it is not read")
         obj, storages = unpickle(z.read(pkl), os.path.basename(path))
         for key, storage in storages.items():
             if storage.dtype == "quantized":  # never read: the reader names the module holding it
@@ -181,10 +189,14 @@ def _read_safetensors(path):
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
         base, size = 8 + n, os.fstat(f.fileno()).st_size
-        tensors = {}
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
+        if not isinstance(header, dict) or not isinstance(header.get("__metadata__", {}), dict):
+            raise CudnnPortError(f"{path}: its safetensors header is not a table of tensors; the file is damaged")
+        tensors, end_of = {}, 0
+        for name, entry in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                                  key=lambda item: item[1].get("data_offsets", [0])[0]
+                                  if isinstance(item[1], dict) else 0):
+            if not isinstance(entry, dict):
+                raise CudnnPortError(f"{path}: tensor {short(name)}'s header entry is not a table; the file is damaged")
             dtype = SAFETENSORS_DTYPES.get(entry.get("dtype"))
             if dtype is None:
                 raise CudnnPortError(f"{path}: tensor {short(name)} has dtype {entry.get('dtype')!r}, which no model's "
@@ -192,9 +204,11 @@ def _read_safetensors(path):
             start, end = (int(v) for v in entry["data_offsets"])
             shape = tuple(int(d) for d in entry["shape"])
             dt = numpy_dtype(dtype)
-            if not 0 <= start <= end or base + end > size or end - start != int(np.prod(shape)) * dt.itemsize:
+            if not 0 <= start <= end or base + end > size or end - start != math.prod(shape) * dt.itemsize or \
+                    start != end_of:  # the format stores tensors back to back, none sharing a byte
                 raise CudnnPortError(f"{path}: tensor {short(name)} declares bytes {start}..{end}, which do not fit "
-                                     "its shape or the file; the file is damaged")
+                                     "its shape, the file, or the tensor before it; the file is damaged")
+            end_of = end
             f.seek(base + start)
             tensors[name] = np.frombuffer(f.read(end - start), dtype=dt).reshape(shape)
     meta = header.get("__metadata__") or {}
@@ -212,7 +226,10 @@ def _read_pt2(path, z, names):
                              "torch.export.save")
     root_dir = config[:config.index("data/weights/")]
     weights = json.loads(z.read(config))
-    entries = weights.get("config", weights)
+    entries = weights.get("config", weights) if isinstance(weights, dict) else None
+    if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+        raise CudnnPortError(f"{path}: its weights config is not a table of tensors; save it again with "
+                             "torch.export.save")
     tensors = {}
     for name, entry in entries.items():
         if entry.get("use_pickle"):  # a tensor subclass torch.export pickles: never unpickled here

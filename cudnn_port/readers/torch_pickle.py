@@ -18,6 +18,7 @@ Reading follows PyTorch's own format (torch/serialization.py: ``_load`` for zip 
 files written before 1.6); the facts are in docs/sources.md.
 """
 import io
+import math
 import pickle
 import struct
 from typing import Any, Dict, Optional, Tuple
@@ -40,6 +41,8 @@ REFUSED_MODULES = ("os", "posix", "nt", "subprocess", "sys", "builtins", "__buil
                    "importlib", "runpy", "pickle", "_pickle", "marshal", "code", "codeop", "ctypes", "pty", "io",
                    "operator", "functools", "types", "webbrowser", "multiprocessing", "threading", "signal",
                    "tempfile", "pathlib", "glob", "zipfile", "tarfile", "urllib", "http", "requests", "asyncio")
+MAX_BROADCAST = 1 << 20  # elements a tensor may hold beyond its storage's (an expanded bias)
+MAX_OPS = 4_000_000  # pickle opcodes: a state_dict spends about 30 a tensor; objects beyond that exhaust memory
 SAFE_BUILTINS = {"set", "frozenset", "slice", "complex", "bytearray", "tuple", "list", "dict"}
 TENSOR_REBUILDERS = {"_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3"}
 QUANTIZED = {"_rebuild_qtensor", "_rebuild_sparse_tensor", "_rebuild_sparse_csr_tensor", "_rebuild_nested_tensor",
@@ -95,7 +98,7 @@ class Inert:
         """The object's attribute dict (a pickled ``nn.Module``'s ``__dict__``); {} where it has none."""
         state = self.state
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):  # (dict, slots)
-            state = {**(state[0] or {}), **state[1]}
+            state = {**(state[0] if isinstance(state[0], dict) else {}), **state[1]}
         return state if isinstance(state, dict) else {}
 
     def __repr__(self):
@@ -159,6 +162,10 @@ def tensor_view(storage: Storage, offset: int, size: Tuple[int, ...], stride: Tu
     last = offset + sum((n - 1) * s for n, s in zip(size, stride))
     if last >= flat.size:
         raise CudnnPortError(f"a tensor reaches element {last} of a storage of {flat.size}; the file is damaged")
+    count = math.prod(size)
+    if count > flat.size + MAX_BROADCAST:  # strides of 0 (or overlapping) spell far more elements than are stored
+        raise CudnnPortError(f"a tensor of {count} elements is cut from a storage of {flat.size} (stride "
+                             f"{list(stride)}); no model's weights repeat their storage, so the file is not read")
     view = np.lib.stride_tricks.as_strided(flat[offset:], shape=size,
                                            strides=tuple(s * flat.itemsize for s in stride), writeable=False)
     return np.ascontiguousarray(view)
@@ -222,8 +229,9 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
         if module.startswith("torch") and name == "_rebuild_qtensor":
             return Quantized()
         if module.startswith("torch") and name in QUANTIZED:
-            raise CudnnPortError(f"{self._what} holds a {name[len('_rebuild_'):].replace('_', ' ')}, which no cuDNN "
-                                 "stack holds; convert the float model before it was quantized")
+            raise CudnnPortError(f"{self._what} holds a tensor torch rebuilds with {name} (sparse, nested, meta or a "
+                                 "tensor subclass), which no recurrent layer's weights are; save plain tensors "
+                                 "(model.state_dict())")
         if module == "collections" and name == "OrderedDict":
             return dict(*args)
         if module in ("builtins", "__builtin__"):
@@ -239,7 +247,10 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
                 return complex(*args)
             return bytearray(*args)
         if module == "_codecs" and name == "encode":  # protocol 2's bytes: encode(str, 'latin1')
-            return str(args[0]).encode(args[1] if len(args) > 1 else "utf8")
+            codec = str(args[1]).lower().replace("_", "-") if len(args) > 1 else "utf-8"
+            if codec not in ("latin1", "latin-1", "iso-8859-1", "utf-8", "utf8", "ascii"):
+                self._refuse(f"_codecs.encode with codec {codec}")  # another codec imports its module
+            return str(args[0]).encode(codec)
         if module == "torch.jit._pickle":  # TorchScript: restore_type_tag(value, tag), build_intlist(list), ...
             return args[0]
         if module == "torch" and name == "device":
@@ -305,27 +316,29 @@ def unpickle(data: "bytes | io.BufferedIOBase", what: str) -> Tuple[Any, Dict[st
                              "is damaged or not a PyTorch file") from None
 
 
-def resolve(obj: Any, seen: Optional[set] = None) -> Any:
+def resolve(obj: Any, seen: Optional[dict] = None) -> Any:
     """``obj`` with every :class:`Pending` tensor cut from its (now filled) storage, in dicts, lists, tuples and
-    inert objects' state alike."""
-    seen = set() if seen is None else seen
-    if isinstance(obj, Pending):
-        return obj.value()
+    inert objects' state alike; an object the pickle shares is resolved once."""
+    seen = {} if seen is None else seen
     if id(obj) in seen:
-        return obj
+        return seen[id(obj)]
+    if isinstance(obj, Pending):
+        seen[id(obj)] = obj.value()
+        return seen[id(obj)]
     if isinstance(obj, dict):
-        seen.add(id(obj))
+        seen[id(obj)] = obj
         for k in list(obj):
             obj[k] = resolve(obj[k], seen)
         return obj
     if isinstance(obj, list):
-        seen.add(id(obj))
+        seen[id(obj)] = obj
         obj[:] = [resolve(v, seen) for v in obj]
         return obj
     if isinstance(obj, tuple):
-        return tuple(resolve(v, seen) for v in obj)
+        seen[id(obj)] = tuple(resolve(v, seen) for v in obj)
+        return seen[id(obj)]
     if isinstance(obj, Inert):
-        seen.add(id(obj))
+        seen[id(obj)] = obj
         obj.args = resolve(obj.args, seen)
         obj.state = resolve(obj.state, seen)
     return obj
@@ -336,38 +349,50 @@ class _Loader(DataUnpickler):
     :meth:`DataUnpickler.call`, and whose BUILD sets state on inert objects only."""
 
     dispatch = dict(pickle._Unpickler.dispatch)
+    ops = 0
+
+    def _count(self):
+        self.ops += 1
+        if self.ops > MAX_OPS:
+            raise CudnnPortError(f"{self._what}: its pickle runs past {MAX_OPS} operations, far more than any "
+                                 "model's weights need; the file is damaged or crafted to exhaust memory")
 
     def load_newobj(self):
+        self._count()
         args = self.stack.pop()
         cls = self.stack.pop()
         self.append(cls(*args) if isinstance(cls, _Callable) else self._bad("NEWOBJ", cls))
 
     def load_newobj_ex(self):
+        self._count()
         kwargs, args, cls = self.stack.pop(), self.stack.pop(), self.stack.pop()
         self.append(cls(*args, **kwargs) if isinstance(cls, _Callable) else self._bad("NEWOBJ_EX", cls))
 
     def load_reduce(self):
+        self._count()
         args = self.stack.pop()
         func = self.stack[-1]
         self.stack[-1] = func(*args) if isinstance(func, _Callable) else self._bad("REDUCE", func)
 
     def load_build(self):
+        self._count()
         state = self.stack.pop()
         inst = self.stack[-1]
         if isinstance(inst, Inert):
             inst.__setstate__(state)
         elif isinstance(inst, np.ndarray):  # a tensor's BUILD sets Python attributes (requires_grad hooks): nothing
             pass
-        elif isinstance(inst, dict) and isinstance(state, dict):
-            inst.update(state)
-        # anything else (a list, a str): BUILD has nothing to set on plain data
+        # anything else (a dict, whose BUILD sets attributes such as a state_dict's _metadata, never items, as
+        # pickle and torch.load do; a list, a str): nothing the weights need
 
     def load_inst(self):
+        self._count()
         module, name = self.readline()[:-1].decode("ascii"), self.readline()[:-1].decode("ascii")
         args = tuple(self.pop_mark())
         self.append(self.find_class(module, name)(*args))
 
     def load_obj(self):
+        self._count()
         args = self.pop_mark()
         cls = args.pop(0)
         self.append(cls(*args) if isinstance(cls, _Callable) else self._bad("OBJ", cls))
@@ -376,6 +401,7 @@ class _Loader(DataUnpickler):
         raise CudnnPortError(f"{self._what}: {op} of {short(repr(what), 40)}, which is not a class the file names; "
                              "the file is damaged or crafted")
 
+    dispatch = {code: (lambda f: lambda self: (self._count(), f(self)))(f) for code, f in dispatch.items()}
     dispatch[pickle.NEWOBJ[0]] = load_newobj
     dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
     dispatch[pickle.REDUCE[0]] = load_reduce
