@@ -17,12 +17,12 @@ from .roads.graph import convert_saved_model
 from .outdir import OutputFolder, finish
 from . import formats as registry
 from .roads.stack import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
-from .readers import open_source, source_kind, WEIGHTS
+from .readers import open_source, source_type, WEIGHTS
 from .targets import STYLES
 from .progress import say_to
 from .checkpoint import Checkpoint, resolve_prefix
 from .roads.int8 import quantize_outputs, refuse_nothing_to_quantize
-from .roads.model import export_keras_file
+from .roads.model import MODEL_FILES
 from .quiet import library_call
 
 if TYPE_CHECKING:
@@ -82,7 +82,8 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose {', '.join(QUANTIZE)}")
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
-    kind = source_kind(source)
+    found = source_type(source)
+    kind = found.kind
     if kind in WEIGHTS and not os.path.lexists(source):  # a prefix, or nothing: said before the heavy imports
         resolve_prefix(source)
     onnx = formats is None or "onnx" in formats
@@ -91,16 +92,16 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
     if kind not in WEIGHTS and (given or variable):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "
-                             f"{'SavedModel' if kind == 'saved_model' else '.keras model'} states every spec, so "
+                             f"{'SavedModel' if kind == 'saved_model' else found.words} states every spec, so "
                              "leave the spec flags out")
-    if ids_dtype is not None and kind != "keras_model":
+    if ids_dtype is not None and found.road != "model":
         raise CudnnPortError(IDS_ONLY)
     if kind == "saved_model":
         if quantize:
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
-    if kind == "keras_model":
-        return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
+    if found.road == "model":  # a whole model: its kind's exporter
+        return MODEL_FILES[kind](source, out, style=style, force=force, xla=xla, quantize=quantize,
                                  keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
 
     src = open_source(source, mode=mode)

@@ -8,6 +8,8 @@ reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.r
   Bidirectional layers or cudnn_port's fused layers: :class:`.keras_model.KerasModelSource`
 - PyTorch files (``torch.save``, legacy, TorchScript, ``torch.export``, safetensors) holding ``nn.LSTM`` /
   ``nn.GRU`` / ``nn.RNN`` modules, read as data: :class:`.pytorch.PyTorchSource`
+- ``torch.export`` programs (``.pt2``) as whole models: the graph JSON translated into a Keras model
+  (:func:`.torch_program.translate`), which takes the whole-model road
 
 :data:`SOURCES` is the registry: one :class:`SourceType` per kind, in the order they claim a path; convert, inspect,
 verify and bench look a kind up there (its road, its flags, its judge) instead of switching on names.
@@ -26,6 +28,7 @@ from .keras_model import KerasModelSource
 from .platform import check_source
 from .tf1_canonical import with_canonical_stacks
 from .pytorch import PyTorchSource, is_pytorch_file
+from .torch_program import PROGRAM_FORMAT, is_program
 from ..paths import is_saved_model
 
 
@@ -55,6 +58,14 @@ def _open_pytorch(path, mode=None):
     return PyTorchSource(path, mode=mode)
 
 
+def _open_program(path, mode=None):
+    from .torch_program import translate
+
+    source = KerasModelSource(translate(path), os.path.abspath(path))
+    source.format = PROGRAM_FORMAT
+    return source
+
+
 def _keras_model(path):
     if path.endswith(".keras") and os.path.lexists(path) and not os.path.isdir(path):
         return True
@@ -67,6 +78,8 @@ SOURCES = (
                lambda path, mode=None: KerasModelSource.from_file(path)),
     SourceType("keras_h5", "Keras 2 .h5 file", "stack", lambda path: os.path.isfile(path) and is_hdf5(path),
                lambda path, mode=None: KerasH5(path)),
+    SourceType("torch_program", PROGRAM_FORMAT, "model", lambda path: os.path.isfile(path) and is_program(path),
+               _open_program),
     SourceType("pytorch", "PyTorch file", "stack", is_pytorch_file, _open_pytorch, spec_flags=True),
     SourceType("checkpoint", "TensorFlow checkpoint", "stack", lambda path: True, _open_checkpoint,
                spec_flags=True),  # a prefix, index or folder; also what does not exist yet
@@ -81,8 +94,8 @@ def source_type(path: "os.PathLike[str] | str") -> SourceType:
 
 
 def source_kind(path: "os.PathLike[str] | str") -> str:
-    """The kind of ``path`` (:func:`source_type`'s name): "saved_model", "keras_model", "keras_h5", "pytorch" or
-    "checkpoint"."""
+    """The kind of ``path`` (:func:`source_type`'s name): "saved_model", "keras_model", "keras_h5",
+    "torch_program", "pytorch" or "checkpoint"."""
     return source_type(path).kind
 
 

@@ -48,7 +48,7 @@ def load_keras_file(path: str) -> "keras.Model":
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
-    from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
+    from .. import aten_layers, layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU, and AtenOp)
 
     with tempfile.TemporaryDirectory(prefix="cudnn-port-keras-") as tmp:
         target = path
@@ -141,7 +141,7 @@ def load_keras_h5(path: str) -> "keras.Model":
         raise CudnnPortError(f"cannot read {path} ({reason(e)}); is it a complete Keras .h5 file?") from None
     import keras
 
-    from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
+    from .. import aten_layers, layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU, and AtenOp)
 
     with tempfile.TemporaryDirectory(prefix="cudnn-port-h5-") as tmp:
         target = path
