@@ -18,6 +18,7 @@ from cudnn_port import reference
 from cudnn_port.errors import CudnnPortError
 from cudnn_port.layout import unpack
 from cudnn_port.readers import open_source, source_kind
+from cudnn_port.readers.pytorch import PyTorchSource
 
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "fixtures", "torch")
@@ -68,8 +69,12 @@ def test_every_file_kind_reads_to_pytorchs_own_outputs(case):
     """The reader alone: the spec read off the file equals the module's, and the stack it packs computes (by the
     NumPy reference) what PyTorch computed on CPU, or what cuDNN computed on an H100 for the GPU-saved file."""
     path = os.path.join(FIXTURES, case["file"])
-    assert source_kind(path) == "pytorch"
-    source = open_source(path, mode=mode_flag(case))
+    if path.endswith(".pt2"):  # a whole program converts as a model (test_torch_programs.py); its stacks read alike
+        assert source_kind(path) == "torch_program"
+        source = PyTorchSource(path)
+    else:
+        assert source_kind(path) == "pytorch"
+        source = open_source(path, mode=mode_flag(case))
     name = stack_name(case)
     spec = source.specs[name]
     assert (spec.mode, spec.input_size, spec.num_units, spec.num_layers, spec.bidirectional, spec.num_proj or 0) == \
@@ -265,7 +270,7 @@ def test_source_registry_claims_pytorch_files_by_content_not_name(tmp_path):
         path = tmp_path / name
         path.write_bytes(open(os.path.join(FIXTURES, "state_dict.pt"), "rb").read())
         assert source_kind(path) == "pytorch"
-    assert source_kind(os.path.join(FIXTURES, "pt2", "model.pt2")) == "pytorch"
+    assert source_kind(os.path.join(FIXTURES, "pt2", "model.pt2")) == "torch_program"  # a whole model
     with pytest.raises(CudnnPortError, match="not a PyTorch file"):
         from cudnn_port.readers.torch_files import read_torch_file
         read_torch_file(os.path.join(HERE, "fixtures", "keras2_dense_only.h5"))

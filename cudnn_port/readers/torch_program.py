@@ -140,6 +140,17 @@ def module_of(node: Dict[str, Any]) -> str:
     return f"{inner[1]} ({inner[-1]})" if inner else "the model's forward"
 
 
+def refuse_untranslated(program: Program) -> None:
+    """Refuses, in one line naming it and the module it came from, the first op of ``program`` with no
+    translation."""
+    for node in program.nodes:
+        op = op_name(node["target"])
+        if op not in SUPPORTED and op not in PASSED and op != "sym_size":
+            raise UnsupportedError(f"{program.path}: {node['target'].replace('torch.ops.', '')} (from "
+                                   f"{module_of(node)}) has no translation to a whole model yet (docs/sources.md lists "
+                                   "the ops that have one)")
+
+
 @dataclass
 class _Sym:
     """A symbolic int of the program: the product of these (tensor name, axis) dimensions."""
@@ -284,9 +295,6 @@ class _Translator:
         outs = [o.get("as_tensor", {}).get("name") for o in node.get("outputs", [])]
         if op in PASSED:  # checks torch.export inserted; nothing to compute
             return
-        if op not in SUPPORTED and op != "sym_size":
-            raise UnsupportedError(f"{self.p.path}: {target} (from {module_of(node)}) has no translation to a whole "
-                                   f"model; supported: {', '.join(SUPPORTED[:-4])} and the recurrent nodes")
         if op in RECURRENT:
             return self.recurrent(node, op, outs)
         args = list(self.args(node).values())
@@ -452,6 +460,7 @@ def translate(path: str, source: Optional[Any] = None) -> "Any":
     from .pytorch import PyTorchSource
 
     program = read_program(path)
+    refuse_untranslated(program)  # before anything is built
     source = source if source is not None else PyTorchSource(path)
     t = _Translator(program, source)
     free = t.free_dims()
