@@ -28,7 +28,7 @@ from .keras_model import KerasModelSource
 from .platform import check_source
 from .tf1_canonical import with_canonical_stacks
 from .pytorch import PyTorchSource, is_pytorch_file
-from .torch_program import PROGRAM_FORMAT, is_program
+from .torch_program import PROGRAM_FORMAT, is_program, translate
 from ..paths import is_saved_model
 
 
@@ -59,8 +59,6 @@ def _open_pytorch(path, mode=None):
 
 
 def _open_program(path, mode=None):
-    from .torch_program import translate
-
     source = KerasModelSource(translate(path), os.path.abspath(path))
     source.format = PROGRAM_FORMAT
     return source

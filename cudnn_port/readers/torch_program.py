@@ -25,7 +25,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..deps import import_tf
 from ..errors import CudnnPortError, UnsupportedError, short
+from .pytorch import PyTorchSource
 from .torch_files import PT2_DTYPES, read_torch_file
 
 PROGRAM_FORMAT = "PyTorch program (torch.export .pt2)"
@@ -277,7 +279,7 @@ class _Translator:
 
         encoded = [enc(a) for a in args]
         if not tensors:  # a computation on parameters alone: folded here, once
-            tf = _tf()
+            tf = import_tf()
             return np.asarray(run_op(op, encoded, [], [tf.constant(c) for c in constants]))
         layer = AtenOp(op, encoded, [[list(c.shape), c.dtype.name] for c in constants], name=self.unique(name))
         result = layer(tensors)
@@ -445,19 +447,11 @@ class _Translator:
                 self.values[name] = value
 
 
-def _tf():
-    from ..deps import import_tf
-
-    return import_tf()
-
-
 def translate(path: str, source: Optional[Any] = None) -> "Any":
     """The ``.pt2`` program at ``path`` as a built Keras Functional model with its weights (see the module
     docstring); ``source``: the file's :class:`~cudnn_port.readers.pytorch.PyTorchSource`, read here if None."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
-
-    from .pytorch import PyTorchSource
 
     program = read_program(path)
     refuse_untranslated(program)  # before anything is built
