@@ -80,6 +80,26 @@ def test_the_judge_computes_what_the_users_module_computes_at_other_lengths(name
             assert g.shape == w.shape and np.allclose(g, w, atol=1e-6, rtol=1e-5), (name, steps)
 
 
+def test_a_program_exported_with_a_fixed_batch_takes_any_batch_and_length():
+    """tests/fixtures/torch/pt2/model.pt2 was exported with no dynamic dimension (ids [3, 7]): its translation takes
+    ids [None, None], and at 4 rows and 11 steps computes what the judge computes from the archive (two readings of
+    the graph that share no code)."""
+    pytest.importorskip("torch")
+    from cudnn_port.judging.torch_program import Interpreter
+    from cudnn_port.readers.torch_program import translate
+
+    path = os.path.join(FIXTURES, "pt2", "model.pt2")
+    model = translate(path)
+    assert [tuple(t.shape) for t in model.inputs] == [(None, None)]
+    judge = Interpreter(path)
+    assert (judge.steps, judge.batch) == (7, 3)
+    ids = np.random.default_rng(0).integers(0, 10, size=(4, 11)).astype("int64")
+    want = judge.run({"ids": ids}, 11, 4)
+    got = np.asarray(model(ids))
+    assert got.shape == want[0].shape == (4, 11, 4)
+    np.testing.assert_allclose(got, want[0], atol=ATOL, rtol=RTOL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_every_whole_model_artifact_matches_pytorch_at_two_other_lengths(name, tmp_path_factory):

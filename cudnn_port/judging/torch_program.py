@@ -9,9 +9,10 @@ code with the translator: its own reading of the JSON, PyTorch's own ops, and it
 **Other lengths.** torch.export records a recurrent model at the one length it was exported at (it cannot keep an
 RNN's time symbolic), so a few sizes in the graph are that length as a number (``view(x, [s0, 7, 4])``). The judge
 runs the program at other lengths by value: in every ``size`` / ``shape`` argument, the exported length ``T0`` (the
-recorded time size of the recurrent nodes' inputs) becomes the length run, and ``B0 * T0`` becomes ``B * T`` where
-the batch was exported fixed at ``B0``. A program whose other sizes equal ``T0`` may be judged wrongly by this rule,
-never passed wrongly: its rows fail. The translator instead aligns each size with the shapes of the tensors it reshapes.
+recorded time size of the recurrent nodes' inputs) becomes the length run, and, where the batch was exported fixed
+at ``B0``, ``B0`` and ``B0 * T0`` become ``B`` and ``B * T`` (verify then runs a batch other than ``B0``). A program
+whose other sizes equal ``T0`` or ``B0`` may be judged wrongly by this rule, never passed wrongly: its rows fail.
+The translator instead aligns each size with the shapes of the tensors it reshapes.
 
 :func:`program_rows` is verify's check: every whole-model artifact in every runtime its format declares, at two
 lengths other than the exported one, against the interpreter's outputs. Without torch, or without the source
@@ -131,8 +132,8 @@ class Interpreter:
         swap = {}
         if self.steps is not None:
             swap[self.steps] = steps
-            if self.batch is not None:
-                swap[self.batch * self.steps] = batch * steps
+            if self.batch is not None:  # a batch exported fixed
+                swap[self.batch], swap[self.batch * self.steps] = batch, batch * steps
         with torch.no_grad():
             for node in self.graph["nodes"]:
                 self._node(node, env, swap)
@@ -229,7 +230,7 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
     vocab = interpreter.vocabularies()
     rows = []
     for steps in lengths_to_judge(interpreter.steps or 7):
-        batch = 3
+        batch = 3 if interpreter.batch != 3 else 4  # other than a batch exported fixed, too
         rng = np.random.default_rng(seed + steps)
         feeds = {}
         for n, spec in zip(names, specs):

@@ -133,6 +133,13 @@ def op_name(target: str) -> str:
     return parts[3] if target.startswith("torch.ops.aten.") and len(parts) > 3 else target
 
 
+def module_path(node: Dict[str, Any]) -> str:
+    """The path of the module a node came from (``encoder.lstm``), or ""."""
+    stack = (node.get("metadata") or {}).get("nn_module_stack") or ""
+    entries = [e.split(",") for e in stack.split(";") if e]
+    return next((e[1] for e in reversed(entries) if len(e) >= 3 and e[1]), "")
+
+
 def module_of(node: Dict[str, Any]) -> str:
     """Where a node came from: the innermost entry of its ``nn_module_stack`` ("lstm: torch.nn.modules.rnn.LSTM"),
     or "the model's forward"."""
@@ -177,15 +184,19 @@ class _Translator:
 
     # ---- inputs -------------------------------------------------------------------------------------------------
     def free_dims(self) -> Dict[str, List[bool]]:
-        """Which dims of each user input are free: symbolic ones (batch), and those of the length the recurrent
-        nodes were exported at (time)."""
-        lengths = set()
+        """Which dims of each user input are free: symbolic ones (batch), those of the length the recurrent
+        nodes were exported at (time), and, in a program exported with no dynamic dimension, the one of the batch
+        size the recurrent nodes were exported at (batch)."""
+        lengths, batches = set(), set()
         for node in self.p.nodes:
             if op_name(node["target"]) in RECURRENT:
                 args = self.args(node, raw=True)
                 x = args["input"]["as_tensor"]["name"]
                 batch_first = args.get("batch_first", {}).get("as_bool", False)
                 lengths.add(self.p.sizes[x][1 if batch_first else 0])
+                if not self.p.symbolic[x][0 if batch_first else 1]:
+                    batches.add(self.p.sizes[x][0 if batch_first else 1])
+        static = not any(any(self.p.symbolic[name]) for name in self.p.inputs)
         if not lengths:
             raise UnsupportedError(f"{self.p.path}: the program has no aten.lstm / gru / rnn_tanh / rnn_relu node; "
                                    "cudnn-port converts recurrent models")
@@ -197,7 +208,9 @@ class _Translator:
                 raise CudnnPortError(f"{self.p.path}: input {name} of shape {sizes} has {len(timed)} dimensions of "
                                      f"the exported length {sizes[timed[0]]}, so its time dimension is not clear; "
                                      "export with a length that no other dimension has")
-            free[name] = [symbolic[i] or i in timed for i in range(len(sizes))]
+            batched = [i for i, s in enumerate(sizes) if static and s in batches and i not in timed]
+            free[name] = [symbolic[i] or i in timed or (len(batched) == 1 and i in batched)
+                          for i in range(len(sizes))]
         return free
 
     # ---- arguments ----------------------------------------------------------------------------------------------
@@ -317,7 +330,8 @@ class _Translator:
             weight, ids = a[0], a[1]
             if not isinstance(weight, np.ndarray):
                 raise UnsupportedError(f"{self.p.path}: an embedding of a computed table (from {module_of(node)})")
-            layer = keras.layers.Embedding(weight.shape[0], weight.shape[1], name=self.unique(name))
+            layer = keras.layers.Embedding(weight.shape[0], weight.shape[1],
+                                           name=self.unique(module_path(node) or name))
             result = layer(ids)
             self.pending.append((layer.embeddings, weight))
             return result
@@ -325,7 +339,8 @@ class _Translator:
                                                                  or isinstance(a[2], np.ndarray)) \
                 and isinstance(a[0], keras.KerasTensor):
             bias = a[2] if len(a) > 2 else None
-            layer = keras.layers.Dense(a[1].shape[0], use_bias=bias is not None, name=self.unique(name))
+            layer = keras.layers.Dense(a[1].shape[0], use_bias=bias is not None,
+                                       name=self.unique(module_path(node) or name))
             result = layer(a[0])
             self.pending.append((layer.kernel, a[1].T))
             if bias is not None:
