@@ -100,6 +100,40 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_ena
     return y + bias if bias is not None else y
 
 
+def _convolution(x, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), groups=1):
+    """PyTorch's conv1d / conv2d (channels first, zero padding on both sides of each spatial dim) as TensorFlow's
+    channels-last convolution between two transposes."""
+    tf = import_tf()
+    rank = x.shape.rank
+    spatial = rank - 2
+    stride, padding, dilation = ([int(v)] * spatial if isinstance(v, int) else [int(u) for u in v]
+                                 for v in (stride, padding, dilation))
+    last = tf.transpose(x, [0] + list(range(2, rank)) + [1])
+    if any(padding):
+        last = tf.pad(last, [[0, 0]] + [[p, p] for p in padding] + [[0, 0]])
+    kernel = tf.transpose(weight, list(range(2, rank)) + [1, 0])  # [Cout, Cin, k...] -> [k..., Cin, Cout]
+    y = tf.nn.convolution(last, kernel, strides=stride, padding="VALID", dilations=dilation)
+    if bias is not None:
+        y = y + bias
+    return tf.transpose(y, [0, rank - 1] + list(range(1, rank - 1)))
+
+
+def _batch_norm(x, weight, bias, mean, var, training=False, momentum=0.1, eps=1e-5, *_):
+    """Inference batch norm over channel axis 1 with the running statistics."""
+    tf = import_tf()
+    shape = [1, -1] + [1] * (x.shape.rank - 2)
+    y = (x - tf.reshape(mean, shape)) * tf.reshape(tf.math.rsqrt(var + eps), shape)
+    if weight is not None:
+        y = y * tf.reshape(weight, shape)
+    return y + tf.reshape(bias, shape) if bias is not None else y
+
+
+def _split(x, sizes, dim=0):
+    """``split_with_sizes``: a list of tensors of these sizes along ``dim``."""
+    tf = import_tf()
+    return tf.split(x, [int(n) for n in sizes], axis=_axis(dim, x.shape.rank))
+
+
 def _reduce(fn):
     def reduce(x, dim=None, keepdim=False, dtype=None):
         axis = None if not dim else [_axis(d, x.shape.rank) for d in (dim if isinstance(dim, list) else [dim])]
@@ -140,12 +174,16 @@ def _ops() -> Dict[str, Any]:
         "mul": lambda x, y: x * y,
         "div": lambda x, y: x / y,
         "zeros": lambda size: tf.zeros(_shape(size)),
+        "convolution": _convolution,
+        "batch_norm": _batch_norm,
+        "split": _split,
     }
 
 
 OPS = ("identity", "linear", "addmm", "matmul", "t", "select", "slice", "cat", "stack", "reshape", "permute",
        "transpose", "flatten", "squeeze", "unsqueeze", "relu", "tanh", "sigmoid", "gelu", "softmax", "log_softmax",
-       "mean", "sum", "layer_norm", "add", "sub", "rsub", "mul", "div", "zeros")
+       "mean", "sum", "layer_norm", "add", "sub", "rsub", "mul", "div", "zeros", "convolution", "batch_norm",
+       "split")
 
 
 def run_op(op: str, args: List[Dict[str, Any]], tensors: List[Any], constants: List[Any]) -> Any:

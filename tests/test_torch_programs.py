@@ -13,7 +13,7 @@ from helpers import assert_clean_error, run_cli
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "fixtures", "torch")
 PROGRAMS = os.path.join(FIXTURES, "programs")
-NAMES = ("char_lm", "attention_classifier", "seq2seq", "projected")
+NAMES = ("char_lm", "attention_classifier", "seq2seq", "projected", "crnn")
 LENGTHS = (4, 11)  # the archives were exported at 7 steps
 ATOL, RTOL = 1e-5, 1e-4
 _converted = {}
@@ -36,7 +36,7 @@ def pytorch_outputs(name, steps, seed=5):
     with torch.no_grad():
         want = made.build(name)(*args)
     want = [want] if isinstance(want, torch.Tensor) else list(want)
-    names = {"seq2seq": ["src", "tgt"], "projected": ["x"]}.get(name, ["ids"])
+    names = {"seq2seq": ["src", "tgt"], "projected": ["x"], "crnn": ["x"]}.get(name, ["ids"])
     return dict(zip(names, [a.numpy() for a in args])), [w.numpy() for w in want]
 
 
@@ -168,9 +168,9 @@ def test_verify_judges_a_program_by_pytorchs_kernels_and_fails_a_wrong_judge(cap
 
 
 def test_an_op_without_translation_is_refused_in_one_line_naming_it_and_its_module(capsys, tmp_path):
-    """A program with a Conv1d front (no translation yet): convert exits 2 with one line naming the ATen op and the
-    module it came from, and writes nothing."""
+    """A program with a Softplus (no translation): convert exits 2 with one line naming the ATen op and the module
+    it came from, and writes nothing."""
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, "convert", os.path.join(PROGRAMS, "unsupported.pt2"), out)
-    assert_clean_error(code, err, "aten.conv1d", "conv (torch.nn.modules.conv.Conv1d)")
+    assert_clean_error(code, err, "aten.softplus", "act (torch.nn.modules.activation.Softplus)")
     assert not out.exists()

@@ -41,7 +41,8 @@ SAME = {"contiguous": "identity", "clone": "identity", "alias": "identity", "det
 SUPPORTED = ("embedding", "linear", "addmm", "matmul", "mm", "bmm", "t", "select", "slice", "cat", "stack",
              "view", "reshape", "permute", "transpose", "flatten", "squeeze", "unsqueeze", "relu", "tanh", "sigmoid",
              "gelu", "softmax", "log_softmax", "mean", "sum", "layer_norm", "dropout", "add", "sub", "rsub", "mul",
-             "div", "zeros", "new_zeros", "zeros_like", "contiguous", "clone", "alias", "detach",
+             "div", "zeros", "new_zeros", "zeros_like", "contiguous", "clone", "alias", "detach", "conv1d", "conv2d",
+             "batch_norm", "_native_batch_norm_legit_no_training", "split", "split_with_sizes", "chunk",
              "lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
@@ -319,7 +320,14 @@ class _Translator:
             self.values[sym_name] = _Sym([(tensor, args[1])], self.p.sizes[tensor][args[1]])
             return
         result = self.translate(op, args, node)
-        self.values[outs[0]] = result
+        listed = node.get("outputs", [{}])[0].get("as_tensors")
+        if listed is not None:  # split / chunk: a list of tensors
+            for t, value in zip(listed, result):
+                self.values[t["name"]] = value
+        elif op == "_native_batch_norm_legit_no_training":  # (output, save_mean, save_rstd): only the first is used
+            self.values[outs[0]] = result
+        else:
+            self.values[outs[0]] = result
 
     def translate(self, op, a, node):
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
@@ -356,6 +364,33 @@ class _Translator:
             if op == "zeros_like":
                 return self.aten("mul", [a[0], 0.0], name)
             return _Zeros(size, node)
+        if op in ("conv1d", "conv2d"):
+            if len(a) > 6 and a[6] not in (1, None) or any(isinstance(v, str) for v in a[3:6]):
+                raise UnsupportedError(f"{self.p.path}: {op} with groups or string padding (from {module_of(node)}) "
+                                       "is not translated yet")
+            return self.aten("convolution", a[:6], name)
+        if op in ("batch_norm", "_native_batch_norm_legit_no_training"):
+            training = a[5] if op == "batch_norm" else False
+            if training:
+                raise UnsupportedError(f"{self.p.path}: batch_norm in training mode (from {module_of(node)}); export "
+                                       "the model after model.eval()")
+            eps = a[7] if op == "batch_norm" else a[6]
+            return self.aten("batch_norm", a[:5] + [False, 0.0, eps], name)
+        if op in ("split", "split_with_sizes", "chunk"):
+            sizes = self.p.sizes[node["inputs"][0]["arg"]["as_tensor"]["name"]]
+            dim = a[2] if len(a) > 2 else 0
+            total = sizes[dim]
+            if getattr(a[0], "shape", [None] * (dim + 1))[dim] is None:
+                raise UnsupportedError(f"{self.p.path}: {op} along a dimension that changes with batch or time (from "
+                                       f"{module_of(node)}) is not translated")
+            if op == "chunk":
+                step = -(-total // a[1])
+                parts = [min(step, total - k) for k in range(0, total, step)]
+            elif op == "split":
+                parts = [min(a[1], total - k) for k in range(0, total, a[1])]
+            else:
+                parts = list(a[1])
+            return self.aten("split", [a[0], parts, dim], name)
         if op in ("view", "reshape", "_unsafe_view"):
             return self.aten("reshape", [a[0], self.reshape_size(node, a[0], a[1])], name)
         if op == "squeeze":
