@@ -174,3 +174,21 @@ def test_an_op_without_translation_is_refused_in_one_line_naming_it_and_its_modu
     code, _, err = run_cli(capsys, "convert", os.path.join(PROGRAMS, "unsupported.pt2"), out)
     assert_clean_error(code, err, "aten.softplus", "act (torch.nn.modules.activation.Softplus)")
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_convert_fails_a_translation_that_pytorch_computes_otherwise(tmp_path, monkeypatch):
+    """convert's own parity adds PyTorch's kernels as a judge of a .pt2: with the stacks' buffers planted 1% off (the
+    translated Keras model, and so its own judge, carry them), convert raises ParityError naming the rows at other
+    lengths, and writes nothing."""
+    pytest.importorskip("torch")
+    from cudnn_port import convert
+    from cudnn_port.errors import ParityError
+    from cudnn_port.readers.pytorch import PyTorchSource
+
+    get = PyTorchSource.get
+    monkeypatch.setattr(PyTorchSource, "get", lambda self, name: get(self, name) * (
+        1.01 if name.endswith("opaque_kernel") else 1))
+    with pytest.raises(ParityError, match="onnx \\(onnxruntime\\) at 11 steps"):
+        convert(os.path.join(PROGRAMS, "char_lm.pt2"), tmp_path / "out", formats=["onnx"])
+    assert not (tmp_path / "out").exists()

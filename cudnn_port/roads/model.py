@@ -42,7 +42,7 @@ and the error names its report).
 import os
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
-from ..deps import import_tf
+from ..deps import available, import_tf
 from ..errors import CudnnPortError, ParityError
 from ..manifest import Manifest, warn
 from ..outdir import OutputFolder, finish
@@ -57,6 +57,7 @@ from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype,
                             to_records)
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
+from ..judging.torch_program import JUDGE as PROGRAM_JUDGE, program_rows
 from ..layer_paths import forced_path
 from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
@@ -159,8 +160,9 @@ def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Option
 def _export_program(path, out, **options):
     """A ``torch.export`` program (``.pt2``) translated into a Keras model
     (:func:`cudnn_port.readers.torch_program.translate`), exported whole as :func:`export` does; the manifest names
-    the source a PyTorch program, which verify judges by PyTorch's own kernels
-    (:mod:`cudnn_port.judging.torch_program`)."""
+    the source a PyTorch program. Its parity adds PyTorch's own kernels as a judge where torch is installed
+    (:mod:`cudnn_port.judging.torch_program`, at two lengths other than the exported one): a translation that
+    computes otherwise raises :class:`~cudnn_port.errors.ParityError`."""
     with float32_policy():
         model = translate(os.fspath(path))
         return _export(model, out, source_format=PROGRAM_FORMAT, path=os.fspath(path), seed=0, **options)
@@ -274,6 +276,13 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
     computes in ``policy`` (mixed precision): its distance to the judge is reported, not judged."""
     run = whole_model_run(job.tmp, job.manifest, judged, seed, ATOL, RTOL, say)
     rows, judge_name = run.rows, run.judge
+    if job.manifest.source.format == PROGRAM_FORMAT:  # a .pt2: PyTorch's kernels judge the translation too
+        if available("torch"):
+            rows, judge_name = rows + program_rows(job.manifest, job.tmp, ATOL, RTOL, seed, True, say), \
+                f"{judge_name}; {PROGRAM_JUDGE}"
+        else:
+            warn(job.manifest, say, "PyTorch is not installed, so the translation of the program was not judged by "
+                 "PyTorch's kernels; cudnn-port verify OUT judges it where torch is installed")
     for row in rows:
         if row["passed"] is None:  # a runtime that is not installed: said in the summary, not a failure
             warn(job.manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
