@@ -22,7 +22,7 @@ from .targets import STYLES
 from .progress import say_to
 from .checkpoint import Checkpoint, resolve_prefix
 from .roads.int8 import quantize_outputs, refuse_nothing_to_quantize
-from .roads.model import export_keras_file
+from .roads.model import MODEL_FILES
 from .quiet import library_call
 
 if TYPE_CHECKING:
@@ -44,9 +44,10 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
     ``source``: a TensorFlow checkpoint (prefix, ``.index`` or folder; default style tf1), a Keras 2 ``.h5`` file
     with CuDNNLSTM / CuDNNGRU layers (default style keras; with the keras format a full-model file is also rebuilt
     whole in Keras 3 as ``out/keras/model.keras``), a PyTorch file holding ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``
-    modules (any kind ``torch.save``, ``torch.jit.save`` or ``torch.export.save`` writes, or safetensors; read as data,
-    nothing in it runs; default style pytorch; ``mode`` settles an ``nn.RNN``'s tanh or relu where the file does
-    not), a SavedModel folder holding cuDNN nodes, or a Keras 3 model file
+    modules (any kind ``torch.save`` or ``torch.jit.save`` writes, or safetensors; read as data, nothing in it runs;
+    default style pytorch; ``mode`` settles an ``nn.RNN``'s tanh or relu where the file does not), a ``torch.export``
+    program (``.pt2``: the whole model, its graph translated into a Keras model and exported like one,
+    :mod:`cudnn_port.readers.torch_program`), a SavedModel folder holding cuDNN nodes, or a Keras 3 model file
     (``.keras``, or ``model.save("m.h5")``) of stock LSTM / GRU / Bidirectional layers or :mod:`cudnn_port.layers`
     (exported whole, see :func:`cudnn_port.export`).
 
@@ -99,8 +100,8 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
         if quantize:
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
-    if road == "model":
-        return export_keras_file(source, out, style=style, force=force, xla=xla, quantize=quantize,
+    if road == "model":  # a whole model: its kind's exporter
+        return MODEL_FILES[found.kind](source, out, style=style, force=force, xla=xla, quantize=quantize,
                                  keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
 
     src = open_source(source, mode=mode)

@@ -42,6 +42,7 @@ from .graphs.trust import check_out
 from .judging import cudnn_api, keras_weights, tf1_weights
 from .judging.keras_weights import rebuilt_model_row
 from .judging.model_rows import keras_model_rows, saved_model_rows
+from .judging.torch_program import program_rows
 from .quiet import library_call
 from .readers import open_source, source_type
 
@@ -121,6 +122,7 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
         report["rows"] += saved_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
     elif manifest.get("kind") == "keras_model":
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
+        report["rows"] += program_rows(manifest, out, atol, rtol, seed, unchanged, say)  # a .pt2: by PyTorch
     elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
         say("keras/model.keras: the rebuilt whole model")
         report["rows"].append(dict(rebuilt_model_row(manifest, out, unchanged, seed, atol, rtol),

@@ -18,6 +18,7 @@ from cudnn_port import reference
 from cudnn_port.errors import CudnnPortError
 from cudnn_port.layout import unpack
 from cudnn_port.readers import open_source, source_kind
+from cudnn_port.readers.pytorch import PyTorchSource
 
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "fixtures", "torch")
@@ -77,8 +78,12 @@ def test_every_file_kind_reads_to_pytorchs_own_outputs(case):
     module's, and the stack it packs computes (by the NumPy reference) what PyTorch computed on CPU, or what cuDNN
     computed on an H100 for the GPU-saved file."""
     path = os.path.join(case["base"], case["file"])
-    assert source_kind(path) == "pytorch"
-    source = open_source(path, mode=mode_flag(case))
+    if path.endswith(".pt2"):  # a whole program converts as a model (test_torch_programs.py); its stacks read alike
+        assert source_kind(path) == "torch_program"
+        source = PyTorchSource(path)
+    else:
+        assert source_kind(path) == "pytorch"
+        source = open_source(path, mode=mode_flag(case))
     name = stack_name(case)
     spec = source.specs[name]
     assert (spec.mode, spec.input_size, spec.num_units, spec.num_layers, spec.bidirectional, spec.num_proj or 0) == \
@@ -191,11 +196,12 @@ def test_what_the_file_cannot_tell_comes_from_a_flag(capsys, tmp_path):
     assert not os.path.exists(tmp_path / "o")
 
 
-@pytest.mark.parametrize("case", EVERY, ids=case_id)
+@pytest.mark.parametrize("case", [c for c in EVERY if not c["file"].endswith(".pt2")], ids=case_id)
 def test_every_file_kind_converts_to_an_artifact_that_matches_pytorch(tmp_path, case):
     """convert writes model_stateful.onnx for every module of every file kind (the SavedModel for an LSTM with
     proj_size, which ONNX's LSTM cannot hold); run on PyTorch's ragged batch with its non-zero states it gives
-    PyTorch's outputs (cuDNN's, for the GPU-saved file)."""
+    PyTorch's outputs (cuDNN's, for the GPU-saved file). A .pt2 converts as the whole program it holds
+    (tests/test_torch_programs.py)."""
     from cudnn_port import convert
 
     x, lengths, h0, c0, want = torch_batch(case)
@@ -281,7 +287,7 @@ def test_source_registry_claims_pytorch_files_by_content_not_name(tmp_path):
         path = tmp_path / name
         path.write_bytes(open(os.path.join(FIXTURES, "state_dict.pt"), "rb").read())
         assert source_kind(path) == "pytorch"
-    assert source_kind(os.path.join(FIXTURES, "pt2", "model.pt2")) == "pytorch"
+    assert source_kind(os.path.join(FIXTURES, "pt2", "model.pt2")) == "torch_program"  # a whole model
     with pytest.raises(CudnnPortError, match="not a PyTorch file"):
         from cudnn_port.readers.torch_files import read_torch_file
         read_torch_file(os.path.join(HERE, "fixtures", "keras2_dense_only.h5"))

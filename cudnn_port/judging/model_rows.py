@@ -16,6 +16,7 @@ from ..formats.jobs import ModelJob
 from ..layer_paths import judged_by
 from ..model_inputs import as_model_takes, from_records
 from ..precision import float32_policy, float32_twin
+from ..readers import source_kind
 from ..readers.keras_model import load_model_file
 from ..stock_keras import DIRECTIONS, rewrite, unwrapped
 from ..streaming_model import streaming_twin
@@ -127,7 +128,8 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     int8 model by its task cost, when OUT holds a task."""
     source = manifest["source"].get("checkpoint", "")
     copy = os.path.join(out, manifest["model_artifacts"].get("keras", WHOLE_MODEL))
-    path, where = (source, "the source") if unchanged and os.path.isfile(source) else (copy, "OUT/keras/model.keras")
+    path, where = (source, "the source") if unchanged and os.path.isfile(source) and \
+        source_kind(source) == "keras_model" else (copy, "OUT/keras/model.keras")  # a .pt2: its translation
     try:
         original = load_model_file(path)
         with float32_policy():

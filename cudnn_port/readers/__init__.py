@@ -8,6 +8,8 @@ reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.r
   Bidirectional layers or cudnn_port's fused layers: :class:`.keras_model.KerasModelSource`
 - PyTorch files (``torch.save``, legacy, TorchScript, ``torch.export``, safetensors) holding ``nn.LSTM`` /
   ``nn.GRU`` / ``nn.RNN`` modules, read as data: :class:`.pytorch.PyTorchSource`
+- ``torch.export`` programs (``.pt2``) as whole models: the graph JSON translated into a Keras model
+  (:func:`.torch_program.translate`), which takes the whole-model road
 
 :func:`sources` is the registry: each reader module declares one :class:`~cudnn_port.source.SourceType` as
 ``SOURCE`` (found with ``pkgutil``, no list to edit); convert, inspect, verify and bench look a path's kind up there

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ..deps import import_tf
+from ..deps import available, import_tf
 from ..errors import CudnnPortError, ParityError, short
 from ..manifest import Manifest, warn
 from ..outdir import OutputFolder, finish
@@ -59,10 +59,12 @@ from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype,
                             embedding_vocabularies, input_specs, to_records)
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
+from ..judging.torch_program import JUDGE as PROGRAM_JUDGE, program_rows
 from ..layer_paths import forced_path
 from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
 from ..readers.keras_model import KerasModelSource, load_model_file
+from ..readers.torch_program import PROGRAM_FORMAT, translate
 from ..stock_keras import rewrite
 from ..streaming_model import streaming_twin
 
@@ -157,12 +159,24 @@ def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Option
                        quantize=quantize, keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
 
 
+def _export_program(path, out, **options):
+    """A ``torch.export`` program (``.pt2``) translated into a Keras model
+    (:func:`cudnn_port.readers.torch_program.translate`), exported whole as :func:`export` does; the manifest names
+    the source a PyTorch program. Its parity adds PyTorch's own kernels as a judge where torch is installed
+    (:mod:`cudnn_port.judging.torch_program`, at two lengths other than the exported one): a translation that
+    computes otherwise raises :class:`~cudnn_port.errors.ParityError`."""
+    with float32_policy():
+        model = translate(os.fspath(path))
+        return _export(model, out, source_format=PROGRAM_FORMAT, path=os.fspath(path), seed=0, **options)
+
+
 def whole_model_formats() -> List[str]:
     """The ``--formats`` a whole Keras model takes: the checkpoint and every format on the whole-model road."""
     return layer_formats()
 
 
-def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats, ids_dtype):
+def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats, ids_dtype,
+            source_format=None):
     if not model.built:  # a Sequential with no keras.Input, never called nor fit: no weights yet
         raise CudnnPortError(f"model {model.name!r} is not built, so it has no weights to export; give it a "
                              "keras.Input, or call or fit it once, before export")
@@ -185,6 +199,8 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     specs, input_warnings = _input_specs(model, ids_dtype)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
+    if source_format:
+        source.format = source_format
     stacks = prepare_stacks(source, say=say)
     if quantize:  # before any export runs: only an LSTM stack without projection has an int8 form
         refuse_nothing_to_quantize(s.spec for s in stacks)
@@ -283,6 +299,13 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
     computes in ``policy`` (mixed precision): its distance to the judge is reported, not judged."""
     run = whole_model_run(job.tmp, job.manifest, judged, seed, ATOL, RTOL, say)
     rows, judge_name = run.rows, run.judge
+    if job.manifest.source.format == PROGRAM_FORMAT:  # a .pt2: PyTorch's kernels judge the translation too
+        if available("torch"):
+            rows, judge_name = rows + program_rows(job.manifest, job.tmp, ATOL, RTOL, seed, True, say), \
+                f"{judge_name}; {PROGRAM_JUDGE}"
+        else:
+            warn(job.manifest, say, "PyTorch is not installed, so the translation of the program was not judged by "
+                 "PyTorch's kernels; cudnn-port verify OUT judges it where torch is installed")
     for row in rows:
         if row["passed"] is None:  # a runtime that is not installed: said in the summary, not a failure
             warn(job.manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
@@ -304,3 +327,16 @@ def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | s
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
     return export(load_model_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
                   quantize=quantize, keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
+
+
+def export_program_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | str", style: Optional[str] = None,
+                        force: bool = False, progress: Optional[Callable[[str], None]] = None, xla: bool = False,
+                        quantize: Optional[str] = None, keep_failed: bool = False,
+                        formats: Optional[Sequence[str]] = None, ids_dtype: Optional[str] = None) -> Manifest:
+    """``cudnn-port convert model.pt2 OUT``: the ``torch.export`` program translated into a Keras model, exported
+    whole (see :func:`_export_program`)."""
+    return _export_program(path, out, style=style, force=force, progress=progress, xla=xla, quantize=quantize,
+                           keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
+
+
+MODEL_FILES = {"keras_model": export_keras_file, "torch_program": export_program_file}  # kind -> its exporter
