@@ -41,6 +41,7 @@ from .graphs.trust import check_out
 from .judging import cudnn_api, keras_weights, tf1_weights
 from .judging.keras_weights import rebuilt_model_row
 from .judging.model_rows import keras_model_rows, saved_model_rows
+from .judging.source_place import locate
 from .quiet import library_call
 from .readers import open_source
 
@@ -100,21 +101,28 @@ def converted_canon(manifest: "Manifest", out: str, stack: "StackRecord", spec: 
 
 def verify(out: "os.PathLike[str] | str", atol: float = ATOL, rtol: float = RTOL, seed: int = 0, batch: int = 4,
            steps: int = 9, progress: Optional[Progress] = None, trust_source: bool = False,
-           verbose: bool = False) -> Dict[str, Any]:
+           verbose: bool = False, source: "Optional[os.PathLike[str] | str]" = None,
+           allow_unjudged: bool = False) -> Dict[str, Any]:
     """Check every artifact of convert output ``out``; write ``out/parity.json``; return the report dict. A graph in
     OUT that is not pure computation is refused before anything runs, unless ``trust_source``. Only cudnn-port's own
-    words reach stderr during the call; ``verbose=True`` lets the libraries' through."""
+    words reach stderr during the call; ``verbose=True`` lets the libraries' through.
+
+    A source no longer where the manifest says is looked for by its sha256 next to OUT, or read from ``source``
+    (which must hash as recorded). A row whose independent judge could not run (``unjudged``: the original
+    SavedModel gone, changed or of another platform's gate layout) fails, unless ``allow_unjudged``: then it is
+    neither passed nor failed, and ``report["not_judged"]`` counts it."""
     with library_call(verbose), loads_shared():
-        return _verify(os.fspath(out), atol, rtol, seed, batch, steps, progress, trust_source)
+        return _verify(os.fspath(out), atol, rtol, seed, batch, steps, progress, trust_source, source, allow_unjudged)
 
 
-def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
+def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source, named_source=None, allow_unjudged=False):
     out = os.fspath(out)
     manifest = load_manifest(out)
     say = say_to(progress)
     check_out(out, manifest, trust_source=trust_source, say=say)
+    found = locate(manifest, out, named_source)
     report = {"out": os.path.abspath(out), "atol": atol, "rtol": rtol, "seed": seed, "batch": batch, "steps": steps,
-              "rows": file_rows(out, manifest)}
+              "rows": file_rows(out, manifest) + ([found] if found else [])}
     unchanged = source_unchanged(manifest)
     if manifest.get("kind") == "saved_model":
         report["rows"] += saved_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
@@ -129,9 +137,25 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source):
         report["rows"] += _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say)
     if source is not None:
         report["rows"].append(_copied_row(manifest, out, source))
+    report["not_judged"] = _unjudged(report["rows"], allow_unjudged)
     report["passed"] = all(r["passed"] is not False for r in report["rows"])
     write_report(os.path.join(out, REPORT), report)
     return report
+
+
+def _unjudged(rows: List[Dict[str, Any]], allow: bool) -> int:
+    """How many rows no independent judge could judge (``unjudged``: left neither passed nor failed by their
+    maker). Without ``allow`` each fails, its note saying how to accept it; with it each stays unjudged."""
+    count = 0
+    for row in rows:
+        if row.get("unjudged") and row["passed"] is not False:
+            count += 1
+            if not allow:
+                row["passed"] = False
+                row["note"] = "; ".join(filter(None, [row.get("note"), "a row no independent judge could judge "
+                                                      "fails (verify --source PATH names a moved source; "
+                                                      "--allow-unjudged accepts it)"]))
+    return count
 
 
 def _judge_source(manifest, out, unchanged):
@@ -267,12 +291,15 @@ def _copied_row(manifest, out, source):
 def format_table(report: Dict[str, Any]) -> str:
     lines = [f"{'stack':<28} {'artifact':<40} {'max abs err':>12} {'max rel err':>12}  result", "-" * 104]
     for r in report["rows"]:
-        result = "info" if r.get("reported") else "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
+        result = "info" if r.get("reported") else "NOT JUDGED" if r.get("unjudged") and r["passed"] is None else \
+            "skip" if r["passed"] is None else "pass" if r["passed"] else "FAIL"
         fmt = lambda v: f"{v:12.2e}" if v is not None else f"{'-':>12}"
         lines.append(f"{str(r['stack'])[:28]:<28} {r['artifact'][:40]:<40} {fmt(r['max_abs'])} {fmt(r['max_rel'])}  "
                      f"{result}" + (f"  ({r['note']})" if r.get("note") else ""))
     judges = sorted({r["judge"] for r in report["rows"] if r.get("judge")})
     lines.append(f"tolerance: |err| <= {report['atol']:g} + {report['rtol']:g} * |judge| (rows with their own "
                  f"tolerance say so); judges: {'; '.join(judges) or '-'}")
-    lines.append("PASSED" if report["passed"] else "FAILED")
+    unjudged = sum(1 for r in report["rows"] if r.get("unjudged") and r["passed"] is None)
+    lines.append("FAILED" if not report["passed"] else f"PASSED ({unjudged} row{'s' if unjudged != 1 else ''} not "
+                 "judged)" if unjudged else "PASSED")
     return "\n".join(lines)

@@ -29,8 +29,8 @@ def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: D
                         say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """A row per artifact of a converted SavedModel (``job``) that a format on the graph road runs: the signature's
     outputs on ``feeds`` against ``want`` ({output name: array}, the judge's), each at the larger of the user's
-    tolerance and the one its runtime states; the artifact ``judge_key`` (the converted SavedModel, when the
-    original could not run) is the judge and has no row."""
+    tolerance and the one its runtime states; the artifact ``judge_key`` has no row here (the converted
+    SavedModel: each of its signatures has its own row, :func:`.model_rows.saved_model_rows`)."""
     def judge(row, got):
         names = sorted(want)
         if set(got.values) != set(names):

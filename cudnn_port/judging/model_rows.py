@@ -35,12 +35,14 @@ if TYPE_CHECKING:
 
 def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed: int, unchanged: bool,
                      say: Callable[[str], None]) -> List[Dict[str, Any]]:
-    """A converted SavedModel: every signature runs on CPU with finite outputs; then every artifact of the graph
-    road runs the serving signature (manifest ``onnx_signature``) through its format's runtime
-    (:func:`.artifact_rows.graph_artifact_rows`) against the judge: the original's signature run on CPU where it
-    can run (:func:`.original.original_judge`; each cuDNN node it calls computed by the NumPy reference) and is
-    ``unchanged`` since the conversion checked it (hashes as the manifest records them), else the converted
-    SavedModel. Inputs take what the model accepts
+    """A converted SavedModel: every signature runs on CPU and is judged against the original's same signature,
+    endpoint by endpoint (:func:`.original.original_judge`: the original run on CPU, each cuDNN node it calls
+    computed by the NumPy reference, where it can run and is ``unchanged`` since the conversion checked it); then
+    every other artifact of the graph road runs the serving signature (manifest ``onnx_signature``) through its
+    format's runtime (:func:`.artifact_rows.graph_artifact_rows`) against the original's outputs. Where the
+    original cannot judge, the rows say why and are ``unjudged`` (verify fails them unless the user accepts
+    unjudged rows): the artifacts are then only compared with the converted SavedModel, a self-consistency check
+    that fails a disagreement and never passes an agreement. Inputs take what the model accepts
     (:func:`signature_feeds`); one that raises is a failed row saying why in one line (:func:`could_not_run`)."""
     arts, rows = manifest["model_artifacts"], []
     if "saved_model" not in arts:
@@ -50,32 +52,51 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         loaded = job.saved_model(os.path.join(out, arts["saved_model"]))
     except Exception as e:  # noqa: BLE001 (a SavedModel that does not load is a failed check)
         return [dict(could_not_run("saved_model", "loading it", e), stack="(whole graph)", judge=None)]
-    serving = None
+    serving, judge = None, "the original SavedModel" + (", each cuDNN node by the NumPy reference"
+                                                         if manifest.get("nodes") else "")
     for name in sorted(loaded.signatures):
         say(f"saved_model: signature {name}")
         feeds, note = signature_feeds(loaded.signatures[name], seed)
+        original = None
         try:
             results = {k: v.numpy() for k, v in loaded.signatures[name](**feeds).items()}
-            finite = all(np.isfinite(v).all() for v in results.values() if v.dtype.kind == "f")
-            row = {"artifact": f"saved_model [{name}]", "max_abs": None, "max_rel": None, "passed": finite,
-                   "note": "runs on CPU" + note + ("" if finite else "; NaN/Inf in its outputs")}
         except Exception as e:  # noqa: BLE001
-            row, results = could_not_run(f"saved_model [{name}]", "TensorFlow", e), None
+            row, results = dict(could_not_run(f"saved_model [{name}]", "TensorFlow", e), judge=None), None
+        else:
+            original, said = original_judge(manifest, name, feeds, unchanged)
+            row = dict(_against(f"saved_model [{name}]", results, original, atol, rtol), judge=judge) \
+                if original is not None else dict(said[0], judge=None)
+            row["note"] = "; ".join(filter(None, ["runs on CPU" + note, row.get("note")]))
         if name == job.signature or serving is None:
-            serving = (name, feeds, results)
-        rows.append(dict(row, stack="(whole graph)", judge=None))
+            serving = (name, feeds, results, original)
+        rows.append(dict(row, stack="(whole graph)"))
     if not serving or serving[2] is None:
         return rows
-    job.signature, feeds, want = serving
-    judge, judge_key = "the converted SavedModel", "saved_model"
-    original, said = original_judge(manifest, job.signature, feeds, unchanged)
-    rows += [dict(r, stack="(whole graph)", judge="the original") for r in said]
+    job.signature, feeds, want, original = serving
     if original is not None:
-        want, judge, judge_key = original, "the original SavedModel", None
-        if manifest.get("nodes"):
-            judge += ", each cuDNN node by the NumPy reference"
-    return rows + [dict(r, stack="(whole graph)", judge=judge)
-                   for r in graph_artifact_rows(job, feeds, want, judge_key, atol, rtol, say)]
+        return rows + [dict(r, stack="(whole graph)", judge=judge)
+                       for r in graph_artifact_rows(job, feeds, original, "saved_model", atol, rtol, say)]
+    return rows + [dict(_self_consistency(r), stack="(whole graph)", judge="OUT/saved_model (self-consistency only)")
+                   for r in graph_artifact_rows(job, feeds, want, "saved_model", atol, rtol, say)]
+
+
+def _against(row: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float,
+             rtol: float) -> Dict[str, Any]:
+    """``got`` against the judge's ``want`` ({output name: array}), output by output."""
+    names = sorted(want)
+    if set(got) != set(names):
+        return {"artifact": row, "max_abs": None, "max_rel": None, "passed": False,
+                "note": f"outputs {sorted(got)}, the judge's {names}"}
+    return compare(row, [got[n] for n in names], [want[n] for n in names], atol, rtol)
+
+
+def _self_consistency(row: Dict[str, Any]) -> Dict[str, Any]:
+    """An artifact's row against the converted SavedModel: a disagreement fails; an agreement is not a pass (the
+    conversion cannot vouch for itself), only ``unjudged``."""
+    if row["passed"] is not True:
+        return row
+    return dict(row, passed=None, unjudged=True, note="; ".join(filter(None, [
+        row.get("note"), "not judged: agrees with OUT/saved_model, a self-consistency check, not a judge"])))
 
 
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:

@@ -37,12 +37,11 @@ def original_judge(manifest: "Manifest", signature: str, feeds: Dict[str, np.nda
     """(the original's outputs of ``signature`` on ``feeds``, or None where it cannot judge; rows saying why not).
     An original whose signature calls cuDNN nodes (which have no CPU kernel) runs with each computed by the NumPy
     reference; one whose files changed since the conversion checked them (``unchanged`` False) or whose called
-    cuDNN nodes read params in another platform's gate layout is not run, and a row says why; one that raises is a
-    row, not run and not failed."""
+    cuDNN nodes read params in another platform's gate layout is not run, and a row says why; so is one that
+    raises. Such a row is ``unjudged``: verify fails it unless the user accepts unjudged rows."""
     def not_judged(why):
         return None, [{"artifact": f"saved_model [{signature}]", "max_abs": None, "max_rel": None, "passed": None,
-                       "note": f"not judged by the original: {why}; the artifacts are judged by the converted "
-                               "SavedModel"}]
+                       "unjudged": True, "note": f"not judged by the original: {why}"}]
 
     source = manifest["source"]["checkpoint"]
     if not unchanged:
@@ -57,4 +56,6 @@ def original_judge(manifest: "Manifest", signature: str, feeds: Dict[str, np.nda
             return original_with_reference(source, signature, feeds, pb), []
         return original_outputs(source, signature, feeds), []
     except Exception as e:  # noqa: BLE001 (an original that does not run here: said, not judged)
-        return None, [dict(could_not_run(f"saved_model [{signature}]", "the original", e), passed=None)]
+        row = could_not_run(f"saved_model [{signature}]", "the original", e)
+        return None, [dict(row, passed=None, unjudged=True, note=f"not judged by the original: {row['note']}")]
+
