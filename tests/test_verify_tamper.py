@@ -350,3 +350,84 @@ def test_a_saved_model_alone_with_its_source_moved_is_no_pass(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--source" in err and "differs" in err, err
 
+
+def test_a_float16_cast_in_the_onnx_does_not_loosen_its_tolerance(tmp_path, capsys, monkeypatch):
+    """The graph road's ONNX writer (planted) adds 9e-4 to every output and a float16 Cast whose output nothing
+    reads. The source computes in float32, so the row keeps the user's tolerance (1e-5 + 1e-4 |judge|) and fails;
+    float16's (2e-3) is granted only where the source's own graph computes in float16."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from helpers import make_spec, random_blob, save_raw_op_model
+
+    from cudnn_port import convert
+    from cudnn_port.formats import onnx as onnx_format
+
+    real = onnx_format.write_signature_onnx
+
+    def with_cast(selected, path, signature):
+        part = real(selected, path, signature)
+        model = onnx.load(path)
+        graph = model.graph
+        for k, output in enumerate(graph.output):
+            for node in graph.node:
+                node.output[:] = [f"{o}_pre" if o == output.name else o for o in node.output]
+            graph.initializer.append(numpy_helper.from_array(np.float32(9e-4), f"shift_{k}"))
+            graph.node.append(helper.make_node("Add", [f"{output.name}_pre", f"shift_{k}"], [output.name]))
+            graph.node.append(helper.make_node("Cast", [f"{output.name}_pre"], [f"unread_{k}"],
+                                               to=onnx.TensorProto.FLOAT16))
+        onnx.save(model, path)
+        return part
+
+    spec = make_spec("lstm", 2, True)
+    source = save_raw_op_model(tmp_path / "src", spec, random_blob(spec, seed=47))
+    monkeypatch.setattr(onnx_format, "write_signature_onnx", with_cast)
+    convert(source, tmp_path / "out")
+    report = verify_fails(tmp_path / "out", capsys, {"onnx (onnxruntime)"})
+    row = next(r for r in report["rows"] if r["artifact"] == "onnx (onnxruntime)")
+    assert 8e-4 < row["max_abs"] < 1e-3 and "float16" not in row["note"], row
+
+
+def test_an_exploding_stack_grants_no_absolute_floor_its_relative_tolerance_covers(tmp_path, monkeypatch):
+    """A ReLU SimpleRNN whose recurrent weights grow its outputs to about 8e5 over verify's 9 steps: fp32 errs by
+    8e-2 on the large elements, which rtol covers; the fp32 floor used to grant all of it as atol (0.34) to every
+    element, exact zeros included. The stack's ONNX writer (planted) adds 1e-2 to every output: both ONNX files'
+    rows of the stack fail, and nothing else does."""
+    import keras
+
+    import cudnn_port
+    from cudnn_port.exports import onnx as onnx_export
+
+    real = onnx_export.write_onnx
+
+    def shifted(canon, path, **kwargs):
+        import onnx
+        from onnx import helper, numpy_helper
+
+        real(canon, path, **kwargs)
+        model = onnx.load(path)
+        graph = model.graph
+        for node in graph.node:
+            node.output[:] = ["outputs_pre" if o == "outputs" else o for o in node.output]
+        graph.initializer.append(numpy_helper.from_array(np.float32(1e-2), "shift"))
+        graph.node.append(helper.make_node("Add", ["outputs_pre", "shift"], ["outputs"]))
+        onnx.save(model, path)
+
+    layers = keras.layers
+    keras.utils.set_random_seed(3)
+    x = keras.Input((None, 3))
+    rnn = layers.SimpleRNN(5, activation="relu", return_sequences=True)
+    model = keras.Model(x, layers.Dense(2)(rnn(x)))
+    kernel, recurrent, bias = rnn.get_weights()
+    rng = np.random.default_rng(0)
+    rnn.set_weights([rng.normal(size=kernel.shape).astype("float32"),
+                     (np.eye(5) * 6 + rng.normal(size=recurrent.shape) * 0.3).astype("float32"), bias])
+    monkeypatch.setattr(onnx_export, "write_onnx", shifted)
+    cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
+    monkeypatch.undo()
+    report = cudnn_port.verify(tmp_path / "out")
+    failed = {(r["stack"], r["artifact"]) for r in report["rows"] if r["passed"] is False}
+    stack = next(r["stack"] for r in report["rows"] if r["artifact"].startswith("checkpoint (keras"))
+    assert failed == {(stack, row) for row in runtimes("onnx") | runtimes("onnx_stateful")}, failed
+    big = max(r["max_abs"] for r in report["rows"] if r["stack"] == stack and r["passed"])
+    assert big > 1e-2, big  # the correct artifacts' fp32 error on the large elements, passed by rtol

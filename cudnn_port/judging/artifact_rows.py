@@ -25,19 +25,24 @@ def model_artifact_rows(out: str, job: ModelJob, feeds: Dict[str, "np.ndarray"],
 
 
 def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: Dict[str, "np.ndarray"],
-                        judge_key: Optional[str], atol: float, rtol: float,
-                        say: Callable[[str], None]) -> List[Dict[str, Any]]:
+                        judge_key: Optional[str], atol: float, rtol: float, say: Callable[[str], None],
+                        half: str = "") -> List[Dict[str, Any]]:
     """A row per artifact of a converted SavedModel (``job``) that a format on the graph road runs: the signature's
-    outputs on ``feeds`` against ``want`` ({output name: array}, the judge's), each at the larger of the user's
-    tolerance and the one its runtime states; the artifact ``judge_key`` has no row here (the converted
-    SavedModel: each of its signatures has its own row, :func:`.model_rows.saved_model_rows`)."""
+    outputs on ``feeds`` against ``want`` ({output name: array}, the judge's), at the user's tolerance; at the
+    larger float16 one its runtime states (an ONNX that computes in float16) only where the source computes in
+    float16 (``half`` says why, from the source: :func:`.original.computes_in_float16`), never because the artifact
+    does. The artifact ``judge_key`` has no row here (the converted SavedModel: each of its signatures has its own
+    row, :func:`.model_rows.saved_model_rows`)."""
     def judge(row, got):
         names = sorted(want)
         if set(got.values) != set(names):
             return {"artifact": row, "max_abs": None, "max_rel": None, "passed": False,
                     "note": f"outputs {sorted(got.values)}, the judge's {names}"}
-        return compare(row, [got.values[n] for n in names], [want[n] for n in names], max(atol, got.atol),
-                       max(rtol, got.rtol), note=got.note)
+        floor = half and (got.atol > atol or got.rtol > rtol)
+        note = f"the source computes in float16 ({half}): atol {max(atol, got.atol):g}, rtol {max(rtol, got.rtol):g}"
+        return compare(row, [got.values[n] for n in names], [want[n] for n in names],
+                       max(atol, got.atol) if floor else atol, max(rtol, got.rtol) if floor else rtol,
+                       note="; ".join(filter(None, [got.note, note if floor else ""])))
 
     def fail(row, needs, error):
         return could_not_run(row, {"tensorflow": "TensorFlow"}.get(needs[0], needs[0]) if needs else "it", error)

@@ -23,7 +23,7 @@ from ..formats.jobs import GraphCheck
 from .artifact_rows import graph_artifact_rows, model_artifact_rows
 from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int8_forward, infer_settings, quantized
 from .keras_weights import stock_stack
-from .original import original_judge
+from .original import computes_in_float16, original_judge
 from .stock import ReferenceStack, model_judge, model_outputs
 from ..formats.keras import WHOLE_MODEL
 
@@ -74,8 +74,9 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         return rows
     job.signature, feeds, want, original = serving
     if original is not None:
+        half = computes_in_float16(manifest["source"]["checkpoint"])
         return rows + [dict(r, stack="(whole graph)", judge=judge)
-                       for r in graph_artifact_rows(job, feeds, original, "saved_model", atol, rtol, say)]
+                       for r in graph_artifact_rows(job, feeds, original, "saved_model", atol, rtol, say, half)]
     return rows + [dict(_self_consistency(r), stack="(whole graph)", judge="OUT/saved_model (self-consistency only)")
                    for r in graph_artifact_rows(job, feeds, want, "saved_model", atol, rtol, say)]
 
