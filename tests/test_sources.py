@@ -399,10 +399,11 @@ def _rows_against_keras(out, model, name):
     if want.ndim == 3:  # past a sequence's end cuDNN emits zeros where Keras' CPU path repeats: valid steps only
         valid = (np.abs(x).sum(-1) if x.ndim == 3 else x) != 0
         want = np.where(valid[..., None], want, np.nan)
-    got = {"saved_model [serving_default]": list(tf.saved_model.load(str(out / "saved_model")).signatures[
-        "serving_default"](**{feed: x}).values())[0].numpy(),
-        "onnx (onnxruntime)": ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"]).run(
-            None, {feed: x})[0]}
+    signatures = tf.saved_model.load(str(out / "saved_model")).signatures  # each judged: serve, serving_default
+    got = {f"saved_model [{name}]": list(function(**{list(function.structured_input_signature[1])[0]: x}).values())[
+        0].numpy() for name, function in signatures.items()}
+    got["onnx (onnxruntime)"] = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {feed: x})[0]
     return {row: bool(np.allclose(*_valid(value, want), atol=1e-5, rtol=1e-4)) for row, value in got.items()}
 
 
@@ -438,6 +439,38 @@ def test_gpu_host_export_judged_by_the_original_with_a_gate_swapped_in_the_rewri
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["masked_stack", "tagger"])
+def test_gpu_host_export_whose_rewrite_ignores_sequence_lengths_fails_on_right_padded_rows(tmp_path,
+                                                                                          gpu_host_exports,
+                                                                                          monkeypatch, name):
+    """The rewrite's CPU function (planted) runs every row to the full length, ignoring the sequence lengths the
+    mask (Masking; a mask_zero Embedding) gives the cuDNN nodes. Only a right-padded row can show it: verify's
+    feeds pad the last row of each sequence input, so both signatures of OUT/saved_model fail against the original,
+    and model.onnx, written right, passes. The masked stack's last GRU ends 0.25 off on Keras' own padded batch;
+    the tagger's valid steps stay right, but its steps past a row's length are no longer the zeros cuDNN (the
+    original) defines there."""
+    from cudnn_port.graphs import rewrite
+
+    real = rewrite.cudnn_op_cpu
+    monkeypatch.setattr(rewrite, "cudnn_op_cpu", lambda spec, time_major, count, *args: real(
+        spec, time_major, count, *args[:4]))
+    model, path = gpu_host_exports[name]
+    convert(path, tmp_path / "out")
+    monkeypatch.undo()
+    wrong = {"saved_model [serve]": False, "saved_model [serving_default]": False, "onnx (onnxruntime)": True}
+    if name == "masked_stack":  # the plant took, on Keras' own right-padded batch
+        assert _rows_against_keras(tmp_path / "out", model, name) == wrong
+    else:
+        feed, ids = keras_inputs(name)
+        loaded = tf.saved_model.load(str(tmp_path / "out" / "saved_model"))
+        got = list(loaded.serve(ids).numpy())
+        assert max(float(np.abs(row[ids[k] == 0]).max(initial=0.0)) for k, row in enumerate(got)) > 0.1
+    report = verify(tmp_path / "out")
+    assert _judged_rows(report) == wrong and not report["passed"], report["rows"]
+    assert all("right-padded" in r["note"] for r in report["rows"] if r["artifact"].startswith("saved_model ["))
+
+
+@pytest.mark.slow
 def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_host_exports, gpu_host_converted):
     """One variable of OUT/saved_model moved by N(0, 1e-3) and the hashes redone: the SavedModel's row fails against
     the original and model.onnx, written right, still passes (it used to be judged by that SavedModel)."""
@@ -461,7 +494,8 @@ def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_ho
     manifest["files"] = {rel: sha256(str(out / rel)) for rel in files}
     json.dump(manifest, open(out / MANIFEST, "w"))
     truth = _rows_against_keras(out, model, "tagger")
-    assert truth == {"saved_model [serving_default]": False, "onnx (onnxruntime)": True}, truth
+    assert truth == {"saved_model [serve]": False, "saved_model [serving_default]": False,
+                     "onnx (onnxruntime)": True}, truth
     report = verify(out)
     assert _judged_rows(report) == truth and not report["passed"], report["rows"]
 

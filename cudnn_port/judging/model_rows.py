@@ -103,8 +103,10 @@ def _self_consistency(row: Dict[str, Any]) -> Dict[str, Any]:
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:
     """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
     ids in [1, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
-    (:func:`~.graph_inputs.token_vocabularies`): never 0, which a masking Embedding reads as padding, and a padding
-    step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note naming the token inputs)."""
+    (:func:`~.graph_inputs.token_vocabularies`); then the last row of each sequence input right-padded (ids 0, zero
+    vectors: :func:`_right_padded`), so that a mask (a mask_zero Embedding, Masking) cuts a row short. Padding only
+    at a row's end: a padding step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note
+    naming the token inputs and the padded ones)."""
     specs = sorted(function.structured_input_signature[1].items())
     feeds = sample_inputs(specs, seed)
     texts = text_inputs(specs, feeds, seed)  # strings: English sentences
@@ -117,9 +119,32 @@ def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: in
     for name, vocab in sorted(vocabs.items()):
         feeds[name] = rng.integers(1, max(vocab or 2, 2), size=feeds[name].shape).astype(feeds[name].dtype)
     ragged = _ragged_inputs(feeds, dict(specs), rng)
+    padded = _right_padded(feeds, set(vocabs), set(texts) | set(ragged) | {f"{n}_1" for n in ragged})
     shown = ", ".join(f"{n} in [1, {max(v or 2, 2)})" for n, v in sorted(vocabs.items()))
     return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "") + \
-        (f"; English sentences for {', '.join(sorted(texts))}" if texts else "")
+        (f"; English sentences for {', '.join(sorted(texts))}" if texts else "") + \
+        (f"; the last row of {', '.join(padded)} right-padded from step {PAD_FROM} (padding id 0, zero vectors)"
+         if padded else "")
+
+
+PAD_FROM = 2  # the last row of a sequence input holds PAD_FROM steps, then padding
+
+
+def _right_padded(feeds, token_inputs, skip) -> List[str]:
+    """Right-pads, in place, the last row of each sequence input: token ids ([batch, time], an input that indexes a
+    table) become 0 from step ``PAD_FROM`` on, a mask_zero Embedding's padding; float sequences ([batch, time,
+    features]) become zero vectors, a Masking layer's default padding. A masked model then runs a
+    row shorter than the batch, as it does in use; a model without masks reads the zeros as data. Returns the names
+    padded."""
+    padded = []
+    for name in sorted(feeds):
+        value = feeds[name]
+        if name in skip or value.ndim < 2 or value.shape[0] < 2 or value.shape[1] <= PAD_FROM:
+            continue
+        if (name in token_inputs and value.ndim == 2) or (value.dtype.kind == "f" and value.ndim == 3):
+            value[-1, PAD_FROM:] = 0
+            padded.append(name)
+    return padded
 
 
 def _ragged_inputs(feeds, specs, rng, rows=3, steps=7) -> List[str]:
