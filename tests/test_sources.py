@@ -471,6 +471,47 @@ def test_gpu_host_export_whose_rewrite_ignores_sequence_lengths_fails_on_right_p
 
 
 @pytest.mark.slow
+def test_every_endpoint_of_an_export_archive_is_judged_against_the_original(tmp_path, monkeypatch):
+    """A Keras 3 ExportArchive traced on a GPU host with two endpoints: ``serve`` (an LSTM, then a BiLSTM) and
+    ``encode`` (a BiGRU, then a GRU), input 6, random weights. The rewrite's GRU function (planted) scales its
+    outputs by 1.01: only ``encode`` is wrong, and only its row fails, against the original's own ``encode``
+    (it used to read "runs on CPU" and pass)."""
+    import keras
+
+    from cudnn_port.graphs import rewrite
+
+    L = keras.layers
+    x = keras.Input((None, 6))
+    lstm = keras.Model(x, L.Bidirectional(L.LSTM(5, return_sequences=True))(L.LSTM(4, return_sequences=True)(x)))
+    y = keras.Input((None, 6))
+    gru = keras.Model(y, L.GRU(3)(L.Bidirectional(L.GRU(5, return_sequences=True))(y)))
+    rng = np.random.default_rng(5)
+    for model in (lstm, gru):
+        model.set_weights([(rng.normal(size=w.shape) * 0.4).astype("float32") for w in model.get_weights()])
+    signature = [tf.TensorSpec((None, None, 6), tf.float32)]
+    with traced_as_on_a_gpu_host():
+        archive = keras.export.ExportArchive()
+        archive.track(lstm)
+        archive.track(gru)
+        archive.add_endpoint(name="serve", fn=lambda v: lstm(v, training=False), input_signature=signature)
+        archive.add_endpoint(name="encode", fn=lambda v: gru(v, training=False), input_signature=signature)
+        archive.write_out(str(tmp_path / "src"), verbose=False)
+    real = rewrite.cudnn_op_cpu
+
+    def scaled(spec, time_major, count, *args):
+        outputs = real(spec, time_major, count, *args)
+        return [o * 1.01 for o in outputs[:2]] + outputs[2:] if spec.mode == "gru" else outputs
+
+    monkeypatch.setattr(rewrite, "cudnn_op_cpu", scaled)
+    convert(str(tmp_path / "src"), tmp_path / "out")
+    monkeypatch.undo()
+    report = verify(tmp_path / "out")
+    rows = {r["artifact"]: r["passed"] for r in report["rows"]}
+    assert rows == {"files (sha256)": True, "saved_model [encode]": False, "saved_model [serve]": True,
+                    "saved_model [serving_default]": True, "onnx (onnxruntime)": True}, report["rows"]
+
+
+@pytest.mark.slow
 def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_host_exports, gpu_host_converted):
     """One variable of OUT/saved_model moved by N(0, 1e-3) and the hashes redone: the SavedModel's row fails against
     the original and model.onnx, written right, still passes (it used to be judged by that SavedModel)."""
