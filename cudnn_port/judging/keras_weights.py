@@ -130,14 +130,38 @@ def stack_from_file(source: str, variable: str, spec: "RNNSpec") -> "CanonicalRN
     # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
 
-    kind = KERAS_KIND[spec.mode]
     layer = variable.rsplit("/", 1)[0]
     with h5py.File(source, "r") as f:
         check_h5(f, source)
         root = f["model_weights"] if "model_weights" in f else f
         group = root[layer]
-        arrays = [np.asarray(group[h5_text(n)][()], np.float64) for n in group.attrs["weight_names"]]
+        names = [h5_text(n) for n in group.attrs["weight_names"]]
+        arrays = [np.asarray(group[n][()], np.float64) for n in names]
+    held = file_spec(layer, names, arrays)
+    differ = [f"{k} {held[k]} (the manifest's {getattr(spec, k)})" for k in sorted(held) if getattr(spec, k) != held[k]]
+    if differ:
+        unread = [n.split("/", 1)[-1].replace("/", " ") for n in names[3 * spec.num_dirs:]]  # no path-like slash
+        raise CudnnPortError(f"layer {layer}: the file holds {', '.join(differ)}" + (
+            f"; arrays not read by the manifest's spec: {', '.join(unread)}" if unread else ""))
+    kind = KERAS_KIND[spec.mode]
     return keras_canonical(spec, [keras2_rule(kind, *arrays[3 * d:3 * d + 3]) for d in range(spec.num_dirs)])
+
+
+def file_spec(layer: str, names: Sequence[str], arrays: Sequence[np.ndarray]) -> Dict[str, Any]:
+    """What a Keras 2 CuDNNLSTM / CuDNNGRU layer's own arrays say of its stack, by Keras 2's saving rule and not
+    the reader's: three arrays (kernel [I, G*H], recurrent kernel [H, G*H], bias [2*G*H]) per direction, all of
+    them read (a Bidirectional wrapper's six: two directions), G = 4 gates for an LSTM and 3 for a GRU, one layer."""
+    if not arrays or len(arrays) % 3 or len(arrays) // 3 > 2:
+        raise CudnnPortError(f"layer {layer}: {len(arrays)} arrays ({', '.join(names)}), not 3 per direction of a "
+                             "CuDNNLSTM / CuDNNGRU")
+    kernel, recurrent = arrays[0], arrays[1]
+    units = recurrent.shape[0]
+    gates = recurrent.shape[1] // max(units, 1)
+    if gates not in (3, 4) or any(a.shape != b.shape for a, b in zip(arrays[3:], arrays[:3])):
+        raise CudnnPortError(f"layer {layer}: arrays {[list(a.shape) for a in arrays]} are not a CuDNNLSTM / "
+                             "CuDNNGRU's")
+    return {"mode": "lstm" if gates == 4 else "gru", "num_layers": 1, "num_units": units,
+            "input_size": kernel.shape[0], "bidirectional": len(arrays) == 6}
 
 
 def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]]) -> "CanonicalRNN":
