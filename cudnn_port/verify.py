@@ -28,6 +28,7 @@ import numpy as np
 
 from . import reference
 from .errors import CudnnPortError
+from .infer import neighbour_contradiction
 from .layout import RNNSpec, unpack
 from .manifest import MANIFEST, load_manifest
 from .judging.parity import ATOL, RTOL, failed_row, fp32_floor, sample_batch, write_report
@@ -182,6 +183,8 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
             independent = _independent_stack(manifest, source, stack["variable"], spec)
             if independent is not None:
                 canon, judged_by = independent
+            elif manifest.get("kind") != "keras_model":  # a checkpoint's buffer: its neighbours may contradict it
+                layout_rows += _neighbour_rows(source, stack["variable"], spec)
         else:
             canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
     except (TypeError, KeyError, ValueError, CudnnPortError) as e:  # the manifest's spec fits no buffer
@@ -261,6 +264,15 @@ def _read_buffer(spec: RNNSpec, buffer: np.ndarray) -> Tuple["CanonicalRNN", Lis
     return canon, [{"artifact": "layout (two statements of cuDNN's)", "passed": False, "max_abs": None,
                     "max_rel": None, "note": f"the converter's layout and the cuDNN API's read the buffer "
                                              f"differently at {where}: every artifact is suspect"}]
+
+
+def _neighbour_rows(source, variable: str, spec: RNNSpec) -> List[Dict[str, Any]]:
+    """A failed ``layout`` row where a 2-D tensor beside the buffer takes the output width of another spec of the
+    buffer's size, not the manifest's (:func:`cudnn_port.infer.neighbour_contradiction`): flags that chose among
+    several specs chose wrong, and every artifact, read by the same spec, agrees with the reference."""
+    why = neighbour_contradiction(variable, spec, dict(source.shapes))
+    return [{"artifact": "layout (spec against the tensors beside it)", "passed": False, "max_abs": None,
+             "max_rel": None, "note": why}] if why else []
 
 
 def case_floor(want: List[Optional[np.ndarray]], got: List[Optional[np.ndarray]], rtol: float = RTOL) -> float:

@@ -431,3 +431,25 @@ def test_an_exploding_stack_grants_no_absolute_floor_its_relative_tolerance_cove
     assert failed == {(stack, row) for row in runtimes("onnx") | runtimes("onnx_stateful")}, failed
     big = max(r["max_abs"] for r in report["rows"] if r["stack"] == stack and r["passed"])
     assert big > 1e-2, big  # the correct artifacts' fp32 error on the large elements, passed by rtol
+
+
+def test_flags_a_neighbour_contradicts_are_warned_about_and_fail_the_layout_row(tmp_path, capsys):
+    """A TF1 buffer of a 2-layer unidirectional LSTM (input 8, hidden 8: 1152 elements, the size of a 1-layer
+    BiLSTM of the same widths too) beside ``dense_out/kernel [8, 11]``, converted with the wrong
+    ``--num-layers 1 --bidirectional``: every artifact agrees with the wrong spec, but the next layer takes 8
+    features, not 16. convert warns in one line; verify fails the layout row, and only it."""
+    from helpers import make_spec, run_cli, write_source
+
+    spec = make_spec("lstm", 2, False, input_size=8, hidden=8)
+    prefix, _ = write_source(tmp_path, spec, extra={
+        "dense_out/kernel": np.random.default_rng(2).normal(size=(8, 11)).astype("float32")})
+    widths = ["--mode", "lstm", "--num-units", "8", "--input-size", "8"]
+    code, _, err = run_cli(capsys, "convert", prefix, tmp_path / "out", *widths, "--num-layers", "1",
+                           "--bidirectional", "--formats", "checkpoint,onnx")
+    warned = [line for line in err.splitlines() if "dense_out/kernel" in line]
+    assert code == 0 and len(warned) == 1 and "takes 8 features" in warned[0] and "not the 16" in warned[0], err
+    verify_fails(tmp_path / "out", capsys, {"layout (spec against the tensors beside it)"})
+    code, _, err = run_cli(capsys, "convert", prefix, tmp_path / "right", *widths, "--num-layers", "2",
+                           "--formats", "onnx")
+    assert code == 0 and "dense_out" not in err, err
+    assert cli.main(["verify", str(tmp_path / "right"), "--quiet"]) == 0
