@@ -1,6 +1,6 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import json
 
 import numpy as np
@@ -75,10 +75,36 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     job.signature, feeds, want, original = serving
     if original is not None:
         half = computes_in_float16(manifest["source"]["checkpoint"])
+        valid = None if manifest.get("nodes") else _valid_steps(feeds)
         return rows + [dict(r, stack="(whole graph)", judge=judge)
-                       for r in graph_artifact_rows(job, feeds, original, "saved_model", atol, rtol, say, half)]
+                       for r in graph_artifact_rows(job, feeds, original, "saved_model", atol, rtol, say, half,
+                                                    valid)]
     return rows + [dict(_self_consistency(r), stack="(whole graph)", judge="OUT/saved_model (self-consistency only)")
                    for r in graph_artifact_rows(job, feeds, want, "saved_model", atol, rtol, say)]
+
+
+def _valid_steps(feeds: Dict[str, np.ndarray]) -> Optional[Callable[[Dict[str, Any]], Dict[str, Any]]]:
+    """Where the original runs the CPU twins of its cuDNN functions (a tf.keras graph), a per-step output past a
+    padded row's end is defined twice: the CPU twin repeats the last valid step, cuDNN (and a fused ONNX node)
+    writes zeros. ``valid(outputs)``: ``outputs`` with the padded row's steps from ``PAD_FROM`` on set to zero in
+    each output ``[batch, time, ...]`` of the padded inputs' batch and time, so that both are compared on the valid
+    steps only (final states and a last step are compared whole); None where no input was padded."""
+    shapes = {v.shape[:2] for v in feeds.values() if v.ndim >= 2 and v.shape[0] > 1 and v.shape[1] > PAD_FROM
+              and v.dtype.kind in "iuf" and not np.any(v[-1, PAD_FROM:])}  # the inputs _right_padded padded
+    if not shapes:
+        return None
+
+    def valid(outputs):
+        cut = {}
+        for name, value in outputs.items():
+            value = np.asarray(value)
+            if value.ndim >= 3 and value.shape[:2] in shapes:
+                value = value.copy()
+                value[-1, PAD_FROM:] = 0
+            cut[name] = value
+        return cut
+
+    return valid
 
 
 def _against(row: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float,
