@@ -8,7 +8,7 @@ came through.
   ``k.T.reshape(k.shape, order="F")``, each gate's recurrent kernel ``k.T``, the LSTM's two biases summed, the GRU's
   reshaped to ``[2, 3H]``). The rebuilt model is run against a second copy of it holding those weights. Shares
   nothing with :mod:`cudnn_port.readers.keras_h5` or :mod:`cudnn_port.targets.keras`. With the source gone the
-  rebuilt model's row says so and passes nothing.
+  rebuilt model's row says so and is unjudged (verify fails it unless the user accepts unjudged rows).
 - A stock Keras layer's stack (:func:`stock_stack`): its own kernels by Keras' LSTM / GRU math
   (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
 """
@@ -52,8 +52,8 @@ def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, se
     """The verify row of OUT/keras/model.keras for a Keras 2 ``.h5`` source (see the module docstring)."""
     source = manifest["source"].get("checkpoint", "")
     if not source_unchanged or not os.path.isfile(source):
-        return {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None,
-                "note": "skipped: the source .h5 is gone or changed, and this row's judge reads it"}
+        return {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None, "unjudged": True,
+                "note": "not judged: the source .h5 is gone or changed, and this row's judge reads it"}
     path = os.path.join(out, manifest.model_artifacts["keras"])
     try:
         rebuilt, judge = load_model_file(path), load_model_file(path)
