@@ -177,9 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(its files must hash as OUT/manifest.json records; default: the recorded path, else a folder "
                    "next to OUT holding those files)")
     p.add_argument("--allow-unjudged", action="store_true", help="accept rows no independent judge could judge (an "
-                   "original SavedModel gone, changed, or of another platform's gate layout): they are compared with "
-                   "the converted SavedModel only, and the verdict says 'PASSED (N rows not judged)' "
-                   "(default: such rows fail)")
+                   "original SavedModel gone, changed, or of another platform's gate layout; a Keras 2 .h5 source "
+                   "gone): they are shown as NOT JUDGED (a SavedModel's artifacts compared with the converted "
+                   "SavedModel only), and the verdict says 'PASSED (N rows not judged)' (default: such rows fail)")
     _common(p)
 
     p = sub.add_parser("bench", help="CPU latency and throughput of each artifact of OUT",
