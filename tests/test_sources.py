@@ -68,11 +68,18 @@ def test_tf1_legacy_bias_cudnn_names_are_read_checked_and_kept(tmp_path):
     want = reference.forward(canon, x, lengths, h_0, c_0)
     got = tf1_cells(spec, "cudnn_lstm", str(tmp_path / "out" / "checkpoint"), x, lengths, h_0, c_0, legacy=True)
     assert_all_close(got, want, "legacy tf1")
-    # With the source gone, verify judges with the legacy tensors read back: b_W and b_R come back apart.
-    os.rename(os.path.dirname(src), str(tmp_path / "moved"))
+    # With the source gone (out of reach: not next to OUT, where verify would find it by its sha256), verify
+    # judges with the legacy tensors read back: b_W and b_R come back apart.
+    away = tmp_path.parent / f"{tmp_path.name}_moved"
+    os.rename(os.path.dirname(src), str(away))
     report = verify(tmp_path / "out")
     assert report["passed"] and "converted checkpoint" in report["rows"][1]["judge"], report["rows"][1]
-    os.rename(str(tmp_path / "moved"), os.path.dirname(src))
+    os.rename(str(tmp_path / "out"), str(away / "out"))  # beside it now: found again, and judged by it
+    report = verify(away / "out")
+    assert report["passed"] and "found next to OUT" in report["rows"][1]["note"], report["rows"][1]
+    assert report["rows"][2]["judge"] != report["rows"][1]["judge"] and "converted" not in report["rows"][2]["judge"]
+    os.rename(str(away / "out"), str(tmp_path / "out"))
+    os.rename(str(away), os.path.dirname(src))
     assert tree_hash(os.path.dirname(src)) == before
 
 
