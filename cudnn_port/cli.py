@@ -33,7 +33,8 @@ def run(args: "argparse.Namespace", progress: Callable[[str], None]) -> Tuple[in
         report = inspect_source(args.checkpoint, variable=args.variable, ids_dtype=args.ids_dtype, **flag_values(args))
         return 0, report, cli_text.inspect_text(report, args.verbose)
     if args.command == "verify":
-        report = verify(args.out, atol=args.atol, rtol=args.rtol, seed=args.seed, progress=progress, **trusting(args))
+        report = verify(args.out, atol=args.atol, rtol=args.rtol, seed=args.seed, progress=progress, source=args.source,
+                        allow_unjudged=args.allow_unjudged, **trusting(args))
         return (0 if report["passed"] else 1), report, verify_table(report)
     if args.command == "bench":
         report = bench(args.out, steps=args.steps, repeat=args.repeat, progress=progress, **trusting(args))

@@ -170,12 +170,20 @@ def build_parser() -> argparse.ArgumentParser:
                        "every artifact (checkpoint restored into stock TF1 cells / Keras layers / PyTorch modules, "
                        "both SavedModel signatures, GraphDef, ONNX with and without states, Keras and PyTorch "
                        "files, int8 models) on seeded ragged batches against the NumPy reference of cuDNN's math. "
-                       "Prints a table, writes OUT/parity.json, exits 1 on any failure.")
+                       "Prints a table, writes OUT/parity.json, exits 1 on any failure; a row no independent judge "
+                       "could judge is a failure unless --allow-unjudged.")
     p.add_argument("out", metavar="OUT", help="a cudnn-port convert output folder")
     p.add_argument("--atol", type=_tolerance, default=1e-5, help="absolute tolerance (default 1e-5)")
     p.add_argument("--rtol", type=_tolerance, default=1e-4, help="relative tolerance (default 1e-4)")
     p.add_argument("--seed", type=_count("--seed", low=0, high=2 ** 63 - 1), default=0,
                    help="seed of the random batches every artifact runs on (default 0)")
+    p.add_argument("--source", metavar="PATH", help="where the source OUT was converted from is now, if it moved "
+                   "(its files must hash as OUT/manifest.json records; default: the recorded path, else a folder "
+                   "next to OUT holding those files)")
+    p.add_argument("--allow-unjudged", action="store_true", help="accept rows no independent judge could judge (an "
+                   "original SavedModel gone, changed, or of another platform's gate layout; a Keras 2 .h5 source "
+                   "gone): they are shown as NOT JUDGED (a SavedModel's artifacts compared with the converted "
+                   "SavedModel only), and the verdict says 'PASSED (N rows not judged)' (default: such rows fail)")
     _common(p)
 
     p = sub.add_parser("bench", help="CPU latency and throughput of each artifact of OUT",

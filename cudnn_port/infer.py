@@ -149,3 +149,25 @@ def ambiguity_message(name: str, size: int, order: List[RNNSpec]) -> str:
     more = f" and {len(order) - 5} more" if len(order) > 5 else ""
     return (f"{name} ({size} elements) fits {len(order)} specs: {shown}{more}; "
             f"pass {', '.join(differing_flags(order))} to choose")
+
+
+def neighbour_contradiction(name: str, spec: RNNSpec, shapes: Dict[str, Sequence[int]]) -> str:
+    """Why a neighbour of buffer ``name`` contradicts ``spec`` (one line), or "": a 2-D tensor of the same
+    checkpoint, outside the buffer's scope, whose first dimension is the output width (directions x units) of
+    another spec of the same mode and size, and not ``spec``'s. (A layer after the stack takes its outputs: a
+    ``dense/kernel [8, 11]`` after a width-16 stack is not what the stack feeds.) Only where the flags chose among
+    several specs can it say something: a size that only one spec fits has no other."""
+    width = spec.num_dirs * spec.num_units
+    firsts = {int(s[0]): n for n, s in sorted(shapes.items())
+              if len(s) == 2 and n != name and not n.startswith(name.rsplit("/", 1)[0] + "/")}
+    if not firsts or width in firsts:
+        return ""
+    others = [s for s in candidates(spec.param_count, mode=spec.mode, num_proj=spec.num_proj or None,
+                                    dtype=spec.dtype) if s.num_dirs * s.num_units in firsts]
+    if not others:
+        return ""
+    other = ranked(others, Clues(mode=spec.mode))[0]
+    seen = other.num_dirs * other.num_units
+    return (f"{name}: {firsts[seen]} {list(shapes[firsts[seen]])} takes {seen} features, the output width of "
+            f"{other.flags()}, not the {width} of the spec the flags give; check the flags")
+

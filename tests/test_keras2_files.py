@@ -54,8 +54,8 @@ def test_keras27_bidirectional_full_model_rebuilds_in_keras3(tmp_path):
 @pytest.mark.slow
 def test_verify_judges_the_rebuilt_model_by_the_source_file(tmp_path):
     """verify's row for OUT/keras/model.keras reads the source .h5's weights by Keras 2's own rule: it passes, fails
-    when two gates of the rebuilt model's LSTM are swapped (manifest hashes rewritten), and is skipped, not passed,
-    once the source is gone."""
+    when two gates of the rebuilt model's LSTM are swapped (manifest hashes rewritten), and is unjudged, never
+    passed, once the source is gone: a failure unless --allow-unjudged."""
     import shutil
 
     import keras
@@ -88,8 +88,10 @@ def test_verify_judges_the_rebuilt_model_by_the_source_file(tmp_path):
     report, found = row()
     assert not report["passed"] and found["passed"] is False, found
     source.unlink()
-    report, found = row()
-    assert found["passed"] is None and "source" in found["note"], found
+    report, found = row()  # no judge: a failure, unless unjudged rows are accepted
+    assert found["passed"] is False and "not judged" in found["note"], found
+    found = next(r for r in verify(out, allow_unjudged=True)["rows"] if r["artifact"].startswith("keras/model.keras"))
+    assert found["passed"] is None and found["unjudged"] and "source" in found["note"], found
 
 
 @pytest.mark.slow
@@ -321,3 +323,27 @@ def test_the_rebuilt_model_row_takes_a_plain_gru_as_it_is(tmp_path):
     report = verify(tmp_path / "out")
     row = next(r for r in report["rows"] if r["artifact"].startswith("keras/model.keras"))
     assert report["passed"] and row["passed"] is True, row
+
+
+@pytest.mark.slow
+def test_a_reader_that_keeps_half_of_a_bidirectional_fails_its_stacks_spec_rows(tmp_path, monkeypatch):
+    """The reader (planted) keeps only the forward half of each Bidirectional (the backward arrays dropped before it
+    sizes the stack): every artifact then agrees with a one-direction spec. verify reads the spec from the file's
+    own arrays (six under the layer: two directions) and fails the spec row of the BiLSTM and the BiGRU, naming the
+    arrays the manifest's spec leaves unread, and nothing else."""
+    from cudnn_port.readers import keras_h5
+    from cudnn_port.verify import verify
+
+    real = keras_h5.KerasH5._cudnn_layer
+
+    def forward_only(self, layer, arrays, class_name):
+        return real(self, layer, {k: v for k, v in arrays.items() if "backward_" not in k}, class_name)
+
+    monkeypatch.setattr(keras_h5.KerasH5, "_cudnn_layer", forward_only)
+    out = tmp_path / "out"
+    manifest = convert(os.path.join(FIXTURES, "keras2_cudnn_model.h5"), out, formats=["checkpoint", "onnx"])
+    assert not any(s["spec"]["bidirectional"] for s in manifest["stacks"])  # the plant took
+    report = verify(out)  # the reader still drops them: verify reads the source again
+    failed = {(r["stack"], r["artifact"]) for r in report["rows"] if r["passed"] is False}
+    assert failed == {("bi_lstm/opaque_kernel", "manifest spec"), ("bi_gru/opaque_kernel", "manifest spec")}, failed
+    assert all("backward_" in r["note"] for r in report["rows"] if r["artifact"] == "manifest spec"), report["rows"]

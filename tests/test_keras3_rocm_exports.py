@@ -127,9 +127,13 @@ def test_keras3_export_of_either_build_converts_to_what_keras_computes(tmp_path,
 
     report = verify(tmp_path / "out")  # judged by the original with each cuDNN node by the NumPy reference, where
     judges = {r.get("judge") for r in report["rows"] if r["passed"]}  # its params are in cuDNN's layout
-    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
     by_reference = "the original SavedModel, each cuDNN node by the NumPy reference"
     assert (by_reference in judges) == (build != "rocm"), judges
+    if build == "rocm":  # no independent judge: a failure, unless accepted as a self-consistency check
+        assert not report["passed"] and report["not_judged"] == 3, report["rows"]  # serve, serving_default, onnx
+        report = verify(tmp_path / "out", allow_unjudged=True)
+        assert report["not_judged"] == 3, report["rows"]
+    assert report["passed"], [r for r in report["rows"] if r["passed"] is False]
 
 
 def serving_module(build, mode, weights, scale=1.0):

@@ -68,11 +68,19 @@ def test_tf1_legacy_bias_cudnn_names_are_read_checked_and_kept(tmp_path):
     want = reference.forward(canon, x, lengths, h_0, c_0)
     got = tf1_cells(spec, "cudnn_lstm", str(tmp_path / "out" / "checkpoint"), x, lengths, h_0, c_0, legacy=True)
     assert_all_close(got, want, "legacy tf1")
-    # With the source gone, verify judges with the legacy tensors read back: b_W and b_R come back apart.
-    os.rename(os.path.dirname(src), str(tmp_path / "moved"))
-    report = verify(tmp_path / "out")
+    # With the source gone (out of reach: not next to OUT, where verify would find it by its sha256), verify
+    # judges with the legacy tensors read back: b_W and b_R come back apart.
+    away = tmp_path.parent / f"{tmp_path.name}_moved"
+    os.rename(os.path.dirname(src), str(away))
+    assert not verify(tmp_path / "out")["passed"]  # OUT/checkpoint is the conversion's own: no judge of it
+    report = verify(tmp_path / "out", allow_unjudged=True)
     assert report["passed"] and "converted checkpoint" in report["rows"][1]["judge"], report["rows"][1]
-    os.rename(str(tmp_path / "moved"), os.path.dirname(src))
+    os.rename(str(tmp_path / "out"), str(away / "out"))  # beside it now: found again, and judged by it
+    report = verify(away / "out")
+    assert report["passed"] and "found next to OUT" in report["rows"][1]["note"], report["rows"][1]
+    assert report["rows"][2]["judge"] != report["rows"][1]["judge"] and "converted" not in report["rows"][2]["judge"]
+    os.rename(str(away / "out"), str(tmp_path / "out"))
+    os.rename(str(away), os.path.dirname(src))
     assert tree_hash(os.path.dirname(src)) == before
 
 
@@ -399,10 +407,11 @@ def _rows_against_keras(out, model, name):
     if want.ndim == 3:  # past a sequence's end cuDNN emits zeros where Keras' CPU path repeats: valid steps only
         valid = (np.abs(x).sum(-1) if x.ndim == 3 else x) != 0
         want = np.where(valid[..., None], want, np.nan)
-    got = {"saved_model [serving_default]": list(tf.saved_model.load(str(out / "saved_model")).signatures[
-        "serving_default"](**{feed: x}).values())[0].numpy(),
-        "onnx (onnxruntime)": ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"]).run(
-            None, {feed: x})[0]}
+    signatures = tf.saved_model.load(str(out / "saved_model")).signatures  # each judged: serve, serving_default
+    got = {f"saved_model [{name}]": list(function(**{list(function.structured_input_signature[1])[0]: x}).values())[
+        0].numpy() for name, function in signatures.items()}
+    got["onnx (onnxruntime)"] = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {feed: x})[0]
     return {row: bool(np.allclose(*_valid(value, want), atol=1e-5, rtol=1e-4)) for row, value in got.items()}
 
 
@@ -438,6 +447,79 @@ def test_gpu_host_export_judged_by_the_original_with_a_gate_swapped_in_the_rewri
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["masked_stack", "tagger"])
+def test_gpu_host_export_whose_rewrite_ignores_sequence_lengths_fails_on_right_padded_rows(tmp_path,
+                                                                                          gpu_host_exports,
+                                                                                          monkeypatch, name):
+    """The rewrite's CPU function (planted) runs every row to the full length, ignoring the sequence lengths the
+    mask (Masking; a mask_zero Embedding) gives the cuDNN nodes. Only a right-padded row can show it: verify's
+    feeds pad the last row of each sequence input, so both signatures of OUT/saved_model fail against the original,
+    and model.onnx, written right, passes. The masked stack's last GRU ends 0.25 off on Keras' own padded batch;
+    the tagger's valid steps stay right, but its steps past a row's length are no longer the zeros cuDNN (the
+    original) defines there."""
+    from cudnn_port.graphs import rewrite
+
+    real = rewrite.cudnn_op_cpu
+    monkeypatch.setattr(rewrite, "cudnn_op_cpu", lambda spec, time_major, count, *args: real(
+        spec, time_major, count, *args[:4]))
+    model, path = gpu_host_exports[name]
+    convert(path, tmp_path / "out")
+    monkeypatch.undo()
+    wrong = {"saved_model [serve]": False, "saved_model [serving_default]": False, "onnx (onnxruntime)": True}
+    if name == "masked_stack":  # the plant took, on Keras' own right-padded batch
+        assert _rows_against_keras(tmp_path / "out", model, name) == wrong
+    else:
+        feed, ids = keras_inputs(name)
+        loaded = tf.saved_model.load(str(tmp_path / "out" / "saved_model"))
+        got = list(loaded.serve(ids).numpy())
+        assert max(float(np.abs(row[ids[k] == 0]).max(initial=0.0)) for k, row in enumerate(got)) > 0.1
+    report = verify(tmp_path / "out")
+    assert _judged_rows(report) == wrong and not report["passed"], report["rows"]
+    assert all("right-padded" in r["note"] for r in report["rows"] if r["artifact"].startswith("saved_model ["))
+
+
+@pytest.mark.slow
+def test_every_endpoint_of_an_export_archive_is_judged_against_the_original(tmp_path, monkeypatch):
+    """A Keras 3 ExportArchive traced on a GPU host with two endpoints: ``serve`` (an LSTM, then a BiLSTM) and
+    ``encode`` (a BiGRU, then a GRU), input 6, random weights. The rewrite's GRU function (planted) scales its
+    outputs by 1.01: only ``encode`` is wrong, and only its row fails, against the original's own ``encode``
+    (it used to read "runs on CPU" and pass)."""
+    import keras
+
+    from cudnn_port.graphs import rewrite
+
+    L = keras.layers
+    x = keras.Input((None, 6))
+    lstm = keras.Model(x, L.Bidirectional(L.LSTM(5, return_sequences=True))(L.LSTM(4, return_sequences=True)(x)))
+    y = keras.Input((None, 6))
+    gru = keras.Model(y, L.GRU(3)(L.Bidirectional(L.GRU(5, return_sequences=True))(y)))
+    rng = np.random.default_rng(5)
+    for model in (lstm, gru):
+        model.set_weights([(rng.normal(size=w.shape) * 0.4).astype("float32") for w in model.get_weights()])
+    signature = [tf.TensorSpec((None, None, 6), tf.float32)]
+    with traced_as_on_a_gpu_host():
+        archive = keras.export.ExportArchive()
+        archive.track(lstm)
+        archive.track(gru)
+        archive.add_endpoint(name="serve", fn=lambda v: lstm(v, training=False), input_signature=signature)
+        archive.add_endpoint(name="encode", fn=lambda v: gru(v, training=False), input_signature=signature)
+        archive.write_out(str(tmp_path / "src"), verbose=False)
+    real = rewrite.cudnn_op_cpu
+
+    def scaled(spec, time_major, count, *args):
+        outputs = real(spec, time_major, count, *args)
+        return [o * 1.01 for o in outputs[:2]] + outputs[2:] if spec.mode == "gru" else outputs
+
+    monkeypatch.setattr(rewrite, "cudnn_op_cpu", scaled)
+    convert(str(tmp_path / "src"), tmp_path / "out")
+    monkeypatch.undo()
+    report = verify(tmp_path / "out")
+    rows = {r["artifact"]: r["passed"] for r in report["rows"]}
+    assert rows == {"files (sha256)": True, "saved_model [encode]": False, "saved_model [serve]": True,
+                    "saved_model [serving_default]": True, "onnx (onnxruntime)": True}, report["rows"]
+
+
+@pytest.mark.slow
 def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_host_exports, gpu_host_converted):
     """One variable of OUT/saved_model moved by N(0, 1e-3) and the hashes redone: the SavedModel's row fails against
     the original and model.onnx, written right, still passes (it used to be judged by that SavedModel)."""
@@ -461,7 +543,8 @@ def test_gpu_host_export_with_a_weight_moved_in_out_saved_model(tmp_path, gpu_ho
     manifest["files"] = {rel: sha256(str(out / rel)) for rel in files}
     json.dump(manifest, open(out / MANIFEST, "w"))
     truth = _rows_against_keras(out, model, "tagger")
-    assert truth == {"saved_model [serving_default]": False, "onnx (onnxruntime)": True}, truth
+    assert truth == {"saved_model [serve]": False, "saved_model [serving_default]": False,
+                     "onnx (onnxruntime)": True}, truth
     report = verify(out)
     assert _judged_rows(report) == truth and not report["passed"], report["rows"]
 

@@ -97,7 +97,8 @@ def test_token_inputs_declared_float_get_ids_in_the_vocabulary(fixtures):
     feeds, note = signature_feeds(signature, seed=0)
     assert "encoder_tokens in [1, 9)" in note and "decoder_tokens in [1, 9)" in note, note
     for key in ("encoder_tokens", "decoder_tokens"):
-        ids = feeds[key]
+        ids, padded = feeds[key][:-1], feeds[key][-1]  # the last row: 2 ids, then padding 0
+        assert not padded[2:].any() and padded[:2].min() >= 1, padded
         assert ids.dtype == np.float32 and (ids == np.round(ids)).all() and ids.min() >= 1 and ids.max() < 9
         assert len(np.unique(ids)) > 3  # not one constant id
     results = signature(**feeds)  # the original model accepts them

@@ -23,7 +23,7 @@ class Outputs(NamedTuple):
     """What every runtime's ``run(feeds)`` returns: ``values`` {output name: array} (a stack: ``outputs``,
     ``final_h``, ``final_c`` where it returns them; a whole model: ``output_0`` ...; a graph: its signature's
     names); ``note`` for the verify row; ``atol`` / ``rtol``: the least tolerance its numbers allow (an ONNX that
-    computes in float16), 0: the user's."""
+    computes in float16), 0: the user's; the judge grants it only where the source computes so too."""
 
     values: Dict[str, Any]
     note: str = ""

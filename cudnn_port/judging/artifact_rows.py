@@ -25,19 +25,31 @@ def model_artifact_rows(out: str, job: ModelJob, feeds: Dict[str, "np.ndarray"],
 
 
 def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: Dict[str, "np.ndarray"],
-                        judge_key: Optional[str], atol: float, rtol: float,
-                        say: Callable[[str], None]) -> List[Dict[str, Any]]:
+                        judge_key: Optional[str], atol: float, rtol: float, say: Callable[[str], None],
+                        half: str = "", valid: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
+                        ) -> List[Dict[str, Any]]:
     """A row per artifact of a converted SavedModel (``job``) that a format on the graph road runs: the signature's
-    outputs on ``feeds`` against ``want`` ({output name: array}, the judge's), each at the larger of the user's
-    tolerance and the one its runtime states; the artifact ``judge_key`` (the converted SavedModel, when the
-    original could not run) is the judge and has no row."""
+    outputs on ``feeds`` against ``want`` ({output name: array}, the judge's), at the user's tolerance; at the
+    larger float16 one its runtime states (an ONNX that computes in float16) only where the source computes in
+    float16 (``half`` says why, from the source: :func:`.original.computes_in_float16`), never because the artifact
+    does. ``valid``: what both the outputs and the judge's pass through before they are compared (the valid steps
+    of a padded row, where the original defines its padding otherwise than cuDNN). The artifact ``judge_key`` has no
+    row here (the converted SavedModel: each of its signatures has its own
+    row, :func:`.model_rows.saved_model_rows`)."""
+    cut = valid or (lambda values: values)
+    judged = cut(want)
+
     def judge(row, got):
-        names = sorted(want)
-        if set(got.values) != set(names):
+        names, values = sorted(judged), cut(got.values)
+        if set(values) != set(names):
             return {"artifact": row, "max_abs": None, "max_rel": None, "passed": False,
-                    "note": f"outputs {sorted(got.values)}, the judge's {names}"}
-        return compare(row, [got.values[n] for n in names], [want[n] for n in names], max(atol, got.atol),
-                       max(rtol, got.rtol), note=got.note)
+                    "note": f"outputs {sorted(values)}, the judge's {names}"}
+        floor = half and (got.atol > atol or got.rtol > rtol)
+        note = f"the source computes in float16 ({half}): atol {max(atol, got.atol):g}, rtol {max(rtol, got.rtol):g}"
+        note = "; ".join(filter(None, [note if floor else "", "valid steps of the padded row" if valid else ""]))
+        return compare(row, [values[n] for n in names], [judged[n] for n in names],
+                       max(atol, got.atol) if floor else atol, max(rtol, got.rtol) if floor else rtol,
+                       note="; ".join(filter(None, [got.note, note])))
 
     def fail(row, needs, error):
         return could_not_run(row, {"tensorflow": "TensorFlow"}.get(needs[0], needs[0]) if needs else "it", error)

@@ -8,7 +8,7 @@ came through.
   ``k.T.reshape(k.shape, order="F")``, each gate's recurrent kernel ``k.T``, the LSTM's two biases summed, the GRU's
   reshaped to ``[2, 3H]``). The rebuilt model is run against a second copy of it holding those weights. Shares
   nothing with :mod:`cudnn_port.readers.keras_h5` or :mod:`cudnn_port.targets.keras`. With the source gone the
-  rebuilt model's row says so and passes nothing.
+  rebuilt model's row says so and is unjudged (verify fails it unless the user accepts unjudged rows).
 - A stock Keras layer's stack (:func:`stock_stack`): its own kernels by Keras' LSTM / GRU math
   (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
 """
@@ -52,8 +52,8 @@ def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, se
     """The verify row of OUT/keras/model.keras for a Keras 2 ``.h5`` source (see the module docstring)."""
     source = manifest["source"].get("checkpoint", "")
     if not source_unchanged or not os.path.isfile(source):
-        return {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None,
-                "note": "skipped: the source .h5 is gone or changed, and this row's judge reads it"}
+        return {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None, "unjudged": True,
+                "note": "not judged: the source .h5 is gone or changed, and this row's judge reads it"}
     path = os.path.join(out, manifest.model_artifacts["keras"])
     try:
         rebuilt, judge = load_model_file(path), load_model_file(path)
@@ -137,14 +137,38 @@ def stack_from_file(source: str, variable: str, spec: "RNNSpec") -> "CanonicalRN
     # lazy: h5py, loaded on first use (import cudnn_port stays light)
     import h5py
 
-    kind = KERAS_KIND[spec.mode]
     layer = variable.rsplit("/", 1)[0]
     with h5py.File(source, "r") as f:
         check_h5(f, source)
         root = f["model_weights"] if "model_weights" in f else f
         group = root[layer]
-        arrays = [np.asarray(group[h5_text(n)][()], np.float64) for n in group.attrs["weight_names"]]
+        names = [h5_text(n) for n in group.attrs["weight_names"]]
+        arrays = [np.asarray(group[n][()], np.float64) for n in names]
+    held = file_spec(layer, names, arrays)
+    differ = [f"{k} {held[k]} (the manifest's {getattr(spec, k)})" for k in sorted(held) if getattr(spec, k) != held[k]]
+    if differ:
+        unread = [n.split("/", 1)[-1].replace("/", " ") for n in names[3 * spec.num_dirs:]]  # no path-like slash
+        raise CudnnPortError(f"layer {layer}: the file holds {', '.join(differ)}" + (
+            f"; arrays not read by the manifest's spec: {', '.join(unread)}" if unread else ""))
+    kind = KERAS_KIND[spec.mode]
     return keras_canonical(spec, [keras2_rule(kind, *arrays[3 * d:3 * d + 3]) for d in range(spec.num_dirs)])
+
+
+def file_spec(layer: str, names: Sequence[str], arrays: Sequence[np.ndarray]) -> Dict[str, Any]:
+    """What a Keras 2 CuDNNLSTM / CuDNNGRU layer's own arrays say of its stack, by Keras 2's saving rule and not
+    the reader's: three arrays (kernel [I, G*H], recurrent kernel [H, G*H], bias [2*G*H]) per direction, all of
+    them read (a Bidirectional wrapper's six: two directions), G = 4 gates for an LSTM and 3 for a GRU, one layer."""
+    if not arrays or len(arrays) % 3 or len(arrays) // 3 > 2:
+        raise CudnnPortError(f"layer {layer}: {len(arrays)} arrays ({', '.join(names)}), not 3 per direction of a "
+                             "CuDNNLSTM / CuDNNGRU")
+    kernel, recurrent = arrays[0], arrays[1]
+    units = recurrent.shape[0]
+    gates = recurrent.shape[1] // max(units, 1)
+    if gates not in (3, 4) or any(a.shape != b.shape for a, b in zip(arrays[3:], arrays[:3])):
+        raise CudnnPortError(f"layer {layer}: arrays {[list(a.shape) for a in arrays]} are not a CuDNNLSTM / "
+                             "CuDNNGRU's")
+    return {"mode": "lstm" if gates == 4 else "gru", "num_layers": 1, "num_units": units,
+            "input_size": kernel.shape[0], "bidirectional": len(arrays) == 6}
 
 
 def keras_canonical(spec: "RNNSpec", directions: Sequence[Sequence[np.ndarray]]) -> "CanonicalRNN":

@@ -1,6 +1,6 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export."""
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import json
 
 import numpy as np
@@ -24,7 +24,7 @@ from ..formats.jobs import GraphCheck
 from .artifact_rows import graph_artifact_rows, model_artifact_rows
 from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int8_forward, infer_settings, quantized
 from .keras_weights import stock_stack
-from .original import original_judge
+from .original import computes_in_float16, original_judge
 from .stock import ReferenceStack, model_judge, model_outputs
 from ..formats.keras import WHOLE_MODEL
 
@@ -36,12 +36,14 @@ if TYPE_CHECKING:
 
 def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed: int, unchanged: bool,
                      say: Callable[[str], None]) -> List[Dict[str, Any]]:
-    """A converted SavedModel: every signature runs on CPU with finite outputs; then every artifact of the graph
-    road runs the serving signature (manifest ``onnx_signature``) through its format's runtime
-    (:func:`.artifact_rows.graph_artifact_rows`) against the judge: the original's signature run on CPU where it
-    can run (:func:`.original.original_judge`; each cuDNN node it calls computed by the NumPy reference) and is
-    ``unchanged`` since the conversion checked it (hashes as the manifest records them), else the converted
-    SavedModel. Inputs take what the model accepts
+    """A converted SavedModel: every signature runs on CPU and is judged against the original's same signature,
+    endpoint by endpoint (:func:`.original.original_judge`: the original run on CPU, each cuDNN node it calls
+    computed by the NumPy reference, where it can run and is ``unchanged`` since the conversion checked it); then
+    every other artifact of the graph road runs the serving signature (manifest ``onnx_signature``) through its
+    format's runtime (:func:`.artifact_rows.graph_artifact_rows`) against the original's outputs. Where the
+    original cannot judge, the rows say why and are ``unjudged`` (verify fails them unless the user accepts
+    unjudged rows): the artifacts are then only compared with the converted SavedModel, a self-consistency check
+    that fails a disagreement and never passes an agreement. Inputs take what the model accepts
     (:func:`signature_feeds`); one that raises is a failed row saying why in one line (:func:`could_not_run`)."""
     arts, rows = manifest["model_artifacts"], []
     if "saved_model" not in arts:
@@ -51,39 +53,87 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         loaded = job.saved_model(os.path.join(out, arts["saved_model"]))
     except Exception as e:  # noqa: BLE001 (a SavedModel that does not load is a failed check)
         return [dict(could_not_run("saved_model", "loading it", e), stack="(whole graph)", judge=None)]
-    serving = None
+    serving, judge = None, "the original SavedModel" + (", each cuDNN node by the NumPy reference"
+                                                         if manifest.get("nodes") else "")
     for name in sorted(loaded.signatures):
         say(f"saved_model: signature {name}")
         feeds, note = signature_feeds(loaded.signatures[name], seed)
+        original = None
         try:
             results = {k: v.numpy() for k, v in loaded.signatures[name](**feeds).items()}
-            finite = all(np.isfinite(v).all() for v in results.values() if v.dtype.kind == "f")
-            row = {"artifact": f"saved_model [{name}]", "max_abs": None, "max_rel": None, "passed": finite,
-                   "note": "runs on CPU" + note + ("" if finite else "; NaN/Inf in its outputs")}
         except Exception as e:  # noqa: BLE001
-            row, results = could_not_run(f"saved_model [{name}]", "TensorFlow", e), None
+            row, results = dict(could_not_run(f"saved_model [{name}]", "TensorFlow", e), judge=None), None
+        else:
+            original, said = original_judge(manifest, name, feeds, unchanged)
+            row = dict(_against(f"saved_model [{name}]", results, original, atol, rtol), judge=judge) \
+                if original is not None else dict(said[0], judge=None)
+            row["note"] = "; ".join(filter(None, ["runs on CPU" + note, row.get("note")]))
         if name == job.signature or serving is None:
-            serving = (name, feeds, results)
-        rows.append(dict(row, stack="(whole graph)", judge=None))
+            serving = (name, feeds, results, original)
+        rows.append(dict(row, stack="(whole graph)"))
     if not serving or serving[2] is None:
         return rows
-    job.signature, feeds, want = serving
-    judge, judge_key = "the converted SavedModel", "saved_model"
-    original, said = original_judge(manifest, job.signature, feeds, unchanged)
-    rows += [dict(r, stack="(whole graph)", judge="the original") for r in said]
+    job.signature, feeds, want, original = serving
     if original is not None:
-        want, judge, judge_key = original, "the original SavedModel", None
-        if manifest.get("nodes"):
-            judge += ", each cuDNN node by the NumPy reference"
-    return rows + [dict(r, stack="(whole graph)", judge=judge)
-                   for r in graph_artifact_rows(job, feeds, want, judge_key, atol, rtol, say)]
+        half = computes_in_float16(manifest["source"]["checkpoint"])
+        valid = None if manifest.get("nodes") else _valid_steps(feeds)
+        return rows + [dict(r, stack="(whole graph)", judge=judge)
+                       for r in graph_artifact_rows(job, feeds, original, "saved_model", atol, rtol, say, half,
+                                                    valid)]
+    return rows + [dict(_self_consistency(r), stack="(whole graph)", judge="OUT/saved_model (self-consistency only)")
+                   for r in graph_artifact_rows(job, feeds, want, "saved_model", atol, rtol, say)]
+
+
+def _valid_steps(feeds: Dict[str, np.ndarray]) -> Optional[Callable[[Dict[str, Any]], Dict[str, Any]]]:
+    """Where the original runs the CPU twins of its cuDNN functions (a tf.keras graph), a per-step output past a
+    padded row's end is defined twice: the CPU twin repeats the last valid step, cuDNN (and a fused ONNX node)
+    writes zeros. ``valid(outputs)``: ``outputs`` with the padded row's steps from ``PAD_FROM`` on set to zero in
+    each output ``[batch, time, ...]`` of the padded inputs' batch and time, so that both are compared on the valid
+    steps only (final states and a last step are compared whole); None where no input was padded."""
+    shapes = {v.shape[:2] for v in feeds.values() if v.ndim >= 2 and v.shape[0] > 1 and v.shape[1] > PAD_FROM
+              and v.dtype.kind in "iuf" and not np.any(v[-1, PAD_FROM:])}  # the inputs _right_padded padded
+    if not shapes:
+        return None
+
+    def valid(outputs):
+        cut = {}
+        for name, value in outputs.items():
+            value = np.asarray(value)
+            if value.ndim >= 3 and value.shape[:2] in shapes:
+                value = value.copy()
+                value[-1, PAD_FROM:] = 0
+            cut[name] = value
+        return cut
+
+    return valid
+
+
+def _against(row: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], atol: float,
+             rtol: float) -> Dict[str, Any]:
+    """``got`` against the judge's ``want`` ({output name: array}), output by output."""
+    names = sorted(want)
+    if set(got) != set(names):
+        return {"artifact": row, "max_abs": None, "max_rel": None, "passed": False,
+                "note": f"outputs {sorted(got)}, the judge's {names}"}
+    return compare(row, [got[n] for n in names], [want[n] for n in names], atol, rtol)
+
+
+def _self_consistency(row: Dict[str, Any]) -> Dict[str, Any]:
+    """An artifact's row against the converted SavedModel: a disagreement fails; an agreement is not a pass (the
+    conversion cannot vouch for itself), only ``unjudged``."""
+    if row["passed"] is not True:
+        return row
+    return dict(row, passed=None, unjudged=True, note="; ".join(filter(None, [
+        row.get("note"), "not judged: agrees with OUT/saved_model, a self-consistency check, not a judge"])))
 
 
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:
     """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
     ids in [1, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
-    (:func:`~.graph_inputs.token_vocabularies`): never 0, which a masking Embedding reads as padding, and a padding
-    step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note naming the token inputs)."""
+    (:func:`~.graph_inputs.token_vocabularies`); then the last row of each sequence input right-padded (ids 0, zero
+    vectors: :func:`_right_padded`), so that a mask (a mask_zero Embedding, Masking) cuts a row short. Padding only
+    at a row's end: a padding step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note
+    naming the token inputs and the padded ones)."""
     specs = sorted(function.structured_input_signature[1].items())
     feeds = sample_inputs(specs, seed)
     texts = text_inputs(specs, feeds, seed)  # strings: English sentences
@@ -96,9 +146,32 @@ def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: in
     for name, vocab in sorted(vocabs.items()):
         feeds[name] = rng.integers(1, max(vocab or 2, 2), size=feeds[name].shape).astype(feeds[name].dtype)
     ragged = _ragged_inputs(feeds, dict(specs), rng)
+    padded = _right_padded(feeds, set(vocabs), set(texts) | set(ragged) | {f"{n}_1" for n in ragged})
     shown = ", ".join(f"{n} in [1, {max(v or 2, 2)})" for n, v in sorted(vocabs.items()))
     return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "") + \
-        (f"; English sentences for {', '.join(sorted(texts))}" if texts else "")
+        (f"; English sentences for {', '.join(sorted(texts))}" if texts else "") + \
+        (f"; the last row of {', '.join(padded)} right-padded from step {PAD_FROM} (padding id 0, zero vectors)"
+         if padded else "")
+
+
+PAD_FROM = 2  # the last row of a sequence input holds PAD_FROM steps, then padding
+
+
+def _right_padded(feeds, token_inputs, skip) -> List[str]:
+    """Right-pads, in place, the last row of each sequence input: token ids ([batch, time], an input that indexes a
+    table) become 0 from step ``PAD_FROM`` on, a mask_zero Embedding's padding; float sequences ([batch, time,
+    features]) become zero vectors, a Masking layer's default padding. A masked model then runs a
+    row shorter than the batch, as it does in use; a model without masks reads the zeros as data. Returns the names
+    padded."""
+    padded = []
+    for name in sorted(feeds):
+        value = feeds[name]
+        if name in skip or value.ndim < 2 or value.shape[0] < 2 or value.shape[1] <= PAD_FROM:
+            continue
+        if (name in token_inputs and value.ndim == 2) or (value.dtype.kind == "f" and value.ndim == 3):
+            value[-1, PAD_FROM:] = 0
+            padded.append(name)
+    return padded
 
 
 def _ragged_inputs(feeds, specs, rng, rows=3, steps=7) -> List[str]:

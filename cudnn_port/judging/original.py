@@ -37,12 +37,11 @@ def original_judge(manifest: "Manifest", signature: str, feeds: Dict[str, np.nda
     """(the original's outputs of ``signature`` on ``feeds``, or None where it cannot judge; rows saying why not).
     An original whose signature calls cuDNN nodes (which have no CPU kernel) runs with each computed by the NumPy
     reference; one whose files changed since the conversion checked them (``unchanged`` False) or whose called
-    cuDNN nodes read params in another platform's gate layout is not run, and a row says why; one that raises is a
-    row, not run and not failed."""
+    cuDNN nodes read params in another platform's gate layout is not run, and a row says why; so is one that
+    raises. Such a row is ``unjudged``: verify fails it unless the user accepts unjudged rows."""
     def not_judged(why):
         return None, [{"artifact": f"saved_model [{signature}]", "max_abs": None, "max_rel": None, "passed": None,
-                       "note": f"not judged by the original: {why}; the artifacts are judged by the converted "
-                               "SavedModel"}]
+                       "unjudged": True, "note": f"not judged by the original: {why}"}]
 
     source = manifest["source"]["checkpoint"]
     if not unchanged:
@@ -57,4 +56,27 @@ def original_judge(manifest: "Manifest", signature: str, feeds: Dict[str, np.nda
             return original_with_reference(source, signature, feeds, pb), []
         return original_outputs(source, signature, feeds), []
     except Exception as e:  # noqa: BLE001 (an original that does not run here: said, not judged)
-        return None, [dict(could_not_run(f"saved_model [{signature}]", "the original", e), passed=None)]
+        row = could_not_run(f"saved_model [{signature}]", "the original", e)
+        return None, [dict(row, passed=None, unjudged=True, note=f"not judged by the original: {row['note']}")]
+
+
+def computes_in_float16(source: str) -> str:
+    """Why the original SavedModel folder ``source`` computes in float16 ("its graph has 3 float16 ops"), read from
+    its own ``saved_model.pb`` (main graphs and functions), or "" where it does not. The float16 tolerance of an
+    artifact is granted only where the source computes in float16: never because an artifact does."""
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(source, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    half = types_pb2.DT_HALF
+
+    def computes(node):
+        return any(value.type == half or half in value.list.type for value in node.attr.values())
+
+    count = sum(computes(node) for meta in proto.meta_graphs for node in
+                [*meta.graph_def.node, *(n for f in meta.graph_def.library.function for n in f.node_def)])
+    return f"its graph has {count} float16 op{'s' if count != 1 else ''}" if count else ""
+

@@ -20,7 +20,7 @@ from ..exports.keras_rebuild import save_keras3_model
 from .. import formats as registry
 from ..formats.jobs import StackJob
 from ..formats.keras import write_whole_model
-from ..infer import Clues, choose, clues_from
+from ..infer import Clues, choose, clues_from, neighbour_contradiction
 from ..stored_spec import SPEC_VARIABLE, spec_from_vector
 from ..layout import FLOAT_DTYPES, RNNSpec, unpack
 from ..manifest import Manifest, StackRecord, new_manifest
@@ -52,6 +52,7 @@ class Stack:
     blob: Optional[np.ndarray] = None
     label: str = ""  # one safe path component naming the stack's artifacts
     stored: Dict[str, dict] = field(default_factory=dict)  # canonical tensors stored beside it: agreement
+    warning: str = ""  # a neighbour that contradicts the spec the flags chose
 
     @property
     def prefix(self) -> str:
@@ -121,6 +122,9 @@ def prepare_stacks(source: "Source", variable: Optional[str] = None, flags: Opti
                 raise CudnnPortError(f"{stack.variable}: the flags contradict the spec the source states "
                                      f"({clues.exact_how}): {', '.join(contradicted)}; leave the spec flags out")
         stack.spec, stack.how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
+        if flags and clues.exact is None:  # a spec the flags chose: a neighbour that takes another width says so
+            stack.warning = neighbour_contradiction(stack.variable, stack.spec, {
+                n: s for n, s in source.shapes.items() if n not in stack.slots})
         stack.blob = read_finite(source, stack.variable, allow_nonfinite)
         stack.stored = _stored_agreement(source, stack)
         bad = {n: a for n, a in stack.stored.items() if not a["agrees"]}
@@ -229,6 +233,8 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
 def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, options, several, manifest, say):
     entry = StackRecord(variable=stack.variable, prefix=stack.prefix, label=stack.label, spec=stack.spec.to_dict(),
                         param_count=stack.size, spec_source=stack.how)
+    if stack.warning:
+        manifest.warnings.append(stack.warning)
     scheme = getattr(target_for(style, source.shapes, stack.prefix), "scheme", None)
     if scheme:
         entry["scheme"] = scheme
