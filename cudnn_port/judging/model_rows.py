@@ -118,13 +118,13 @@ def _against(row: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], 
     return compare(row, [got[n] for n in names], [want[n] for n in names], atol, rtol)
 
 
-def _self_consistency(row: Dict[str, Any]) -> Dict[str, Any]:
-    """An artifact's row against the converted SavedModel: a disagreement fails; an agreement is not a pass (the
-    conversion cannot vouch for itself), only ``unjudged``."""
+def _self_consistency(row: Dict[str, Any], what: str = "OUT/saved_model") -> Dict[str, Any]:
+    """An artifact's row against the conversion's own output ``what``: a disagreement fails; an agreement is not a
+    pass (the conversion cannot vouch for itself), only ``unjudged``."""
     if row["passed"] is not True:
         return row
     return dict(row, passed=None, unjudged=True, note="; ".join(filter(None, [
-        row.get("note"), "not judged: agrees with OUT/saved_model, a self-consistency check, not a judge"])))
+        row.get("note"), f"not judged: agrees with {what}, a self-consistency check, not a judge"])))
 
 
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:
@@ -213,6 +213,11 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
     rows, names, feeds, want = run.rows, run.names, run.feeds, run.want
     judge_name = f"{run.judge} ({where})"
+    if where != "the source":  # OUT's own keras/model.keras is the conversion's output: no judge of the others
+        program = source_kind(source) == "torch_program" if unchanged and os.path.isfile(source) else False
+        # a .pt2's artifacts are judged by PyTorch's kernels (judging.torch_program); elsewhere an agreement with
+        # the copy stays unjudged
+        rows = [] if program else [_self_consistency(r, "OUT/keras/model.keras") for r in rows]
     if policy:
         rows.append(precision_row(original, policy, run))
         judge_name = f"{run.judge}, rebuilt in float32 from the {policy} original ({where})"

@@ -19,6 +19,7 @@ lengths other than the exported one, against the interpreter's outputs. Without 
 unchanged where the manifest says, its rows say why and fail: a program that cannot be judged is never passed.
 """
 import json
+import math
 import os
 import zipfile
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
@@ -29,7 +30,8 @@ from .artifact_rows import model_artifact_rows
 from .parity import failed_row
 from ..formats.jobs import ModelJob
 from ..model_inputs import from_records
-from ..readers.torch_program import PROGRAM_FORMAT  # the source format a converted program's manifest records
+from ..readers.zip_guard import check_members
+from ..readers.torch_program import PASSED, PROGRAM_FORMAT, SUPPORTED  # data: the format, the ops convert translates
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -51,6 +53,7 @@ class Interpreter:
 
         self.torch = torch
         with zipfile.ZipFile(path) as z:
+            check_members(z, path, "a torch.export archive holds one per weight")  # before anything inflates
             names = z.namelist()
             model = next(n for n in names if "/models/" in n and n.endswith(".json"))
             config = next(n for n in names if n.endswith("_weights_config.json"))
@@ -81,6 +84,8 @@ class Interpreter:
         flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
         sizes = [self._size(s) for s in meta.get("sizes", [])]
         strides = [self._size(s) for s in meta.get("strides", [])]
+        if math.prod(sizes) > flat.numel() + (1 << 20):  # strides of 0 spelling far more than is stored
+            raise ValueError(f"{member} declares {math.prod(sizes)} elements over {flat.numel()} stored")
         return flat.as_strided(sizes, strides, self._size(meta.get("storage_offset", 0))).clone()
 
     @staticmethod
@@ -132,7 +137,8 @@ class Interpreter:
         swap = {}
         if self.steps is not None:
             swap[self.steps] = steps
-            if self.batch is not None:  # a batch exported fixed
+            # a batch exported fixed; a literal 1 is any dimension's, and the time entry is never overwritten
+            if self.batch is not None and self.batch not in (1, self.steps):
                 swap[self.batch], swap[self.batch * self.steps] = batch, batch * steps
         with torch.no_grad():
             for node in self.graph["nodes"]:
@@ -144,7 +150,13 @@ class Interpreter:
         parts = node["target"].split(".")
         if parts[:3] != ["torch", "ops", "aten"]:
             raise ValueError(f"node {node['name']} calls {node['target']}, which is not an ATen op")
-        op = getattr(getattr(torch.ops.aten, parts[3]), parts[4] if len(parts) > 4 else "default")
+        overload = parts[4] if len(parts) > 4 else "default"
+        # only the pure ops convert translates (a list of names, shared as data): a crafted archive naming
+        # aten.from_file, an in-place or an out= overload could reach files or memory outside it
+        if parts[3] not in (*SUPPORTED, *PASSED, "sym_size") or parts[3].endswith("_") or overload.startswith("out"):
+            raise ValueError(f"node {node['name']} calls {node['target']}, which no program convert translates "
+                             "runs; the judge runs none of it")
+        op = getattr(getattr(torch.ops.aten, parts[3]), overload)
         args, kwargs = [], {}
         for inp in node["inputs"]:
             value = self._arg(inp["arg"], env, swap if inp.get("name") in SIZE_ARGS else {})
@@ -230,7 +242,9 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
     vocab = interpreter.vocabularies()
     rows = []
     for steps in lengths_to_judge(interpreter.steps or 7):
-        batch = 3 if interpreter.batch != 3 else 4  # other than a batch exported fixed, too
+        # other than a batch exported fixed, too; a program exported at batch 1 is judged at 1 (its literal 1s are
+        # every size-1 dimension's, so another batch cannot be told into its sizes)
+        batch = 1 if interpreter.batch == 1 else 3 if interpreter.batch != 3 else 4
         rng = np.random.default_rng(seed + steps)
         feeds = {}
         for n, spec in zip(names, specs):
@@ -259,6 +273,7 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
 
 
 def _row(name: str, why: str) -> Dict[str, Any]:
-    return {"artifact": name, "max_abs": None, "max_rel": None, "passed": False, "note": why,
+    """A row the judge could not judge: unjudged, so it fails unless the user accepts unjudged rows."""
+    return {"artifact": name, "max_abs": None, "max_rel": None, "passed": None, "unjudged": True, "note": why,
             "stack": "(whole model)", "judge": None}
 

@@ -84,9 +84,11 @@ class PyTorchSource(Source):
             variable = f"{module}/{BUFFER}" if module else BUFFER
             facts["file_keys"] = where.get(module, module)
             self.modules[variable] = facts
-            if spec is None:  # nn.RNN, tanh or relu: listed (both have one size) and refused until --mode says
-                size = _spec(self.prefix, module, params, attrs.get(module, {}), "rnn_tanh")[0].param_count
-                self._add(variable, None, (size,), _dtype(params))
+            if spec is None:  # nn.RNN, tanh or relu: listed (both have one buffer, the same bytes) and refused by
+                # convert until --mode says which; verify reads its buffer whatever the mode
+                packed = _spec(self.prefix, module, params, attrs.get(module, {}), "rnn_tanh")[0]
+                self._canon[variable] = _canonical(packed, params)
+                self._add(variable, None, (packed.param_count,), _dtype(params))
                 continue
             canon = _canonical(spec, params)
             self._canon[variable] = canon
@@ -157,17 +159,13 @@ def _strip(key: str) -> str:
 def _flatten(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dict], Dict[str, str]]:
     """({tensor name: array}, {module path: attributes of a pickled module}, {module path: its key prefix in the
     file}) of the weights ``root`` holds: the state_dict itself, the one inside a checkpoint dict, or a module tree."""
-    tensors, attrs, raw, seen_at, active = {}, {}, {}, {}, set()
+    tensors, attrs, raw, seen_at = {}, {}, {}, {}
 
     def module(obj: Inert, prefix: str):
-        if id(obj) in active or len(seen_at.setdefault(id(obj), set())) >= 8:  # a cycle, or a module shared widely
+        if id(obj) in seen_at:  # a module shared (tied weights) or holding itself: read at its first path only
             return
-        seen_at[id(obj)].add(prefix)
-        active.add(id(obj))
-        try:
-            _module(obj, prefix)
-        finally:
-            active.discard(id(obj))
+        seen_at[id(obj)] = prefix
+        _module(obj, prefix)
 
     def _module(obj: Inert, prefix: str):
         state = obj.attrs
@@ -262,9 +260,12 @@ def _script_constants(path: str, root: Any, attrs: Dict[str, dict]) -> None:
                     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                         pass
 
+    seen = set()  # each module once: a crafted archive shares or nests modules in itself
+
     def walk(obj, prefix):
-        if not isinstance(obj, Inert):
+        if not isinstance(obj, Inert) or id(obj) in seen:
             return
+        seen.add(id(obj))
         found = constants.get(obj.cls.qualname)
         if found:
             attrs.setdefault(_strip(prefix), {}).update(found, **{"class": obj.cls.name})

@@ -43,7 +43,7 @@ REFUSED_MODULES = ("os", "posix", "nt", "subprocess", "sys", "builtins", "__buil
                    "tempfile", "pathlib", "glob", "zipfile", "tarfile", "urllib", "http", "requests", "asyncio")
 MAX_BROADCAST = 1 << 20  # elements a tensor may hold beyond its storage's (an expanded bias)
 MAX_OPS = 4_000_000  # pickle opcodes: a state_dict spends about 30 a tensor; objects beyond that exhaust memory
-SAFE_BUILTINS = {"set", "frozenset", "slice", "complex", "bytearray", "tuple", "list", "dict"}
+SAFE_BUILTINS = {"set", "frozenset", "slice", "complex", "tuple", "list", "dict"}
 TENSOR_REBUILDERS = {"_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3"}
 QUANTIZED = {"_rebuild_qtensor", "_rebuild_sparse_tensor", "_rebuild_sparse_csr_tensor", "_rebuild_nested_tensor",
              "_rebuild_wrapper_subclass", "_rebuild_meta_tensor_no_storage", "_rebuild_device_tensor_from_numpy"}
@@ -130,13 +130,22 @@ class Storage:
 class Pending:
     """A tensor to cut from its storage once every storage is read (a legacy file stores them after the pickle)."""
 
-    def __init__(self, storage: Storage, offset: int, size: tuple, stride: tuple):
-        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+    def __init__(self, storage: Storage, offset: int, size: tuple, stride: tuple, dtype: Optional[str] = None):
+        self.storage, self.offset, self.size, self.stride, self.dtype = storage, offset, size, stride, dtype
 
     def value(self) -> "np.ndarray | Quantized":
         if self.storage.dtype == "quantized":
             return Quantized()
-        return tensor_view(self.storage, self.offset, self.size, self.stride)
+        storage = self.storage
+        if self.dtype is not None and self.dtype != storage.dtype:  # _rebuild_tensor_v3: the bytes of an untyped
+            raw = storage.array  # storage read as the tensor's own dtype
+            dt = numpy_dtype(self.dtype)
+            if raw.dtype.itemsize != 1 or raw.size % dt.itemsize:
+                raise CudnnPortError(f"a {self.dtype} tensor over a storage of {raw.size} {raw.dtype} elements; the "
+                                     "file is damaged")
+            storage = Storage(storage.key, self.dtype, raw.size // dt.itemsize, storage.location)
+            storage.array = raw.view(dt)
+        return tensor_view(storage, self.offset, self.size, self.stride)
 
 
 def is_class_name(name: str) -> bool:
@@ -220,7 +229,14 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
             if not isinstance(storage, Storage):
                 raise CudnnPortError(f"{self._what}: a tensor's storage is {short(repr(storage), 40)}; the file is "
                                      "damaged")
-            return Pending(storage, int(offset), tuple(size), tuple(stride))
+            dtype = None
+            if name == "_rebuild_tensor_v3" and len(args) > 6:  # (..., backward_hooks, dtype[, metadata])
+                g = args[6].g if isinstance(args[6], _Callable) else None
+                if g is None or g.module != "torch" or g.name not in TORCH_DTYPES:
+                    raise CudnnPortError(f"{self._what}: a tensor of dtype {short(repr(args[6]), 30)}, which no "
+                                         "model's weights have")
+                dtype = TORCH_DTYPES[g.name]
+            return Pending(storage, int(offset), tuple(size), tuple(stride), dtype)
         if module == "torch._utils" and name in ("_rebuild_parameter", "_rebuild_parameter_with_state"):
             return args[0]
         if module == "torch._tensor" and name == "_rebuild_from_type_v2":  # (func, new_type, args, state)
@@ -235,17 +251,16 @@ class DataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its opcode
         if module == "collections" and name == "OrderedDict":
             return dict(*args)
         if module in ("builtins", "__builtin__"):
-            if name in ("set", "frozenset", "list"):
-                return list(args[0]) if args else []
-            if name == "tuple":
-                return tuple(args[0]) if args else ()
-            if name == "dict":
-                return dict(*args)
+            if name in ("set", "frozenset", "list", "tuple", "dict"):  # of a container the pickle built, its
+                # length charged to the operation budget (a list(x) of one large x, called again and again)
+                items = args[0] if args else ()
+                if not isinstance(items, (list, tuple, dict)):
+                    self._refuse(f"builtins.{name} of {type(items).__name__}")
+                self.ops += len(items)
+                return dict(items) if name == "dict" else tuple(items) if name == "tuple" else list(items)
             if name == "slice":
-                return slice(*args)
-            if name == "complex":
-                return complex(*args)
-            return bytearray(*args)
+                return slice(*args[:3])
+            return complex(*(float(a) for a in args[:2]))
         if module == "_codecs" and name == "encode":  # protocol 2's bytes: encode(str, 'latin1')
             codec = str(args[1]).lower().replace("_", "-") if len(args) > 1 else "utf-8"
             if codec not in ("latin1", "latin-1", "iso-8859-1", "utf-8", "utf8", "ascii"):

@@ -31,7 +31,8 @@ from ..errors import CudnnPortError, UnsupportedError, short
 from ..source import SourceType
 from .keras_model import KerasModelSource
 from .pytorch import PyTorchSource
-from .torch_files import PT2_DTYPES, read_torch_file
+from .torch_files import MAX_STORAGES, PT2_DTYPES, read_torch_file
+from .zip_guard import check_members
 
 PROGRAM_FORMAT = "PyTorch program (torch.export .pt2)"
 RECURRENT = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn_tanh", "rnn_relu": "rnn_relu"}
@@ -82,8 +83,21 @@ class Program:
 
 
 def read_program(path: str) -> Program:
-    """The program of the ``.pt2`` at ``path`` (graph JSON and weights, read as data)."""
+    """The program of the ``.pt2`` at ``path`` (graph JSON and weights, read as data); a damaged or crafted archive
+    is refused in one line."""
+    try:
+        return _read_program(path)
+    except CudnnPortError:
+        raise
+    except (OSError, zipfile.BadZipFile, json.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError,
+            IndexError, StopIteration, RecursionError, MemoryError) as e:
+        raise CudnnPortError(f"cannot read {path} as a torch.export program ({type(e).__name__}: {short(str(e), 80)}); "
+                             "save it again with torch.export.save") from None
+
+
+def _read_program(path: str) -> Program:
     with zipfile.ZipFile(path) as z:
+        check_members(z, path, "a torch.export archive holds one per weight", max_members=MAX_STORAGES)
         graph = json.loads(z.read(_model_json(z.namelist())))
     module = graph.get("graph_module", graph)
     body = module["graph"]
@@ -545,4 +559,5 @@ def _open_program(path: str, mode: Optional[str] = None) -> Any:
 
 # before the stack reader (order 40), which reads a .pt2's recurrent modules alone
 SOURCE = SourceType("torch_program", PROGRAM_FORMAT, "model", lambda path: os.path.isfile(path) and is_program(path),
-                    _open_program, order=35)
+                    _open_program, order=35, judge="cudnn_port.judging.torch_weights:judge_stack",
+                    original="cudnn_port.judging.torch_weights:torch_row")
