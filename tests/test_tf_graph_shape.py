@@ -63,3 +63,47 @@ def test_node_counts_stay_within_their_bounds(mode):
             assert count <= body * SLACK, f"a four-step {mode} loop body runs {count} ops (measured {body}): {ops}"
     count = sum(1 for n in graph_def.node if n.op != "Const")
     assert count <= outside * SLACK, f"{mode}: {count} nodes outside the loops (measured {outside})"
+
+
+def whole_model_forms(model, tmp_path):
+    """{op type: count} over the whole-model SavedModel of ``model`` (cudnn_port.export): its graph and every
+    function."""
+    import cudnn_port
+
+    cudnn_port.export(model, str(tmp_path / "out"), formats=["saved_model"])
+    loaded = tf.saved_model.load(str(tmp_path / "out" / "saved_model"))
+    graph_def = loaded.signatures["serving_default"].graph.as_graph_def()
+    ops = collections.Counter(n.op for n in graph_def.node)
+    for function in graph_def.library.function:
+        ops.update(n.op for n in function.node_def)
+    return ops
+
+
+def test_whole_model_unmasked_lstm_takes_block_lstm_below_eight_rows_and_the_loop_above(tmp_path):
+    """An unmasked LSTM layer (here bidirectional, 2 x 16 units) gets one BlockLSTMV2 per direction in the branch a
+    batch below UNROLL_BELOW takes, the one-step loop in the other, no four-step loop and nothing that zeroes or
+    gathers after it; the masked GRU after it keeps its loops. Weights are constants (no variables)."""
+    keras = pytest.importorskip("keras")
+    L = keras.layers
+    x = keras.Input((None, 3))
+    y = L.Bidirectional(L.LSTM(16, return_sequences=True))(x)
+    model = keras.Model(x, L.Dense(2)(L.GRU(8)(L.Masking()(y))))
+    ops = whole_model_forms(model, tmp_path)
+    assert ops["BlockLSTMV2"] == 2, ops
+    assert ops["SparseMatMul"] == tf_loop.UNROLL, ops  # the GRU's four-step loop only: the LSTM has none
+    # the LSTM's one-step loops, the GRU's two (the frozen graph holds them lowered: one LoopCond each)
+    assert ops["StatelessWhile"] + ops["While"] + ops["LoopCond"] == 2 + 2, ops
+    assert ops["GatherNd"] == 1, ops  # the masked GRU's final state only
+    assert not ops["ReadVariableOp"] and not ops["VarHandleOp"], ops  # weights frozen in
+    count = sum(n for op, n in ops.items() if op not in ("Const", "Placeholder"))
+    assert count <= 725 * SLACK, f"{count} nodes (measured 725): {ops}"
+
+
+def test_whole_model_lstm_past_block_lstm_units_keeps_its_loops(tmp_path):
+    """Above BLOCK_LSTM_UNITS (BlockLSTMV2 slower than the loop at batch 1) an unmasked LSTM keeps both loops."""
+    keras = pytest.importorskip("keras")
+    from cudnn_port.tf_graph import BLOCK_LSTM_UNITS
+
+    x = keras.Input((None, 3))
+    ops = whole_model_forms(keras.Model(x, keras.layers.LSTM(BLOCK_LSTM_UNITS + 1)(x)), tmp_path)
+    assert not ops["BlockLSTMV2"] and ops["SparseMatMul"] == tf_loop.UNROLL, ops
