@@ -162,9 +162,10 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
                     results.append(finish(tf, ys, cs, valid, h0s[d], c0s[d], lengths))
             return results
 
-        if blocks:
+        if blocks:  # the stacked weights outside the branch, where a frozen graph's constants fold once
+            stacked = [_concat(tf, [Wx[d], Rh[d]]) for d in range(D)]
             results = tf.cond(tf.logical_and(batch < UNROLL_BELOW, steps > 0),
-                              lambda: _block_lstm(tf, x_d, Wx, Rh, bx, h0s, c0s), loops)
+                              lambda: _block_lstm(tf, x_d, stacked, bx, h0s, c0s), loops)
         else:
             results = loops()
         outs = []
@@ -193,16 +194,19 @@ def block_lstm_fits(spec: "RNNSpec") -> bool:
             and spec.recurrent_activation == "sigmoid" and spec.num_units <= BLOCK_LSTM_UNITS)
 
 
-def _block_lstm(tf, x_d, Wx, Rh, bx, h0s, c0s):
+def _concat(tf, parts):
+    return np.concatenate(parts) if isinstance(parts[0], np.ndarray) else tf.concat(parts, 0)
+
+
+def _block_lstm(tf, x_d, stacked, bx, h0s, c0s):
     """Each direction of one layer as one ``BlockLSTMV2`` (TensorFlow's fused CPU LSTM: the whole sequence in one
     kernel, no per-step ops), every sequence full length and at least one step: [(y [T, B, H], h, c)]. Its gates are
-    cuDNN's order (i, f, c~, o), its weight [I + H, 4H] the input and recurrent matrices stacked, its bias the fold
-    of both biases; no peepholes, no clipping (cell_clip 0)."""
+    cuDNN's order (i, f, c~, o), its weight [I + H, 4H] the input and recurrent matrices ``stacked``, its bias the
+    fold of both biases; no peepholes, no clipping (cell_clip 0)."""
     results = []
     for d, (x, h0, c0) in enumerate(zip(x_d, h0s, c0s)):
-        H = int(Rh.shape[-2])
-        w = np.concatenate([Wx[d], Rh[d]]) if isinstance(Wx, np.ndarray) else tf.concat([Wx[d], Rh[d]], 0)
-        peep = tf.zeros([H])
+        w = stacked[d]
+        peep = tf.zeros([int(w.shape[-1]) // 4])
         out = tf.raw_ops.BlockLSTMV2(seq_len_max=tf.cast(tf.shape(x)[0], tf.int64), x=x, cs_prev=c0, h_prev=h0,
                                      w=w, wci=peep, wcf=peep, wco=peep, b=bx[d], cell_clip=0.0, use_peephole=False)
         ys, cs = out[6], out[1]
