@@ -58,7 +58,12 @@ def _write_model(job, paths):
     cpu = job.traced("cpu")
     module = tf.Module()
     if sum(v.numpy().nbytes for v in job.model.variables) < FREEZE_BELOW:
-        serve = job.frozen("cpu")
+        frozen = job.frozen("cpu")
+        names = Outputs.traced_names(len(frozen.outputs))  # as it returns them; its own dict of them is misnumbered
+
+        def call(*xs):
+            return dict(zip(names, tf.nest.flatten(frozen(*xs))))
+        serve = tf.function(call, input_signature=job.specs, autograph=False).get_concrete_function()
     else:
         module.variables_ = list(job.model.variables)
         serve = cpu
