@@ -183,8 +183,9 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
 
 
 BLOCK_LSTM_UNITS = 256
-"""The widest LSTM :func:`_block_lstm` runs: BlockLSTMV2 took 0.41x (128 units) and 0.78x (256) the loop's time at
-batch 1 in the stock models of ``python bench/bench_stock_keras.py --speed``, 1.82x at 512 (docs/performance.md)."""
+"""The widest LSTM :func:`_block_lstm` runs: with it the whole-model SavedModels of ``python
+bench/bench_stock_keras.py --speed`` took 0.42x (LSTM(128) seq2seq) and 0.82x (LSTM(256) x2) their former time at
+batch 1; on the stack road's 512-unit BiLSTM BlockLSTMV2 took 1.82x the loop's (docs/performance.md)."""
 
 
 def block_lstm_fits(spec: "RNNSpec") -> bool:
