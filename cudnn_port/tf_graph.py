@@ -142,9 +142,12 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
         h0s = [initial_h[layer * D + d] for d in range(D)]
         c0s = [initial_c[layer * D + d] for d in range(D)]
 
-        def loops(x_d=x_d, Wx=Wx, Rh=Rh, bx=bx, bh=bh, Pt=Pt, h0s=h0s, c0s=c0s):
+        def loops(x_d=x_d, Wx=Wx, Rh=Rh, bx=bx, bh=bh, Pt=Pt, h0s=h0s, c0s=c0s, outer=(steps, batch)):
             width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
-            steps, batch = tf.shape(x_d[0])[0], tf.shape(x_d[0])[1]  # in a branch: static where x_d's shape is
+            if blocks:  # in a branch, where the outer shape tensors are captured: static where x_d's shape is
+                steps, batch = tf.shape(x_d[0])[0], tf.shape(x_d[0])[1]
+            else:
+                steps, batch = outer
             xws = _together(tf, [tf.nn.bias_add(tf.matmul(tf.reshape(x_d[d], [-1, width]), Wx[d]), bx[d])
                                  for d in range(D)])
             runs = []
