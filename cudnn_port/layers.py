@@ -131,8 +131,10 @@ class CudnnRNN(keras.layers.Layer):
                 outputs, h, c = judge(x, lengths, states[0], states[1])
             elif path == "cudnn":
                 outputs, h, c = self._cudnn(x, lengths, states, dropout, bool(training))
-            else:
-                outputs, h, c = self._cpu(x, lengths, states, dropout, bool(training))
+            else:  # inference without a mask: every sequence full length, which the export path needs no lengths for
+                full = mask is None and not training
+                outputs, h, c = self._cpu(x, None if full else lengths, states, dropout, bool(training),
+                                          block_lstm=full and path == current_path())  # an export's trace
         if self.return_sequences:
             result = outputs
         else:
@@ -157,19 +159,23 @@ class CudnnRNN(keras.layers.Layer):
         states = [_swap_first_axes(tf.cast(s, "float32")) for s in states]
         return states + [None] * (2 - count)
 
-    def _cpu(self, x, lengths, states, dropout, training):
+    def _cpu(self, x, lengths, states, dropout, training, block_lstm=False):
         """Training (``fit``, a step called with ``training=True``): :func:`~cudnn_port.tf_train.stack_train`, with
         its hand-written backward pass. Otherwise (inference, and what an export traces): the export path's
         :func:`~cudnn_port.tf_graph.stack_forward`, which keeps no per-step activations; gradients still flow
-        through it, by autodiff, to the same values."""
+        through it, by autodiff, to the same values. ``block_lstm``: an export's trace of an unmasked layer, whose
+        small batches may run as TensorFlow's fused LSTM op (``stack_forward``'s ``block_lstm``; no XLA kernel, so
+        never for Keras' own calls, which may compile)."""
         between = None
         if dropout:
             def between(y, layer):
                 return keras.random.dropout(y, dropout, seed=self._dropout_seed)
 
         canon = tf_graph.unpack_tensor(self.spec, self.opaque_kernel.value)
-        run = stack_train if training else tf_graph.stack_forward
-        return run(canon, x, lengths, states[0], states[1], between=between)
+        if training:
+            return stack_train(canon, x, lengths, states[0], states[1], between=between)
+        return tf_graph.stack_forward(canon, x, lengths, states[0], states[1], between=between,
+                                      block_lstm=block_lstm)
 
     def _cudnn(self, x, lengths, states, dropout, training):
         tf = import_tf()

@@ -20,6 +20,14 @@ the other direction still runs on TensorFlow's intra-op threads. The cell and it
 :mod:`cudnn_port.tf_loop`; the runtime facts these choices rely on: docs/conventions.md, section 8; their
 measurements: docs/performance.md ("The loop", ``python bench/bench_exports.py --only saved_model``).
 
+Without sequence lengths (every sequence full length: a layer without a mask in a whole-model export) the loops'
+last states are the final ones, so nothing is zeroed or gathered after them and no loop writes every step's c; and
+with ``block_lstm`` (the whole-model export's trace) an LSTM of Keras' functions up to :data:`BLOCK_LSTM_UNITS` units
+runs, for batches below ``tf_loop.UNROLL_BELOW``, as TensorFlow's fused ``BlockLSTMV2`` (one op per direction, no
+per-step ops), chosen in the graph by a ``tf.cond`` on the batch: the loops' per-step ops cost more than the whole
+product at batch 1 on such widths, and less than BlockLSTMV2's per-step input product at batch 32 (measurements:
+docs/performance.md, "The loop").
+
 The input products are ``MatMul``. ``SparseMatMul``, the loop's product at small batches, is no faster here (0.98x
 the time of the benchmark stacks at batch 1, oneDNN off) and slower under oneDNN at the second layer's width (both
 directions' ``[100, 1024] @ [1024, 2048]``: 6.66 ms against 5.17 ms for ``MatMul``).
@@ -34,7 +42,7 @@ import numpy as np
 
 from .canonical import CanonicalRNN, LayerParams, input_bias
 from .deps import import_tf
-from .tf_loop import finish, time_loop
+from .tf_loop import UNROLL_BELOW, finish, time_loop
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -96,40 +104,77 @@ def unpack_tensor(spec: "RNNSpec", params: "tf.Tensor") -> CanonicalRNN:
 def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "tf.Tensor",
                   initial_h: "Optional[tf.Tensor]" = None, initial_c: "Optional[tf.Tensor]" = None,
                   between: "Optional[Callable[[tf.Tensor, int], tf.Tensor]]" = None,
-                  until: "Optional[tf.Tensor]" = None) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
-    """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32, initial_h [L*D, B, S] and
+                  until: "Optional[tf.Tensor]" = None, block_lstm: bool = False
+                  ) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"]]:
+    """Run the whole stack. inputs [B, T, I] float32, sequence_lengths [B] int32 (None: every sequence is full
+    length, which spares the loops' written cs and what zeroes and gathers after them), initial_h [L*D, B, S] and
     initial_c [L*D, B, H] (zeros when None; S = P with a projection, else H). Returns (outputs [B, T, D*S],
     final_h [L*D, B, S], final_c [L*D, B, H] or None).
     ``between(x, layer)`` (e.g. dropout) maps each layer's time-major output before the next layer reads it.
     ``until`` (a scalar, at least max(sequence_lengths)) stops the time loops early, for inputs padded past
     every length (the XLA export's: its loops then run one step per iteration, see :mod:`cudnn_port.tf_loop`); the
     outputs of the steps skipped are then zeros only under XLA, where an unwritten TensorArray entry reads as zeros
-    (plain TensorFlow refuses to stack one)."""
+    (plain TensorFlow refuses to stack one).
+    ``block_lstm`` (with no ``sequence_lengths``): each layer of an LSTM that :func:`block_lstm_fits` runs as
+    TensorFlow's fused ``BlockLSTMV2`` for batches below ``tf_loop.UNROLL_BELOW``, chosen in the graph
+    (:func:`_block_lstm`); that op has no XLA kernel, so only for graphs that XLA does not compile."""
     tf = import_tf()
     spec = canon.spec
     D, is_lstm = spec.num_dirs, spec.mode == "lstm"
+    full = sequence_lengths is None  # every sequence full length: nothing to zero, the loops' last states are final
+    if full and until is not None:
+        raise ValueError("until stops the loops at the longest of sequence_lengths; pass them")
     x, lengths, initial_h, initial_c = stack_inputs(spec, inputs, sequence_lengths, initial_h, initial_c)
     steps, batch = tf.shape(x)[0], tf.shape(x)[1]
-    valid = valid_steps(lengths, steps)
-    reverse = _time_reversal(tf, lengths, steps, batch) if D == 2 else None
+    valid = None if full else valid_steps(lengths, steps)
+    if D == 1:
+        reverse = None
+    elif full:
+        def reverse(v):
+            return tf.reverse(v, [0])
+    else:
+        reverse = _time_reversal(tf, lengths, steps, batch)
+    blocks = block_lstm and full and until is None and block_lstm_fits(spec) and x.shape[0] != 0
     final_h, final_c = [], []
     for layer in range(spec.num_layers):
         Wx, Rh, bx, bh, Pt = layer_weights(canon, layer)
-        width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
         x_d = _together(tf, [x, reverse(x)]) if D == 2 else [x]
-        xws = _together(tf, [tf.nn.bias_add(tf.matmul(tf.reshape(x_d[d], [-1, width]), Wx[d]), bx[d])
-                             for d in range(D)])
-        runs = []
-        for d in range(D):
-            p = layer * D + d
-            xw = tf.reshape(xws[d], [steps, batch, int(Wx.shape[-1])])
-            runs.append(time_loop(tf, xw, initial_h[p], initial_c[p], Rh[d], bh[d], spec.mode, until,
-                                  None if Pt is None else Pt[d], reset_after=spec.reset_after,
-                                  activation=spec.activation, recurrent_activation=spec.recurrent_activation))
+        h0s = [initial_h[layer * D + d] for d in range(D)]
+        c0s = [initial_c[layer * D + d] for d in range(D)]
+
+        def loops(x_d=x_d, Wx=Wx, Rh=Rh, bx=bx, bh=bh, Pt=Pt, h0s=h0s, c0s=c0s, outer=(steps, batch)):
+            width = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+            if blocks:  # in a branch, where the outer shape tensors are captured: static where x_d's shape is
+                steps, batch = tf.shape(x_d[0])[0], tf.shape(x_d[0])[1]
+            else:
+                steps, batch = outer
+            xws = _together(tf, [tf.nn.bias_add(tf.matmul(tf.reshape(x_d[d], [-1, width]), Wx[d]), bx[d])
+                                 for d in range(D)])
+            runs = []
+            for d in range(D):
+                xw = tf.reshape(xws[d], [steps, batch, int(Wx.shape[-1])])
+                runs.append(time_loop(tf, xw, h0s[d], c0s[d], Rh[d], bh[d], spec.mode, until,
+                                      None if Pt is None else Pt[d], reset_after=spec.reset_after,
+                                      activation=spec.activation, recurrent_activation=spec.recurrent_activation,
+                                      every_c=not full, small=not blocks))
+            results = []
+            for d, (ys, cs, h, c) in enumerate(_together(tf, runs)):
+                if full:  # no copy of every step's states, no select, no gather: 5-8% of the time at batch 32
+                    results.append((ys, h, c))
+                else:
+                    results.append(finish(tf, ys, cs, valid, h0s[d], c0s[d], lengths))
+            return results
+
+        if blocks:  # the stacked weights outside the branch, where a frozen graph's constants fold once
+            stacked = [_concat(tf, [Wx[d], Rh[d]]) for d in range(D)]
+            results = tf.cond(tf.logical_and(batch < UNROLL_BELOW, steps > 0),
+                              lambda: _block_lstm(tf, x_d, stacked, bx, h0s, c0s), loops)
+        else:
+            results = loops()
         outs = []
-        for d, (ys, cs) in enumerate(_together(tf, runs)):
-            p = layer * D + d
-            y, h, c = finish(tf, ys, cs, valid, initial_h[p], initial_c[p], lengths)
+        for d, (y, h, c) in enumerate(results):
+            h.set_shape(h0s[d].shape)
+            c.set_shape(c0s[d].shape)
             outs.append(y if d == 0 else reverse(y))
             final_h.append(h)
             final_c.append(c)
@@ -138,6 +183,39 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
             x = between(x, layer)
     outputs = tf.transpose(x, [1, 0, 2])
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
+
+
+BLOCK_LSTM_UNITS = 256
+"""The widest LSTM :func:`_block_lstm` runs: with it the whole-model SavedModels of ``python
+bench/bench_stock_keras.py --speed`` took 0.42x (LSTM(128) seq2seq) and 0.82x (LSTM(256) x2) their former time at
+batch 1; on the stack road's 512-unit BiLSTM BlockLSTMV2 took 1.82x the loop's (docs/performance.md)."""
+
+
+def block_lstm_fits(spec: "RNNSpec") -> bool:
+    """Whether BlockLSTMV2 computes ``spec``'s cell: an LSTM of Keras' functions (sigmoid gates, tanh), no projection,
+    at most BLOCK_LSTM_UNITS units."""
+    return (spec.mode == "lstm" and not spec.num_proj and spec.activation in (None, "tanh")
+            and spec.recurrent_activation == "sigmoid" and spec.num_units <= BLOCK_LSTM_UNITS)
+
+
+def _concat(tf, parts):
+    return np.concatenate(parts) if isinstance(parts[0], np.ndarray) else tf.concat(parts, 0)
+
+
+def _block_lstm(tf, x_d, stacked, bx, h0s, c0s):
+    """Each direction of one layer as one ``BlockLSTMV2`` (TensorFlow's fused CPU LSTM: the whole sequence in one
+    kernel, no per-step ops), every sequence full length and at least one step: [(y [T, B, H], h, c)]. Its gates are
+    cuDNN's order (i, f, c~, o), its weight [I + H, 4H] the input and recurrent matrices ``stacked``, its bias the
+    fold of both biases; no peepholes, no clipping (cell_clip 0)."""
+    results = []
+    for d, (x, h0, c0) in enumerate(zip(x_d, h0s, c0s)):
+        w = stacked[d]
+        peep = tf.zeros([int(w.shape[-1]) // 4])
+        out = tf.raw_ops.BlockLSTMV2(seq_len_max=tf.cast(tf.shape(x)[0], tf.int64), x=x, cs_prev=c0, h_prev=h0,
+                                     w=w, wci=peep, wcf=peep, wco=peep, b=bx[d], cell_clip=0.0, use_peephole=False)
+        ys, cs = out[6], out[1]
+        results.append((ys, ys[-1], cs[-1]))
+    return results
 
 
 def _together(tf, parts):
@@ -174,8 +252,8 @@ def stack_inputs(spec: "RNNSpec", inputs: "tf.Tensor", sequence_lengths: "tf.Ten
                  initial_h: "Optional[tf.Tensor]" = None,
                  initial_c: "Optional[tf.Tensor]" = None
                  ) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"], Optional["tf.Tensor"]]:
-    """A stack's arguments as its loops read them: (x time-major [T, B, I] float32, lengths [B] int32,
-    initial_h [L*D, B, S], initial_c [L*D, B, H]), the states zeros when None."""
+    """A stack's arguments as its loops read them: (x time-major [T, B, I] float32, lengths [B] int32 (None for
+    None: every sequence full length), initial_h [L*D, B, S], initial_c [L*D, B, H]), the states zeros when None."""
     tf = import_tf()
     inputs = tf.convert_to_tensor(inputs, tf.float32)
     batch = tf.shape(inputs)[0]
@@ -183,7 +261,8 @@ def stack_inputs(spec: "RNNSpec", inputs: "tf.Tensor", sequence_lengths: "tf.Ten
         tf.convert_to_tensor(initial_h, tf.float32)
     initial_c = tf.zeros([spec.num_pseudo_layers, batch, spec.num_units]) if initial_c is None else \
         tf.convert_to_tensor(initial_c, tf.float32)
-    return tf.transpose(inputs, [1, 0, 2]), tf.cast(sequence_lengths, tf.int32), initial_h, initial_c
+    lengths = None if sequence_lengths is None else tf.cast(sequence_lengths, tf.int32)
+    return tf.transpose(inputs, [1, 0, 2]), lengths, initial_h, initial_c
 
 
 def valid_steps(lengths: "tf.Tensor", steps: "tf.Tensor") -> "tf.Tensor":
@@ -209,8 +288,6 @@ def cudnn_op_cpu(spec: "RNNSpec", time_major: bool, count: int, input: "tf.Tenso
     else:
         h0 = tf.transpose(h0, [1, 0, 2])
         c0 = tf.transpose(c0, [1, 0, 2]) if is_lstm else None
-    if sequence_lengths is None:
-        sequence_lengths = tf.fill(tf.shape(x)[:1], tf.shape(x)[1])
     out, h, c = stack_forward(unpack_tensor(spec, params), x, sequence_lengths, h0, c0)
     if time_major:
         out = tf.transpose(out, [1, 0, 2])

@@ -84,17 +84,22 @@ UNROLL_BELOW = 8
 def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf.Tensor]", Rh: "tf.Tensor",
               bh: "tf.Tensor", mode: str, until: "Optional[tf.Tensor]" = None,
               Pt: "Optional[tf.Tensor]" = None, reset_after: bool = True, activation: str = "tanh",
-              recurrent_activation: str = "sigmoid") -> Tuple["tf.Tensor", Optional["tf.Tensor"]]:
+              recurrent_activation: str = "sigmoid", every_c: bool = True, small: bool = True
+              ) -> Tuple["tf.Tensor", Optional["tf.Tensor"], "tf.Tensor", "tf.Tensor"]:
     """One direction: xw [T, B, G*H] (each step's input product; G*H static), h0 [B, S], c0 [B, H] (read for LSTM
-    only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None): every step's
-    h (and c). ``mode`` is the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``; ``reset_after=False``: the
-    reset-before GRU, its b_R_h in xw; ``activation``, ``recurrent_activation``: the cell's and the gates' functions,
-    RNNSpec's, :func:`functions`). ``until`` (the
-    XLA export's longest length) stops the loop there, one step per iteration."""
+    only), Rh [S, G*H], bh [H], Pt [H, P] or None -> (ys [T, B, S], cs [T, B, H] for LSTM, else None, h [B, S], c
+    [B, H]): every step's h (and c), and the states after the last step (c0 itself for a GRU). ``every_c=False``:
+    no cs (None), for callers that read only the last c (every sequence full length: no c to gather). ``mode`` is
+    the spec's (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``; ``reset_after=False``: the reset-before GRU, its b_R_h
+    in xw; ``activation``, ``recurrent_activation``: the cell's and the gates' functions, RNNSpec's,
+    :func:`functions`). ``until`` (the XLA export's longest length) stops the loop there, one step per iteration.
+    ``small=False``: the caller runs batches below UNROLL_BELOW in another form, so the loop of UNROLL steps is left
+    out."""
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
     is_lstm = mode == "lstm"
+    keep_cs = is_lstm and every_c  # a written TensorArray of c costs a write per step and a stack after the loop
     act, gate = functions(tf)[activation], functions(tf)[recurrent_activation]
-    U = UNROLL if until is None else 1
+    U = UNROLL if until is None and small else 1
 
     def gates(v, n):  # the gate function of v's n blocks, as a list; one op over all where it is element-wise
         if recurrent_activation in PER_BLOCK:
@@ -130,19 +135,20 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
         candidate = act(x_h + r * (h_h + bh))  # GRU's b_R_h sits inside r * (...)
         return candidate + z * (h - candidate), c  # (1 - z) * candidate + z * h in one op fewer
 
-    # the carries: (t, h, ys) and, for LSTM, (c, cs); a GRU carries no c (each carry costs ops every iteration)
+    # the carries: (t, h, ys) and, for LSTM, c and (unless every_c is False) cs; a GRU carries no c (each carry
+    # costs ops every iteration)
     def block(t, h, ys, c=None, cs=None):
         # U steps' rows in one gather: XLA compiles a strided slice at a loop index to the whole tensor, and a
         # slice of U rows not at all where T < U (the loop then never runs, but XLA compiles it all the same)
         for k, g in enumerate(tf.unstack(tf.gather(xw, t + tf.range(U)), U)):
             h, c = cell(g, h, c, small)
             ys = ys.write(t + k, h)  # a write per step, not one scatter: XLA compiles no TensorList scatter
-            cs = cs.write(t + k, c) if is_lstm else cs
-        return (t + U, h, ys) + ((c, cs) if is_lstm else ())
+            cs = cs.write(t + k, c) if keep_cs else cs
+        return (t + U, h, ys) + ((c,) if is_lstm else ()) + ((cs,) if keep_cs else ())
 
     def single(t, h, ys, c=None, cs=None):
         h, c = cell(xw[t], h, c, tf.matmul)
-        return (t + 1, h, ys.write(t, h)) + ((c, cs.write(t, c)) if is_lstm else ())
+        return (t + 1, h, ys.write(t, h)) + ((c,) if is_lstm else ()) + ((cs.write(t, c),) if keep_cs else ())
 
     # rank 2 where a caller's states have no static shape (graphs.rewrite): MatMul stays MatMul, not BatchMatMul
     h0, c0 = tf.reshape(h0, [-1, S]), tf.reshape(c0, [-1, H])
@@ -150,7 +156,9 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     known = h0.shape[0]  # the batch, static where known: TensorArray.stack keeps it
     state = (tf.constant(0), h0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, S]))
     if is_lstm:
-        state += (c0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, H]))
+        state += (c0,)
+    if keep_cs:
+        state += (tf.TensorArray(tf.float32, size=steps, element_shape=[known, H]),)
     last = steps if until is None else tf.minimum(steps, until)
     if U > 1:
         whole = tf.where(batch < UNROLL_BELOW, last // U * U, 0)
@@ -159,7 +167,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     # to every iteration
     bound = {} if until is None else {"maximum_iterations": steps}
     state = tf.while_loop(lambda t, *_: t < last, single, state, **bound)
-    return state[2].stack(), (state[4].stack() if is_lstm else None)
+    return (state[2].stack(), state[4].stack() if keep_cs else None, state[1], state[3] if is_lstm else c0)
 
 
 def finish(tf: ModuleType, ys: "tf.Tensor", cs: "Optional[tf.Tensor]", valid: "tf.Tensor", h0: "tf.Tensor",

@@ -100,3 +100,23 @@ def test_loop_forms_match_reference_under_onednn():
         pytest.skip("this TensorFlow build has no oneDNN rewrite (not an x86 build with oneDNN)")
     for what, err in errors.items():
         assert err <= ATOL_FP32, f"oneDNN on, {what}: max abs error {err:.3g} > {ATOL_FP32}"
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "lstm-proj"])
+@pytest.mark.parametrize("batch,steps", [(1, 2 * tf_loop.UNROLL + 1), (tf_loop.UNROLL_BELOW, 3), (2, 0)])
+def test_full_length_forms_match_reference(mode, batch, steps):
+    """No lengths (every sequence full, as a layer without a mask runs in an export): the loops' last states are the
+    final ones, and an LSTM of Keras' functions runs as BlockLSTMV2 below UNROLL_BELOW (``block_lstm``; the others,
+    a projection's among them, keep the loops), both directions, non-zero states; no steps at all keeps h0 / c0."""
+    spec = make_spec(mode.split("-")[0], 2, True)
+    if mode == "lstm-proj":
+        spec = dataclasses.replace(spec, num_proj=spec.num_units - 2)
+    canon = unpack(spec, random_blob(spec, seed=steps + 7))
+    x, _, h_0, c_0 = batch_of(spec, batch, steps, seed=batch + 3)
+    c_in = c_0 if spec.mode == "lstm" else None
+    run = tf.function(lambda x, h, c: stack_forward(canon, x, None, h, c, block_lstm=True), autograph=False)
+    got = run(x, h_0, c_in)
+    want = reference.forward(canon, x, np.full(batch, steps, np.int32), h_0, c_0)
+    for what, g, w in zip(("outputs", "final_h", "final_c"), got, want):
+        if w is not None:
+            assert_close(g.numpy(), w, f"{mode} batch {batch} T={steps} full length {what}")
