@@ -220,7 +220,7 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
                           want, atol, rtol))
     floor = max((r["max_abs"] for r in rows if r["passed"] and r["max_abs"] is not None), default=atol)
     rows.append(gpu_row(spec, canon, (x, lengths, h, c), want, fp32_floor(floor), rtol))
-    self_judged = "(source unavailable)" in str(judged_by)  # the conversion's own output: no independent judge
+    self_judged = str(judged_by).startswith("converted checkpoint")  # the conversion's own output: no judge
     for row in rows:
         row.setdefault("judge", judged_by if row["passed"] is not None else None)
         row["stack"] = stack["variable"]

@@ -17,6 +17,7 @@ from ..layer_paths import judged_by
 from ..model_inputs import as_model_takes, from_records
 from ..precision import float32_policy, float32_twin
 from ..readers import source_kind
+from ..readers.torch_program import PROGRAM_FORMAT
 from ..readers.keras_model import load_model_file
 from ..stock_keras import DIRECTIONS, rewrite, unwrapped
 from ..streaming_model import streaming_twin
@@ -213,11 +214,9 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
     rows, names, feeds, want = run.rows, run.names, run.feeds, run.want
     judge_name = f"{run.judge} ({where})"
-    if where != "the source":  # OUT's own keras/model.keras is the conversion's output: no judge of the others
-        program = source_kind(source) == "torch_program" if unchanged and os.path.isfile(source) else False
-        # a .pt2's artifacts are judged by PyTorch's kernels (judging.torch_program); elsewhere an agreement with
-        # the copy stays unjudged
-        rows = [] if program else [_self_consistency(r, "OUT/keras/model.keras") for r in rows]
+    if manifest["source"].get("format") == PROGRAM_FORMAT:  # OUT's keras/model.keras is a .pt2's translation, the
+        # conversion's own output: its artifacts are judged by PyTorch's kernels instead (judging.torch_program)
+        rows = []
     if policy:
         rows.append(precision_row(original, policy, run))
         judge_name = f"{run.judge}, rebuilt in float32 from the {policy} original ({where})"
