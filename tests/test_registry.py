@@ -305,6 +305,7 @@ def test_a_toy_source_defined_in_one_place_is_inspected_converted_and_judged(tmp
         assert manifest.stacks[0].variable == "enc/opaque_kernel"
         verdict = verify(tmp_path / "out")
         assert verdict["passed"] and any(r.get("judge") == "the toy file's own lists" for r in verdict["rows"])
+        readers.unregister("toy")
         readers.register(_toy_source(swap=True))  # the reader's bug, planted; the judge reads the file itself
         convert(src, tmp_path / "bad", formats=["onnx"])
         bad = verify(tmp_path / "bad")

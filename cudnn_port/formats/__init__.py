@@ -20,12 +20,11 @@ opener loads the artifact once, and ``run(feeds)`` returns :class:`~.jobs.Output
 ``initial_h`` / ``initial_c`` [L*D, B, S|H] where the artifact takes states) and the values ``outputs``,
 ``final_h`` and ``final_c`` (where the artifact returns them; :meth:`~.jobs.Outputs.of_stack`).
 """
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .. import deps
+from ..discover import declared
 from ..errors import CudnnPortError, NotWritten, short  # noqa: F401 (NotWritten: formats raise it from here)
 
 if TYPE_CHECKING:
@@ -145,15 +144,7 @@ _REGISTRY: Dict[str, Format] = {}
 def formats() -> Dict[str, Format]:
     """Every registered format by name, in ``order``: the modules of this package, imported once (they are light)."""
     if not _REGISTRY:
-        found = []
-        for module in pkgutil.iter_modules(__path__):
-            fmt = getattr(importlib.import_module(f"{__name__}.{module.name}"), "FORMAT", None)
-            if isinstance(fmt, Format):
-                found.append(fmt)
-        names = [f.name for f in found]
-        if len(set(names)) != len(names):
-            raise RuntimeError(f"two format modules register the same name: {sorted(names)}")
-        _REGISTRY.update((f.name, f) for f in sorted(found, key=lambda f: (f.order, f.name)))
+        _REGISTRY.update(declared(__name__, __path__, "FORMAT", Format, "name"))
     return _REGISTRY
 
 

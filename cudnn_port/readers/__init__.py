@@ -18,11 +18,10 @@ test.
 
 SavedModels holding cuDNN nodes are graphs, not weights: :mod:`cudnn_port.graphs` finds and replaces their nodes.
 """
-import importlib
 import os
-import pkgutil
 from typing import Dict, Optional
 
+from ..discover import declared
 from ..errors import CudnnPortError
 from ..source import Source, SourceType
 
@@ -33,23 +32,19 @@ def sources() -> Dict[str, SourceType]:
     """Every registered kind of source by name, in the order they claim a path: the ``SOURCE`` of each module of
     this package, imported once (they are light)."""
     if not _REGISTRY:
-        found = []
-        for module in pkgutil.iter_modules(__path__):
-            declared = getattr(importlib.import_module(f"{__name__}.{module.name}"), "SOURCE", None)
-            if isinstance(declared, SourceType):
-                found.append(declared)
-        kinds = [t.kind for t in found]
-        if len(set(kinds)) != len(kinds):
-            raise RuntimeError(f"two reader modules register the same kind: {sorted(kinds)}")
-        _REGISTRY.update((t.kind, t) for t in sorted(found, key=lambda t: (t.order, t.kind)))
+        _REGISTRY.update(declared(__name__, __path__, "SOURCE", SourceType, "kind"))
     return _REGISTRY
 
 
-def register(declared: SourceType) -> None:
-    """Add ``declared`` to the registry, in its ``order``, as its module would (a test's toy source)."""
-    merged = dict(sources(), **{declared.kind: declared})
+def register(kind: SourceType) -> None:
+    """Add ``kind`` to the registry, in its ``order``, as its module would (a test's toy source); a kind already
+    registered is refused, as a format's name is."""
+    found = sources()
+    if kind.kind in found:
+        raise RuntimeError(f"a source kind called {kind.kind!r} is registered already")
+    every = sorted([*found.values(), kind], key=lambda t: (t.order, t.kind))
     _REGISTRY.clear()
-    _REGISTRY.update((t.kind, t) for t in sorted(merged.values(), key=lambda t: (t.order, t.kind)))
+    _REGISTRY.update((t.kind, t) for t in every)
 
 
 def unregister(kind: str) -> None:

@@ -68,13 +68,17 @@ def sniff(path: str) -> Optional[str]:
     return None
 
 
-def _torch_zip(path: str) -> bool:
+def zip_names(path: str) -> list:
+    """The member names of the zip archive at ``path``, or [] where it is none."""
     try:
         with zipfile.ZipFile(path) as z:
-            names = z.namelist()
+            return z.namelist()
     except (zipfile.BadZipFile, OSError, ValueError):
-        return False
-    return any(n.endswith("/data.pkl") or n == "data.pkl" or n.endswith("archive_format") for n in names)
+        return []
+
+
+def _torch_zip(path: str) -> bool:
+    return any(n.endswith("/data.pkl") or n == "data.pkl" or n.endswith("archive_format") for n in zip_names(path))
 
 
 def read_torch_file(path: str) -> TorchFile:

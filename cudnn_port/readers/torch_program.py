@@ -31,7 +31,7 @@ from ..errors import CudnnPortError, UnsupportedError, short
 from ..source import SourceType
 from .keras_model import KerasModelSource
 from .pytorch import PyTorchSource
-from .torch_files import MAX_STORAGES, PT2_DTYPES, read_torch_file
+from .torch_files import MAX_STORAGES, PT2_DTYPES, read_torch_file, zip_names
 from .zip_guard import check_members
 
 PROGRAM_FORMAT = "PyTorch program (torch.export .pt2)"
@@ -52,11 +52,7 @@ SUPPORTED = ("embedding", "linear", "addmm", "matmul", "mm", "bmm", "t", "select
 
 def is_program(path: str) -> bool:
     """Whether ``path`` is a ``torch.export.save`` archive holding a program's graph JSON."""
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return False
+    names = zip_names(path)
     return any(n.endswith("archive_format") for n in names) and _model_json(names) is not None
 
 

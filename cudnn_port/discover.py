@@ -1,0 +1,19 @@
+"""The one way a registry finds its entries: each module of a package that declares one (``FORMAT`` in
+:mod:`cudnn_port.formats`, ``SOURCE`` in :mod:`cudnn_port.readers`), imported once, in ``order``."""
+import importlib
+import pkgutil
+from typing import Any, Dict, Iterable
+
+
+def declared(package: str, path: Iterable[str], attribute: str, kind: type, key: str) -> Dict[str, Any]:
+    """{entry's ``key``: entry} of every module of ``package`` (found on ``path``) whose ``attribute`` is a
+    ``kind``, sorted by (``order``, key); two modules declaring one key are a programming error."""
+    found = []
+    for module in pkgutil.iter_modules(path):
+        entry = getattr(importlib.import_module(f"{package}.{module.name}"), attribute, None)
+        if isinstance(entry, kind):
+            found.append(entry)
+    keys = [getattr(e, key) for e in found]
+    if len(set(keys)) != len(keys):
+        raise RuntimeError(f"two modules of {package} declare the same {key}: {sorted(keys)}")
+    return {getattr(e, key): e for e in sorted(found, key=lambda e: (e.order, getattr(e, key)))}
