@@ -152,11 +152,13 @@ def spec_flags(spec) -> dict:
 
 def write_source(tmp_path, spec, name="cudnn_lstm/opaque_kernel", seed=0, extra=None):
     """A TF1 Saver checkpoint under ``tmp_path/src`` holding a random buffer ``name`` for ``spec`` beside two
-    ordinary variables (and ``extra``): (its prefix, the buffer)."""
+    ordinary variables, as a model saves them (a dense layer taking the stack's outputs, a step counter), and
+    ``extra``: (its prefix, the buffer)."""
     from make_tf1_checkpoint import save_tf1
 
     blob = random_blob(spec, seed)
-    variables = {name: blob, "dense/kernel": np.ones((3, 2), "float32"), "global_step": np.int64(7)}
+    width = spec.num_dirs * spec.state_size
+    variables = {name: blob, "dense/kernel": np.ones((width, 2), "float32"), "global_step": np.int64(7)}
     variables.update(extra or {})
     return save_tf1(str(tmp_path / "src" / "model.ckpt"), variables), blob
 
