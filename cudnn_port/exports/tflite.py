@@ -72,7 +72,7 @@ SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_defau
 class _Graph:
     """The main subgraph of one model and the tensors every layer shares."""
 
-    def __init__(self, spec, stateful):
+    def __init__(self, spec, stateful, guard_lengths=True):
         self.spec, self.model = spec, FlatModel()
         g = self.g = self.model.subgraph("main")
         S, H, LD = spec.state_size, spec.num_units, spec.num_pseudo_layers
@@ -90,7 +90,8 @@ class _Graph:
                                                  i32("one_1e", [1])], "batch_time", dtype="int32",
                                options="StridedSliceOptions")
         self.swap = i32("swap_batch_time", [1, 0, 2])
-        self.lengths = self._checked_lengths()
+        if guard_lengths:  # a stack's own file; inside a whole model a mask may leave a row no step (length 0)
+            self.lengths = self._checked_lengths()
         steps = g.op("RANGE", [i32("zero", 0), self.T, i32("one", 1)], "steps", dtype="int32")
         row = g.op("RESHAPE", [steps, i32("row_shape", [1, -1])], "steps_row", dtype="int32")
         column = g.op("RESHAPE", [self.lengths, i32("column_shape", [-1, 1])], "lengths_column", dtype="int32")
@@ -201,13 +202,15 @@ def _rnn(graph, canon, x, layer, direction):
     return y, graph.final(y, p)
 
 
-def build_model(canon: "CanonicalRNN", stateful: bool = False, batch: Optional[int] = None) -> bytes:
+def build_model(canon: "CanonicalRNN", stateful: bool = False, batch: Optional[int] = None,
+                guard_lengths: bool = True) -> bytes:
     """The serialized TFLite model of stack ``canon`` (see the module docstring); ``stateful``: states are inputs;
     ``batch``: the batch its inputs start at until resized (the batch a whole model declares; else 1), so that a
     caller who resizes ``inputs`` and ``sequence_lengths`` to it leaves ``initial_h`` / ``initial_c`` fitting (LiteRT
-    refused the fused LSTM otherwise: ``NumElements(output_state) != n_batch * n_output``)."""
+    refused the fused LSTM otherwise: ``NumElements(output_state) != n_batch * n_output``). ``guard_lengths``: a
+    length outside [1, time] fails the call (a stack's file; a whole model's layer takes a mask's length 0)."""
     spec = canon.spec
-    graph = _Graph(spec, stateful)
+    graph = _Graph(spec, stateful, guard_lengths)
     if batch:
         for index in graph.g.inputs:  # inputs [B, T, I], sequence_lengths [B], states [L*D, B, S]
             t = graph.g.tensors[index]

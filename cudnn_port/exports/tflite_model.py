@@ -169,7 +169,7 @@ def _custom(model, op):
 def _inline(model, op, canon) -> List[object]:
     """The operators that replace custom op ``op`` (of the main subgraph) by stack ``canon``'s model."""
     fb, main, spec = schema(), model.subgraphs[0], canon.spec
-    stack = fb.ModelT.InitFromPackedBuf(bytearray(build_stack(canon, stateful=True)), 0)
+    stack = fb.ModelT.InitFromPackedBuf(bytearray(build_stack(canon, stateful=True, guard_lengths=False)), 0)
     sg, x, h0, c0, lengths = stack.subgraphs[0], op.inputs[0], op.inputs[1], op.inputs[2], op.inputs[4]
     read = {i for o in main.operators if o is not op for i in o.inputs} | set(main.outputs)
     unreadable = op.outputs[3:] if spec.mode == "lstm" else op.outputs[2:]
