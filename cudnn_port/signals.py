@@ -67,11 +67,6 @@ def raised_signal() -> Optional[int]:
     return _State.raised
 
 
-def was_published() -> bool:
-    """Whether OUT was put in place during the current (or last) :func:`signals_interrupt` context."""
-    return _State.published
-
-
 def check(published: bool = False) -> None:
     """Inside :func:`signals_interrupt`: raise :class:`Interrupted` if a signal was received in it, whatever became of
     its exception. Outside (a library call without the CLI's handlers): nothing."""
