@@ -13,10 +13,7 @@ Inside :func:`signals_interrupt`:
 - a watchdog thread is woken by the signal itself (``signal.set_wakeup_fd``), which works while the main thread is
   blocked inside a C++ kernel and cannot run Python. If the main thread has not left the context within
   :data:`GRACE` seconds (and no step that must not be cut is running), the watchdog removes every registered
-  temporary folder, says the command's one line and ends the process with ``os._exit(128 + signum)``;
-- when the context ends, the watchdog and every resend timer of :func:`_unraisable` are stopped and joined, and a
-  signal still on its way is recorded, before the handlers the process had before come back: nothing of ours
-  outlives the context or lands in the process's own handlers (a test runner's KeyboardInterrupt).
+  temporary folder, says the command's one line and ends the process with ``os._exit(128 + signum)``.
 """
 import contextlib
 import os
@@ -47,8 +44,6 @@ class _State:
     raised = None  # the first signal of the outermost context, kept even if a library swallowed the exception
     published = False  # OUT was put in place during this context
     cleanup: set = set()  # temporary folders the watchdog removes before it ends the process
-    resends: list = []  # the timers of :func:`_unraisable`, cancelled and joined when the context ends
-    lock = threading.Lock()  # a resend sends only while the context is open (``depth``), never after
 
 
 def _on_signal(signum, frame):
@@ -111,43 +106,12 @@ def _unraisable(hook):
     from objects the interrupt cut short. Anything else goes to ``hook``."""
     def handle(unraisable):
         if isinstance(unraisable.exc_value, Interrupted):
-            resend = threading.Timer(0.05, _resend, (unraisable.exc_value.signum,))
+            resend = threading.Timer(0.05, os.kill, (os.getpid(), unraisable.exc_value.signum))
             resend.daemon = True
-            _State.resends.append(resend)
             resend.start()
         elif _State.raised is None:
             hook(unraisable)
     return handle
-
-
-def _resend(signum):
-    """Send ``signum`` again, only while a :func:`signals_interrupt` context is open: one sent after it ended would
-    reach whatever handler the process had before (a test runner's KeyboardInterrupt)."""
-    with _State.lock:
-        if _State.depth:
-            os.kill(os.getpid(), signum)
-
-
-def _record(signum, frame):
-    """The handler while a context ends: a signal still on its way is recorded, not raised mid-cleanup."""
-    if _State.raised is None:
-        _State.raised = signum
-
-
-def _stop_threads(watchdog, write_fd):
-    """End every timer and the watchdog this context started, before its handlers go: no thread of ours outlives
-    the context, and no signal of ours lands after it."""
-    with _State.lock:
-        resends, _State.resends = list(_State.resends), []
-    for timer in resends:
-        timer.cancel()
-        timer.join()
-    try:
-        os.write(write_fd, b"\0")  # wake the watchdog so that it sees done and stops
-    except OSError:
-        pass
-    if watchdog is not None:
-        watchdog.join(GRACE + HELD_LIMIT)
 
 
 def _default_exit(signum: int, published: bool) -> int:
@@ -200,7 +164,6 @@ def signals_interrupt(on_timeout: Optional[Callable[[int, bool], int]] = None) -
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     previous, old_fd = {}, signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    watchdog = None
     try:
         for s in SIGNALS:
             previous[s] = signal.signal(s, _on_signal)
@@ -212,29 +175,19 @@ def signals_interrupt(on_timeout: Optional[Callable[[int, bool], int]] = None) -
         try:
             yield
         finally:
-            for s in previous:  # from here a signal is recorded, not raised into the cleanup
-                signal.signal(s, _record)
-            with _State.lock:
-                _State.depth -= 1
+            _State.depth -= 1
             done.set()
             sys.unraisablehook = previous_hook
     finally:
-        for s in previous:
-            signal.signal(s, _record)
-        _stop_threads(watchdog, write_fd)
-        _let_pending_signals_run()
         for s, handler in previous.items():
             signal.signal(s, handler)
         signal.set_wakeup_fd(old_fd)
+        try:
+            os.write(write_fd, b"\0")  # wake the watchdog so that it sees done and stops
+        except OSError:
+            pass
         os.close(write_fd)
         _State.cleanup.clear()
-
-
-def _let_pending_signals_run() -> None:
-    """Python runs a signal's handler in the main thread at its next check between bytecodes, not when the signal
-    arrives: a few calls here let one already delivered run :func:`_record` before the old handlers return."""
-    for _ in range(3):
-        time.sleep(0)
 
 
 @contextlib.contextmanager
