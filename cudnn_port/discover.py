@@ -17,3 +17,14 @@ def declared(package: str, path: Iterable[str], attribute: str, kind: type, key:
     if len(set(keys)) != len(keys):
         raise RuntimeError(f"two modules of {package} declare the same {key}: {sorted(keys)}")
     return {getattr(e, key): e for e in sorted(found, key=lambda e: (e.order, getattr(e, key)))}
+
+
+def insert(registry: Dict[str, Any], entry: Any, key: str, what: str) -> None:
+    """Put ``entry`` into ``registry`` (as :func:`declared` built it) in its ``order``, as its module would; an entry
+    whose ``key`` is registered already is refused (``what`` names the kind of entry in the message)."""
+    name = getattr(entry, key)
+    if name in registry:
+        raise RuntimeError(f"a {what} called {name!r} is registered already")
+    every = sorted([*registry.values(), entry], key=lambda e: (e.order, getattr(e, key)))
+    registry.clear()
+    registry.update((getattr(e, key), e) for e in every)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .. import deps
-from ..discover import declared
+from ..discover import declared, insert
 from ..errors import CudnnPortError, NotWritten, short  # noqa: F401 (NotWritten: formats raise it from here)
 
 if TYPE_CHECKING:
@@ -152,12 +152,7 @@ def register(fmt: Format) -> None:
     """Add ``fmt`` to the registry, in its ``order`` among the modules of this package, as its module would: a format
     defined elsewhere (a plugin, a test's toy format). A name already registered is refused. What its writers return
     for the manifest is kept there as it is (:meth:`cudnn_port.manifest.Manifest.record`)."""
-    found = formats()
-    if fmt.name in found:
-        raise RuntimeError(f"a format called {fmt.name!r} is registered already")
-    every = sorted([*found.values(), fmt], key=lambda f: (f.order, f.name))
-    _REGISTRY.clear()
-    _REGISTRY.update((f.name, f) for f in every)
+    insert(formats(), fmt, "name", "format")
 
 
 def unregister(name: str) -> None:

@@ -21,7 +21,7 @@ SavedModels holding cuDNN nodes are graphs, not weights: :mod:`cudnn_port.graphs
 import os
 from typing import Dict, Optional
 
-from ..discover import declared
+from ..discover import declared, insert
 from ..errors import CudnnPortError
 from ..source import Source, SourceType
 
@@ -39,12 +39,7 @@ def sources() -> Dict[str, SourceType]:
 def register(kind: SourceType) -> None:
     """Add ``kind`` to the registry, in its ``order``, as its module would (a test's toy source); a kind already
     registered is refused, as a format's name is."""
-    found = sources()
-    if kind.kind in found:
-        raise RuntimeError(f"a source kind called {kind.kind!r} is registered already")
-    every = sorted([*found.values(), kind], key=lambda t: (t.order, t.kind))
-    _REGISTRY.clear()
-    _REGISTRY.update((t.kind, t) for t in every)
+    insert(sources(), kind, "kind", "source kind")
 
 
 def unregister(kind: str) -> None:
