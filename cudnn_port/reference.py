@@ -134,6 +134,10 @@ def rnn_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: Optional[np
 STEPS = {"lstm": lstm_step, "gru": gru_step, "rnn_tanh": rnn_step, "rnn_relu": rnn_step}
 
 
+def _biased(function: Callable, scale) -> Callable:
+    return lambda v: function(v) * scale
+
+
 def _cast(params, dtype):
     return type(params)(*(None if a is None else np.asarray(a, dtype=dtype)
                           for a in (params.W, params.R, params.b_W, params.b_R, params.P)))
@@ -141,13 +145,15 @@ def _cast(params, dtype):
 
 def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] = None,
             h_0: Optional[np.ndarray] = None, c_0: Optional[np.ndarray] = None,
-            dtype: type = np.float64) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+            dtype: type = np.float64, ulps: float = 0.0) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """Run the stack ``canon`` (a CanonicalRNN) on a right-padded batch.
 
     x: ``[B, T, I]``; lengths: ``[B]`` ints in 1..T (default T); h_0 ``[L*D, B, S]`` and c_0 ``[L*D, B, H]``
     (default zeros; c_0 only for LSTM; S = P with a projection, else H). Returns ``(outputs [B, T, D*S],
     h_n [L*D, B, S], c_n [L*D, B, H] or None)`` in float64 (``dtype=np.float32``: the same math in fp32, which
-    measures the fp32 rounding error of a case, its "fp32 floor").
+    measures the fp32 rounding error of a case, its "fp32 floor"; ``ulps``: every value of the cell's functions
+    scaled by ``1 + ulps * eps`` of ``dtype``, the bias of a runtime whose tanh and sigmoid are approximations a few
+    ulp off, as onnxruntime's and OpenVINO's are).
 
     >>> from cudnn_port.layout import RNNSpec, unpack
     >>> spec = RNNSpec("gru", 2, 3, 5, bidirectional=True)
@@ -165,8 +171,10 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
     is_lstm = spec.mode == "lstm"
     c_0 = np.zeros((spec.num_pseudo_layers, B, H), dtype) if c_0 is None else np.asarray(c_0, dtype=dtype)
     # the cell's function: the candidate's (and LSTM's cell output's), tanh in cuDNN's LSTM and GRU; a plain RNN's own
-    step = functools.partial(STEPS[spec.mode] if spec.reset_after else gru_reset_before_step,
-                             act=FUNCTIONS[spec.activation], gate=FUNCTIONS[spec.recurrent_activation])
+    act, gate = FUNCTIONS[spec.activation], FUNCTIONS[spec.recurrent_activation]
+    if ulps:
+        act, gate = (_biased(f, dtype(1) + dtype(ulps * np.finfo(dtype).eps)) for f in (act, gate))
+    step = functools.partial(STEPS[spec.mode] if spec.reset_after else gru_reset_before_step, act=act, gate=gate)
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):

@@ -57,22 +57,24 @@ def checkpoint_judge(manifest: "Manifest", out: str, stack: "StackRecord", spec:
 
 def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: "CanonicalRNN",
                         batch: "Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
-                        want: "List[Optional[np.ndarray]]", want_zero: "List[Optional[np.ndarray]]", atol: float,
-                        rtol: float, say: Callable[[str], None]) -> List[Dict[str, Any]]:
+                        want: "List[Optional[np.ndarray]]", want_zero: "List[Optional[np.ndarray]]",
+                        atol: "Tuple[float, float]", rtol: float, say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """Every artifact of the stack (:mod:`cudnn_port.formats`), in every runtime its format names, called every way
-    its users call it: with states fed (judged against ``want``) and with none (zero states: ``want_zero``), as the
-    artifact takes them; then the int8 model, if any."""
+    its users call it: with states fed (judged against ``want``, within ``atol[0]``) and with none (zero states:
+    ``want_zero``, within ``atol[1]``), as the artifact takes them; then the int8 model, if any. A row whose atol
+    is not ``atol[0]`` records it (``"atol"``)."""
     x, lengths, h, c = batch
     names_in, _ = io_names(spec)
     fed = dict(zip(names_in, (x, lengths, h, c)))
     plain = {"inputs": x, "sequence_lengths": lengths}  # the states left out: zeros
     arts, rows = stack.get("artifacts", {}), []
     for key, rel, fmt, artifact, runtime, missing in stack_runtimes(arts):
-        calls = {"none": [("", plain, want_zero)], "required": [("", fed, want)],
-                 "optional": [(", states fed", fed, want), (", no states", plain, want_zero)]}[artifact.states]
+        calls = {"none": [("", plain, want_zero, atol[1])], "required": [("", fed, want, atol[0])],
+                 "optional": [(", states fed", fed, want, atol[0]),
+                              (", no states", plain, want_zero, atol[1])]}[artifact.states]
         name = artifact.label or key
         where = f"{name} ({runtime.name})" if len(fmt.runtimes) > 1 or name == key else name
-        labels = [where + suffix for suffix, _, _ in calls]
+        labels = [where + suffix for suffix, _, _, _ in calls]
         if missing:
             rows += [skipped_row(label, f"{missing[0]} is not installed") for label in labels]
             continue
@@ -82,10 +84,12 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
         except Exception as e:  # an artifact that fails to load is a failed check, not a crash
             rows += [failed_row(label, e) for label in labels]
             continue
-        for label, (_, feeds, judge) in zip(labels, calls):
+        for label, (_, feeds, judge, tol) in zip(labels, calls):
             try:
                 judge = judge[:1] if runtime.outputs_only else judge
-                rows.append(compare(label, run(feeds).ordered(OUTPUT_NAMES[:len(judge)]), judge, atol, rtol))
+                rows.append(compare(label, run(feeds).ordered(OUTPUT_NAMES[:len(judge)]), judge, tol, rtol))
+                if tol != atol[0]:
+                    rows[-1]["atol"] = tol
             except Exception as e:  # an artifact that fails to run is a failed check, not a crash
                 rows.append(failed_row(label, e))
     if any(key in arts for key in derived_keys("int8")):
