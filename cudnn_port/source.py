@@ -5,6 +5,11 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+ROADS = {"stack": "weights", "model": "keras_model", "graph": "saved_model"}
+"""Every road a :class:`SourceType` may take, and the ``kind`` OUT's manifest.json records for it (the manifest's
+words came before the roads' and stay, so that an OUT written by any version reads the same):
+:attr:`cudnn_port.manifest.Manifest.road` translates, here and nowhere else."""
+
 
 class Source:
     """A readable input seen like a checkpoint: named arrays, some of which are cuDNN buffers.
@@ -84,3 +89,7 @@ class SourceType:
     order: int = 50
     judge: Optional[str] = None
     original: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.road not in ROADS:
+            raise ValueError(f"source kind {self.kind!r}: road {self.road!r} is none of {', '.join(ROADS)}")

@@ -314,3 +314,15 @@ def test_a_toy_source_defined_in_one_place_is_inspected_converted_and_judged(tmp
     finally:
         readers.unregister("toy")
     assert readers.source_kind(src) == "checkpoint"
+
+
+def test_every_source_takes_a_road_the_manifest_can_record_and_a_made_up_road_is_refused():
+    """A source's road is one of the three the converter drives and the manifest records (its ``kind``); a
+    declaration naming a fourth fails where it is made, not later at a switch that does not know it."""
+    from cudnn_port.readers import sources
+    from cudnn_port.source import ROADS, SourceType
+
+    assert set(ROADS) == {"stack", "model", "graph"}
+    assert {t.road for t in sources().values()} == set(ROADS), {k: t.road for k, t in sources().items()}
+    with pytest.raises(ValueError, match="road 'lane' is none of stack, model, graph"):
+        SourceType("toy", "toy file", "lane", lambda path: False, None)

@@ -209,7 +209,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     def write(tmp):
         manifest = write_stacks(source, stacks, tmp, style=style, formats=chosen, layer_dir="layers", xla=xla,
                                 say=say, batch=declared_batch(original))
-        manifest.kind = "keras_model"
+        manifest.road = "model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         manifest["model_input_specs"] = to_records(specs)
         if streams:
