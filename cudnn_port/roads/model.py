@@ -53,7 +53,8 @@ from ..judging.parity import ATOL, RTOL, sample_inputs, write_report
 from ..formats.jobs import ModelJob, Outputs, layer_formats, write_road
 from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
-from .stack import prepare_stacks, write_stacks
+from .buffers import prepare_stacks
+from .stack import write_stacks
 from ..judging.tasks import TASK, load_task
 from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, declared_batch,
                             embedding_vocabularies, input_specs, to_records)
