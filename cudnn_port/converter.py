@@ -28,9 +28,6 @@ from .quiet import library_call
 if TYPE_CHECKING:
     from .manifest import Manifest
 
-QUANTIZE = ("int8",)
-
-
 def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, style: Optional[str] = None,
             formats: Optional[Iterable[str]] = None, variable: Optional[str] = None, mode: Optional[str] = None,
             num_layers: Optional[int] = None, num_units: Optional[int] = None, input_size: Optional[int] = None,
@@ -79,17 +76,16 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
     if style is not None and style not in STYLES:
         raise CudnnPortError(f"unknown style {short(style, 40)!r}; choose one of {', '.join(STYLES)}")
     formats = None if formats is None else registry.check_names(formats)
-    if quantize is not None and quantize not in QUANTIZE:
-        raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose {', '.join(QUANTIZE)}")
+    if quantize is not None and quantize not in registry.derived_names():
+        raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose "
+                             f"{', '.join(registry.derived_names())}")
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
     found = source_type(source)
     road = found.road
     if road == "stack" and not os.path.lexists(source):  # a checkpoint prefix, or nothing: said before heavy imports
         resolve_prefix(source)
-    onnx = formats is None or "onnx" in formats
-    require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
-            *(["onnxruntime"] if quantize else []), *registry.needs(formats or ()), purpose="convert")
+    require("tensorflow", *registry.needs(formats or registry.default_formats(), quantize), purpose="convert")
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
     if (given and not found.spec_flags) or (variable and road != "stack"):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "

@@ -326,3 +326,28 @@ def test_every_source_takes_a_road_the_manifest_can_record_and_a_made_up_road_is
     assert {t.road for t in sources().values()} == set(ROADS), {k: t.road for k, t in sources().items()}
     with pytest.raises(ValueError, match="road 'lane' is none of stack, model, graph"):
         SourceType("toy", "toy file", "lane", lambda path: False, None)
+
+
+def test_cli_choices_and_convert_needs_come_from_the_modules_that_define_them(tmp_path, monkeypatch):
+    """A derived artifact declared by a format alone (here a toy int4 form of the ONNX models) is a --quantize choice
+    and its package is checked before work; a style added to the targets is a --style choice. Nothing else lists
+    them."""
+    import dataclasses
+
+    from cudnn_port import cli_args, convert, targets
+    from cudnn_port.formats import Derived
+
+    onnx = formats.get("onnx")
+    toy = Derived("int4", "_int4", ("onnx",), lambda src, dst: None, needs=("cudnn_port_absent_quantizer",))
+    monkeypatch.setitem(formats.formats(), "onnx", dataclasses.replace(onnx, derived=onnx.derived + (toy,)))
+    monkeypatch.setitem(targets.STYLES, "toy_style", targets.keras)
+    args = cli_args.build_parser().parse_args(["convert", "a", "b", "--quantize", "int4", "--style", "toy_style"])
+    assert (args.quantize, args.style) == ("int4", "toy_style")
+    assert formats.derived_names() == ("int8", "int4")
+    spec = make_spec("lstm", 2, True)
+    src, _ = write_source(tmp_path, spec)
+    with pytest.raises(CudnnPortError, match="convert needs cudnn_port_absent_quantizer, which is not installed"):
+        convert(src, tmp_path / "out", quantize="int4", **spec_flags(spec))
+    with pytest.raises(CudnnPortError, match="unknown quantization 'int2'; choose int8, int4"):
+        convert(src, tmp_path / "out", quantize="int2", **spec_flags(spec))
+    assert not (tmp_path / "out").exists()
