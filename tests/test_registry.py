@@ -351,3 +351,24 @@ def test_cli_choices_and_convert_needs_come_from_the_modules_that_define_them(tm
     with pytest.raises(CudnnPortError, match="unknown quantization 'int2'; choose int8, int4"):
         convert(src, tmp_path / "out", quantize="int2", **spec_flags(spec))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_import_contract_keeps_apart_exactly_the_modules_that_declare_a_format():
+    """pyproject.toml's ``formats-apart`` contract lists the format modules by hand (import-linter takes no
+    pattern); the registry finds them by what they declare. A format module added without its line in the contract
+    (or a line left behind by a removed one) fails here, not silently outside lint-imports' check."""
+    import os
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: import-linter's own TOML reader
+        import tomli as tomllib
+    from cudnn_port.discover import declaring
+    from cudnn_port.formats import Format
+
+    with open(os.path.join(os.path.dirname(__file__), os.pardir, "pyproject.toml"), "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    listed = next(c for c in contracts if c["id"] == "formats-apart")["modules"]
+    modules = declaring(formats.__name__, formats.__path__, "FORMAT", Format)
+    assert sorted(listed) == sorted(modules), (sorted(listed), sorted(modules))
+    assert len(modules) == len(formats.formats()) and len(listed) == len(set(listed))
