@@ -5,6 +5,10 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+BUFFER = "opaque_kernel"
+"""The last name of every cuDNN buffer variable: a fused layer's weight (:mod:`cudnn_port.layers`), a TF checkpoint's
+cuDNN variable, each stack a reader synthesises (:func:`buffer_name`); spelled here alone."""
+
 ROADS = {"stack": "weights", "model": "keras_model", "graph": "saved_model"}
 """Every road a :class:`SourceType` may take, and the ``kind`` OUT's manifest.json records for it (the manifest's
 words came before the roads' and stay, so that an OUT written by any version reads the same):
@@ -16,7 +20,7 @@ class Source:
 
     A reader sets ``prefix`` (the path it read, or a description of an in-memory model), ``format`` (words for
     inspect and the manifest), ``shapes`` and ``dtypes`` (name -> shape tuple / dtype name), and implements
-    :meth:`get` and :meth:`files`. Buffers are the names ending in ``opaque_kernel``; ``specs`` holds the spec of
+    :meth:`get` and :meth:`files`. Buffers are the names ending in :data:`BUFFER`; ``specs`` holds the spec of
     each buffer whose spec the source states outright (a Keras 2 layer's shapes, a fused layer's settings).
     """
 
@@ -58,8 +62,17 @@ class Source:
 
     def nothing_found(self) -> str:
         """The error message when the source holds no cuDNN buffer."""
-        return (f"no cuDNN buffer in {self.prefix}: no variable name ends in opaque_kernel; name it with "
+        return (f"no cuDNN buffer in {self.prefix}: no variable name ends in {BUFFER}; name it with "
                 "--variable NAME (cudnn-port inspect lists the variables)")
+
+
+def buffer_name(scope: str) -> str:
+    """The buffer variable of the stack under ``scope`` (``""``: at the top level).
+
+    >>> buffer_name("encoder/lstm"), buffer_name("")
+    ('encoder/lstm/opaque_kernel', 'opaque_kernel')
+    """
+    return f"{scope}/{BUFFER}" if scope else BUFFER
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@ A buffer is a variable whose name ends in ``opaque_kernel`` (or the one named by
 ``/.OPTIMIZER_SLOT/…``) and are converted with the same mapping.
 """
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 from ..errors import CudnnPortError
+from ..source import BUFFER, Source
 from ..infer import Clues, choose, clues_from, neighbour_contradiction
 from ..layout import FLOAT_DTYPES, RNNSpec, unpack
 from ..paths import unique_components
@@ -20,10 +21,6 @@ from ..progress import say_to
 from ..stored_spec import SPEC_VARIABLE, spec_from_vector
 from ..targets import STYLES, tf1
 
-if TYPE_CHECKING:
-    from ..source import Source
-
-BUFFER_SUFFIX = "opaque_kernel"
 SPEC_FLAGS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "num_proj")
 
 
@@ -47,16 +44,16 @@ class Stack:
         return self.variable.rsplit("/", 1)[0] if "/" in self.variable else ""
 
 
-def find_stacks(source: "Source", variable: Optional[str] = None) -> List[Stack]:
+def find_stacks(source: Source, variable: Optional[str] = None) -> List[Stack]:
     """The Stacks of ``source``: every buffer, or just ``variable``. Specs are not chosen yet."""
     if variable is not None:
         if variable not in source.shapes:
-            near = [n for n in source.names if n.endswith(BUFFER_SUFFIX)] or source.names[:5]
+            near = [n for n in source.names if n.endswith(BUFFER)] or source.names[:5]
             raise CudnnPortError(f"unknown variable {variable}; the source has e.g. {', '.join(near[:5])} "
                                  "(cudnn-port inspect lists them all)")
         names = [variable]
     else:
-        buffers = [n for n in source.names if n.endswith(BUFFER_SUFFIX)]
+        buffers = [n for n in source.names if n.endswith(BUFFER)]
         names = [n for n in buffers if not any(n.startswith(other + "/") for other in buffers)]
         if not names:
             raise CudnnPortError(source.nothing_found())
@@ -77,7 +74,7 @@ def find_stacks(source: "Source", variable: Optional[str] = None) -> List[Stack]
     return stacks
 
 
-def clues_for(source: "Source", stack: Stack) -> Clues:
+def clues_for(source: Source, stack: Stack) -> Clues:
     """What the rest of the source says about ``stack``'s spec (an exact spec where the source states one)."""
     clues = clues_from(stack.variable, {n: s for n, s in source.shapes.items() if n not in stack.slots})
     if stack.variable in source.specs:  # the source states the spec outright
@@ -93,7 +90,7 @@ def clues_for(source: "Source", stack: Stack) -> Clues:
     return clues
 
 
-def prepare_stacks(source: "Source", variable: Optional[str] = None, flags: Optional[Dict[str, Any]] = None,
+def prepare_stacks(source: Source, variable: Optional[str] = None, flags: Optional[Dict[str, Any]] = None,
                    allow_nonfinite: bool = False, prefer_buffer: bool = False,
                    say: Optional[Callable[[str], None]] = None) -> List[Stack]:
     """The stacks of ``source`` with specs chosen, buffers read and checked: everything that can be refused is
@@ -127,7 +124,7 @@ def prepare_stacks(source: "Source", variable: Optional[str] = None, flags: Opti
     return stacks
 
 
-def read_finite(source: "Source", name: str, allow_nonfinite: bool = False) -> np.ndarray:
+def read_finite(source: Source, name: str, allow_nonfinite: bool = False) -> np.ndarray:
     """The value of ``name``, refused if it holds NaN/Inf (unless allowed)."""
     value = source.get(name)
     if not allow_nonfinite and not np.isfinite(value).all():
