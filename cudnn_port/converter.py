@@ -22,7 +22,6 @@ from .readers import source_type
 from .targets import STYLES
 from .progress import say_to
 from .checkpoint import resolve_prefix
-from .roads.model import MODEL_FILES
 from .quiet import library_call
 
 if TYPE_CHECKING:
@@ -97,8 +96,8 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if road == "model":  # a whole model: its kind's exporter
-        return MODEL_FILES[found.kind](source, out, style=style, force=force, xla=xla, quantize=quantize,
-                                 keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
+        return found.named("export")(source, out, style=style, force=force, xla=xla, quantize=quantize,
+                                     keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
     return convert_stacks(os.fspath(source), out, style=style, formats=formats, variable=variable, flags=flags,
                           force=force, drop_optimizer_slots=drop_optimizer_slots, allow_nonfinite=allow_nonfinite,
                           prefer_buffer=prefer_buffer, xla=xla, quantize=quantize, say=say)

@@ -1,5 +1,6 @@
 """What every reader gives the converter: a :class:`Source`, the same verbs for every input format; and what every
 reader module declares: one :class:`SourceType`, its ``SOURCE``, which :mod:`cudnn_port.readers` discovers."""
+import importlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
@@ -90,7 +91,12 @@ class SourceType:
       documented rule, not through this reader (``function(path, variable, spec) -> (CanonicalRNN, words)``), or
       None where the stacks are buffers as saved (the cuDNN API's statement of the layout judges them);
     - ``original``: ``"module:function"`` of a verify row in which the source's own framework runs the stack from
-      the file (``function(path, variable, spec, batch, want, atol, rtol) -> row``: PyTorch's ``nn.LSTM``), or None.
+      the file (``function(path, variable, spec, batch, want, atol, rtol) -> row``: PyTorch's ``nn.LSTM``), or None;
+    - ``export``: on the model road (and only there), ``"module:function"`` of the exporter that takes the file
+      whole (``function(path, out, **convert's options) -> Manifest``: :mod:`cudnn_port.roads.model`'s).
+
+    The ``"module:function"`` fields name modules above the readers (the judges, the roads), which a reader must not
+    import; :meth:`named` imports one when it is called for.
     """
 
     kind: str
@@ -102,7 +108,17 @@ class SourceType:
     order: int = 50
     judge: Optional[str] = None
     original: Optional[str] = None
+    export: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.road not in ROADS:
             raise ValueError(f"source kind {self.kind!r}: road {self.road!r} is none of {', '.join(ROADS)}")
+        if (self.road == "model") != (self.export is not None):
+            raise ValueError(f"source kind {self.kind!r}: an exporter (export=) is for the model road and needed "
+                             "there")
+
+    def named(self, field: str) -> Callable:
+        """The function this kind's ``field`` (``judge``, ``original`` or ``export``) names as ``"module:function"``,
+        imported."""
+        module, function = getattr(self, field).split(":")
+        return getattr(importlib.import_module(module), function)

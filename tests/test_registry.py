@@ -326,6 +326,24 @@ def test_every_source_takes_a_road_the_manifest_can_record_and_a_made_up_road_is
     assert {t.road for t in sources().values()} == set(ROADS), {k: t.road for k, t in sources().items()}
     with pytest.raises(ValueError, match="road 'lane' is none of stack, model, graph"):
         SourceType("toy", "toy file", "lane", lambda path: False, None)
+    with pytest.raises(ValueError, match="an exporter .* is for the model road and needed there"):
+        SourceType("toy", "toy file", "model", lambda path: False, None)
+
+
+def test_every_function_a_source_names_is_there_to_call():
+    """A source names its judge, its original's row and its whole-model exporter as "module:function" (modules a
+    reader may not import): each imports and is a function, and the two whole-model kinds name their own exporters."""
+    import inspect
+
+    from cudnn_port.readers import sources
+    from cudnn_port.roads import model
+
+    named = {(kind, field): t.named(field) for kind, t in sources().items()
+             for field in ("judge", "original", "export") if getattr(t, field)}
+    assert all(inspect.isfunction(f) for f in named.values()), named
+    assert named[("keras_model", "export")] is model.export_keras_file
+    assert named[("torch_program", "export")] is model.export_program_file
+    assert {kind for kind, field in named if field == "judge"} >= {"keras_h5", "pytorch", "torch_program"}
 
 
 def test_cli_choices_and_convert_needs_come_from_the_modules_that_define_them(tmp_path, monkeypatch):

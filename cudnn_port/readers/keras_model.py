@@ -318,4 +318,5 @@ def _claims(path: str) -> bool:
 
 
 SOURCE = SourceType("keras_model", "Keras 3 model (.keras, or a Keras 3 .h5)", "model", _claims,
-                    lambda path, mode=None: KerasModelSource.from_file(path), order=20)
+                    lambda path, mode=None: KerasModelSource.from_file(path), order=20,
+                    export="cudnn_port.roads.model:export_keras_file")

@@ -556,4 +556,5 @@ def _open_program(path: str, mode: Optional[str] = None) -> Any:
 # before the stack reader (order 40), which reads a .pt2's recurrent modules alone
 SOURCE = SourceType("torch_program", PROGRAM_FORMAT, "model", lambda path: os.path.isfile(path) and is_program(path),
                     _open_program, order=35, judge="cudnn_port.judging.torch_weights:judge_stack",
-                    original="cudnn_port.judging.torch_weights:torch_row")
+                    original="cudnn_port.judging.torch_weights:torch_row",
+                    export="cudnn_port.roads.model:export_program_file")

@@ -338,6 +338,3 @@ def export_program_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] |
     whole (see :func:`_export_program`)."""
     return _export_program(path, out, style=style, force=force, progress=progress, xla=xla, quantize=quantize,
                            keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
-
-
-MODEL_FILES = {"keras_model": export_keras_file, "torch_program": export_program_file}  # kind -> its exporter
