@@ -26,7 +26,7 @@ def stacked(rnn: Any) -> bool:
     return type(rnn).__name__ == "RNN" and is_stack(getattr(rnn, "cell", None))
 
 
-def stock_kind(rnn) -> Optional[str]:
+def stock_kind(rnn: Any) -> Optional[str]:
     """``LSTM``, ``GRU`` or ``SimpleRNN`` for such a stock layer or a stock ``RNN`` around one such Keras cell
     (``RNN(LSTMCell(64))`` is ``LSTM(64)``); None for any other layer (an ``RNN`` of ``StackedRNNCells`` too)."""
     name = type(rnn).__name__
@@ -72,7 +72,7 @@ def _mode(cell) -> str:
 STACKED_CELL = "{layer}_cell_{k}"  # the name of cell k's adapter (and fused layer) in an RNN of StackedRNNCells
 
 
-def adapter(layer, name=None):
+def adapter(layer: "keras.layers.Layer", name: Optional[str] = None) -> "keras.layers.Layer":
     """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / SimpleRNN / Bidirectional, weights
     packed; for an ``RNN(StackedRNNCells(...))``, a :class:`~cudnn_port.stock_adapter.StackedAdapter` of one per cell
     (named :data:`STACKED_CELL`). Named ``name`` (default: as ``layer``)."""
