@@ -91,8 +91,8 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
     input indexes a table, sentences for strings), resized to each batch and ``steps`` where the signature leaves
     those dimensions open (a ragged input is timed as drawn: its row splits fix the batch)."""
     arts = manifest.model_artifacts
-    road = {"keras_model": "model", "saved_model": "graph"}.get(manifest.kind)
-    if road is None or "saved_model" not in arts:
+    road = manifest.road
+    if road not in ("model", "graph") or "saved_model" not in arts:
         return []
     check = GraphCheck(out, manifest, manifest.get("onnx_signature", "serving_default") if road == "graph" else
                        "serving_default")

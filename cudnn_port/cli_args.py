@@ -10,7 +10,9 @@ from . import formats
 from ._version import __version__
 from .cli_text import run_flags
 from .errors import CudnnPortError
+from .layout import MODES
 from .model_inputs import IDS_DTYPES
+from .targets import STYLES
 
 
 EPILOG = """examples:
@@ -72,7 +74,7 @@ def _tolerance(text):
 def _spec_flags(parser):
     group = parser.add_argument_group("spec (only for a bare buffer whose size fits several specs)")
     group.add_argument("--variable", metavar="NAME", help="the buffer to use (default: every *opaque_kernel)")
-    group.add_argument("--mode", choices=("lstm", "gru", "rnn_tanh", "rnn_relu"),
+    group.add_argument("--mode", choices=tuple(MODES),
                        help="the cell (default: LSTM or GRU, inferred from the size; cuDNN's plain RNNs only when "
                             "named)")
     group.add_argument("--num-layers", type=_count("--num-layers", high=64), metavar="N",
@@ -136,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty, unless --force)")
     _spec_flags(p)
     out = p.add_argument_group("output")
-    out.add_argument("--style", choices=("tf1", "keras", "pytorch"),
+    out.add_argument("--style", choices=tuple(STYLES),
                      help="names and layout of the converted tensors in OUT/checkpoint (default for a checkpoint: "
                      "tf1, CudnnCompatibleLSTMCell/GRUCell names under the buffer's scope; for a Keras .h5 file: "
                      "keras, which also rebuilds a full model in Keras 3 as OUT/keras/model.keras; for a .keras "
@@ -149,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "--xla_cpu_compilation_enabled), TF Java and the C API cannot run it. Default: plain ops, which "
                      "every runtime serves")
     out.add_argument("--no-xla", dest="xla", action="store_false", help=argparse.SUPPRESS)  # the old default's opt-out
-    out.add_argument("--quantize", choices=("int8",), help="also write int8 ONNX models (onnxruntime dynamic "
-                     "quantization) next to the fp32 ones; verify judges them with their own tolerance")
+    out.add_argument("--quantize", choices=formats.derived_names(), help="also write int8 ONNX models (onnxruntime "
+                     "dynamic quantization) next to the fp32 ones; verify judges them with their own tolerance")
     out.add_argument("--ids-dtype", choices=IDS_DTYPES, help=IDS_HELP)
     out.add_argument("--force", action="store_true", help="replace OUT if it is an earlier cudnn-port output "
                      "(default: OUT must not exist or be empty)")

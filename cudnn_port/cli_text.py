@@ -142,9 +142,9 @@ def inspect_text(report: Dict[str, Any], verbose: bool = False) -> str:
 def convert_text(manifest: "Manifest", out: str, verbose: bool = False) -> str:
     """convert's manifest (``verbose``: a whole Keras model's cuDNN buffers and per-layer files too)."""
     lines, stacks = [], manifest["stacks"]
-    if manifest.get("kind") == "keras_model" and manifest.get("model_layers") and not verbose:
+    if manifest.road == "model" and manifest.get("model_layers") and not verbose:
         return "\n".join(_keras_export_lines(manifest, out))
-    if manifest.get("kind") == "saved_model":
+    if manifest.road == "graph":
         dropped = manifest.get("uncalled_functions_dropped", {}).get("with_cudnn_ops", {})
         lines.append(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}"
                      + (f"; dropped {len(dropped)} functions nothing calls that held cuDNN ops" if dropped else ""))

@@ -4,32 +4,28 @@
     manifest = convert("exported/", "out/")                       # SavedModel with cuDNN nodes: cudnn_port.roads.graph
     manifest = convert("model.keras", "out/")                     # model with fused layers: cudnn_port.roads.model
 
-Stack by stack (:mod:`cudnn_port.roads.stack`): every cuDNN buffer's spec is chosen and its buffer checked before
-anything is written; OUT is built by :class:`cudnn_port.outdir.OutputFolder`, whole or not at all.
+It checks the arguments every road shares, classifies the source (:func:`cudnn_port.readers.source_type`) and hands
+it to its road's driver (:mod:`cudnn_port.roads`): :func:`cudnn_port.roads.stack.convert_stacks`, the whole model's
+exporter, :func:`cudnn_port.roads.graph.convert_saved_model`. Each builds OUT whole or not at all.
 """
 import os
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .deps import require
-from .errors import CudnnPortError, UnsupportedError, short
+from .errors import CudnnPortError, short
 from .model_inputs import IDS_ONLY
 from .roads.graph import convert_saved_model
-from .outdir import OutputFolder, finish
 from . import formats as registry
-from .roads.stack import SPEC_FLAGS, default_formats, prepare_stacks, refusals, write_stacks
-from .readers import open_source, source_type
+from .roads.buffers import SPEC_FLAGS
+from .roads.stack import convert_stacks
+from .readers import source_type
 from .targets import STYLES
 from .progress import say_to
-from .checkpoint import Checkpoint, resolve_prefix
-from .roads.int8 import quantize_outputs, refuse_nothing_to_quantize
-from .roads.model import MODEL_FILES
+from .checkpoint import resolve_prefix
 from .quiet import library_call
 
 if TYPE_CHECKING:
     from .manifest import Manifest
-
-QUANTIZE = ("int8",)
-
 
 def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, style: Optional[str] = None,
             formats: Optional[Iterable[str]] = None, variable: Optional[str] = None, mode: Optional[str] = None,
@@ -79,17 +75,16 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
     if style is not None and style not in STYLES:
         raise CudnnPortError(f"unknown style {short(style, 40)!r}; choose one of {', '.join(STYLES)}")
     formats = None if formats is None else registry.check_names(formats)
-    if quantize is not None and quantize not in QUANTIZE:
-        raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose {', '.join(QUANTIZE)}")
+    if quantize is not None and quantize not in registry.derived_names():
+        raise CudnnPortError(f"unknown quantization {short(quantize, 40)!r}; choose "
+                             f"{', '.join(registry.derived_names())}")
     flags = dict(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                  bidirectional=bidirectional, num_proj=num_proj)
     found = source_type(source)
     road = found.road
     if road == "stack" and not os.path.lexists(source):  # a checkpoint prefix, or nothing: said before heavy imports
         resolve_prefix(source)
-    onnx = formats is None or "onnx" in formats
-    require("tensorflow", *(["onnx", "onnxruntime", "tf2onnx"] if onnx else []),
-            *(["onnxruntime"] if quantize else []), *registry.needs(formats or ()), purpose="convert")
+    require("tensorflow", *registry.needs(formats or registry.default_formats(), quantize), purpose="convert")
     given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
     if (given and not found.spec_flags) or (variable and road != "stack"):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "
@@ -101,42 +96,8 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if road == "model":  # a whole model: its kind's exporter
-        return MODEL_FILES[found.kind](source, out, style=style, force=force, xla=xla, quantize=quantize,
-                                 keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
-
-    src = open_source(source, mode=mode)
-    getattr(src, "refuse_undecided", lambda: None)()  # a module whose file leaves its spec to a flag that is missing
-    folder = OutputFolder(out, force=force, sources=[os.fspath(source)] + src.files() + _folder(src))
-    if getattr(src, "consumes_mode", False):  # the reader applied --mode where its file leaves the mode open
-        flags = dict(flags, mode=None)
-    stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
-    if style is None and src.default_style == "tf1" and not all(s.spec.cudnn_computes for s in stacks):
-        style = "keras"  # no TF1 cuDNN cell holds a reset-before GRU or another activation; Keras' layers do
-    style = style or src.default_style
-    odd = next((s for s in stacks if not s.spec.cudnn_computes), None)
-    if odd is not None and style in ("tf1", "pytorch"):  # before any work: the checkpoint's names have no such cell
-        raise UnsupportedError(f"{odd.variable}: a {odd.spec.describe()} has no {style} cell (they compute cuDNN's: "
-                               "reset-after GRU, tanh, sigmoid gates); use --style keras")
-    explicit, formats = formats is not None, formats or default_formats(style)
-    if quantize and "onnx" not in formats:
-        raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
-    if quantize:
-        refuse_nothing_to_quantize(s.spec for s in stacks)
-    refused = refusals(stacks, formats) if explicit else []
-    if refused:
-        raise CudnnPortError(f"{refused[0]}; leave it out of --formats")
-
-    def write(tmp):
-        manifest = write_stacks(src, stacks, tmp, style=style, formats=formats, drop_slots=drop_optimizer_slots,
-                                xla=xla, allow_nonfinite=allow_nonfinite, say=say)
-        if quantize:
-            quantize_outputs(manifest, tmp, say)
-        return finish(manifest, tmp)
-
-    return folder.build(write, say)
-
-
-def _folder(src):
-    """A checkpoint's folder, which is its source folder however SOURCE names it (prefix, index or folder): OUT
-    must not lie inside it."""
-    return [os.path.dirname(os.path.abspath(src.prefix))] if isinstance(src, Checkpoint) else []
+        return found.named("export")(source, out, style=style, force=force, xla=xla, quantize=quantize,
+                                     keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
+    return convert_stacks(os.fspath(source), out, style=style, formats=formats, variable=variable, flags=flags,
+                          force=force, drop_optimizer_slots=drop_optimizer_slots, allow_nonfinite=allow_nonfinite,
+                          prefer_buffer=prefer_buffer, xla=xla, quantize=quantize, say=say)

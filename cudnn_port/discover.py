@@ -5,14 +5,22 @@ import pkgutil
 from typing import Any, Dict, Iterable
 
 
+def declaring(package: str, path: Iterable[str], attribute: str, kind: type) -> Dict[str, Any]:
+    """{module's full name: its entry} of every module of ``package`` (found on ``path``) whose ``attribute`` is a
+    ``kind`` (the modules import-linter's ``formats-apart`` contract keeps apart, tests/test_registry.py)."""
+    found = {}
+    for module in pkgutil.iter_modules(path):
+        name = f"{package}.{module.name}"
+        entry = getattr(importlib.import_module(name), attribute, None)
+        if isinstance(entry, kind):
+            found[name] = entry
+    return found
+
+
 def declared(package: str, path: Iterable[str], attribute: str, kind: type, key: str) -> Dict[str, Any]:
     """{entry's ``key``: entry} of every module of ``package`` (found on ``path``) whose ``attribute`` is a
     ``kind``, sorted by (``order``, key); two modules declaring one key are a programming error."""
-    found = []
-    for module in pkgutil.iter_modules(path):
-        entry = getattr(importlib.import_module(f"{package}.{module.name}"), attribute, None)
-        if isinstance(entry, kind):
-            found.append(entry)
+    found = list(declaring(package, path, attribute, kind).values())
     keys = [getattr(e, key) for e in found]
     if len(set(keys)) != len(keys):
         raise RuntimeError(f"two modules of {package} declare the same {key}: {sorted(keys)}")

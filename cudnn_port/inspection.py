@@ -11,7 +11,8 @@ from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
 from .formats.jobs import GraphJob, road_plan
 from .model_inputs import IDS_ONLY, input_specs, to_records
-from .roads.stack import artifact_paths, clues_for, default_formats, find_stacks
+from .roads.buffers import clues_for, find_stacks
+from .roads.stack import artifact_paths, default_formats
 from .targets import target_for, tf1
 from .graphs import load_proto
 from .graphs.reach import describe, dropped_summary, reach

@@ -41,6 +41,7 @@ from .initializer import CudnnInitializer
 from .layer_paths import current_judge, current_path, shared
 from .stored_spec import MIOPEN, PLATFORM_VARIABLE, SPEC_VARIABLE, spec_to_vector
 from .layout import RNNSpec
+from .source import BUFFER
 from . import tf_graph  # looked up at call time: tests stand in for the fused op (tf_graph.cudnn_forward)
 from .tf_train import stack_train
 
@@ -95,7 +96,7 @@ class CudnnRNN(keras.layers.Layer):
         self.spec = RNNSpec(self.mode, self.num_layers, self.units, int(input_size), self.bidirectional,
                             num_proj=self.num_proj, reset_after=self.reset_after, activation=self.activation,
                             recurrent_activation=self.recurrent_activation)
-        self.opaque_kernel = self.add_weight(name="opaque_kernel", shape=(self.spec.param_count,),
+        self.opaque_kernel = self.add_weight(name=BUFFER, shape=(self.spec.param_count,),
                                              initializer=CudnnInitializer(self.spec, self.seed), trainable=True)
         vector = spec_to_vector(self.spec)
         self.cudnn_spec = self.add_weight(name=SPEC_VARIABLE, shape=(len(vector),), dtype="int32", trainable=False,

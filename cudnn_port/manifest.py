@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from ._version import __version__
 from .errors import CudnnPortError
 from .paths import require_file
+from .source import ROADS
 
 TOOL = "cudnn-port"
 MANIFEST = "manifest.json"
@@ -138,7 +139,8 @@ class StackRecord(_Record):
 
 @dataclasses.dataclass
 class Manifest(_Record):
-    """OUT's record. ``kind``: the road ("weights": stack by stack; "keras_model"; "saved_model").
+    """OUT's record. ``kind``: the road that wrote it in the manifest's words ("weights": stack by stack;
+    "keras_model"; "saved_model"), :attr:`road` in the roads' ("stack", "model", "graph"; ``source.ROADS``).
     ``model_artifacts``: the whole model's artifacts (key -> path in OUT); ``files``: sha256 of every file of OUT."""
     tool: str = TOOL
     manifest_version: int = MANIFEST_VERSION
@@ -182,6 +184,16 @@ class Manifest(_Record):
     parity: Optional[Dict[str, Any]] = road_field()  # the export's own whole-model check
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    @property
+    def road(self) -> Optional[str]:
+        """The road that wrote OUT ("stack", "model" or "graph"), read from ``kind``; None for a kind this version
+        does not know."""
+        return next((road for road, kind in ROADS.items() if kind == self.kind), None)
+
+    @road.setter
+    def road(self, road: str) -> None:
+        self.kind = ROADS[road]
+
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Manifest":
         """The record of a manifest's JSON form (version 1 or 2); a damaged one raises ValueError/TypeError."""
@@ -193,12 +205,12 @@ class Manifest(_Record):
 
 
 def new_manifest(source: str, source_format: str, names_note: str, formats: List[str],
-                 style: Optional[str] = None, kind: str = "weights") -> Manifest:
-    """A manifest for a run that reads ``source`` (a path)."""
+                 style: Optional[str] = None, road: str = "stack") -> Manifest:
+    """A manifest for a run that reads ``source`` (a path) on ``road`` (:data:`cudnn_port.source.ROADS`)."""
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     where = os.path.abspath(source) if os.path.exists(source) else source
     return Manifest(source=SourceRecord(checkpoint=where, format=source_format, names=names_note), created=created,
-                    kind=kind, style=style, formats=list(formats))
+                    kind=ROADS[road], style=style, formats=list(formats))
 
 
 def save_manifest(manifest: Manifest, folder: str, hashes: Dict[str, str]) -> Manifest:

@@ -1,9 +1,19 @@
 """What every reader gives the converter: a :class:`Source`, the same verbs for every input format; and what every
 reader module declares: one :class:`SourceType`, its ``SOURCE``, which :mod:`cudnn_port.readers` discovers."""
+import importlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
+
+BUFFER = "opaque_kernel"
+"""The last name of every cuDNN buffer variable: a fused layer's weight (:mod:`cudnn_port.layers`), a TF checkpoint's
+cuDNN variable, each stack a reader synthesises (:func:`buffer_name`); spelled here alone."""
+
+ROADS = {"stack": "weights", "model": "keras_model", "graph": "saved_model"}
+"""Every road a :class:`SourceType` may take, and the ``kind`` OUT's manifest.json records for it (the manifest's
+words came before the roads' and stay, so that an OUT written by any version reads the same):
+:attr:`cudnn_port.manifest.Manifest.road` translates, here and nowhere else."""
 
 
 class Source:
@@ -11,7 +21,7 @@ class Source:
 
     A reader sets ``prefix`` (the path it read, or a description of an in-memory model), ``format`` (words for
     inspect and the manifest), ``shapes`` and ``dtypes`` (name -> shape tuple / dtype name), and implements
-    :meth:`get` and :meth:`files`. Buffers are the names ending in ``opaque_kernel``; ``specs`` holds the spec of
+    :meth:`get` and :meth:`files`. Buffers are the names ending in :data:`BUFFER`; ``specs`` holds the spec of
     each buffer whose spec the source states outright (a Keras 2 layer's shapes, a fused layer's settings).
     """
 
@@ -53,8 +63,17 @@ class Source:
 
     def nothing_found(self) -> str:
         """The error message when the source holds no cuDNN buffer."""
-        return (f"no cuDNN buffer in {self.prefix}: no variable name ends in opaque_kernel; name it with "
+        return (f"no cuDNN buffer in {self.prefix}: no variable name ends in {BUFFER}; name it with "
                 "--variable NAME (cudnn-port inspect lists the variables)")
+
+
+def buffer_name(scope: str) -> str:
+    """The buffer variable of the stack under ``scope`` (``""``: at the top level).
+
+    >>> buffer_name("encoder/lstm"), buffer_name("")
+    ('encoder/lstm/opaque_kernel', 'opaque_kernel')
+    """
+    return f"{scope}/{BUFFER}" if scope else BUFFER
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,12 @@ class SourceType:
       documented rule, not through this reader (``function(path, variable, spec) -> (CanonicalRNN, words)``), or
       None where the stacks are buffers as saved (the cuDNN API's statement of the layout judges them);
     - ``original``: ``"module:function"`` of a verify row in which the source's own framework runs the stack from
-      the file (``function(path, variable, spec, batch, want, atol, rtol) -> row``: PyTorch's ``nn.LSTM``), or None.
+      the file (``function(path, variable, spec, batch, want, atol, rtol) -> row``: PyTorch's ``nn.LSTM``), or None;
+    - ``export``: on the model road (and only there), ``"module:function"`` of the exporter that takes the file
+      whole (``function(path, out, **convert's options) -> Manifest``: :mod:`cudnn_port.roads.model`'s).
+
+    The ``"module:function"`` fields name modules above the readers (the judges, the roads), which a reader must not
+    import; :meth:`named` imports one when it is called for.
     """
 
     kind: str
@@ -84,3 +108,17 @@ class SourceType:
     order: int = 50
     judge: Optional[str] = None
     original: Optional[str] = None
+    export: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.road not in ROADS:
+            raise ValueError(f"source kind {self.kind!r}: road {self.road!r} is none of {', '.join(ROADS)}")
+        if (self.road == "model") != (self.export is not None):
+            raise ValueError(f"source kind {self.kind!r}: an exporter (export=) is for the model road and needed "
+                             "there")
+
+    def named(self, field: str) -> Callable:
+        """The function this kind's ``field`` (``judge``, ``original`` or ``export``) names as ``"module:function"``,
+        imported."""
+        module, function = getattr(self, field).split(":")
+        return getattr(importlib.import_module(module), function)

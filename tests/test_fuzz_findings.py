@@ -74,13 +74,13 @@ def test_a_file_size_limit_is_one_line_naming_the_disk(tmp_path):
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
 def test_a_full_disk_while_writing_out_is_one_line(tmp_path, capsys, monkeypatch, code):
     """The last write of a convert (the manifest) fails as on a full, over-quota or read-only disk."""
-    import cudnn_port.converter as converter
+    from cudnn_port.roads import stack
 
     def full(manifest, tmp):
         with open(os.path.join(tmp, "manifest.json"), "w"):
             raise OSError(code, os.strerror(code), os.path.join(tmp, "manifest.json"))
 
-    monkeypatch.setattr(converter, "finish", full)
+    monkeypatch.setattr(stack, "finish", full)
     line = refused(capsys, ["convert", SAMPLE, tmp_path / "out", "--formats", "checkpoint"], "the disk mounted at",
                    os.strerror(code), paths=["/"])
     assert str(tmp_path / "out") in line and not (tmp_path / "out").exists() and leftovers(tmp_path) == []

@@ -82,3 +82,20 @@ def test_road_fields_are_absent_until_set_and_unknown_keys_are_carried_not_writt
     back = load_manifest(tmp_path)
     assert back.extra == {"from_the_future": {"a": 1}} and back.to_dict()["from_the_future"] == {"a": 1}
     assert back["name_map"] == {"x": ["x"]} and back.stacks[0].scheme == "cudnn_compatible" and not back.stacks[0].extra
+
+
+@pytest.mark.parametrize("road, kind", [("stack", "weights"), ("model", "keras_model"), ("graph", "saved_model")])
+def test_the_manifest_records_its_road_in_the_words_every_earlier_version_wrote(tmp_path, road, kind):
+    """The code asks ``manifest.road`` (the registry's words); the JSON keeps ``kind`` as cudnn-port 0.2.0 wrote it
+    (the words below are the published layout, not read from the code), both ways, and a kind this version does not
+    know has no road rather than a wrong one."""
+    manifest = new_manifest(str(tmp_path / "absent"), "f", "names kept", ["onnx"], road=road)
+    save_manifest(manifest, str(tmp_path), {})
+    assert json.loads((tmp_path / MANIFEST).read_text())["kind"] == kind
+    assert load_manifest(tmp_path).road == road
+    (tmp_path / MANIFEST).write_text(json.dumps(dict(VERSION_1, kind=kind)))
+    assert load_manifest(tmp_path).road == road
+    manifest.road = "stack"
+    assert manifest.to_dict()["kind"] == "weights"
+    (tmp_path / MANIFEST).write_text(json.dumps(dict(VERSION_1, kind="from_the_future")))
+    assert load_manifest(tmp_path).road is None

@@ -314,3 +314,79 @@ def test_a_toy_source_defined_in_one_place_is_inspected_converted_and_judged(tmp
     finally:
         readers.unregister("toy")
     assert readers.source_kind(src) == "checkpoint"
+
+
+def test_every_source_takes_a_road_the_manifest_can_record_and_a_made_up_road_is_refused():
+    """A source's road is one of the three the converter drives and the manifest records (its ``kind``); a
+    declaration naming a fourth fails where it is made, not later at a switch that does not know it."""
+    from cudnn_port.readers import sources
+    from cudnn_port.source import ROADS, SourceType
+
+    assert set(ROADS) == {"stack", "model", "graph"}
+    assert {t.road for t in sources().values()} == set(ROADS), {k: t.road for k, t in sources().items()}
+    with pytest.raises(ValueError, match="road 'lane' is none of stack, model, graph"):
+        SourceType("toy", "toy file", "lane", lambda path: False, None)
+    with pytest.raises(ValueError, match="an exporter .* is for the model road and needed there"):
+        SourceType("toy", "toy file", "model", lambda path: False, None)
+
+
+def test_every_function_a_source_names_is_there_to_call():
+    """A source names its judge, its original's row and its whole-model exporter as "module:function" (modules a
+    reader may not import): each imports and is a function, and the two whole-model kinds name their own exporters."""
+    import inspect
+
+    from cudnn_port.readers import sources
+    from cudnn_port.roads import model
+
+    named = {(kind, field): t.named(field) for kind, t in sources().items()
+             for field in ("judge", "original", "export") if getattr(t, field)}
+    assert all(inspect.isfunction(f) for f in named.values()), named
+    assert named[("keras_model", "export")] is model.export_keras_file
+    assert named[("torch_program", "export")] is model.export_program_file
+    assert {kind for kind, field in named if field == "judge"} >= {"keras_h5", "pytorch", "torch_program"}
+
+
+def test_cli_choices_and_convert_needs_come_from_the_modules_that_define_them(tmp_path, monkeypatch):
+    """A derived artifact declared by a format alone (here a toy int4 form of the ONNX models) is a --quantize choice
+    and its package is checked before work; a style added to the targets is a --style choice. Nothing else lists
+    them."""
+    import dataclasses
+
+    from cudnn_port import cli_args, convert, targets
+    from cudnn_port.formats import Derived
+
+    onnx = formats.get("onnx")
+    toy = Derived("int4", "_int4", ("onnx",), lambda src, dst: None, needs=("cudnn_port_absent_quantizer",))
+    monkeypatch.setitem(formats.formats(), "onnx", dataclasses.replace(onnx, derived=onnx.derived + (toy,)))
+    monkeypatch.setitem(targets.STYLES, "toy_style", targets.keras)
+    args = cli_args.build_parser().parse_args(["convert", "a", "b", "--quantize", "int4", "--style", "toy_style"])
+    assert (args.quantize, args.style) == ("int4", "toy_style")
+    assert formats.derived_names() == ("int8", "int4")
+    spec = make_spec("lstm", 2, True)
+    src, _ = write_source(tmp_path, spec)
+    with pytest.raises(CudnnPortError, match="convert needs cudnn_port_absent_quantizer, which is not installed"):
+        convert(src, tmp_path / "out", quantize="int4", **spec_flags(spec))
+    with pytest.raises(CudnnPortError, match="unknown quantization 'int2'; choose int8, int4"):
+        convert(src, tmp_path / "out", quantize="int2", **spec_flags(spec))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_import_contract_keeps_apart_exactly_the_modules_that_declare_a_format():
+    """pyproject.toml's ``formats-apart`` contract lists the format modules by hand (import-linter takes no
+    pattern); the registry finds them by what they declare. A format module added without its line in the contract
+    (or a line left behind by a removed one) fails here, not silently outside lint-imports' check."""
+    import os
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: import-linter's own TOML reader
+        import tomli as tomllib
+    from cudnn_port.discover import declaring
+    from cudnn_port.formats import Format
+
+    with open(os.path.join(os.path.dirname(__file__), os.pardir, "pyproject.toml"), "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    listed = next(c for c in contracts if c["id"] == "formats-apart")["modules"]
+    modules = declaring(formats.__name__, formats.__path__, "FORMAT", Format)
+    assert sorted(listed) == sorted(modules), (sorted(listed), sorted(modules))
+    assert len(modules) == len(formats.formats()) and len(listed) == len(set(listed))

@@ -171,9 +171,9 @@ def test_mixed_lstm_and_gru_cells_are_called_mixed_not_missing(tmp_path, capsys)
 
 
 def test_quantize_with_nothing_to_quantize_is_refused_before_converting(tmp_path, capsys, monkeypatch):
-    from cudnn_port import converter
+    from cudnn_port.roads import stack
 
-    monkeypatch.setattr(converter, "write_stacks", lambda *a, **k: pytest.fail("converted before refusing"))
+    monkeypatch.setattr(stack, "write_stacks", lambda *a, **k: pytest.fail("converted before refusing"))
     prefix = _cells(tmp_path, {0: ("gru", False)})
     refused(capsys, "convert", prefix, tmp_path / "out", "--quantize", "int8", needles=["nothing to quantize"])
 

@@ -100,13 +100,15 @@ class Derived:
     ``--quantize`` value), ``key_suffix`` (the manifest key and file stem get it: ``onnx`` -> ``onnx_int8``,
     ``model.onnx`` -> ``model_int8.onnx``), ``of``: the keys it derives from, ``write(src, dst)`` -> details,
     raising :class:`NotWritten` where there is nothing to derive; ``runtimes``: the names of its format's runtimes
-    its judge runs it in, the only ones bench times it in (empty: all of them)."""
+    its judge runs it in, the only ones bench times it in (empty: all of them); ``needs``: the packages writing it
+    needs (checked before work)."""
 
     name: str
     key_suffix: str
     of: Tuple[str, ...]
     write: Callable
     runtimes: Tuple[str, ...] = ()
+    needs: Tuple[str, ...] = ()
 
     def key(self, key: str) -> str:
         return key + self.key_suffix
@@ -217,11 +219,12 @@ def derived_label(key: str) -> Optional[str]:
                 None)
 
 
-def needs(requested: Iterable[str]) -> List[str]:
-    """The modules writing ``requested`` formats needs, in a stable order, once each."""
-    found = []
-    for name in requested:
-        found += [m for m in get(name).needs if m not in found]
+def needs(requested: Iterable[str], derived_name: Optional[str] = None) -> List[str]:
+    """The modules writing ``requested`` formats needs, and the derived artifacts called ``derived_name`` (the
+    ``--quantize`` value), in a stable order, once each."""
+    found: List[str] = []
+    for modules in [get(name).needs for name in requested] + [d.needs for _, d in derived(derived_name or "")]:
+        found += [m for m in modules if m not in found]
     return found
 
 
@@ -238,6 +241,11 @@ def on_road(road: str) -> List[Format]:
 def derived(name: str) -> List[Tuple[Format, Derived]]:
     """Every format's derived artifact called ``name`` (e.g. "int8")."""
     return [(f, d) for f in formats().values() for d in f.derived if d.name == name]
+
+
+def derived_names() -> Tuple[str, ...]:
+    """The name of every kind of derived artifact the formats declare, once each (``--quantize``'s choices)."""
+    return tuple(dict.fromkeys(d.name for f in formats().values() for d in f.derived))
 
 
 def derived_keys(name: str) -> Dict[str, str]:

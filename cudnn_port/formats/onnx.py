@@ -164,9 +164,10 @@ FORMAT = Format(name="onnx", help="OUT/model.onnx and OUT/model_stateful.onnx (s
                                     label="onnx_stateful")),
                 write=_write, runtimes=(Runtime("onnxruntime", _open_onnxruntime, needs=("onnxruntime",)),
                                         Runtime("openvino", _open_openvino, needs=("openvino",))),
-                cannot_hold=_cannot_hold, needs=("onnx", "onnxruntime"), default=True, order=50,
+                cannot_hold=_cannot_hold, needs=("onnx", "onnxruntime", "tf2onnx"), default=True, order=50,
                 model=Road((Artifact("onnx", "model.onnx"),), _write_model, _open_model, "onnx (onnxruntime)",
                            ("onnxruntime",), more=(("onnx (openvino f32)", _open_model_openvino, ("openvino",)),)),
                 graph=Road((Artifact("onnx", "model.onnx"),), _write_graph, _open_graph, "onnx (onnxruntime)",
                            ("onnxruntime",)),
-                derived=(Derived("int8", "_int8", ("onnx", "onnx_stateful"), _write_int8, ("onnxruntime",)),))
+                derived=(Derived("int8", "_int8", ("onnx", "onnx_stateful"), _write_int8, ("onnxruntime",),
+                                 needs=("onnxruntime",)),))

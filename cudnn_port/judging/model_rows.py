@@ -19,7 +19,8 @@ from ..precision import float32_policy, float32_twin
 from ..readers import source_kind
 from ..readers.torch_program import PROGRAM_FORMAT
 from ..readers.keras_model import load_model_file
-from ..stock_keras import DIRECTIONS, rewrite, unwrapped
+from ..stock_fused import DIRECTIONS
+from ..stock_keras import rewrite, unwrapped
 from ..streaming_model import streaming_twin
 from ..formats.jobs import GraphCheck
 from .artifact_rows import graph_artifact_rows, model_artifact_rows

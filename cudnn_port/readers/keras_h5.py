@@ -25,14 +25,13 @@ from ..errors import CudnnPortError, reason
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
 from ..paths import require_file
-from ..source import Source, SourceType
+from ..source import Source, SourceType, buffer_name
 from .config_sizes import check_config_sizes
 from .h5_guard import check_h5
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 CUDNN_CLASSES = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
 KERAS2_ORDER = {"lstm": KERAS_LSTM, "gru": KERAS_GRU}
-BUFFER = "opaque_kernel"
 
 
 def is_hdf5(path: str) -> bool:
@@ -179,7 +178,7 @@ class KerasH5(Source):
             raise CudnnPortError(f"layer {layer} of {self.prefix} has dtype {dtype}; expected one of "
                                  f"{', '.join(FLOAT_DTYPES)}")
         spec = RNNSpec(mode, 1, recurrent.shape[0], kernel.shape[0], bidirectional=len(directions) == 2, dtype=dtype)
-        name = f"{layer}/{BUFFER}"
+        name = buffer_name(layer)
         self.canonical[name] = CanonicalRNN(spec, keras2_to_canonical(mode, directions))
         self.shapes[name], self.dtypes[name] = (spec.param_count,), dtype
         return name

@@ -27,7 +27,8 @@ from ..source import Source, SourceType
 from .platform import refuse_miopen
 from .zip_guard import check_keras_zip
 from ..deps import import_tf
-from ..stock_keras import DIRECTIONS, STACKED_CELL, plan, rewrite
+from ..stock_fused import DIRECTIONS, STACKED_CELL
+from ..stock_keras import plan, rewrite
 from ..streaming_model import streaming_twin
 from .config_sizes import check_config_sizes
 from .h5_guard import check_h5
@@ -317,4 +318,5 @@ def _claims(path: str) -> bool:
 
 
 SOURCE = SourceType("keras_model", "Keras 3 model (.keras, or a Keras 3 .h5)", "model", _claims,
-                    lambda path, mode=None: KerasModelSource.from_file(path), order=20)
+                    lambda path, mode=None: KerasModelSource.from_file(path), order=20,
+                    export="cudnn_port.roads.model:export_keras_file")

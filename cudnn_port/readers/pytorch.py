@@ -28,11 +28,10 @@ from ..canonical import CanonicalRNN, LayerParams
 from ..errors import CudnnPortError
 from ..layout import RNNSpec, pack
 from ..paths import require_file
-from ..source import Source, SourceType
+from ..source import Source, SourceType, buffer_name
 from .torch_files import read_torch_file, sniff
 from .torch_pickle import Inert, Quantized
 
-BUFFER = "opaque_kernel"
 GATES = {4: "lstm", 3: "gru", 1: "rnn"}
 CLASSES = {"lstm": "nn.LSTM", "gru": "nn.GRU", "rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN", "rnn": "nn.RNN"}
 _PARAM = re.compile(r"^(?:(.*)\.)?(weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(0|[1-9]\d{0,5})(_reverse)?(_raw)?$")
@@ -81,7 +80,7 @@ class PyTorchSource(Source):
                                  "cuDNN stack; it has no fused form to convert")
         for module, params in grouped.items():
             spec, facts = _spec(self.prefix, module, params, attrs.get(module, {}), mode)
-            variable = f"{module}/{BUFFER}" if module else BUFFER
+            variable = buffer_name(module)
             facts["file_keys"] = where.get(module, module)
             self.modules[variable] = facts
             if spec is None:  # nn.RNN, tanh or relu: listed (both have one buffer, the same bytes) and refused by

@@ -28,10 +28,9 @@ import numpy as np
 from ..canonical import CanonicalRNN, LayerParams
 from ..errors import CudnnPortError
 from ..layout import FLOAT_DTYPES, RNNSpec, pack
-from ..source import Source
+from ..source import BUFFER, Source, buffer_name
 from ..targets import tf1
 
-BUFFER = "opaque_kernel"
 _CELL = re.compile(r"^(?:(.+?)/)??(?:(?:rnn/)?multi_rnn_cell/cell_\d+"
                    r"|stack_bidirectional_rnn/cell_\d+/bidirectional_rnn/(?:fw|bw))"
                    r"/(cudnn_compatible_lstm_cell|cudnn_compatible_gru_cell|lstm_cell)/(?:gates/)?kernel$")
@@ -69,7 +68,7 @@ class CanonicalCheckpoint(Source):
             if spec is None:
                 raise CudnnPortError(f"{checkpoint.prefix}: the {cell} tensors under '{scope or '(top level)'}' "
                                      "have shapes no LSTM/GRU stack has; the checkpoint is damaged or edited")
-            name = f"{scope}/{BUFFER}" if scope else BUFFER
+            name = buffer_name(scope)
             reader = tf1.variant(checkpoint.shapes, scope)
             expected = _names(reader, spec, scope)
             stored = _stored(expected, cell)

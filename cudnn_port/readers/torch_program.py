@@ -28,7 +28,7 @@ import numpy as np
 
 from ..deps import import_tf
 from ..errors import CudnnPortError, UnsupportedError, short
-from ..source import SourceType
+from ..source import SourceType, buffer_name
 from .keras_model import KerasModelSource
 from .pytorch import PyTorchSource
 from .torch_files import MAX_STORAGES, PT2_DTYPES, read_torch_file, zip_names
@@ -480,7 +480,7 @@ class _Translator:
         if args["train"] and args["dropout"]:
             raise UnsupportedError(f"{self.p.path}: {module or 'the recurrent module'} runs with dropout in training "
                                    "mode; export the model after model.eval()")
-        variable = f"{module}/opaque_kernel" if module else "opaque_kernel"
+        variable = buffer_name(module)
         spec = self.source.specs.get(variable)
         if spec is None:
             raise CudnnPortError(f"{self.p.path}: the {op} node reads parameters {short(fqns[0])}..., which are not "
@@ -556,4 +556,5 @@ def _open_program(path: str, mode: Optional[str] = None) -> Any:
 # before the stack reader (order 40), which reads a .pt2's recurrent modules alone
 SOURCE = SourceType("torch_program", PROGRAM_FORMAT, "model", lambda path: os.path.isfile(path) and is_program(path),
                     _open_program, order=35, judge="cudnn_port.judging.torch_weights:judge_stack",
-                    original="cudnn_port.judging.torch_weights:torch_row")
+                    original="cudnn_port.judging.torch_weights:torch_row",
+                    export="cudnn_port.roads.model:export_program_file")

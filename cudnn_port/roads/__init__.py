@@ -1,6 +1,7 @@
 """The roads: each driver takes one kind of source from its reader to a published OUT.
 
-- :mod:`.stack`: cuDNN buffers stack by stack (a TF1 checkpoint, a Keras 2 ``.h5``; each fused layer of a model);
+- :mod:`.stack`: cuDNN buffers stack by stack (a TF1 checkpoint, a Keras 2 ``.h5``, a PyTorch file; each fused layer
+  of a model), its stacks found and checked by :mod:`.buffers`;
 - :mod:`.model`: a whole Keras model (``.keras``, Keras 3 ``.h5``, or ``cudnn_port.export(model, OUT)``);
 - :mod:`.graph`: a SavedModel holding cuDNN nodes, rewritten;
 - :mod:`.int8`: the int8 ONNX models derived from the float32 ones of the stack and model roads (``--quantize int8``).

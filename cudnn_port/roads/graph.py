@@ -67,7 +67,7 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
 
     def write(tmp):
         manifest = new_manifest(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
-                                "signatures, inputs and outputs keep their names", formats, kind="saved_model")
+                                "signatures, inputs and outputs keep their names", formats, road="graph")
         manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped),
                         gpu_alternatives=describe(reached["gpu_alternatives"], True), params_reordered=reordered)
         job = GraphJob(source, proto, nodes, reordered, say, lambda what: user_graph(source, what))

@@ -53,7 +53,8 @@ from ..judging.parity import ATOL, RTOL, sample_inputs, write_report
 from ..formats.jobs import ModelJob, Outputs, layer_formats, write_road
 from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
-from .stack import prepare_stacks, write_stacks
+from .buffers import prepare_stacks
+from .stack import write_stacks
 from ..judging.tasks import TASK, load_task
 from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, declared_batch,
                             embedding_vocabularies, input_specs, to_records)
@@ -209,7 +210,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     def write(tmp):
         manifest = write_stacks(source, stacks, tmp, style=style, formats=chosen, layer_dir="layers", xla=xla,
                                 say=say, batch=declared_batch(original))
-        manifest.kind = "keras_model"
+        manifest.road = "model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         manifest["model_input_specs"] = to_records(specs)
         if streams:
@@ -337,6 +338,3 @@ def export_program_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] |
     whole (see :func:`_export_program`)."""
     return _export_program(path, out, style=style, force=force, progress=progress, xla=xla, quantize=quantize,
                            keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
-
-
-MODEL_FILES = {"keras_model": export_keras_file, "torch_program": export_program_file}  # kind -> its exporter

@@ -1,175 +1,88 @@
-"""A source's cuDNN stacks: found, their specs chosen, their buffers read and checked, then written out.
+"""The stack road: every cuDNN buffer of a source (a TF checkpoint, a Keras 2 ``.h5``, a PyTorch file) converted
+on its own, its artifacts written into an OUT built whole or not at all.
 
-    stacks = prepare_stacks(source, flags={...})          # everything that can be refused is checked here
+    manifest = convert_stacks("train/model.ckpt", "out/", style="tf1")     # what convert does on this road
+    stacks = prepare_stacks(source, flags={...})          # .buffers: everything that can be refused is checked here
     manifest = write_stacks(source, stacks, tmp, style="tf1", formats=default_formats("tf1"))
 
-A buffer is a variable whose name ends in ``opaque_kernel`` (or the one named by ``variable=``). Variables
-``{buffer}/…`` of the buffer's shape are its optimizer slots (``/Adam``, ``/Adam_1``, ``/Momentum``, object-based
-``/.OPTIMIZER_SLOT/…``) and are converted with the same mapping. Everything else is copied unchanged.
+The buffers, their optimizer slots and their specs are found by :mod:`.buffers`; everything else in the source is
+copied unchanged.
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..checkpoint import contiguous, write_checkpoint
-from ..errors import CudnnPortError
+from ..checkpoint import Checkpoint, contiguous, write_checkpoint
+from ..errors import CudnnPortError, UnsupportedError
 from ..exports.keras_rebuild import save_keras3_model
 from .. import formats as registry
 from ..formats.jobs import StackJob
 from ..formats.keras import write_whole_model
-from ..infer import Clues, choose, clues_from, neighbour_contradiction
-from ..stored_spec import SPEC_VARIABLE, spec_from_vector
-from ..layout import FLOAT_DTYPES, RNNSpec, unpack
+from ..layout import unpack
 from ..manifest import Manifest, StackRecord, new_manifest
-from ..paths import sha256, unique_components
-from ..targets import STYLES, target_for, tf1
+from ..outdir import OutputFolder, finish
+from ..paths import sha256
+from ..readers import open_source
+from ..targets import target_for
 from ..progress import say_to
+from .buffers import Stack, prepare_stacks, read_finite
+from .int8 import quantize_outputs, refuse_nothing_to_quantize
 
 if TYPE_CHECKING:
     from ..formats import Format
     from ..source import Source
 
-BUFFER_SUFFIX = "opaque_kernel"
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
                "summed bias b_W + b_R, its slot is b_W's slot: cuDNN's b_W and b_R always receive identical "
                "gradients, so their slots are identical too (the largest difference found is recorded per slot).")
-SPEC_FLAGS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "num_proj")
 
 
-@dataclass
-class Stack:
-    """One cuDNN buffer of a source and what belongs to it."""
+def convert_stacks(path: str, out: str, *, style: Optional[str], formats: Optional[Sequence[str]],
+                   variable: Optional[str], flags: Dict[str, Any], force: bool, drop_optimizer_slots: bool,
+                   allow_nonfinite: bool, prefer_buffer: bool, xla: bool, quantize: Optional[str],
+                   say: Callable[[str], None]) -> Manifest:
+    """The stack road from ``path`` to a published ``out`` (:func:`cudnn_port.convert` checked the arguments and
+    chose this road): the source opened, every stack's spec chosen and buffer checked, the style and formats
+    settled, whatever cannot be written refused, all before OUT is built; then the checkpoint, each stack's
+    artifacts and (``quantize``) the int8 ONNX models. ``flags``: the spec flags (``mode`` ... ``num_proj``)."""
+    src = open_source(path, mode=flags.get("mode"))
+    getattr(src, "refuse_undecided", lambda: None)()  # a module whose file leaves its spec to a flag that is missing
+    folder = OutputFolder(out, force=force, sources=[os.fspath(path)] + src.files() + _folder(src))
+    if getattr(src, "consumes_mode", False):  # the reader applied --mode where its file leaves the mode open
+        flags = dict(flags, mode=None)
+    stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
+    if style is None and src.default_style == "tf1" and not all(s.spec.cudnn_computes for s in stacks):
+        style = "keras"  # no TF1 cuDNN cell holds a reset-before GRU or another activation; Keras' layers do
+    style = style or src.default_style
+    odd = next((s for s in stacks if not s.spec.cudnn_computes), None)
+    if odd is not None and style in ("tf1", "pytorch"):  # before any work: the checkpoint's names have no such cell
+        raise UnsupportedError(f"{odd.variable}: a {odd.spec.describe()} has no {style} cell (they compute cuDNN's: "
+                               "reset-after GRU, tanh, sigmoid gates); use --style keras")
+    explicit, formats = formats is not None, formats or default_formats(style)
+    if quantize and "onnx" not in formats:
+        raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
+    if quantize:
+        refuse_nothing_to_quantize(s.spec for s in stacks)
+    refused = refusals(stacks, formats) if explicit else []
+    if refused:
+        raise CudnnPortError(f"{refused[0]}; leave it out of --formats")
 
-    variable: str
-    size: int
-    dtype: str
-    slots: List[str] = field(default_factory=list)
-    spec: Optional[RNNSpec] = None
-    how: str = ""
-    blob: Optional[np.ndarray] = None
-    label: str = ""  # one safe path component naming the stack's artifacts
-    stored: Dict[str, dict] = field(default_factory=dict)  # canonical tensors stored beside it: agreement
-    warning: str = ""  # a neighbour that contradicts the spec the flags chose
+    def write(tmp):
+        manifest = write_stacks(src, stacks, tmp, style=style, formats=formats, drop_slots=drop_optimizer_slots,
+                                xla=xla, allow_nonfinite=allow_nonfinite, say=say)
+        if quantize:
+            quantize_outputs(manifest, tmp, say)
+        return finish(manifest, tmp)
 
-    @property
-    def prefix(self) -> str:
-        return self.variable.rsplit("/", 1)[0] if "/" in self.variable else ""
-
-
-def find_stacks(source: "Source", variable: Optional[str] = None) -> List[Stack]:
-    """The Stacks of ``source``: every buffer, or just ``variable``. Specs are not chosen yet."""
-    if variable is not None:
-        if variable not in source.shapes:
-            near = [n for n in source.names if n.endswith(BUFFER_SUFFIX)] or source.names[:5]
-            raise CudnnPortError(f"unknown variable {variable}; the source has e.g. {', '.join(near[:5])} "
-                                 "(cudnn-port inspect lists them all)")
-        names = [variable]
-    else:
-        buffers = [n for n in source.names if n.endswith(BUFFER_SUFFIX)]
-        names = [n for n in buffers if not any(n.startswith(other + "/") for other in buffers)]
-        if not names:
-            raise CudnnPortError(source.nothing_found())
-    stacks = []
-    for name in names:
-        shape, dtype = source.shapes[name], source.dtypes[name]
-        if len(shape) != 1:
-            raise CudnnPortError(f"{name} has shape {list(shape)}, but a cuDNN buffer is a flat vector; "
-                                 "pick the buffer with --variable NAME")
-        if dtype not in FLOAT_DTYPES:
-            raise CudnnPortError(f"{name} has dtype {dtype}, but a cuDNN buffer is one of {', '.join(FLOAT_DTYPES)}; "
-                                 "pick the buffer with --variable NAME")
-        slots = [n for n in source.names if n.startswith(name + "/") and source.shapes[n] == shape]
-        stacks.append(Stack(name, int(shape[0]), dtype, slots))
-    labels = unique_components(s.prefix.replace("/", "__") or "rnn" for s in stacks)
-    for stack in stacks:
-        stack.label = labels[stack.prefix.replace("/", "__") or "rnn"]
-    return stacks
+    return folder.build(write, say)
 
 
-def clues_for(source: "Source", stack: Stack) -> Clues:
-    """What the rest of the source says about ``stack``'s spec (an exact spec where the source states one)."""
-    clues = clues_from(stack.variable, {n: s for n, s in source.shapes.items() if n not in stack.slots})
-    if stack.variable in source.specs:  # the source states the spec outright
-        clues.exact, clues.exact_how = source.specs[stack.variable], source.describe(stack.variable)
-        return clues
-    stored = f"{stack.prefix}/{SPEC_VARIABLE}" if stack.prefix else SPEC_VARIABLE
-    if stored in source.shapes:  # a cudnn_port.layers layer saved its spec beside its buffer
-        clues.exact = spec_from_vector(source.get(stored), stack.dtype, stored)
-        clues.exact_how = f"stored beside it in {stored} by a cudnn_port.layers layer"
-        return clues
-    for style in STYLES.values():
-        clues.exact = clues.exact or style.detect(source.shapes, stack.prefix)
-    return clues
-
-
-def prepare_stacks(source: "Source", variable: Optional[str] = None, flags: Optional[Dict[str, Any]] = None,
-                   allow_nonfinite: bool = False, prefer_buffer: bool = False,
-                   say: Optional[Callable[[str], None]] = None) -> List[Stack]:
-    """The stacks of ``source`` with specs chosen, buffers read and checked: everything that can be refused is
-    refused here, before anything is written. ``prefer_buffer``: convert even where canonical tensors stored beside
-    a buffer disagree with it (otherwise that is an error: a wrong spec or layout, or an edited file)."""
-    flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    stacks = find_stacks(source, variable)
-    for stack in stacks:
-        clues = clues_for(source, stack)
-        if clues.exact is not None:
-            contradicted = [f"--{k.replace('_', '-')} {v} (it is {getattr(clues.exact, k)})" for k, v in flags.items()
-                            if getattr(clues.exact, k) != v]
-            if contradicted:
-                raise CudnnPortError(f"{stack.variable}: the flags contradict the spec the source states "
-                                     f"({clues.exact_how}): {', '.join(contradicted)}; leave the spec flags out")
-        stack.spec, stack.how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
-        if flags and clues.exact is None:  # a spec the flags chose: a neighbour that takes another width says so
-            stack.warning = neighbour_contradiction(stack.variable, stack.spec, {
-                n: s for n, s in source.shapes.items() if n not in stack.slots})
-        stack.blob = read_finite(source, stack.variable, allow_nonfinite)
-        stack.stored = _stored_agreement(source, stack)
-        bad = {n: a for n, a in stack.stored.items() if not a["agrees"]}
-        if bad and not prefer_buffer:
-            name, worst = max(bad.items(), key=lambda item: item[1].get("max_abs_diff", np.inf))
-            raise CudnnPortError(f"{stack.variable}: {len(bad)} canonical tensors stored beside it disagree with it "
-                                 f"({name}: {worst.get('reason') or 'max abs diff %.3g' % worst['max_abs_diff']}), "
-                                 "so the spec or the layout is wrong, or a file was edited; pass --prefer-buffer to "
-                                 "convert from the buffer anyway")
-    for stack in stacks:
-        say_to(say)(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
-    return stacks
-
-
-def read_finite(source: "Source", name: str, allow_nonfinite: bool = False) -> np.ndarray:
-    """The value of ``name``, refused if it holds NaN/Inf (unless allowed)."""
-    value = source.get(name)
-    if not allow_nonfinite and not np.isfinite(value).all():
-        bad = int(np.size(value) - np.isfinite(value).sum())
-        name = getattr(source, "nonfinite_tensor", lambda n: n)(name)  # the user's tensor, not a synthesised one
-        raise CudnnPortError(f"{name} holds {bad} NaN/Inf values; the training run diverged, or pass "
-                             "--allow-nonfinite to convert them as they are")
-    return value
-
-
-def _stored_agreement(source, stack):
-    """Canonical TF1 tensors stored beside the buffer (a default TF1 Saver wrote them): how far each is from the
-    same tensor converted from the buffer (none for a cell cuDNN does not compute, which no TF1 cuDNN cell holds)."""
-    if not stack.spec.cudnn_computes:
-        return {}
-    target = tf1.variant(source.shapes, stack.prefix)
-    found = {}
-    for name, value in target.write(unpack(stack.spec, stack.blob), stack.prefix).items():
-        if name in source.shapes and name not in stack.slots:
-            found[name] = agreement(source.get(name), value)
-    return found
-
-
-def agreement(stored: np.ndarray, converted: np.ndarray) -> Dict[str, Any]:
-    """How far a canonical tensor already in the source is from the one converted from the buffer."""
-    stored, converted = np.asarray(stored, dtype=np.float64), np.asarray(converted, dtype=np.float64)
-    if stored.shape != converted.shape:
-        return {"agrees": False, "reason": f"shape {list(stored.shape)} vs {list(converted.shape)}"}
-    diff = float(np.max(np.abs(stored - converted), initial=0.0))
-    return {"agrees": diff <= 1e-6 * max(1.0, float(np.max(np.abs(converted), initial=0.0))), "max_abs_diff": diff}
+def _folder(src):
+    """A checkpoint's folder, which is its source folder however SOURCE names it (prefix, index or folder): OUT
+    must not lie inside it."""
+    return [os.path.dirname(os.path.abspath(src.prefix))] if isinstance(src, Checkpoint) else []
 
 
 def default_formats(style: str) -> tuple:
