@@ -1,6 +1,6 @@
-"""Whole PyTorch models: our ``model.onnx`` from a ``.pt2`` against PyTorch's own ``torch.onnx.export(..., dynamo=True)``
-of the same ``nn.Module``, both in onnxruntime, in one run; then LiteRT: our ``model.tflite`` against what
-``litert-torch`` writes, where it installs.
+"""Whole PyTorch models: our ``model.onnx`` from a ``.pt2`` against PyTorch's own
+``torch.onnx.export(..., dynamo=True)`` of the same ``nn.Module``, both in onnxruntime, in one run; then LiteRT:
+our ``model.tflite`` against what ``litert-torch`` writes, where it installs.
 
 Three models as PyTorch users write them, at sizes people train (50 steps):
 
@@ -145,13 +145,11 @@ def worst(got, want):
 def litert_torch_row(module, example):
     """What litert-torch makes of ``module``: its ops and Flex ops, or why it could not run."""
     try:
-        import litert_torch  # noqa: F401
+        import litert_torch
     except ImportError as e:
         return {"ran": False, "why": f"litert-torch is not installed ({e}); it pins torch and tensorflow versions "
                                      "that conflict with this project's constraints (pip: ResolutionImpossible)"}
-    try:  # pragma: no cover (not installable beside the pinned set)
-        import litert_torch
-
+    try:  # not installable beside the pinned set: untried here
         model = litert_torch.convert(module, example(1, STEPS))
         return {"ran": True, "size_bytes": len(model.tflite_model())}
     except Exception as e:  # noqa: BLE001
@@ -275,7 +273,8 @@ def main():
                       f"theirs {r[f'theirs_b{batch}_matches']}")
             for side in ("ours", "theirs"):
                 lengths = r[f"{side}_other_lengths"]
-                said = sorted({"differs from the module" if v is False else v for v in lengths.values() if v is not True})
+                said = sorted({"differs from the module" if v is False else v
+                               for v in lengths.values() if v is not True})
                 print(f"{'':<11} {side} at steps 7 and 80 (exported at {STEPS}): " + (
                     "; ".join(said) if said else "match the module"))
             print(f"{'':<11} ONNX ops ours {r['ops_ours']}; theirs {r['ops_theirs']}")
