@@ -98,6 +98,30 @@ def test_tensorflow_js_runs_the_converted_saved_model_to_the_reference_and_refus
         assert "GatherV2" in done.stderr, done.stderr[-500:]
 
 
+@pytest.mark.slow
+def test_tensorflow_js_runs_the_rewritten_graph_of_a_tf1_era_saved_model(tmp_path):
+    """A SavedModel calling ``CudnnRNN`` itself (what TF1-era graphs hold), converted (the graph road), then through
+    tensorflowjs_converter: TensorFlow.js runs it to the reference (the original needs a GPU)."""
+    converter, node, node_path = tfjs_tools()
+    from helpers import random_blob, save_raw_op_model
+    from cudnn_port import convert
+    from cudnn_port.layout import unpack
+
+    spec = make_spec("lstm", 2, True, input_size=3, hidden=5)
+    blob = random_blob(spec, seed=68)
+    convert(save_raw_op_model(str(tmp_path / "source"), spec, blob), str(tmp_path / "out"))
+    done = subprocess.run([converter, "--input_format=tf_saved_model", str(tmp_path / "out" / "saved_model"),
+                           str(tmp_path / "web_model")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    x = np.random.default_rng(69).normal(size=(3, 6, 3)).astype(np.float32)
+    got = run_tfjs(node, node_path, tmp_path / "web_model", {"inputs": x}, tmp_path)
+    assert isinstance(got, dict), got.stderr[-2000:]
+    want = reference.forward(unpack(spec, blob), x)
+    assert sorted(got) == ["final_h", "outputs"], sorted(got)
+    assert_close(got["outputs"], want[0], "TensorFlow.js outputs", ATOL, RTOL, same_shape=True)
+    assert_close(got["final_h"], want[1], "TensorFlow.js final_h", ATOL, RTOL, same_shape=True)
+
+
 def serving_nodes(module):
     """Every node of both serving signatures' graphs, their functions included."""
     nodes = []
