@@ -4,8 +4,8 @@ Each step of the plain-ops SavedModel's loops (:mod:`cudnn_port.tf_loop`) multip
 recurrent weights [512, G*H] (G*H = 1536 for GRU, 2048 for LSTM). This times that product alone: a chain of 100
 steps ``h = tanh((h @ R)[:, :512])``, unrolled in one graph (no loop, no TensorArray), for
 
-- TensorFlow: ``SparseMatMul`` with both operands dense, which the loops use; a 1x1 ``Conv2D`` (the loops' form
-  before); ``MatMul``; and ``MatMul`` with the weights stored transposed (``transpose_b=True``);
+- TensorFlow: ``SparseMatMul`` with both operands dense, which the small-batch loops used before (TensorFlow.js
+  refuses it); a 1x1 ``Conv2D`` (the loops' form before that); ``MatMul``, which the loops use; and ``MatMul`` with the weights stored transposed (``transpose_b=True``);
 - onnxruntime: ``MatMul``, ``Slice`` and ``Tanh`` nodes, the ops its exports run per step;
 
 once with one chain, and once with two independent chains in the same call, as the two directions of a layer run
@@ -49,7 +49,7 @@ def tf_chain(kind, weights):
             if kind == "conv2d_1x1":
                 h = tf.reshape(h, [1, 1, 1, HIDDEN])
             for _ in range(STEPS):
-                if kind == "sparse_matmul":  # the small-batch loop's product (cudnn_port.tf_loop)
+                if kind == "sparse_matmul":  # the small-batch loop's former product
                     g = tf.raw_ops.SparseMatMul(a=h, b=w)
                 elif kind == "conv2d_1x1":
                     g = tf.nn.conv2d(h, w, 1, "VALID")

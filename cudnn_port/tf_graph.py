@@ -224,13 +224,17 @@ def _together(tf, parts):
     loops start together, once both products are done; and what follows the loops starts once both have ended.
     Otherwise whichever starts first takes a core from what the other direction still runs split across
     TensorFlow's intra-op threads, and that waits for it: at batch 1 (hidden 512), a bias add of 0.1 ms took 1-4.5
-    ms and the input's reversal 0.7 ms, and the second loop started that much later."""
+    ms and the input's reversal 0.7 ms, and the second loop started that much later.
+
+    The wait is a data dependency, one ``IdentityN`` over every tensor, not control inputs: TensorFlow.js reads a
+    node's control inputs as data inputs, and once ``tensorflowjs_converter``'s graph optimizer moved an Identity's
+    control inputs onto the ``ConcatV2`` reading it, TensorFlow.js took the last of them for the axis."""
     if len(parts) < 2:
         return parts
     flat = [t for part in parts for t in (part if isinstance(part, tuple) else (part,)) if t is not None]
-    with tf.control_dependencies(flat):
-        return [tuple(None if t is None else tf.identity(t) for t in part) if isinstance(part, tuple)
-                else tf.identity(part) for part in parts]
+    out = iter(tf.identity_n(flat))
+    return [tuple(None if t is None else next(out) for t in part) if isinstance(part, tuple) else next(out)
+            for part in parts]
 
 
 def _time_reversal(tf, lengths, steps, batch):

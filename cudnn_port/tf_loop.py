@@ -3,7 +3,7 @@ on: docs/conventions.md, section 8; the measurements behind each choice: docs/pe
 
 Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
 
-    g   = g_t + h @ Rh             (SparseMatMul or MatMul, below)                  [B, G*H]
+    g   = g_t + h @ Rh             (MatMul, below)                          [B, G*H]
     LSTM  i, f, o = σ of g's blocks 0, 1, 3 (one σ over all four; one a block for a function over the last axis,
           PER_BLOCK), c~ = tanh of block 2 (cuDNN's gate order);
           c' = f*c + i*c~;  h' = o*tanh(c')  (then h' @ P with a projection)
@@ -11,16 +11,12 @@ Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
           reset before (``reset_after=False``): r, z from h @ R_rz, then h~ = tanh(XW_h + (r * h) @ R_h)
     RNN   h' = act(g)   (tanh for rnn_tanh, relu for rnn_relu)
 
-The product ``h @ Rh``:
-
-- for batches below :data:`UNROLL_BELOW`, ``SparseMatMul`` with both operands dense: a standard op (with a gradient
-  and an XLA kernel) whose CPU kernel is one Eigen contraction, and the one form TensorFlow's oneDNN rewrite leaves
-  alone (that rewrite is on by default on x86 CPUs with AVX512_VNNI, AVX512_BF16 or AMX). Two chains of 100 products
-  ``[1, 512] @ [512, 1536]``, as a layer's two directions run, take 50-52 us a step under oneDNN, against 98 us for
-  ``MatMul`` and 98-109 us for a 1x1 ``Conv2D``; 46-50 us without oneDNN, where ``MatMul`` splits a batch-1 product
-  across the intra-op threads and the two chains stall each other (80-83 us).
-- from UNROLL_BELOW on, and in the XLA export, ``MatMul``: at batch 32 oneDNN's is the faster (both directions'
-  ``[32, 512] @ [512, 1536]`` in 516 us a step against 661 for ``SparseMatMul``; 594-609 us either way without it).
+The product ``h @ Rh`` is ``MatMul`` at every batch size, the one form every runtime of the SavedModel runs:
+TensorFlow.js refuses ``SparseMatMul`` ("Unsupported Ops"), which the loop of batches below :data:`UNROLL_BELOW`
+used before because TensorFlow's oneDNN rewrite leaves it alone (docs/conventions.md, section 8). On 2026-12-06,
+with TensorFlow 2.21 on a loaded 2-core AVX512/AMX machine, the benchmark stacks with ``MatMul`` there took 0.46-0.63x
+the time of the same SavedModel with ``SparseMatMul`` at batch 1 (LSTM and GRU, oneDNN on and off, 5 alternating
+rounds in one process; a round's ratio 0.25-1.27): no slower.
 
 The loop masks nothing: each step is the cell alone, and :func:`finish` zeroes the outputs past each length and
 gathers the final states. Without selects in the loop the benchmark stacks run 4% (LSTM) to 15% (GRU) faster at
@@ -106,9 +102,6 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
             return [gate(block) for block in tf.split(v, n, axis=-1)]
         return tf.split(gate(v), n, axis=-1)
 
-    def small(h, weights):  # the product of the loop for batches below UNROLL_BELOW (module docstring)
-        return tf.raw_ops.SparseMatMul(a=h, b=weights)
-
     def cell(g, h, c, product):
         if mode == "gru" and not reset_after:  # r gates h before the candidate's product: two products
             x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
@@ -141,7 +134,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
         # U steps' rows in one gather: XLA compiles a strided slice at a loop index to the whole tensor, and a
         # slice of U rows not at all where T < U (the loop then never runs, but XLA compiles it all the same)
         for k, g in enumerate(tf.unstack(tf.gather(xw, t + tf.range(U)), U)):
-            h, c = cell(g, h, c, small)
+            h, c = cell(g, h, c, tf.matmul)
             ys = ys.write(t + k, h)  # a write per step, not one scatter: XLA compiles no TensorList scatter
             cs = cs.write(t + k, c) if keep_cs else cs
         return (t + U, h, ys) + ((c,) if is_lstm else ()) + ((cs,) if keep_cs else ())

@@ -381,3 +381,42 @@ def test_verify_gpu_row_runs_cudnn_with_tf32_off(tmp_path, tf1_ckpt):
     for p in swapped.layers:
         p.W[[1, 2]] = p.W[[2, 1]]
     assert gpu_row(spec, swapped, (x, lengths, h, c), want, 1e-5, 1e-4)["passed"] is False
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_stack_saved_model_and_graphdef_refuse_lengths_outside_one_to_steps(tmp_path, mode):
+    """Like the stack's ONNX and TFLite files, its SavedModel (both signatures) and frozen GraphDef end a call with a
+    length of 0 or of steps + 1 in a catchable InvalidArgumentError naming the guard (TF Serving answers
+    INVALID_ARGUMENT); lengths 1 and steps, and an empty batch, still run, and the former match the reference."""
+    from cudnn_port.exports.tensorflow import LENGTHS_GUARD, write_frozen_graph, write_saved_model
+
+    spec = make_spec(mode, 2, True, input_size=4, hidden=3)
+    canon = unpack(spec, random_blob(spec, seed=66))
+    x, _, h_0, c_0 = ragged_batch(spec, batch=4, steps=5, seed=67)
+    write_saved_model(canon, str(tmp_path / "sm"))
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    info = write_frozen_graph(canon, str(tmp_path / "g.pb"))
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString((tmp_path / "g.pb").read_bytes())
+    frozen = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
+    runs = {"serving_default": lambda f: loaded.signatures["serving_default"](
+                inputs=f["inputs"], sequence_lengths=f["sequence_lengths"]),
+            "with_initial_state": lambda f: loaded.signatures["with_initial_state"](**f),
+            "graphdef": lambda f: dict(zip(STATES, frozen.prune(
+                [frozen.graph.get_tensor_by_name(n) for n in info["inputs"]],
+                [frozen.graph.get_tensor_by_name(n) for n in info["outputs"]])(*f.values())))}
+    for name, run in runs.items():
+        good = np.array([5, 1, 3, 5], np.int32)
+        got = run({k: tf.constant(v) for k, v in feeds(spec, x, good, h_0, c_0).items()})
+        states = name != "serving_default"
+        want = reference.forward(canon, x, good, h_0 if states else None, c_0 if states and mode == "lstm" else None)
+        for key, value in zip(STATES, want):
+            if value is not None:
+                assert_close(got[key], value, f"{name} {key}", 1e-5)
+        empty = {k: v[:, :0] if k.startswith("initial") else v[:0] for k, v in feeds(spec, x, good, h_0, c_0).items()}
+        assert run({k: tf.constant(v) for k, v in empty.items()})["outputs"].shape[0] == 0
+        for bad in (0, 6):
+            lengths = np.array([5, bad, 3, 1], np.int32)
+            with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+                run({k: tf.constant(v) for k, v in feeds(spec, x, lengths, h_0, c_0).items()})
+            assert LENGTHS_GUARD in str(caught.value), (name, bad, str(caught.value)[:300])

@@ -11,6 +11,10 @@ at small batches on CPU in Python TensorFlow, where per-op dispatch and matrix-v
 compiles once per input shape, so the time axis is then padded up to one of :data:`STEP_BUCKETS` (the loops stop
 at the longest sequence, so padding costs only the input projection) and a handful of compilations serve every
 length; each new batch size compiles once too (about 1-2 s). The frozen GraphDef is always plain ops.
+
+Both refuse a ``sequence_lengths`` outside [1, time], as the stack's ONNX and TFLite files do: such a length has no
+cuDNN meaning. The call fails with TensorFlow's ``InvalidArgumentError`` (TF Serving: an ``INVALID_ARGUMENT``
+answer, the server keeps running) naming the node of :data:`LENGTHS_GUARD` (:func:`checked_lengths`).
 """
 import os
 from types import ModuleType
@@ -32,6 +36,23 @@ def _named(tf, spec, result):
     if spec.mode == "lstm":
         named["final_c"] = tf.identity(final_c, name="final_c")
     return named
+
+
+LENGTHS_GUARD = "sequence_lengths_refused/each_length_must_be_in_1_to_time"
+"""The name scope of :func:`checked_lengths`' ops: the error of a refused length names its node."""
+
+
+def checked_lengths(tf: ModuleType, inputs: "tf.Tensor", lengths: "tf.Tensor") -> "tf.Tensor":
+    """``lengths`` [B] unchanged where each lies in [1, T] (T: ``inputs``' axis 1; an empty batch passes); else the
+    call fails at a ``GatherV2`` out of bounds (CPU kernels check the index) in :data:`LENGTHS_GUARD`. A data
+    dependency, not an ``Assert``: TensorFlow.js runs no ``Assert``, and reads a node's control inputs as data
+    inputs; its own gather refuses the index too."""
+    with tf.name_scope(LENGTHS_GUARD):
+        lengths = tf.cast(lengths, tf.int32)
+        steps = tf.shape(inputs)[1]
+        bad = tf.reduce_any(tf.logical_or(lengths < 1, lengths > steps))
+        zero = tf.gather(tf.zeros([1], tf.int32), tf.reshape(tf.cast(bad, tf.int32), [1]))  # [0], or index 1: fails
+        return lengths + zero
 
 
 STEP_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -80,17 +101,18 @@ def build_module(canon: "CanonicalRNN", xla: bool = False) -> "tf.Module":
 
     @tf.function(input_signature=[x_spec, len_spec], autograph=False)
     def serve(inputs, sequence_lengths):
-        return _named(tf, spec, forward(inputs, sequence_lengths))
+        return _named(tf, spec, forward(inputs, checked_lengths(tf, inputs, sequence_lengths)))
 
     if spec.mode == "lstm":
         @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state_h, "initial_h"),
                                       _named_spec(tf, state_c, "initial_c")], autograph=False)
         def serve_state(inputs, sequence_lengths, initial_h, initial_c):
-            return _named(tf, spec, forward(inputs, sequence_lengths, initial_h, initial_c))
+            lengths = checked_lengths(tf, inputs, sequence_lengths)
+            return _named(tf, spec, forward(inputs, lengths, initial_h, initial_c))
     else:
         @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state_h, "initial_h")], autograph=False)
         def serve_state(inputs, sequence_lengths, initial_h):
-            return _named(tf, spec, forward(inputs, sequence_lengths, initial_h))
+            return _named(tf, spec, forward(inputs, checked_lengths(tf, inputs, sequence_lengths), initial_h))
 
     module.serve, module.serve_state = serve, serve_state
     return module
@@ -123,7 +145,7 @@ def write_frozen_graph(canon: "CanonicalRNN", path: str) -> Dict[str, List[str]]
         initial_c = v1.placeholder_with_default(
             tf.zeros([spec.num_pseudo_layers, batch, spec.num_units]), [spec.num_pseudo_layers, None, spec.num_units],
             name="initial_c") if spec.mode == "lstm" else None
-        _named(tf, spec, stack_forward(canon, inputs, lengths, initial_h, initial_c))
+        _named(tf, spec, stack_forward(canon, inputs, checked_lengths(tf, inputs, lengths), initial_h, initial_c))
     graph_def = graph.as_graph_def()
     with open(path, "wb") as f:
         f.write(graph_def.SerializeToString())
