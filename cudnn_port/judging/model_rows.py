@@ -89,12 +89,12 @@ def _judged_feeds(manifest, name, function, seed, unchanged):
     :func:`signature_feeds` with a row of nothing but padding where the original runs it (Keras' cuDNN graphs
     assert that no row is fully masked: there the same feeds without that row, and the note says why); without
     the original to say so, none."""
-    feeds, note = signature_feeds(function, seed)
+    feeds, note = signature_feeds(function, seed, empty_row=True)
     original, said = original_judge(manifest, name, feeds, unchanged)
     if original is not None:
         return feeds, note, original, said
     refused = bool(said) and said[0].get("ran") is False  # it ran, and raised
-    feeds, plain = signature_feeds(function, seed, empty_row=False)
+    feeds, plain = signature_feeds(function, seed)
     if plain == note:  # no row was emptied: the original's answer stands
         return feeds, note, original, said
     original, said = original_judge(manifest, name, feeds, unchanged)
@@ -156,16 +156,16 @@ def _self_consistency(row: Dict[str, Any], what: str = "OUT/saved_model") -> Dic
 
 
 def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int,
-                    empty_row: bool = True) -> Tuple[Dict[str, np.ndarray], str]:
+                    empty_row: bool = False) -> Tuple[Dict[str, np.ndarray], str]:
     """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
     ids in [1, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
     (:func:`~.graph_inputs.token_vocabularies`); then the padding each mask of the graph defines
     (:func:`_right_padded`): the last row of each sequence input holds :data:`PAD_FROM` steps, then padding, and
-    (``empty_row``) row :data:`EMPTY_ROW` is padding at every step. Padding is id 0 (a mask_zero Embedding's) and,
-    for float sequences, the scalar the graph compares them with (a Masking layer's ``mask_value``, read from the
-    graph: :func:`~.graph_inputs.masking_values`), else zero vectors. Padding only at a row's end: a padding step
-    inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note naming the token inputs and the
-    padded ones)."""
+    (``empty_row``, as verify's judged rows ask) row :data:`EMPTY_ROW` is padding at every step. Padding is id 0
+    (a mask_zero Embedding's) and, for float sequences, the scalar the graph compares them with (a Masking layer's
+    ``mask_value``, read from the graph: :func:`~.graph_inputs.masking_values`), else zero vectors. Padding only at
+    a row's end: a padding step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note
+    naming the token inputs and the padded ones)."""
     specs = sorted(function.structured_input_signature[1].items())
     feeds = sample_inputs(specs, seed)
     texts = text_inputs(specs, feeds, seed)  # strings: English sentences
