@@ -252,7 +252,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     except Exception as e:  # noqa: BLE001 (a model that does not load is a failed check)
         return [dict(failed_row(f"whole model ({where})", e), stack="(whole model)", judge=None)]
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
-    rows, names, feeds, want = run.rows, run.names, run.feeds, run.want
+    rows, names, feeds, want, judged = run.rows, run.names, run.feeds, run.want, run.judged
     judge_name = f"{run.judge} ({where})"
     if manifest["source"].get("format") == PROGRAM_FORMAT:  # OUT's keras/model.keras is a .pt2's translation, the
         # conversion's own output: its artifacts are judged by PyTorch's kernels instead (judging.torch_program)
@@ -262,7 +262,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         judge_name = f"{run.judge}, rebuilt in float32 from the {policy} original ({where})"
     int8 = next((k for k, of in derived_keys("int8").items() if of == "onnx" and k in manifest.model_artifacts), None)
     if int8:
-        rows.append(_int8_model_row(out, manifest, names, feeds, want, int8, model))
+        rows.append(_int8_model_row(out, manifest, names, feeds, want, int8, model, judged))
     if manifest.get("task") and int8 and len(names) == 1:
         with open(os.path.join(out, manifest["task"])) as f:
             task = json.load(f)
@@ -283,6 +283,11 @@ class ModelRun(NamedTuple):
     names: List[str]
     feeds: Dict[str, np.ndarray]
     want: List[np.ndarray]
+    judged: List[str]  # the feeds' names in the order of the judge's model.inputs (:func:`judge_binding`)
+
+    def judge_inputs(self) -> List[np.ndarray]:
+        """The feeds, one per input of the judging model, bound by name."""
+        return [self.feeds[n] for n in self.judged]
 
 
 def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol: float, rtol: float,
@@ -297,18 +302,29 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     specs = from_records(manifest.get("model_input_specs")) or \
         [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     judge, judge_name = model_judge(model)
+    judged = judge_binding(model, names)
     feeds = model_feeds(model, names, specs, seed)
     try:  # a row of nothing but padding, where the model allows one (its judge runs it to finite outputs)
-        want = judge([feeds[n] for n in names])
+        want = judge([feeds[n] for n in judged])
         allowed = all(np.all(np.isfinite(w)) for w in want)
     except Exception:  # noqa: BLE001 (e.g. a masked mean over no step: the same feeds without that row)
         allowed = False
     if not allowed:
         feeds = model_feeds(model, names, specs, seed, empty_row=False)
-        want = judge([feeds[n] for n in names])
+        want = judge([feeds[n] for n in judged])
     job = ModelJob(model, [tf.TensorSpec(s.shape, s.dtype, name=n) for n, s in zip(names, specs)], out, None)
     job.manifest = manifest
-    return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want)
+    return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want,
+                    judged)
+
+
+def judge_binding(model: Any, names: List[str]) -> List[str]:
+    """``names`` (the inputs the artifacts take, as the manifest records them) in the order of ``model.inputs``,
+    each matched by the judging model's own input name, so that the judge takes each feed by its name, not by the
+    manifest's order (an export that bound its inputs in another order than the model's is judged by the model's).
+    Positional only where the model's names are not those (a model whose inputs Keras named otherwise on reload)."""
+    own = [t.name.split(":")[0] for t in model.inputs]
+    return own if sorted(own) == sorted(names) else list(names)
 
 
 def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[str, Any]:
@@ -317,7 +333,7 @@ def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[s
     original computes in half precision, the artifacts in float32."""
     name = f"original in {policy} (reported)"
     try:
-        got = model_judge(original)[0]([run.feeds[n] for n in run.names])
+        got = model_judge(original)[0](run.judge_inputs())
     except Exception as e:  # noqa: BLE001
         return dict(failed_row(name, e), passed=None)
     row = compare(name, got, run.want, np.inf, 0.0)
@@ -326,7 +342,7 @@ def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[s
                 "in float32: its distance to them is its own rounding, reported and not judged")
 
 
-def _int8_model_row(out, manifest, names, feeds, want, key, model):
+def _int8_model_row(out, manifest, names, feeds, want, key, model, judged):
     """The whole model's int8 ONNX against the fp32 judge's outputs ``want``, with the tolerance of the stacks' int8
     rows (:mod:`cudnn_port.judging.int8`) taken over the whole model: at most 3x the max and 1.5x the mean distance
     from ``want`` of the same model with each int8 LSTM stack computed as an exact int8 implementation rounds
@@ -340,7 +356,7 @@ def _int8_model_row(out, manifest, names, feeds, want, key, model):
     try:
         session = onnx_session(path)
         got = session.run([f"output_{i}" for i in range(len(want))], {n: feeds[n] for n in names})
-        ideal = _ideal_int8_model(model, [feeds[n] for n in names],
+        ideal = _ideal_int8_model(model, [feeds[n] for n in judged],
                                   dict(LSTM_SETTINGS, **infer_settings(onnx.load(path))))
     except Exception as e:  # noqa: BLE001
         return failed_row(name, e)
