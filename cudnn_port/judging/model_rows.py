@@ -294,9 +294,10 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
                     say: Callable[[str], None]) -> ModelRun:
     """Every whole-model artifact of ``out`` (each through its format's runtime,
     :func:`.artifact_rows.model_artifact_rows`) against ``model`` with each fused layer's stack computed by the
-    NumPy reference (:func:`.stock.model_judge`), on seeded inputs with right padding, and ids in each Embedding's
-    range for the inputs an Embedding reads. The one whole-model check: export's parity and verify's rows both run
-    it."""
+    NumPy reference (:func:`.stock.model_judge`), on seeded inputs padded as the model defines padding (a row of
+    only padding where the judge runs one; :func:`.parity.model_feeds`), and ids in each Embedding's range for the
+    inputs an Embedding reads; the judge takes each input by its own name (:func:`judge_binding`). The one
+    whole-model check: export's parity and verify's rows both run it."""
     tf = import_tf()
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
     specs = from_records(manifest.get("model_input_specs")) or \
