@@ -45,6 +45,22 @@ def embedding_vocabularies(model: "keras.Model", names: Sequence[str]) -> Dict[s
     return found
 
 
+def masking_values(model: "keras.Model", names: Sequence[str]) -> Dict[str, float]:
+    """{input name: mask_value} for each model input that a Masking layer reads directly, the value read from the
+    layer's own config (``Masking(mask_value=-1.0)``: -1.0; Keras' default 0.0): a step whose every feature equals
+    it is padding."""
+    by_id = {id(t): n for t, n in zip(model.inputs, names)}
+    found = {}
+    for layer in model.layers:
+        if type(layer).__name__ != "Masking":
+            continue
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", []):
+                if id(tensor) in by_id:
+                    found[by_id[id(tensor)]] = float(layer.get_config()["mask_value"])
+    return found
+
+
 def declared_batch(model: "keras.Model") -> Optional[int]:
     """The batch size every input of ``model`` records (``keras.Input(batch_shape=...)``, ``batch_size=``, or the
     batch a ``Sequential`` was built on), or None where one has none or they differ. A stateful layer keeps states

@@ -221,8 +221,9 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         say(f"{stack['variable']}: the source's own framework")
         rows.append(_call(original, manifest["source"]["checkpoint"], stack["variable"], spec, (x, lengths, h, c),
                           want, atol, rtol))
-    floor = max((r["max_abs"] for r in rows if r["passed"] and r["max_abs"] is not None), default=atol)
-    rows.append(gpu_row(spec, canon, (x, lengths, h, c), want, fp32_floor(floor), rtol))
+    # the fused cuDNN op's bound is this case's own (4x its fp32 floor, states fed), never the artifacts' errors:
+    # an artifact that errs within its tolerance must not loosen the bound of the GPU that should match it
+    rows.append(gpu_row(spec, canon, (x, lengths, h, c), want, atol, rtol))
     self_judged = str(judged_by).startswith("converted checkpoint")  # the conversion's own output: no judge
     for row in rows:
         row.setdefault("judge", judged_by if row["passed"] is not None else None)

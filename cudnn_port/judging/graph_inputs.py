@@ -4,6 +4,8 @@
   ``GatherV2`` / ``ResourceGather`` (an Embedding, ``tf.nn.embedding_lookup``), through casts, reshapes and
   function calls, with the number of rows of the table they index: such inputs take integer ids in
   ``[0, vocab)`` whatever dtype they are declared with (a seq2seq model's float32 token inputs).
+- :func:`masking_values`: the float inputs of a signature that a comparison with a scalar constant reads (a
+  ``Masking`` layer's ``not_equal(x, mask_value)``), with that constant: the padding value the graph itself defines.
 - :func:`could_not_run`: a report row for a judge or artifact that raised, with the reason in one line
   (TensorFlow's detail and node, onnxruntime's status message and node), marked as not run.
 - :func:`sentences` / :func:`text_inputs`: what a string input gets: English sentences of a few words (a raw-text
@@ -116,9 +118,11 @@ def _passes(op, hits):
     return op in PASS_THROUGH or op in INDEX_WRAP and not (op.startswith("Select") and hits == [0])
 
 
-def _walk(scopes, placeholder):
-    """Follow ``placeholder`` forward (PASS_THROUGH ops and calls); the rows of the first table it indexes, None
-    if a gather's table size is unknown, False if it reaches no gather."""
+def _walk(scopes, placeholder, stop=None):
+    """Follow ``placeholder`` forward (PASS_THROUGH ops and calls) to the first node where ``stop(scopes, scope,
+    node, inputs, hits)`` is not False and return that (by default: the rows of the first table it indexes, None
+    if a gather's table size is unknown); False if it reaches none."""
+    stop = stop or _gathered
     tainted, todo = {(None, placeholder)}, [None]
     while todo:
         scope = todo.pop()
@@ -130,8 +134,9 @@ def _walk(scopes, placeholder):
                 hits = [k for k, ref in enumerate(inputs) if (scope, _base(ref)) in tainted]
                 if not hits:
                     continue
-                if node.op in GATHERS and 1 in hits:
-                    return scopes.table_rows(scope, inputs[0])
+                found = stop(scopes, scope, node, inputs, hits)
+                if found is not False:
+                    return found
                 callee = scopes.callee(node)
                 if callee is not None:
                     for k in hits:
@@ -143,6 +148,48 @@ def _walk(scopes, placeholder):
                     tainted.add((scope, node.name))
                     changed = True
     return False
+
+
+def _gathered(scopes, scope, node, inputs, hits):
+    """The rows of the table a gather indexes by the followed tensor; False for any other node."""
+    if node.op in GATHERS and 1 in hits:
+        return scopes.table_rows(scope, inputs[0])
+    return False
+
+
+COMPARED = ("NotEqual", "Equal")  # a Masking layer: any(x != mask_value, axis=-1)
+
+
+def _compared_with(scopes, scope, node, inputs, hits):
+    """The scalar constant a (Not)Equal compares the followed tensor with (a Masking layer's ``mask_value``), as a
+    float; False for any other node."""
+    if node.op not in COMPARED or len(inputs) != 2 or len(hits) != 1:
+        return False
+    const = scopes.by_name[scope].get(_base(inputs[1 - hits[0]]))
+    if const is None or const.op != "Const":
+        return False
+    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
+    from tensorflow.python.framework import tensor_util
+
+    value = np.asarray(tensor_util.MakeNdarray(const.attr["value"].tensor))
+    return float(value.reshape(-1)[0]) if value.size == 1 and value.dtype.kind == "f" else False
+
+
+def masking_values(function: "tf.types.experimental.ConcreteFunction") -> Dict[str, float]:
+    """{input name: value} for each float input of ConcreteFunction ``function`` (a loaded signature) that a
+    comparison with a scalar constant reads (a ``Masking`` layer's ``not_equal(x, mask_value)``), through casts,
+    reshapes and function calls: the value is the graph's own, so a step of it is padding to the model."""
+    graph_def = function.graph.as_graph_def()
+    scopes = _Scopes(graph_def)
+    scopes.capture_rows = {}
+    placeholders = {t.op.name for t in function.inputs}
+    found = {}
+    for name, spec in function.structured_input_signature[1].items():
+        if name in placeholders and spec.dtype.is_floating:
+            value = _walk(scopes, name, _compared_with)
+            if value is not False:
+                found[name] = value
+    return found
 
 
 def could_not_run(artifact: str, what: str, error: BaseException) -> Dict[str, Any]:

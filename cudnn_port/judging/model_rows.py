@@ -6,8 +6,8 @@ import json
 import numpy as np
 
 from ..deps import import_tf
-from .graph_inputs import could_not_run, text_inputs, token_vocabularies
-from .parity import compare, failed_row, model_feeds, sample_inputs
+from .graph_inputs import could_not_run, masking_values, text_inputs, token_vocabularies
+from .parity import EMPTY_ROW, PAD_FROM, compare, failed_row, model_feeds, sample_inputs
 from . import cudnn_api
 from ..exports.runners import onnx_session
 from .tasks import task_row
@@ -59,14 +59,13 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
                                                          if manifest.get("nodes") else "")
     for name in sorted(loaded.signatures):
         say(f"saved_model: signature {name}")
-        feeds, note = signature_feeds(loaded.signatures[name], seed)
-        original = None
+        feeds, note, original, said = _judged_feeds(manifest, name, loaded.signatures[name], seed, unchanged)
         try:
             results = {k: v.numpy() for k, v in loaded.signatures[name](**feeds).items()}
         except Exception as e:  # noqa: BLE001
-            row, results = dict(could_not_run(f"saved_model [{name}]", "TensorFlow", e), judge=None), None
+            row, results, original = dict(could_not_run(f"saved_model [{name}]", "TensorFlow", e), judge=None), None, \
+                None
         else:
-            original, said = original_judge(manifest, name, feeds, unchanged)
             row = dict(_against(f"saved_model [{name}]", results, original, atol, rtol), judge=judge) \
                 if original is not None else dict(said[0], judge=None)
             row["note"] = "; ".join(filter(None, ["runs on CPU" + note, row.get("note")]))
@@ -86,14 +85,40 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
                    for r in graph_artifact_rows(job, feeds, want, "saved_model", atol, rtol, say)]
 
 
+def _judged_feeds(manifest, name, function, seed, unchanged):
+    """(feeds, note, the original's outputs or None, rows saying why not) for signature ``name``: the feeds of
+    :func:`signature_feeds` with a row of nothing but padding where the original runs it (Keras' cuDNN graphs
+    assert that no row is fully masked: there the same feeds without that row, and the note says why); without
+    the original to say so, none."""
+    feeds, note = signature_feeds(function, seed, empty_row=True)
+    original, said = original_judge(manifest, name, feeds, unchanged)
+    if original is not None:
+        return feeds, note, original, said
+    refused = bool(said) and said[0].get("ran") is False  # it ran, and raised
+    feeds, plain = signature_feeds(function, seed)
+    if plain == note:  # no row was emptied: the original's answer stands
+        return feeds, note, original, said
+    original, said = original_judge(manifest, name, feeds, unchanged)
+    if refused and original is not None:
+        plain += "; no row of only padding: the original refuses one"
+    return feeds, plain, original, said
+
+
 def _valid_steps(feeds: Dict[str, np.ndarray]) -> Optional[Callable[[Dict[str, Any]], Dict[str, Any]]]:
     """Where the original runs the CPU twins of its cuDNN functions (a tf.keras graph), a per-step output past a
     padded row's end is defined twice: the CPU twin repeats the last valid step, cuDNN (and a fused ONNX node)
-    writes zeros. ``valid(outputs)``: ``outputs`` with the padded row's steps from ``PAD_FROM`` on set to zero in
-    each output ``[batch, time, ...]`` of the padded inputs' batch and time, so that both are compared on the valid
-    steps only (final states and a last step are compared whole); None where no input was padded."""
-    shapes = {v.shape[:2] for v in feeds.values() if v.ndim >= 2 and v.shape[0] > 1 and v.shape[1] > PAD_FROM
-              and v.dtype.kind in "iuf" and not np.any(v[-1, PAD_FROM:])}  # the inputs _right_padded padded
+    writes zeros. ``valid(outputs)``: ``outputs`` with the padded row's steps from ``PAD_FROM`` on (and every step of
+    a row of nothing but padding) set to zero in each output ``[batch, time, ...]`` of the padded inputs' batch and
+    time, so that both are compared on the valid steps only (final states and a last step are compared whole); None
+    where no input was padded."""
+    shapes, empty = set(), False
+    for v in feeds.values():  # the inputs _right_padded padded: one value (id 0, a Masking value) from PAD_FROM on
+        if v.ndim < 2 or v.shape[0] < 2 or v.shape[1] <= PAD_FROM or v.dtype.kind not in "iuf":
+            continue
+        pad = v[-1, -1].flat[0]
+        if np.all(v[-1, PAD_FROM:] == pad) and (v.dtype.kind == "f" or pad == 0):
+            shapes.add(v.shape[:2])
+            empty |= v.shape[0] > EMPTY_ROW + 1 and bool(np.all(v[EMPTY_ROW] == pad))
     if not shapes:
         return None
 
@@ -104,6 +129,8 @@ def _valid_steps(feeds: Dict[str, np.ndarray]) -> Optional[Callable[[Dict[str, A
             if value.ndim >= 3 and value.shape[:2] in shapes:
                 value = value.copy()
                 value[-1, PAD_FROM:] = 0
+                if empty:
+                    value[EMPTY_ROW] = 0
             cut[name] = value
         return cut
 
@@ -129,12 +156,16 @@ def _self_consistency(row: Dict[str, Any], what: str = "OUT/saved_model") -> Dic
         row.get("note"), f"not judged: agrees with {what}, a self-consistency check, not a judge"])))
 
 
-def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int) -> Tuple[Dict[str, np.ndarray], str]:
+def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: int,
+                    empty_row: bool = False) -> Tuple[Dict[str, np.ndarray], str]:
     """Seeded inputs for a loaded signature, its fixed dimensions kept: N(0, 1) floats, small integers, and integer
     ids in [1, vocab) of the declared dtype for inputs that index a table (an Embedding), whatever that dtype
-    (:func:`~.graph_inputs.token_vocabularies`); then the last row of each sequence input right-padded (ids 0, zero
-    vectors: :func:`_right_padded`), so that a mask (a mask_zero Embedding, Masking) cuts a row short. Padding only
-    at a row's end: a padding step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note
+    (:func:`~.graph_inputs.token_vocabularies`); then the padding each mask of the graph defines
+    (:func:`_right_padded`): the last row of each sequence input holds :data:`PAD_FROM` steps, then padding, and
+    (``empty_row``, as verify's judged rows ask) row :data:`EMPTY_ROW` is padding at every step. Padding is id 0
+    (a mask_zero Embedding's) and, for float sequences, the scalar the graph compares them with (a Masking layer's
+    ``mask_value``, read from the graph: :func:`~.graph_inputs.masking_values`), else zero vectors. Padding only at
+    a row's end: a padding step inside a row is a mask that Keras' cuDNN graphs refuse. Returns (feeds, a note
     naming the token inputs and the padded ones)."""
     specs = sorted(function.structured_input_signature[1].items())
     feeds = sample_inputs(specs, seed)
@@ -144,36 +175,45 @@ def signature_feeds(function: "tf.types.experimental.ConcreteFunction", seed: in
         vocabs = token_vocabularies(function)
     except Exception:  # noqa: BLE001 (an unusual graph: plain inputs, as before)
         vocabs = {}
+    try:
+        values = masking_values(function)
+    except Exception:  # noqa: BLE001 (an unusual graph: zero vectors, as before)
+        values = {}
     rng = np.random.default_rng(seed + 1)
     for name, vocab in sorted(vocabs.items()):
         feeds[name] = rng.integers(1, max(vocab or 2, 2), size=feeds[name].shape).astype(feeds[name].dtype)
     ragged = _ragged_inputs(feeds, dict(specs), rng)
-    padded = _right_padded(feeds, set(vocabs), set(texts) | set(ragged) | {f"{n}_1" for n in ragged})
+    padded, emptied = _right_padded(feeds, set(vocabs), set(texts) | set(ragged) | {f"{n}_1" for n in ragged}, values,
+                                    empty_row)
     shown = ", ".join(f"{n} in [1, {max(v or 2, 2)})" for n, v in sorted(vocabs.items()))
+    pads = ", ".join(f"{n} (Masking value {values[n]:g})" if n in values else n for n in padded)
     return feeds, (f"; token ids {shown}" if shown else "") + (f"; ragged {', '.join(ragged)}" if ragged else "") + \
         (f"; English sentences for {', '.join(sorted(texts))}" if texts else "") + \
-        (f"; the last row of {', '.join(padded)} right-padded from step {PAD_FROM} (padding id 0, zero vectors)"
-         if padded else "")
+        (f"; the last row of {pads} right-padded from step {PAD_FROM}" + (f", row {EMPTY_ROW} all padding"
+                                                                          if emptied else "") +
+         " (padding id 0; float steps the graph's Masking value, else zero vectors)" if padded else "")
 
 
-PAD_FROM = 2  # the last row of a sequence input holds PAD_FROM steps, then padding
-
-
-def _right_padded(feeds, token_inputs, skip) -> List[str]:
+def _right_padded(feeds, token_inputs, skip, values=None, empty_row=False) -> Tuple[List[str], bool]:
     """Right-pads, in place, the last row of each sequence input: token ids ([batch, time], an input that indexes a
     table) become 0 from step ``PAD_FROM`` on, a mask_zero Embedding's padding; float sequences ([batch, time,
-    features]) become zero vectors, a Masking layer's default padding. A masked model then runs a
-    row shorter than the batch, as it does in use; a model without masks reads the zeros as data. Returns the names
-    padded."""
-    padded = []
+    features]) become ``values[name]`` (the value a Masking layer of the graph compares them with) or zero vectors,
+    a Masking layer's default padding; with ``empty_row``, in a batch of three or more, row ``EMPTY_ROW`` becomes
+    padding at every step. A masked model then runs a row shorter than the batch, and one with no step, as it does
+    in use; a model without masks reads the padding as data. Returns (the names padded, whether a row was emptied)."""
+    padded, emptied, values = [], False, values or {}
     for name in sorted(feeds):
         value = feeds[name]
         if name in skip or value.ndim < 2 or value.shape[0] < 2 or value.shape[1] <= PAD_FROM:
             continue
         if (name in token_inputs and value.ndim == 2) or (value.dtype.kind == "f" and value.ndim == 3):
-            value[-1, PAD_FROM:] = 0
+            pad = values.get(name, 0)
+            value[-1, PAD_FROM:] = pad
+            if empty_row and value.shape[0] > EMPTY_ROW + 1:
+                value[EMPTY_ROW] = pad
+                emptied = True
             padded.append(name)
-    return padded
+    return padded, emptied
 
 
 def _ragged_inputs(feeds, specs, rng, rows=3, steps=7) -> List[str]:
@@ -213,7 +253,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     except Exception as e:  # noqa: BLE001 (a model that does not load is a failed check)
         return [dict(failed_row(f"whole model ({where})", e), stack="(whole model)", judge=None)]
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
-    rows, names, feeds, want = run.rows, run.names, run.feeds, run.want
+    rows, names, feeds, want, judged = run.rows, run.names, run.feeds, run.want, run.judged
     judge_name = f"{run.judge} ({where})"
     if manifest["source"].get("format") == PROGRAM_FORMAT:  # OUT's keras/model.keras is a .pt2's translation, the
         # conversion's own output: its artifacts are judged by PyTorch's kernels instead (judging.torch_program)
@@ -223,7 +263,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
         judge_name = f"{run.judge}, rebuilt in float32 from the {policy} original ({where})"
     int8 = next((k for k, of in derived_keys("int8").items() if of == "onnx" and k in manifest.model_artifacts), None)
     if int8:
-        rows.append(_int8_model_row(out, manifest, names, feeds, want, int8, model))
+        rows.append(_int8_model_row(out, manifest, names, feeds, want, int8, model, judged))
     if manifest.get("task") and int8 and len(names) == 1:
         with open(os.path.join(out, manifest["task"])) as f:
             task = json.load(f)
@@ -244,25 +284,49 @@ class ModelRun(NamedTuple):
     names: List[str]
     feeds: Dict[str, np.ndarray]
     want: List[np.ndarray]
+    judged: List[str]  # the feeds' names in the order of the judge's model.inputs (:func:`judge_binding`)
+
+    def judge_inputs(self) -> List[np.ndarray]:
+        """The feeds, one per input of the judging model, bound by name."""
+        return [self.feeds[n] for n in self.judged]
 
 
 def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol: float, rtol: float,
                     say: Callable[[str], None]) -> ModelRun:
     """Every whole-model artifact of ``out`` (each through its format's runtime,
     :func:`.artifact_rows.model_artifact_rows`) against ``model`` with each fused layer's stack computed by the
-    NumPy reference (:func:`.stock.model_judge`), on seeded inputs with right padding, and ids in each Embedding's
-    range for the inputs an Embedding reads. The one whole-model check: export's parity and verify's rows both run
-    it."""
+    NumPy reference (:func:`.stock.model_judge`), on seeded inputs padded as the model defines padding (a row of
+    only padding where the judge runs one; :func:`.parity.model_feeds`), and ids in each Embedding's range for the
+    inputs an Embedding reads; the judge takes each input by its own name (:func:`judge_binding`). The one
+    whole-model check: export's parity and verify's rows both run it."""
     tf = import_tf()
     names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
     specs = from_records(manifest.get("model_input_specs")) or \
         [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
-    feeds = model_feeds(model, names, specs, seed)
     judge, judge_name = model_judge(model)
-    want = judge([feeds[n] for n in names])
+    judged = judge_binding(model, names)
+    feeds = model_feeds(model, names, specs, seed)
+    try:  # a row of nothing but padding, where the model allows one (its judge runs it to finite outputs)
+        want = judge([feeds[n] for n in judged])
+        allowed = all(np.all(np.isfinite(w)) for w in want)
+    except Exception:  # noqa: BLE001 (e.g. a masked mean over no step: the same feeds without that row)
+        allowed = False
+    if not allowed:
+        feeds = model_feeds(model, names, specs, seed, empty_row=False)
+        want = judge([feeds[n] for n in judged])
     job = ModelJob(model, [tf.TensorSpec(s.shape, s.dtype, name=n) for n, s in zip(names, specs)], out, None)
     job.manifest = manifest
-    return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want)
+    return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want,
+                    judged)
+
+
+def judge_binding(model: Any, names: List[str]) -> List[str]:
+    """``names`` (the inputs the artifacts take, as the manifest records them) in the order of ``model.inputs``,
+    each matched by the judging model's own input name, so that the judge takes each feed by its name, not by the
+    manifest's order (an export that bound its inputs in another order than the model's is judged by the model's).
+    Positional only where the model's names are not those (a model whose inputs Keras named otherwise on reload)."""
+    own = [t.name.split(":")[0] for t in model.inputs]
+    return own if sorted(own) == sorted(names) else list(names)
 
 
 def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[str, Any]:
@@ -271,7 +335,7 @@ def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[s
     original computes in half precision, the artifacts in float32."""
     name = f"original in {policy} (reported)"
     try:
-        got = model_judge(original)[0]([run.feeds[n] for n in run.names])
+        got = model_judge(original)[0](run.judge_inputs())
     except Exception as e:  # noqa: BLE001
         return dict(failed_row(name, e), passed=None)
     row = compare(name, got, run.want, np.inf, 0.0)
@@ -280,7 +344,7 @@ def precision_row(original: "keras.Model", policy: str, run: ModelRun) -> Dict[s
                 "in float32: its distance to them is its own rounding, reported and not judged")
 
 
-def _int8_model_row(out, manifest, names, feeds, want, key, model):
+def _int8_model_row(out, manifest, names, feeds, want, key, model, judged):
     """The whole model's int8 ONNX against the fp32 judge's outputs ``want``, with the tolerance of the stacks' int8
     rows (:mod:`cudnn_port.judging.int8`) taken over the whole model: at most 3x the max and 1.5x the mean distance
     from ``want`` of the same model with each int8 LSTM stack computed as an exact int8 implementation rounds
@@ -294,7 +358,7 @@ def _int8_model_row(out, manifest, names, feeds, want, key, model):
     try:
         session = onnx_session(path)
         got = session.run([f"output_{i}" for i in range(len(want))], {n: feeds[n] for n in names})
-        ideal = _ideal_int8_model(model, [feeds[n] for n in names],
+        ideal = _ideal_int8_model(model, [feeds[n] for n in judged],
                                   dict(LSTM_SETTINGS, **infer_settings(onnx.load(path))))
     except Exception as e:  # noqa: BLE001
         return failed_row(name, e)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import reason
-from ..model_inputs import embedding_vocabularies
+from ..model_inputs import embedding_vocabularies, masking_values
 from ..paths import write_new
 
 if TYPE_CHECKING:
@@ -104,15 +104,32 @@ def write_report(path: str, report: Dict[str, Any]) -> None:
     write_new(path, json.dumps(report, indent=2))
 
 
-def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: int) -> Dict[str, np.ndarray]:
-    """Seeded inputs of ``specs`` (by ``names``) for a whole model, the last row right-padded
-    (:func:`~cudnn_port.judging.parity.sample_inputs`), with ids in each Embedding's range for the inputs an
-    Embedding reads, whatever their dtype, padded like the rest."""
-    feeds = sample_inputs(list(zip(names, specs)), seed, pad_last=True)
+PAD_FROM = 2  # a right-padded row holds PAD_FROM steps, then padding
+EMPTY_ROW = 1  # the row of every padding step, where the batch has one to spare (row 0 stays whole)
+
+
+def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: int,
+                empty_row: bool = True) -> Dict[str, np.ndarray]:
+    """Seeded inputs of ``specs`` (by ``names``) for a whole model (:func:`sample_inputs`), with ids in each
+    Embedding's range for the inputs an Embedding reads, whatever their dtype; then the padding each mask of the
+    model defines: the last row holds :data:`PAD_FROM` steps, then padding, and (``empty_row``, in a batch of 3 or
+    more) row :data:`EMPTY_ROW` of each sequence input (ids ``[batch, time]``, features ``[batch, time, n]``) is
+    padding at every step. Padding is id 0 (a ``mask_zero`` Embedding's) and, for an input a ``Masking`` layer reads,
+    that layer's own ``mask_value`` from the model's config (:func:`~cudnn_port.model_inputs.masking_values`); 0
+    elsewhere."""
+    feeds = sample_inputs(list(zip(names, specs)), seed)
     rng = np.random.default_rng(seed + 1)
-    for name, (low, vocab) in sorted(embedding_vocabularies(model, names).items()):
-        ids = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
-        if ids.ndim >= 2 and ids.shape[0] > 1:
-            ids[-1, 2:] = 0  # the same right padding as sample_inputs(pad_last=True)
-        feeds[name] = ids
+    vocabs = embedding_vocabularies(model, names)
+    for name, (low, vocab) in sorted(vocabs.items()):
+        feeds[name] = rng.integers(low, max(vocab, low + 1), size=feeds[name].shape).astype(feeds[name].dtype)
+    values = masking_values(model, names)
+    for name in names:
+        value, pad = feeds[name], values.get(name, 0)
+        if value.ndim < 2 or value.shape[0] < 2:
+            continue
+        value[-1, PAD_FROM:] = pad
+        sequence = (name in vocabs and value.ndim == 2) or (value.dtype.kind == "f" and value.ndim == 3)
+        if empty_row and sequence and value.shape[0] > EMPTY_ROW + 1:
+            value[EMPTY_ROW] = pad
     return feeds
+

@@ -102,7 +102,9 @@ def gpu_row(spec: "RNNSpec", canon: "CanonicalRNN", batch: "Tuple[np.ndarray, np
             want: "List[Optional[np.ndarray]]", atol: float, rtol: float) -> Dict[str, Any]:
     """The fused cuDNN op itself (one CudnnRNNV3 call on the judge's buffer), where TensorFlow sees a GPU, with
     TensorFloat-32 off (TensorFlow allows it by default on Ampere and newer, and it moves cuDNN's fp32 output by
-    up to ~3e-3 on small stacks, 7.5e-2 on large ones). Its tolerance is the fp32 floor of the case: ``atol``."""
+    up to ~3e-3 on small stacks, 7.5e-2 on large ones). Its tolerance ``atol`` is the case's own: at least 4x its
+    fp32 floor (:func:`cudnn_port.verify.case_floor`, the reference's math in fp32 against float64 on this batch),
+    never derived from the artifacts' errors."""
     name = "cudnn (GPU, TF32 off)"
     if not spec.cudnn_computes:
         return skipped_row(name, f"cuDNN does not compute a {spec.cell_name}")
@@ -121,7 +123,7 @@ def gpu_row(spec: "RNNSpec", canon: "CanonicalRNN", batch: "Tuple[np.ndarray, np
         with tf.device(gpus[0].name):
             got = cudnn_forward(spec, tf.constant(pack(canon, "float32")), x, lengths, h, c)
         row = compare(name, [None if t is None else t.numpy() for t in got], want, atol, rtol,
-                      note=f"TF32 off; atol {atol:.1e} = 4x the fp32 CPU artifacts' error (the fp32 floor)")
+                      note=f"TF32 off; atol {atol:.1e}: this case's own, at least 4x its fp32 floor")
     except Exception as e:  # a GPU that cannot run the op is a failed check, not a crash
         row = failed_row(name, e)
     finally:
