@@ -127,9 +127,9 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source, named_s
     report = {"out": os.path.abspath(out), "atol": atol, "rtol": rtol, "seed": seed, "batch": batch, "steps": steps,
               "rows": file_rows(out, manifest) + ([found] if found else [])}
     unchanged = source_unchanged(manifest)
-    if manifest.get("kind") == "saved_model":
+    if manifest.road == "graph":
         report["rows"] += saved_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
-    elif manifest.get("kind") == "keras_model":
+    elif manifest.road == "model":
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
         report["rows"] += program_rows(manifest, out, atol, rtol, seed, unchanged, say)  # a .pt2: by PyTorch
     elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
@@ -168,7 +168,7 @@ def _judge_source(manifest, out, unchanged):
     path, words = manifest["source"].get("checkpoint", ""), "source buffer"
     if not unchanged:
         copy = os.path.join(out, manifest.get("model_artifacts", {}).get("keras", ""))
-        if manifest.get("kind") != "keras_model" or not os.path.isfile(copy):
+        if manifest.road != "model" or not os.path.isfile(copy):
             return None, None
         path, words = copy, "buffer in OUT/keras/model.keras (source unavailable)"
     modes = {s["spec"].get("mode") for s in manifest.get("stacks", [])} & {"rnn_tanh", "rnn_relu"}
@@ -187,7 +187,7 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
             independent = _independent_stack(manifest, source, stack["variable"], spec)
             if independent is not None:
                 canon, judged_by = independent
-            elif manifest.get("kind") != "keras_model":  # a checkpoint's buffer: its neighbours may contradict it
+            elif manifest.road != "model":  # a checkpoint's buffer: its neighbours may contradict it
                 layout_rows += _neighbour_rows(source, stack["variable"], spec)
         else:
             canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
@@ -211,7 +211,7 @@ def _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch
         canon, x, lengths, *states, dtype=np.float32, ulps=u), rtol) for u in (2, -2)))
         for w, s, states in ((want, single, (h, c)), (want_zero, single_zero, ())))
     rows = layout_rows
-    if manifest.get("kind") != "keras_model" or "checkpoint" in manifest.get("formats", []):
+    if manifest.road != "model" or "checkpoint" in manifest.get("formats", []):
         say(f"{stack['variable']}: checkpoint")
         rows.append(checkpoint_judge(manifest, out, stack, spec, (x, lengths, h, c), want, atol, rtol))
     rows += stack_artifact_rows(out, stack, spec, canon, (x, lengths, h, c), want, want_zero, (atol, atol_zero), rtol,
