@@ -238,6 +238,74 @@ def test_a_whole_model_onnx_survives_an_empty_batch_and_zero_steps(tmp_path):
     np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, rtol=1e-4)
 
 
+LITE_PROBE = """
+import json, sys
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter
+feeds = np.load(sys.argv[1])
+results = []
+for path in sys.argv[2:]:
+    stateful = "stateful" in path
+    for batch, steps in ((0, 5), (0, 0), (4, 9)):
+        given = {k: v[:batch, :steps] if k == "inputs" else v[:batch] if k == "sequence_lengths" else v[:, :batch]
+                 for k, v in feeds.items() if stateful or not k.startswith("initial")}
+        row = {"path": path, "batch": batch, "steps": steps}
+        try:
+            out = Interpreter(path).get_signature_runner("serving_default")(**given)
+            row["litert"] = {k: v.tolist() for k, v in out.items()}
+        except Exception as e:
+            row["litert"] = "error: " + " ".join(str(e).split())[:400]
+        results.append(row)
+print(json.dumps(results))
+"""
+
+
+def test_an_empty_batch_in_a_stacks_tflite_is_a_catchable_error(tmp_path):
+    """LiteRT 2.3 ended the process (SIGSEGV) on a stack's model.tflite at batch 0. Every held-out stack's
+    model.tflite and model_stateful.tflite (LSTM and GRU, one to three layers, both directions, input size !=
+    hidden) now fails such a call with a catchable error (the guard's GATHER out of bounds; at 0 steps a GRU's
+    loop already fails to prepare), at 5 steps and at 0, in a child process that must end by itself; a ragged batch
+    with non-zero states still matches the float64 reference there."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("ai_edge_litert.interpreter")
+    from cudnn_port.exports.tflite import write_tflite
+
+    paths, canons = [], {}
+    for mode, layers, bi, inputs, hidden in HELD_OUT:
+        canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=400 + layers)
+        for stateful in (False, True):
+            path = str(tmp_path / f"{mode}{layers}{bi}{'_stateful' if stateful else ''}.tflite")
+            write_tflite(canon, path, stateful=stateful)
+            paths.append(path)
+            canons[path] = canon
+    rows = []
+    for path in paths:  # each stack its own feeds (sizes differ)
+        plain, states = ragged(canons[path].spec)
+        np.savez(tmp_path / "feeds.npz", **plain, **states)
+        proc = subprocess.run([sys.executable, "-c", LITE_PROBE, str(tmp_path / "feeds.npz"), path],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (path, proc.returncode, proc.stderr[-2000:])
+        rows += json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(rows) == 3 * len(paths)
+    for row in rows:
+        if row["batch"] == 0:  # the guard's error; a GRU of 0 steps already fails to prepare (also catchable)
+            assert isinstance(row["litert"], str) and row["litert"].startswith("error:"), row
+            assert "gather index out of bounds" in row["litert"] or row["steps"] == 0, row
+            continue
+        canon, stateful = canons[row["path"]], row["path"].endswith("_stateful.tflite")
+        plain, states = ragged(canon.spec)
+        if not stateful:
+            states = {}
+        want = reference.forward(canon, plain["inputs"], plain["sequence_lengths"], states.get("initial_h"),
+                                 states.get("initial_c"))
+        got = row["litert"]
+        assert_matches([np.asarray(got[k]) if k in got else None for k in ("outputs", "final_h", "final_c")],
+                       want, row["path"])
+
+
 @pytest.mark.parametrize("held_out", [HELD_OUT[1], HELD_OUT[2]], ids=[IDS[1], IDS[2]])
 def test_lengths_outside_one_to_steps_are_refused_by_every_runtime(tmp_path, held_out):
     """A stack's ONNX and TFLite files took any length: for length 0 onnxruntime, OpenVINO and LiteRT returned three
@@ -278,3 +346,4 @@ def test_lengths_outside_one_to_steps_are_refused_by_every_runtime(tmp_path, hel
             with pytest.raises(Exception) as caught:
                 run(None, dict(given, sequence_lengths=lengths))
             assert needle in str(caught.value), (name, bad, str(caught.value)[:300])
+
