@@ -347,3 +347,85 @@ def test_lengths_outside_one_to_steps_are_refused_by_every_runtime(tmp_path, hel
                 run(None, dict(given, sequence_lengths=lengths))
             assert needle in str(caught.value), (name, bad, str(caught.value)[:300])
 
+
+ORT_PROBE = """
+import json, sys
+import numpy as np
+import onnxruntime as ort
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+results = []
+for path in sys.argv[2:]:
+    feeds = dict(np.load(path))
+    try:
+        results.append([v.tolist() for v in session.run(None, feeds)])
+    except Exception as e:
+        results.append("error: " + " ".join(str(e).split())[:600])
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("held_out", [HELD_OUT[1], HELD_OUT[2]], ids=[IDS[1], IDS[2]])
+def test_the_graph_roads_onnx_refuses_an_empty_batch_zero_steps_and_lengths_past_the_steps(tmp_path, held_out):
+    """A SavedModel calling CudnnRNNV3 (batch-major, lengths and states fed) converted whole: its model.onnx (fused
+    nodes inside tf2onnx's graph, dimensions the signature's) had no guard, and an empty batch ended onnxruntime's
+    process (SIGSEGV). Now an empty batch, zero steps and a length past the steps each end in a catchable error from
+    the guard in front of the node, in a child process that ends by itself; a ragged batch with non-zero states
+    still matches the float64 reference."""
+    tf = pytest.importorskip("tensorflow")
+    import json
+    import subprocess
+    import sys
+
+    from helpers import save_params_module
+    from cudnn_port import convert
+    from cudnn_port.exports.onnx_guard import NODE_GUARD
+    from cudnn_port.layout import pack
+
+    mode, layers, bi, inputs, hidden = held_out
+    canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=500 + layers)
+    spec, L_D = canon.spec, canon.spec.num_pseudo_layers
+
+    def run(params, x, lengths, h0, c0):  # batch-major: the states [B, L*D, H]
+        y, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
+            input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]), params=params,
+            sequence_lengths=lengths, rnn_mode=mode, is_training=False, time_major=False,
+            direction="bidirectional" if bi else "unidirectional")
+        h = tf.transpose(h, [1, 0, 2])
+        return {"y": y, "h": h, "c": tf.transpose(c, [1, 0, 2])} if mode == "lstm" else {"y": y, "h": h}
+
+    save_params_module(tmp_path / "src", pack(canon), [
+        tf.TensorSpec([None, None, inputs], tf.float32, name="x"), tf.TensorSpec([None], tf.int32, name="lengths"),
+        tf.TensorSpec([L_D, None, hidden], tf.float32, name="h0"),
+        tf.TensorSpec([L_D, None, hidden], tf.float32, name="c0")], run, as_variable=False)
+    convert(str(tmp_path / "src"), tmp_path / "out", formats=["onnx"])
+    plain, states = ragged(spec)
+    fed = {"x": plain["inputs"], "lengths": plain["sequence_lengths"], "h0": states["initial_h"],
+           "c0": states.get("initial_c", np.zeros_like(states["initial_h"]))}
+    steps = fed["x"].shape[1]
+    cases = {"ragged": fed, "batch 0": {k: v[:, :0] if k in ("h0", "c0") else v[:0] for k, v in fed.items()},
+             "0 steps": dict(fed, x=fed["x"][:, :0], lengths=np.zeros(4, np.int32)),
+             "length past the steps": dict(fed, lengths=np.array([steps + 1, 2, 6, 1], np.int32))}
+    import onnx
+
+    wanted = {i.name for i in onnx.load(str(tmp_path / "out" / "model.onnx")).graph.input}
+    paths = []
+    for i, feeds in enumerate(cases.values()):
+        np.savez(tmp_path / f"case{i}.npz", **{k: v for k, v in feeds.items() if k in wanted})
+        paths.append(str(tmp_path / f"case{i}.npz"))
+    proc = subprocess.run([sys.executable, "-c", ORT_PROBE, str(tmp_path / "out" / "model.onnx"), *paths],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    got = dict(zip(cases, json.loads(proc.stdout.strip().splitlines()[-1])))
+    for name in ("batch 0", "0 steps", "length past the steps"):
+        assert isinstance(got[name], str) and NODE_GUARD in got[name], (name, got[name])
+    want = reference.forward(canon, plain["inputs"], plain["sequence_lengths"], states["initial_h"],
+                             states.get("initial_c"))
+    session_names = [o.name for o in ort.InferenceSession(str(tmp_path / "out" / "model.onnx"),
+                                                          providers=["CPUExecutionProvider"]).get_outputs()]
+    outputs = dict(zip(session_names, got["ragged"]))
+    valid = np.arange(steps)[None, :] < plain["sequence_lengths"][:, None]
+    np.testing.assert_allclose(np.asarray(outputs["y"])[valid], want[0][valid], atol=ATOL_FP32)
+    np.testing.assert_allclose(outputs["h"], want[1], atol=ATOL_FP32)
+    if mode == "lstm":
+        np.testing.assert_allclose(outputs["c"], want[2], atol=ATOL_FP32)
