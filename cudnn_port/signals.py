@@ -201,8 +201,7 @@ def signals_interrupt(on_timeout: Optional[Callable[[int, bool], int]] = None) -
                                     name="cudnn-port-signals", daemon=True)
         watchdog.start()
         sys.unraisablehook = _unraisable(previous_hook)
-        _State.depth = 1
-        check()  # a signal while the handlers went in was recorded only
+        _State.depth = 1  # a signal while the handlers went in was recorded only: check() and the CLI still see it
         yield
     finally:
         _State.depth = 0  # first, before any call: from here a signal is recorded, never raised into this cleanup
