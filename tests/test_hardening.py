@@ -289,13 +289,20 @@ def test_numpy_integers_read_as_numbers():
 
 # ----------------------------------------------------------------------------------------------- signals
 def run_and_signal(argv, signum, delay, cwd):
-    proc = subprocess.Popen([sys.executable, "-m", "cudnn_port.cli", *argv, "--quiet"], cwd=cwd,
+    """The CLI in a child process, sent ``signum`` ``delay`` seconds after its first progress line: before that line
+    Python may still be starting up (on a loaded machine, over 2 s), where SIGTERM ends any process before its
+    handlers exist."""
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_port.cli", *argv], cwd=cwd,
                             env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(delay)
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=300)
-    return proc.returncode, err
+    try:
+        first = proc.stderr.readline()
+        time.sleep(delay)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    return proc.returncode, first + err
 
 
 @pytest.mark.slow
