@@ -20,7 +20,7 @@ from .inspection import inspect_source
 from .deps import missing_message
 from .outdir import disk_error
 from .quiet import quiet_stderr
-from .signals import raised_signal, signals_interrupt
+from .signals import raised_signal, signals_interrupt, was_published
 from .verify import format_table as verify_table, verify
 
 if TYPE_CHECKING:
@@ -60,7 +60,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv):
-    want_json, args = "--json" in argv, None
+    want_json = "--json" in argv
+    code = _in_context(argv, want_json)
+    late = raised_signal()
+    if late is not None and code not in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        return _interrupted(late, was_published(), want_json)  # it arrived as the context closed: recorded only
+    return code
+
+
+def _in_context(argv, want_json):
+    args = None
     with signals_interrupt(lambda signum, published: _interrupted(signum, published, want_json)):
         try:
             args = parse(argv)

@@ -13,7 +13,13 @@ Inside :func:`signals_interrupt`:
 - a watchdog thread is woken by the signal itself (``signal.set_wakeup_fd``), which works while the main thread is
   blocked inside a C++ kernel and cannot run Python. If the main thread has not left the context within
   :data:`GRACE` seconds (and no step that must not be cut is running), the watchdog removes every registered
-  temporary folder, says the command's one line and ends the process with ``os._exit(128 + signum)``.
+  temporary folder, says the command's one line and ends the process with ``os._exit(128 + signum)``;
+- when the context ends, the first thing it does (before any call a signal could interrupt) is to stop raising: a
+  signal from then on is recorded only (the CLI still ends with 130 / 143, :func:`raised_signal`). Then the resend
+  timers of :func:`_unraisable` are cancelled and joined (a resend sends only while the context is open), the
+  watchdog is woken and joined, a signal sent to the main thread is let in while the handler still records, and only
+  then do the handlers the process had come back: no thread of ours outlives the context, and no signal of ours
+  reaches the process's own handlers (a test runner's KeyboardInterrupt, or SIGTERM's default, which ends it).
 """
 import contextlib
 import os
@@ -38,17 +44,21 @@ class Interrupted(KeyboardInterrupt):
 
 
 class _State:
-    depth = 0  # signals_interrupt contexts open
+    depth = 0  # 1 while a signals_interrupt context is open (its handlers in place); 0 from the moment it closes
     held = 0  # > 0 while a step that must not be cut runs
     pending = None  # a signal that arrived while held
     raised = None  # the first signal of the outermost context, kept even if a library swallowed the exception
     published = False  # OUT was put in place during this context
     cleanup: set = set()  # temporary folders the watchdog removes before it ends the process
+    resends: list = []  # the timers of :func:`_unraisable`, cancelled and joined when the context closes
+    lock = threading.Lock()  # a resend checks that the context is open and sends, as one step
 
 
 def _on_signal(signum, frame):
     if _State.raised is None:
         _State.raised = signum
+    if not _State.depth:  # the context is closing: recorded, never raised into its cleanup
+        return
     if _State.held:
         _State.pending = signum
         return
@@ -60,6 +70,11 @@ def raised_signal() -> Optional[int]:
     :class:`Interrupted` into its own error (TensorFlow's import into "ImportError: initialization failed") or
     swallow it: this still knows the run was interrupted."""
     return _State.raised
+
+
+def was_published() -> bool:
+    """Whether OUT was put in place during the current (or last) :func:`signals_interrupt` context."""
+    return _State.published
 
 
 def check(published: bool = False) -> None:
@@ -101,17 +116,31 @@ def mark_published() -> None:
 
 def _unraisable(hook):
     """A ``sys.unraisablehook``: an :class:`Interrupted` raised inside a destructor (``__del__``, where Python
-    cannot propagate it) is raised again: the signal is sent once more, 50 ms later from another thread, so that it
-    lands after this hook has returned. Once a signal has been raised, other destructor errors are dropped: they come
-    from objects the interrupt cut short. Anything else goes to ``hook``."""
+    cannot propagate it) is raised again: the signal is sent once more to the main thread, 50 ms later from a timer
+    thread (:func:`_resend`), so that it lands after this hook has returned. Once a signal has been raised, other
+    destructor errors are dropped: they come from objects the interrupt cut short. Anything else goes to ``hook``."""
     def handle(unraisable):
         if isinstance(unraisable.exc_value, Interrupted):
-            resend = threading.Timer(0.05, os.kill, (os.getpid(), unraisable.exc_value.signum))
-            resend.daemon = True
+            resend = threading.Timer(0.05, _resend, (unraisable.exc_value.signum,))
+            resend.name, resend.daemon = "cudnn-port-resend", True
+            with _State.lock:
+                _State.resends.append(resend)
             resend.start()
         elif _State.raised is None:
             hook(unraisable)
     return handle
+
+
+def _resend(signum: int) -> None:
+    """Send ``signum`` to the main thread, only while the context is open: the context's close takes the lock and
+    sets ``depth`` to 0 first, so a resend either sends before it (and the close lets the signal in while the handler
+    records) or never. Sent to the main thread itself (``pthread_kill``), so that its next system call takes it."""
+    with _State.lock:
+        if _State.depth:
+            if hasattr(signal, "pthread_kill"):
+                signal.pthread_kill(threading.main_thread().ident, signum)
+            else:  # Windows: no threads to aim at
+                os.kill(os.getpid(), signum)
 
 
 def _default_exit(signum: int, published: bool) -> int:
@@ -155,7 +184,7 @@ def signals_interrupt(on_timeout: Optional[Callable[[int, bool], int]] = None) -
     no cleanup), also when the signal lands inside a destructor, and a watchdog ends the process if the main thread
     does not unwind within :data:`GRACE` seconds (``on_timeout(signum, published)`` says the line and returns the
     exit code; by default the CLI's line, exit 128 + signum). Nested uses are one. Only the main thread can set
-    handlers; elsewhere this does nothing."""
+    handlers; elsewhere this does nothing. On leaving, nothing it started is left running (:func:`_close`)."""
     if threading.current_thread() is not threading.main_thread() or _State.depth:
         yield
         return
@@ -163,31 +192,48 @@ def signals_interrupt(on_timeout: Optional[Callable[[int, bool], int]] = None) -
     done = threading.Event()  # the main thread left this context
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    previous, old_fd = {}, signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    previous, watchdog, previous_hook = {}, None, sys.unraisablehook
+    old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     try:
         for s in SIGNALS:
             previous[s] = signal.signal(s, _on_signal)
         watchdog = threading.Thread(target=_watch, args=(read_fd, done, on_timeout or _default_exit),
                                     name="cudnn-port-signals", daemon=True)
         watchdog.start()
-        previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
-        _State.depth += 1
-        try:
-            yield
-        finally:
-            _State.depth -= 1
-            done.set()
-            sys.unraisablehook = previous_hook
+        sys.unraisablehook = _unraisable(previous_hook)
+        _State.depth = 1  # a signal while the handlers went in was recorded only: check() and the CLI still see it
+        yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        signal.set_wakeup_fd(old_fd)
-        try:
-            os.write(write_fd, b"\0")  # wake the watchdog so that it sees done and stops
-        except OSError:
-            pass
-        os.close(write_fd)
-        _State.cleanup.clear()
+        _State.depth = 0  # first, before any call: from here a signal is recorded, never raised into this cleanup
+        _close(done, watchdog, write_fd, previous, old_fd, previous_hook)
+        if watchdog is None:  # it never started: its end of the pipe is still ours
+            os.close(read_fd)
+
+
+def _close(done, watchdog, write_fd, previous, old_fd, previous_hook) -> None:
+    """End a :func:`signals_interrupt` context (``depth`` already 0, so its handler records and never raises): stop
+    and join every thread it started, let a signal already sent to the main thread in, then give the process its
+    handlers back."""
+    done.set()
+    sys.unraisablehook = previous_hook
+    with _State.lock:  # no resend sends from here on
+        resends, _State.resends = _State.resends, []
+    for timer in resends:
+        timer.cancel()
+        timer.join()
+    try:
+        os.write(write_fd, b"\0")  # wake the watchdog so that it sees done and stops
+    except OSError:
+        pass
+    if watchdog is not None:
+        watchdog.join()  # it returns within 50 ms once done is set
+    if hasattr(signal, "pthread_sigmask"):  # a system call: a signal a resend sent to the main thread is delivered
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # on its return, while our handler records
+    for s, handler in previous.items():
+        signal.signal(s, handler)  # runs the handler of any signal still pending first: ours, recording
+    signal.set_wakeup_fd(old_fd)
+    os.close(write_fd)
+    _State.cleanup.clear()
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 import numpy as np
@@ -288,13 +289,20 @@ def test_numpy_integers_read_as_numbers():
 
 # ----------------------------------------------------------------------------------------------- signals
 def run_and_signal(argv, signum, delay, cwd):
-    proc = subprocess.Popen([sys.executable, "-m", "cudnn_port.cli", *argv, "--quiet"], cwd=cwd,
+    """The CLI in a child process, sent ``signum`` ``delay`` seconds after its first progress line: before that line
+    Python may still be starting up (on a loaded machine, over 2 s), where SIGTERM ends any process before its
+    handlers exist."""
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_port.cli", *argv], cwd=cwd,
                             env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(delay)
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=300)
-    return proc.returncode, err
+    try:
+        first = proc.stderr.readline()
+        time.sleep(delay)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    return proc.returncode, first + err
 
 
 @pytest.mark.slow
@@ -313,72 +321,81 @@ def test_a_signal_at_any_moment_leaves_no_out_or_a_whole_one(tmp_path, signum, d
         assert code == 128 + signum and "nothing was written" in err
 
 
+def signalled(body, *args):
+    """Run ``body`` (Python source, after ``import os, signal, sys, time; from cudnn_port import cli``) in a child
+    process that signals itself, and return (the exit code it prints last, its stderr): a signal sent there can
+    never reach this test runner (pytest's SIGINT handler, or SIGTERM's default, which ends an xdist worker)."""
+    proc = subprocess.run([sys.executable, "-c", "import os, signal, sys, time\nfrom cudnn_port import cli\n" +
+                           textwrap.dedent(body), *map(str, args)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip(), (proc.returncode, proc.stdout[-1000:], proc.stderr[-3000:])
+    return int(proc.stdout.split()[-1]), proc.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(monkeypatch, capsys, signum):
+def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt(signum):
     """TensorFlow's import, cut by a signal, raises "ImportError: initialization failed" in place of ours: that was
     reported as "tensorflow is not installed", exit 2."""
-    from cudnn_port import cli
+    code, err = signalled("""
+        def run(args, progress):
+            try:
+                os.kill(os.getpid(), int(sys.argv[1]))
+                time.sleep(5)
+            except BaseException:
+                raise ImportError("initialization failed") from None
 
-    def run(args, progress):
-        try:
-            os.kill(os.getpid(), signum)
-            time.sleep(5)
-        except BaseException:
-            raise ImportError("initialization failed") from None
-
-    monkeypatch.setattr(cli, "run", run)
-    assert cli.main(["inspect", "x"]) == 128 + signum
-    assert "interrupted" in capsys.readouterr().err
+        cli.run = run
+        print(cli.main(["inspect", "x"]))
+    """, int(signum))
+    assert code == 128 + signum and "interrupted" in err, err
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_inside_a_destructor_is_still_an_interrupt(monkeypatch, capsys, signum):
+def test_a_signal_inside_a_destructor_is_still_an_interrupt(signum):
     """SIGTERM 4.5 s into convert landed in a TensorFlow ``__del__``: Python printed "Exception ignored ...
     Traceback" and carried on."""
-    from cudnn_port import cli
+    code, err = signalled("""
+        class Resource:
+            def __del__(self):
+                os.kill(os.getpid(), int(sys.argv[1]))
+                time.sleep(0.5)
 
-    class Resource:
-        def __del__(self):
-            os.kill(os.getpid(), signum)
-            time.sleep(0.5)
+        def run(args, progress):
+            resource = Resource()
+            del resource
+            time.sleep(5)  # the interrupt lands here
+            return 0, {}, "finished: the signal was lost"
 
-    def run(args, progress):
-        resource = Resource()
-        del resource
-        time.sleep(5)  # the interrupt lands here
-        return 0, {}, "finished: the signal was lost"
-
-    monkeypatch.setattr(cli, "run", run)
-    assert cli.main(["inspect", "x"]) == 128 + signum
-    err = capsys.readouterr().err
-    assert "interrupted" in err and "Traceback" not in err and "ignored" not in err
+        cli.run = run
+        print(cli.main(["inspect", "x"]))
+    """, int(signum))
+    assert code == 128 + signum and "interrupted" in err and "Traceback" not in err and "ignored" not in err, err
 
 
 @pytest.mark.slow
-def test_a_destructor_the_interrupt_cut_short_prints_nothing(monkeypatch, capsys):
+def test_a_destructor_the_interrupt_cut_short_prints_nothing():
     """SIGINT 3.5 s into convert at TF 2.16 cut an object's __init__ short; its __del__ then failed with an
     AttributeError that Python printed with a traceback after our one line."""
-    from cudnn_port import cli
+    code, err = signalled("""
+        class HalfBuilt:
+            def __init__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+                self.handle = 1
 
-    class HalfBuilt:
-        def __init__(self):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5)
-            self.handle = 1
+            def __del__(self):
+                self.handle.close()
 
-        def __del__(self):
-            self.handle.close()
+        def run(args, progress):
+            HalfBuilt()
 
-    def run(args, progress):
-        HalfBuilt()
-
-    monkeypatch.setattr(cli, "run", run)
-    monkeypatch.setattr(sys, "unraisablehook", lambda u: print(f"Traceback: {u.exc_value!r}", file=sys.stderr))
-    assert cli.main(["inspect", "x"]) == 130
-    err = capsys.readouterr().err
-    assert "interrupted" in err and "Traceback" not in err
+        cli.run = run
+        sys.unraisablehook = lambda u: print(f"Traceback: {u.exc_value!r}", file=sys.stderr)
+        print(cli.main(["inspect", "x"]))
+    """)
+    assert code == 130 and "interrupted" in err and "Traceback" not in err, err
 
 
 @pytest.mark.slow

@@ -238,6 +238,74 @@ def test_a_whole_model_onnx_survives_an_empty_batch_and_zero_steps(tmp_path):
     np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, rtol=1e-4)
 
 
+LITE_PROBE = """
+import json, sys
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter
+feeds = np.load(sys.argv[1])
+results = []
+for path in sys.argv[2:]:
+    stateful = "stateful" in path
+    for batch, steps in ((0, 5), (0, 0), (4, 9)):
+        given = {k: v[:batch, :steps] if k == "inputs" else v[:batch] if k == "sequence_lengths" else v[:, :batch]
+                 for k, v in feeds.items() if stateful or not k.startswith("initial")}
+        row = {"path": path, "batch": batch, "steps": steps}
+        try:
+            out = Interpreter(path).get_signature_runner("serving_default")(**given)
+            row["litert"] = {k: v.tolist() for k, v in out.items()}
+        except Exception as e:
+            row["litert"] = "error: " + " ".join(str(e).split())[:400]
+        results.append(row)
+print(json.dumps(results))
+"""
+
+
+def test_an_empty_batch_in_a_stacks_tflite_is_a_catchable_error(tmp_path):
+    """LiteRT 2.3 ended the process (SIGSEGV) on a stack's model.tflite at batch 0. Every held-out stack's
+    model.tflite and model_stateful.tflite (LSTM and GRU, one to three layers, both directions, input size !=
+    hidden) now fails such a call with a catchable error (the guard's GATHER out of bounds; at 0 steps a GRU's
+    loop already fails to prepare), at 5 steps and at 0, in a child process that must end by itself; a ragged batch
+    with non-zero states still matches the float64 reference there."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("ai_edge_litert.interpreter")
+    from cudnn_port.exports.tflite import write_tflite
+
+    paths, canons = [], {}
+    for mode, layers, bi, inputs, hidden in HELD_OUT:
+        canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=400 + layers)
+        for stateful in (False, True):
+            path = str(tmp_path / f"{mode}{layers}{bi}{'_stateful' if stateful else ''}.tflite")
+            write_tflite(canon, path, stateful=stateful)
+            paths.append(path)
+            canons[path] = canon
+    rows = []
+    for path in paths:  # each stack its own feeds (sizes differ)
+        plain, states = ragged(canons[path].spec)
+        np.savez(tmp_path / "feeds.npz", **plain, **states)
+        proc = subprocess.run([sys.executable, "-c", LITE_PROBE, str(tmp_path / "feeds.npz"), path],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (path, proc.returncode, proc.stderr[-2000:])
+        rows += json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(rows) == 3 * len(paths)
+    for row in rows:
+        if row["batch"] == 0:  # the guard's error; a GRU of 0 steps already fails to prepare (also catchable)
+            assert isinstance(row["litert"], str) and row["litert"].startswith("error:"), row
+            assert "gather index out of bounds" in row["litert"] or row["steps"] == 0, row
+            continue
+        canon, stateful = canons[row["path"]], row["path"].endswith("_stateful.tflite")
+        plain, states = ragged(canon.spec)
+        if not stateful:
+            states = {}
+        want = reference.forward(canon, plain["inputs"], plain["sequence_lengths"], states.get("initial_h"),
+                                 states.get("initial_c"))
+        got = row["litert"]
+        assert_matches([np.asarray(got[k]) if k in got else None for k in ("outputs", "final_h", "final_c")],
+                       want, row["path"])
+
+
 @pytest.mark.parametrize("held_out", [HELD_OUT[1], HELD_OUT[2]], ids=[IDS[1], IDS[2]])
 def test_lengths_outside_one_to_steps_are_refused_by_every_runtime(tmp_path, held_out):
     """A stack's ONNX and TFLite files took any length: for length 0 onnxruntime, OpenVINO and LiteRT returned three
@@ -278,3 +346,86 @@ def test_lengths_outside_one_to_steps_are_refused_by_every_runtime(tmp_path, hel
             with pytest.raises(Exception) as caught:
                 run(None, dict(given, sequence_lengths=lengths))
             assert needle in str(caught.value), (name, bad, str(caught.value)[:300])
+
+
+ORT_PROBE = """
+import json, sys
+import numpy as np
+import onnxruntime as ort
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+results = []
+for path in sys.argv[2:]:
+    feeds = dict(np.load(path))
+    try:
+        results.append([v.tolist() for v in session.run(None, feeds)])
+    except Exception as e:
+        results.append("error: " + " ".join(str(e).split())[:600])
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("held_out", [HELD_OUT[1], HELD_OUT[2]], ids=[IDS[1], IDS[2]])
+def test_the_graph_roads_onnx_refuses_an_empty_batch_zero_steps_and_lengths_past_the_steps(tmp_path, held_out):
+    """A SavedModel calling CudnnRNNV3 (batch-major, lengths and states fed) converted whole: its model.onnx (fused
+    nodes inside tf2onnx's graph, dimensions the signature's) had no guard, and an empty batch ended onnxruntime's
+    process (SIGSEGV). Now an empty batch, zero steps and a length past the steps each end in a catchable error from
+    the guard in front of the node, in a child process that ends by itself; a ragged batch with non-zero states
+    still matches the float64 reference."""
+    tf = pytest.importorskip("tensorflow")
+    import json
+    import subprocess
+    import sys
+
+    from helpers import save_params_module
+    from cudnn_port import convert
+    from cudnn_port.exports.onnx_guard import NODE_GUARD
+    from cudnn_port.layout import pack
+
+    mode, layers, bi, inputs, hidden = held_out
+    canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=500 + layers)
+    spec, L_D = canon.spec, canon.spec.num_pseudo_layers
+
+    def run(params, x, lengths, h0, c0):  # batch-major: the states [B, L*D, H]
+        y, h, c, _, _ = tf.raw_ops.CudnnRNNV3(
+            input=x, input_h=tf.transpose(h0, [1, 0, 2]), input_c=tf.transpose(c0, [1, 0, 2]), params=params,
+            sequence_lengths=lengths, rnn_mode=mode, is_training=False, time_major=False,
+            direction="bidirectional" if bi else "unidirectional")
+        h = tf.transpose(h, [1, 0, 2])
+        return {"y": y, "h": h, "c": tf.transpose(c, [1, 0, 2])} if mode == "lstm" else {"y": y, "h": h}
+
+    save_params_module(tmp_path / "src", pack(canon), [
+        tf.TensorSpec([None, None, inputs], tf.float32, name="x"), tf.TensorSpec([None], tf.int32, name="lengths"),
+        tf.TensorSpec([L_D, None, hidden], tf.float32, name="h0"),
+        tf.TensorSpec([L_D, None, hidden], tf.float32, name="c0")], run, as_variable=False)
+    convert(str(tmp_path / "src"), tmp_path / "out", formats=["onnx"])
+    plain, states = ragged(spec)
+    fed = {"x": plain["inputs"], "lengths": plain["sequence_lengths"], "h0": states["initial_h"],
+           "c0": states.get("initial_c", np.zeros_like(states["initial_h"]))}
+    steps = fed["x"].shape[1]
+    cases = {"ragged": fed, "batch 0": {k: v[:, :0] if k in ("h0", "c0") else v[:0] for k, v in fed.items()},
+             "0 steps": dict(fed, x=fed["x"][:, :0], lengths=np.zeros(4, np.int32)),
+             "length past the steps": dict(fed, lengths=np.array([steps + 1, 2, 6, 1], np.int32))}
+    import onnx
+
+    wanted = {i.name for i in onnx.load(str(tmp_path / "out" / "model.onnx")).graph.input}
+    paths = []
+    for i, feeds in enumerate(cases.values()):
+        np.savez(tmp_path / f"case{i}.npz", **{k: v for k, v in feeds.items() if k in wanted})
+        paths.append(str(tmp_path / f"case{i}.npz"))
+    proc = subprocess.run([sys.executable, "-c", ORT_PROBE, str(tmp_path / "out" / "model.onnx"), *paths],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    got = dict(zip(cases, json.loads(proc.stdout.strip().splitlines()[-1])))
+    for name in ("batch 0", "0 steps", "length past the steps"):
+        assert isinstance(got[name], str) and NODE_GUARD in got[name], (name, got[name])
+    want = reference.forward(canon, plain["inputs"], plain["sequence_lengths"], states["initial_h"],
+                             states.get("initial_c"))
+    session_names = [o.name for o in ort.InferenceSession(str(tmp_path / "out" / "model.onnx"),
+                                                          providers=["CPUExecutionProvider"]).get_outputs()]
+    outputs = dict(zip(session_names, got["ragged"]))
+    valid = np.arange(steps)[None, :] < plain["sequence_lengths"][:, None]
+    np.testing.assert_allclose(np.asarray(outputs["y"])[valid], want[0][valid], atol=ATOL_FP32)
+    np.testing.assert_allclose(outputs["h"], want[1], atol=ATOL_FP32)
+    if mode == "lstm":
+        np.testing.assert_allclose(outputs["c"], want[2], atol=ATOL_FP32)

@@ -128,3 +128,64 @@ def guard_empty(model: "onnx.ModelProto", lengths: Optional[str] = None) -> None
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(inits)
+
+
+NODE_GUARD = "empty_batch_or_zero_steps_refused: batch and time must be at least 1, lengths at most time"
+SEQUENCE_OPS = ("LSTM", "GRU", "RNN")
+
+
+def guard_sequence_nodes(graph: "onnx.GraphProto") -> int:
+    """A guard in front of each LSTM / GRU / RNN node of ``graph`` (and of the If / Loop / Scan bodies inside it), in
+    place, for a graph whose inputs say nothing of which dimension is the batch (the graph road's model.onnx of a
+    SavedModel signature, whose dimensions are the signature's): the node itself says it (``layout``), so an empty
+    batch, zero steps, or a ``sequence_lens`` above the steps or below 0 fails there with a catchable error from a
+    node whose name ends in :data:`NODE_GUARD`, before onnxruntime's kernel can end the process. A length of 0 is let
+    through: a Keras mask leaves a fully masked row no step. Otherwise exact (a Reshape of X to its own shape).
+    Returns how many nodes were guarded."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import TensorProto, helper, numpy_helper
+
+    guarded, nodes = 0, []
+    for seq_node in graph.node:
+        for body in bodies(seq_node):
+            guarded += guard_sequence_nodes(body)
+        if seq_node.op_type not in SEQUENCE_OPS:
+            nodes.append(seq_node)
+            continue
+        prefix = f"{PREFIX}{seq_node.name or seq_node.output[0]}/"
+
+        def node(op, inputs, label, **attrs):
+            name = attrs.pop("node_name", prefix + label)
+            nodes.append(helper.make_node(op, inputs, [prefix + label], name=name, **attrs))
+            return prefix + label
+
+        def const(label, value):
+            return node("Constant", [], label, value=numpy_helper.from_array(np.asarray(value), prefix + label))
+
+        layout = next((a.i for a in seq_node.attribute if a.name == "layout"), 0)
+        x = seq_node.input[0]
+        shape = node("Shape", [x], "x_shape")
+        steps = node("Gather", [shape, const("time_axis", np.array([1 if layout else 0], np.int64))], "time")
+        batch = node("Gather", [shape, const("batch_axis", np.array([0 if layout else 1], np.int64))], "batch")
+        zero = const("zero", np.array([0], np.int64))
+        bad = node("Or", [node("Equal", [steps, zero], "time_is_zero"), node("Equal", [batch, zero], "batch_is_zero")],
+                   "empty")
+        if len(seq_node.input) > 4 and seq_node.input[4]:  # sequence_lens: in [0, time] (a 0 appended: never empty)
+            lengths = node("Concat", [node("Cast", [seq_node.input[4]], "lengths_i64", to=TensorProto.INT64), zero],
+                           "lengths_and_zero", axis=0)
+            low = node("ReduceMin", [lengths], "shortest", axes=[0], keepdims=1)
+            high = node("ReduceMax", [lengths], "longest", axes=[0], keepdims=1)
+            out_of_range = node("Or", [node("Less", [low, zero], "below_zero"),
+                                       node("Greater", [high, steps], "beyond_time")], "lengths_out_of_range")
+            bad = node("Or", [bad, out_of_range], "refused")
+        size = node("Where", [bad, const("negative", np.array([-1], np.int64)),
+                              const("one", np.array([1], np.int64))], "probe_shape")
+        probe = node("ConstantOfShape", [size], "probe", node_name=prefix + NODE_GUARD,
+                     value=numpy_helper.from_array(np.array([0], np.int64)))
+        checked = node("Add", [shape, node("ReduceSum", [probe], "probe_zero", keepdims=0)], "x_shape_checked")
+        seq_node.input[0] = node("Reshape", [x, checked], "x_checked")
+        nodes.append(seq_node)
+        guarded += 1
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return guarded

@@ -66,6 +66,7 @@ def fused_op(spec: "RNNSpec") -> bool:
 
 
 LENGTHS_GUARD = "sequence_lengths_refused: each length must be in [1, time]"  # the op failing on such lengths
+BATCH_GUARD = "empty_batch_refused: batch must be at least 1"  # the op failing on an empty batch
 SIGNATURE = "serving_default"  # interpreter.get_signature_runner("serving_default")(inputs=..., sequence_lengths=...)
 
 
@@ -91,7 +92,7 @@ class _Graph:
                                options="StridedSliceOptions")
         self.swap = i32("swap_batch_time", [1, 0, 2])
         if guard_lengths:  # a stack's own file; inside a whole model a mask may leave a row no step (length 0)
-            self.lengths = self._checked_lengths()
+            self.lengths = self._checked_lengths(batch)
         steps = g.op("RANGE", [i32("zero", 0), self.T, i32("one", 1)], "steps", dtype="int32")
         row = g.op("RESHAPE", [steps, i32("row_shape", [1, -1])], "steps_row", dtype="int32")
         column = g.op("RESHAPE", [self.lengths, i32("column_shape", [-1, 1])], "lengths_column", dtype="int32")
@@ -115,13 +116,20 @@ class _Graph:
                             f"{label}_shape", dtype="int32", options="ConcatenationOptions", axis=0)
                 self.states[label] = g.op("FILL", [dims, g.const(f"{label}_zero", np.float32(0))], label)
 
-    def _checked_lengths(self) -> int:
+    def _checked_lengths(self, batch) -> int:
         """``sequence_lengths`` through a check that each lies in [1, T]: else a GATHER out of bounds fails (a
         catchable error, at the op writing ``sequence_lengths_refused...``; every size stays known when LiteRT
         prepares the model, see :mod:`.tflite_model`) instead of an answer cuDNN does not define
         (LiteRT returned final_h all zeros past T, and for length 0 other final states than ONNX's runtimes). An
-        empty batch passes (REDUCE_ANY of nothing is false)."""
+        empty batch fails the same way, at the op writing ``empty_batch_refused...``, before any op that steps
+        the batch runs: LiteRT 2.3 ended the process (SIGSEGV) in the fused sequence ops at batch 0."""
         g, i32 = self.g, self.i32
+        empty = g.op("EQUAL", [batch, i32("batch_floor", [0])], "batch_is_zero", dtype="bool")
+        empty_index = g.op("CAST", [empty], "empty_batch_probe_index", dtype="int32")
+        refused = g.op("GATHER", [i32("probe_b", [0]), empty_index], BATCH_GUARD, dtype="int32",
+                       options="GatherOptions", axis=0)  # [1]: 0, or out of bounds at batch 0
+        self.lengths = g.op("ADD", [self.lengths, refused], "sequence_lengths_batch_checked", dtype="int32",
+                            options="AddOptions")
         below = g.op("REDUCE_ANY", [g.op("LESS", [self.lengths, i32("length_floor", 1)], "length_below_one",
                                          dtype="bool"), i32("lengths_axis", [0])], "any_below_one", dtype="bool",
                      options="ReducerOptions")

@@ -8,6 +8,7 @@ import os
 from . import Artifact, Derived, Format, NotWritten, Road, Runtime
 from ..exports import io_names, onnx as onnx_export
 from ..exports.onnx import cannot_hold, first_refusal
+from ..exports.onnx_guard import guard_sequence_nodes
 from ..exports.onnx_tf import name_dynamic_dims, write_graph_onnx
 from ..exports.openvino import compile_onnx, open_onnx
 from ..exports.quantize import NothingToQuantize, quantize_onnx
@@ -96,12 +97,25 @@ def _write_graph(job, paths):
     with foreign_part("saved_model" in job.written), job.user_graph("write ONNX for"), \
             gpu_selected(job.source, job.reordered) as selected:  # tf_keras: its cuDNN path
         part = write_signature_onnx(selected, paths["onnx"], signature)
+    guard_file(paths["onnx"])  # onnxruntime's LSTM / GRU kernels end the process on an empty batch
     if part:  # raw text: the numeric part
         warn(job.manifest, job.say, part["onnx_part"])
     if job.reordered:
         job.say(f"{len(job.reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a "
                 "build without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
     return dict(onnx_signature=signature, **part)
+
+
+def guard_file(path):
+    """The model.onnx at ``path`` with a guard in front of each sequence node (:func:`.onnx_guard.
+    guard_sequence_nodes`: the signature's dimensions do not say which is the batch), checked and saved again."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    import onnx
+
+    model = onnx.load(str(path))
+    if guard_sequence_nodes(model.graph):
+        onnx.checker.check_model(model)
+        onnx.save(model, str(path))
 
 
 F16_ATOL, F16_RTOL = 2e-3, 1e-2  # the least tolerance for float16 outputs: about two float16 steps
