@@ -106,7 +106,7 @@ def _write_graph(job, paths):
     return dict(onnx_signature=signature, **part)
 
 
-def guard_file(path):
+def guard_file(path: str) -> None:
     """The model.onnx at ``path`` with a guard in front of each sequence node (:func:`.onnx_guard.
     guard_sequence_nodes`: the signature's dimensions do not say which is the batch), checked and saved again."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
