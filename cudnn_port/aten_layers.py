@@ -215,3 +215,14 @@ class AtenOp(keras.layers.Layer):
         config = super().get_config()
         config.update(op=self.op, args=self.args, constants=self.constant_specs)
         return config
+
+
+@keras.saving.register_keras_serializable(package="cudnn_port")
+class TorchEmbedding(keras.layers.Embedding):
+    """``aten.embedding``: Keras' ``Embedding`` (its weights, config and int8 handling) with PyTorch's lookup, one
+    gather. Keras' own lookup first maps negative ids to the end of the table (``ops.take``), which PyTorch refuses,
+    so it costs five element-wise ops on every call of the artifacts for a case a PyTorch model never has."""
+
+    def call(self, inputs):
+        tf = import_tf()
+        return tf.gather(self.embeddings, tf.cast(inputs, "int32") if inputs.dtype != "int32" else inputs)

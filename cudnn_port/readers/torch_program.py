@@ -351,8 +351,9 @@ class _Translator:
             weight, ids = a[0], a[1]
             if not isinstance(weight, np.ndarray):
                 raise UnsupportedError(f"{self.p.path}: an embedding of a computed table (from {module_of(node)})")
-            layer = keras.layers.Embedding(weight.shape[0], weight.shape[1],
-                                           name=self.unique(module_path(node) or name))
+            from ..aten_layers import TorchEmbedding
+
+            layer = TorchEmbedding(weight.shape[0], weight.shape[1], name=self.unique(module_path(node) or name))
             result = layer(ids)
             self.pending.append((layer.embeddings, weight))
             return result
