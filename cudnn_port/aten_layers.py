@@ -223,6 +223,6 @@ class TorchEmbedding(keras.layers.Embedding):
     gather. Keras' own lookup first maps negative ids to the end of the table (``ops.take``), which PyTorch refuses,
     so it costs five element-wise ops on every call of the artifacts for a case a PyTorch model never has."""
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> Any:
         tf = import_tf()
         return tf.gather(self.embeddings, tf.cast(inputs, "int32") if inputs.dtype != "int32" else inputs)
