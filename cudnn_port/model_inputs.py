@@ -33,32 +33,28 @@ if TYPE_CHECKING:
 def embedding_vocabularies(model: "keras.Model", names: Sequence[str]) -> Dict[str, Tuple[int, int]]:
     """{input name: (lowest id, input_dim)} for each model input that an Embedding layer reads directly; the lowest
     id is 1 where the Embedding masks 0 (padding, which verify puts only at the end of a row)."""
-    by_id = {id(t): n for t, n in zip(model.inputs, names)}
-    found = {}
-    for layer in model.layers:
-        if type(layer).__name__ != "Embedding":
-            continue
-        for node in getattr(layer, "_inbound_nodes", []):
-            for tensor in getattr(node, "input_tensors", []):
-                if id(tensor) in by_id:
-                    found[by_id[id(tensor)]] = (1 if getattr(layer, "mask_zero", False) else 0, int(layer.input_dim))
-    return found
+    return {name: (1 if getattr(layer, "mask_zero", False) else 0, int(layer.input_dim))
+            for name, layer in _inputs_read_by(model, names, "Embedding")}
 
 
 def masking_values(model: "keras.Model", names: Sequence[str]) -> Dict[str, float]:
     """{input name: mask_value} for each model input that a Masking layer reads directly, the value read from the
     layer's own config (``Masking(mask_value=-1.0)``: -1.0; Keras' default 0.0): a step whose every feature equals
     it is padding."""
+    return {name: float(layer.get_config()["mask_value"]) for name, layer in _inputs_read_by(model, names, "Masking")}
+
+
+def _inputs_read_by(model, names, kind):
+    """(input name, layer) for each model input a layer of Keras class ``kind`` (or a subclass: a .pt2's
+    TorchEmbedding is an Embedding) reads directly."""
     by_id = {id(t): n for t, n in zip(model.inputs, names)}
-    found = {}
     for layer in model.layers:
-        if type(layer).__name__ != "Masking":
+        if kind not in (c.__name__ for c in type(layer).__mro__):
             continue
         for node in getattr(layer, "_inbound_nodes", []):
             for tensor in getattr(node, "input_tensors", []):
                 if id(tensor) in by_id:
-                    found[by_id[id(tensor)]] = float(layer.get_config()["mask_value"])
-    return found
+                    yield by_id[id(tensor)], layer
 
 
 def declared_batch(model: "keras.Model") -> Optional[int]:
