@@ -93,7 +93,10 @@ class SourceType:
     - ``original``: ``"module:function"`` of a verify row in which the source's own framework runs the stack from
       the file (``function(path, variable, spec, batch, want, atol, rtol) -> row``: PyTorch's ``nn.LSTM``), or None;
     - ``export``: on the model road (and only there), ``"module:function"`` of the exporter that takes the file
-      whole (``function(path, out, **convert's options) -> Manifest``: :mod:`cudnn_port.roads.model`'s).
+      whole (``function(path, out, **convert's options) -> Manifest``: :mod:`cudnn_port.roads.model`'s);
+    - ``translated``: on the model road, whether the file is translated into a Keras model (a ``.pt2``'s program)
+      rather than being one (a ``.keras``): OUT's ``keras/model.keras`` is then the conversion's own output, which
+      cannot judge the artifacts alone, so verify judges them by the source's framework too.
 
     The ``"module:function"`` fields name modules above the readers (the judges, the roads), which a reader must not
     import; :meth:`named` imports one when it is called for.
@@ -109,6 +112,7 @@ class SourceType:
     judge: Optional[str] = None
     original: Optional[str] = None
     export: Optional[str] = None
+    translated: bool = False
 
     def __post_init__(self) -> None:
         if self.road not in ROADS:
@@ -116,6 +120,8 @@ class SourceType:
         if (self.road == "model") != (self.export is not None):
             raise ValueError(f"source kind {self.kind!r}: an exporter (export=) is for the model road and needed "
                              "there")
+        if self.translated and self.road != "model":
+            raise ValueError(f"source kind {self.kind!r}: only a model-road kind is translated into a Keras model")
 
     def named(self, field: str) -> Callable:
         """The function this kind's ``field`` (``judge``, ``original`` or ``export``) names as ``"module:function"``,

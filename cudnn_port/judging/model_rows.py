@@ -16,8 +16,7 @@ from ..formats.jobs import ModelJob
 from ..layer_paths import judged_by
 from ..model_inputs import as_model_takes, from_records
 from ..precision import float32_policy, float32_twin
-from ..readers import source_kind
-from ..readers.torch_program import PROGRAM_FORMAT
+from ..readers import loads_as_keras, translated_from
 from ..readers.keras_model import load_model_file
 from ..stock_fused import DIRECTIONS
 from ..stock_keras import rewrite, unwrapped
@@ -251,7 +250,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     source = manifest["source"].get("checkpoint", "")
     copy = os.path.join(out, manifest["model_artifacts"].get("keras", WHOLE_MODEL))
     path, where = (source, "the source") if unchanged and os.path.isfile(source) and \
-        source_kind(source) == "keras_model" else (copy, "OUT/keras/model.keras")  # a .pt2: its translation
+        loads_as_keras(source) else (copy, "OUT/keras/model.keras")  # a .pt2: its translation
     try:
         original = load_model_file(path)
         with float32_policy():
@@ -262,7 +261,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
     rows, names, feeds, want, judged = run.rows, run.names, run.feeds, run.want, run.judged
     judge_name = f"{run.judge} ({where})"
-    if manifest["source"].get("format") == PROGRAM_FORMAT:  # OUT's keras/model.keras is a .pt2's translation, the
+    if translated_from(manifest["source"].get("format")):  # OUT's keras/model.keras is a .pt2's translation, the
         # conversion's own output: its artifacts are judged by PyTorch's kernels instead (judging.torch_program)
         rows = []
     if policy:

@@ -66,6 +66,20 @@ def source_kind(path: "os.PathLike[str] | str") -> str:
     return source_type(path).kind
 
 
+def translated_from(words: Optional[str]) -> bool:
+    """Whether an OUT whose manifest records its source's ``format`` as ``words`` was converted from a kind that is
+    :attr:`~cudnn_port.source.SourceType.translated` (a ``.pt2``): the kind whose ``words`` these are (a format a
+    reader words by what it found, "Keras 3 model", is no kind's), so that code asks the kind, not its words."""
+    return any(t.translated for t in sources().values() if t.words == words)
+
+
+def loads_as_keras(path: "os.PathLike[str] | str") -> bool:
+    """Whether ``path`` is a whole Keras model as it stands (a ``.keras``, not a ``.pt2`` translated into one): a
+    kind on the model road that is not :attr:`~cudnn_port.source.SourceType.translated`."""
+    found = source_type(path)
+    return found.road == "model" and not found.translated
+
+
 def open_source(path: "os.PathLike[str] | str", mode: Optional[str] = None) -> Source:
     """The source at ``path`` as :func:`source_type` classifies it. ``mode``: what ``--mode`` says where the file
     does not (an ``nn.RNN``'s tanh or relu)."""

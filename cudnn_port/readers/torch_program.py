@@ -558,4 +558,4 @@ def _open_program(path: str, mode: Optional[str] = None) -> Any:
 SOURCE = SourceType("torch_program", PROGRAM_FORMAT, "model", lambda path: os.path.isfile(path) and is_program(path),
                     _open_program, order=35, judge="cudnn_port.judging.torch_weights:judge_stack",
                     original="cudnn_port.judging.torch_weights:torch_row",
-                    export="cudnn_port.roads.model:export_program_file")
+                    export="cudnn_port.roads.model:export_program_file", translated=True)

@@ -64,6 +64,7 @@ from ..judging.torch_program import JUDGE as PROGRAM_JUDGE, program_rows
 from ..layer_paths import forced_path
 from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
+from ..readers import translated_from
 from ..readers.keras_model import KerasModelSource, load_model_file
 from ..readers.torch_program import PROGRAM_FORMAT, translate
 from ..stock_keras import rewrite
@@ -300,7 +301,7 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
     computes in ``policy`` (mixed precision): its distance to the judge is reported, not judged."""
     run = whole_model_run(job.tmp, job.manifest, judged, seed, ATOL, RTOL, say)
     rows, judge_name = run.rows, run.judge
-    if job.manifest.source.format == PROGRAM_FORMAT:  # a .pt2: PyTorch's kernels judge the translation too
+    if translated_from(job.manifest.source.format):  # a .pt2: PyTorch's kernels judge the translation too
         if available("torch"):
             rows, judge_name = rows + program_rows(job.manifest, job.tmp, ATOL, RTOL, seed, True, say), \
                 f"{judge_name}; {PROGRAM_JUDGE}"
