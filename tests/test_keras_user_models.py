@@ -267,6 +267,8 @@ def test_formats_for_a_whole_model_writes_and_checks_only_what_was_asked(tmp_pat
     code, out, err = run_cli(capsys, "verify", tmp_path / "out", "--json")
     report = json.loads(out)
     assert code == 0 and report["passed"], report
+    judges = {r["judge"] for r in report["rows"] if r.get("stack") == "(whole model)"}
+    assert judges and all(j.endswith("(the source)") for j in judges), judges  # a Keras file judges by itself
     artifacts = {r["artifact"] for r in report["rows"]}
     assert "onnx (onnxruntime)" in artifacts and not any(a.startswith(("saved_model", "tflite", "graphdef"))
                                                          for a in artifacts), artifacts
