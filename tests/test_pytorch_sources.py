@@ -246,9 +246,9 @@ def test_a_gpu_trained_model_converts_to_every_artifact_and_verify_judges_it(cap
     assert code == 0, report + err
     assert "PyTorch's own module on the file's" in report and "by PyTorch's parameter names" in report
 
-    from cudnn_port.readers import pytorch as reader
+    from cudnn_port.readers import pytorch as reader  # the reader calls its canonical() by this name
 
-    real = reader._canonical
+    real = reader.canonical
 
     def swapped(spec, params):  # the reader's bug: gates f and g of layer 0 exchanged
         canon = real(spec, params)
@@ -256,12 +256,12 @@ def test_a_gpu_trained_model_converts_to_every_artifact_and_verify_judges_it(cap
         canon.layers[0] = dataclasses.replace(p, W=p.W[[0, 2, 1, 3]], R=p.R[[0, 2, 1, 3]], b_W=p.b_W[[0, 2, 1, 3]])
         return canon
 
-    reader._canonical = swapped
+    reader.canonical = swapped
     try:
         code, _, err = run_cli(capsys, "convert", src, tmp_path / "bad", "--formats", "onnx")
         assert code == 0, err
     finally:
-        reader._canonical = real
+        reader.canonical = real
     code, report, _ = run_cli(capsys, "verify", tmp_path / "bad")
     assert code == 1 and "FAILED" in report
     failed = [line for line in report.splitlines() if line.rstrip().endswith("FAIL") or " FAIL " in line]

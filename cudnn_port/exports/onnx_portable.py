@@ -49,7 +49,7 @@ ONNX_FUNCTIONS = {"tanh": ("Tanh", None, None), "relu": ("Relu", None, None), "s
                   "softsign": ("Softsign", None, None), "softplus": ("Softplus", None, None), "elu": ("Elu", 1.0, None),
                   "leaky_relu": ("LeakyRelu", 0.2, None), "celu": ("Elu", 1.0, None),  # celu(alpha 1) is elu
                   # names ONNX's sequence ops do not define: cudnn-port's writer puts them on a node that the
-                  # Scan pass always expands (exports.onnx_scan.OWN_FUNCTIONS)
+                  # Scan pass always expands (exports.onnx_activations.OWN_FUNCTIONS)
                   "silu": ("Silu", None, None), "gelu": ("Gelu", None, None), "selu": ("Selu", None, None),
                   "relu6": ("Relu6", None, None), "exponential": ("Exp", None, None), "mish": ("Mish", None, None),
                   "hard_silu": ("HardSwish", None, None), "log_sigmoid": ("LogSigmoid", None, None),
