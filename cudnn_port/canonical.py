@@ -5,7 +5,7 @@ cuDNN order (LSTM i, f, c, o; GRU r, z, h; RNN h), biases kept separate as cuDNN
 arrays or TensorFlow tensors (:func:`cudnn_port.tf_graph.unpack_tensor`); :func:`input_bias` works on both.
 """
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 
 @dataclass
@@ -40,7 +40,7 @@ class CanonicalRNN:
             yield p // self.spec.num_dirs, p % self.spec.num_dirs, params
 
 
-def input_bias(mode: str, b_W: Any, b_R: Any, concat: bool, reset_after: bool = True) -> Any:
+def input_bias(mode: str, b_W: Any, b_R: Any, concat: Callable[[List[Any]], Any], reset_after: bool = True) -> Any:
     """The one bias the fast paths add to the input projection, gates in cuDNN order, ``[G*H]``.
 
     LSTM, the plain RNNs and a reset-before GRU (``reset_after=False``): ``b_W + b_R`` for every block. GRU: ``b_W +

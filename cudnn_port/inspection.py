@@ -1,7 +1,7 @@
 """``cudnn-port inspect``: what a source holds, which specs fit each cuDNN buffer, and how it would convert."""
 import contextlib
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union, cast
 
 import numpy as np
 
@@ -9,6 +9,7 @@ from .canonical import LayerParams
 from .errors import CudnnPortError
 from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
+from .layout import RNNSpec
 from .formats.jobs import GraphJob, road_plan
 from .model_inputs import IDS_ONLY, input_specs, to_records
 from .roads.buffers import clues_for, find_stacks
@@ -35,24 +36,25 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
         raise CudnnPortError(IDS_ONLY)
     if road == "graph":
         return _inspect_saved_model(path)
-    source = open_source(path, mode=flags.get("mode"))
-    flags = {k: v for k, v in flags.items() if v is not None}
-    report = {"checkpoint": source.prefix, "format": source.format, "default_style": source.default_style,
-              "variables": [{"name": n, "shape": list(source.shapes[n]), "dtype": source.dtypes[n]}
-                            for n in source.names],
-              "stacks": []}
-    if getattr(source, "stock_layers", None):  # a Keras model's stock recurrent layers: fused or refused
+    source = open_source(path, mode=cast(Optional[str], flags.get("mode")))
+    given: Dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    report: Dict[str, Any] = {
+        "checkpoint": source.prefix, "format": source.format, "default_style": source.default_style,
+        "variables": [{"name": n, "shape": list(source.shapes[n]), "dtype": source.dtypes[n]} for n in source.names],
+        "stacks": []}
+    if source.stock_layers:  # a Keras model's stock recurrent layers: fused or refused
         report["stock_layers"] = source.stock_layers
-    if getattr(source, "whole_model", False):  # what the whole model's artifacts take
-        warnings = []
+    if source.whole_model:  # what the whole model's artifacts take
+        warnings: List[str] = []
         report["model_inputs"] = to_records(input_specs(source.model, warnings.append, ids_dtype))
         report["warnings"] = warnings
     stacks = find_stacks(source, variable)
     for stack in stacks:
         clues = clues_for(source, stack)
-        stated = source.specs.get(stack.variable)  # a spec the source states outright: no other to rank
-        found = [stated] if stated is not None and not flags else \
-            ranked(candidates(stack.size, dtype=stack.dtype, **flags), clues)
+        stated = cast(Optional[RNNSpec], source.specs.get(stack.variable))  # a spec the source states outright: no
+        # other to rank
+        found = [stated] if stated is not None and not given else \
+            ranked(candidates(stack.size, dtype=stack.dtype, **given), clues)
         entry = {"variable": stack.variable, "size": stack.size, "dtype": stack.dtype, "slots": stack.slots,
                  "found": _found(source, stack, clues), "candidate_count": len(found),
                  "candidates": [dict(s.to_dict(), score=clues.score(s), reasons=clues.reasons(s)) for s in found[:20]]}
@@ -65,7 +67,7 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
             report["stacks"].append(entry)
             continue
         try:
-            spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **flags)
+            spec, how = choose(stack.variable, stack.size, stack.dtype, clues, **given)
             entry.update(spec=spec.to_dict(), how=how, flags=spec.flags() if spec.cudnn_computes else None,
                          plan=_plan(source, stack, spec, several=len(stacks) > 1))
         except CudnnPortError as e:

@@ -35,7 +35,7 @@ initializer all derive from it.
 """
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -210,7 +210,7 @@ class RNNSpec:
         """Every :class:`Block` of the buffer, in buffer order (see the module docstring)."""
         G, H, S, P = self.num_gates, self.num_units, self.state_size, self.num_proj
         out, offset = [], 0
-        shapes = []
+        shapes: List[Tuple[int, str, Tuple[int, ...]]] = []
         for p in range(self.num_pseudo_layers):
             shapes += [(p, "W", (G, H, self.layer_input_size(p // self.num_dirs))), (p, "R", (G, H, S))]
             shapes += [(p, "P", (P, H))] if P else []
@@ -280,7 +280,7 @@ def unpack(spec: RNNSpec, blob: np.ndarray) -> CanonicalRNN:
     ((4, 2, 3), 48.0)
     """
     blob = _check_blob(spec, blob)
-    layers = [{} for _ in range(spec.num_pseudo_layers)]
+    layers: List[Dict[str, np.ndarray]] = [{} for _ in range(spec.num_pseudo_layers)]
     for block in spec.blocks():
         layers[block.pseudo][block.kind] = blob[block.offset:block.end].reshape(block.shape)
     return CanonicalRNN(spec, [LayerParams(**arrays) for arrays in layers])

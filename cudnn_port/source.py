@@ -2,9 +2,12 @@
 reader module declares: one :class:`SourceType`, its ``SOURCE``, which :mod:`cudnn_port.readers` discovers."""
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import keras
 
 BUFFER = "opaque_kernel"
 """The last name of every cuDNN buffer variable: a fused layer's weight (:mod:`cudnn_port.layers`), a TF checkpoint's
@@ -31,6 +34,8 @@ class Source:
     names_note: str = "names kept as they are"
     whole_model: bool = False  # a Keras model with fused layers: exported whole by cudnn_port.roads.model
     model_config: Optional[dict] = None  # a Keras 2 full-model file's config (rebuilt whole in Keras 3)
+    model: Optional["keras.Model"] = None  # a whole-model source's model, as its road exports it
+    stock_layers: List[Dict[str, Any]] = []  # a Keras model's stock recurrent layers, what became of each (none here)
     shapes: Dict[str, tuple]
     dtypes: Dict[str, str]
 

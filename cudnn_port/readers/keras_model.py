@@ -116,7 +116,7 @@ def _without_option(path, class_name, option, target):
     return target
 
 
-def load_model_file(path: str) -> "keras.Model":
+def load_model_file(path: "os.PathLike[str] | str") -> "keras.Model":
     """A Keras model file as Keras loads it, in safe mode: a ``.keras`` archive (:func:`load_keras_file`) or a whole
     model Keras 3 saved as HDF5 (:func:`load_keras_h5`). A model saved before Keras built it is refused."""
     path = os.fspath(path)

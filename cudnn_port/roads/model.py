@@ -327,8 +327,8 @@ def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | s
                       quantize: Optional[str] = None, keep_failed: bool = False,
                       formats: Optional[Sequence[str]] = None, ids_dtype: Optional[str] = None) -> Manifest:
     """``cudnn-port convert model.keras OUT``: load the saved model (with cudnn_port's layers known) and export."""
-    return export(load_model_file(path), out, style=style, force=force, progress=progress, path=path, xla=xla,
-                  quantize=quantize, keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
+    return export(load_model_file(path), out, style=style, force=force, progress=progress, path=os.fspath(path),
+                  xla=xla, quantize=quantize, keep_failed=keep_failed, formats=formats, ids_dtype=ids_dtype)
 
 
 def export_program_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | str", style: Optional[str] = None,
