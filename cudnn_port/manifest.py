@@ -8,10 +8,11 @@
 Every road (stacks, whole model, rewritten graph) writes the same :class:`Manifest`. What only one road records (a
 whole model's ``parity``, a graph's ``nodes``, a checkpoint's ``name_map``) is a typed field too, declared with
 :func:`road_field`: None, and absent from the JSON and from ``in``, until that road sets it. ``extra`` keeps only keys
-this version does not know (a manifest a newer cudnn-port wrote, or details a format defined outside this package
-records through :meth:`Manifest.record`), so that they are written back unchanged; the code reads none, and setting
-an undeclared key raises. The records also answer ``manifest["key"]`` / ``.get`` / ``.setdefault`` for the JSON key
-of a field, so that code and users reading the JSON form see one set of names.
+this version does not know (a manifest a newer cudnn-port wrote), and the details a format defined outside this
+package declares as its own (``Format.records``) and records through :meth:`Manifest.record`, so that they are written
+back unchanged; the code reads none, and setting or recording an undeclared key raises. The records also answer
+``manifest["key"]`` / ``.get`` / ``.setdefault`` for the JSON key of a field, so that code and users reading the JSON
+form see one set of names.
 
 ``manifest_version`` is this layout's number. A manifest without one (written before it existed: version 1, the same
 keys) loads; a newer one is refused with one line (convert again with this version, or upgrade cudnn-port).
@@ -20,7 +21,7 @@ import dataclasses
 import datetime
 import json
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from ._version import __version__
 from .errors import CudnnPortError
@@ -75,14 +76,20 @@ class _Record:
         for key, value in items.items():
             self[key] = value
 
-    def record(self, details: Dict[str, Any]) -> None:
-        """Merge what a format's writer returns: declared keys into their fields, others (a format defined outside
-        this package records its own) into ``extra``, written back as they are."""
+    def record(self, details: Dict[str, Any], own: Iterable[str] = ()) -> None:
+        """Merge what a format's writer returns: this record's fields into their fields, the keys the format declares
+        its own (``own``: :attr:`cudnn_port.formats.Format.records`, a format defined outside this package) into
+        ``extra``, written back as they are; any other key is refused (KeyError), before anything is merged."""
+        own = set(own)
+        unknown = [key for key in details if key not in own and key not in self._fields()]
+        if unknown:
+            raise KeyError(f"{unknown[0]!r} is not a field of {type(self).__name__} nor a key its format declares; "
+                           "declare it in cudnn_port/manifest.py, or in the format's records=")
         for key, value in details.items():
-            if key in self._fields():
-                self[key] = value
-            else:
+            if key in own and key not in self._fields():
                 self.extra[key] = value
+            else:
+                self[key] = value
 
     def keys(self) -> Iterator[str]:
         return iter(self.to_dict())

@@ -84,6 +84,25 @@ def test_road_fields_are_absent_until_set_and_unknown_keys_are_carried_not_writt
     assert back["name_map"] == {"x": ["x"]} and back.stacks[0].scheme == "cudnn_compatible" and not back.stacks[0].extra
 
 
+def test_record_takes_fields_and_a_formats_declared_keys_and_refuses_any_other_before_merging(tmp_path):
+    """What a format's writer returns: the record's own fields set, the keys the format declares its own
+    (``Format.records``) carried in ``extra`` and written out, and an undeclared key refused whole, naming the fix,
+    with nothing of the same details merged."""
+    manifest = new_manifest(str(tmp_path / "absent.ckpt"), "name-based (TF1)", "names kept", ["onnx"], "tf1")
+    manifest.record({"onnx_signature": "serving_default", "toy_tar": "saved_model"}, own=("toy_tar",))
+    assert manifest.onnx_signature == "serving_default" and manifest.extra == {"toy_tar": "saved_model"}
+    assert manifest.to_dict()["toy_tar"] == "saved_model" and manifest.to_dict()["onnx_signature"] == "serving_default"
+    with pytest.raises(KeyError, match="'toy_arrays' is not a field of Manifest nor a key its format declares; "
+                                       "declare it in cudnn_port/manifest.py, or in the format's records="):
+        manifest.record({"onnx_part": "the numeric part", "toy_arrays": 16})
+    assert manifest.onnx_part is None and "toy_arrays" not in manifest and "onnx_part" not in manifest.to_dict()
+    stack = StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn", spec={})
+    stack.record({"graphdef_nodes": {"inputs": ["x:0"], "outputs": ["y:0"]}})
+    assert stack.graphdef_nodes == {"inputs": ["x:0"], "outputs": ["y:0"]} and not stack.extra
+    with pytest.raises(KeyError, match="'onnx_signature' is not a field of StackRecord"):
+        stack.record({"onnx_signature": "serving_default"})  # a field of the Manifest, not of a stack's record
+
+
 @pytest.mark.parametrize("road, kind", [("stack", "weights"), ("model", "keras_model"), ("graph", "saved_model")])
 def test_the_manifest_records_its_road_in_the_words_every_earlier_version_wrote(tmp_path, road, kind):
     """The code asks ``manifest.road`` (the registry's words); the JSON keeps ``kind`` as cudnn-port 0.2.0 wrote it

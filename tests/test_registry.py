@@ -151,7 +151,7 @@ def _toy_format():
 
     kinds = ("W", "R", "b_W", "b_R")
 
-    def write(job, paths):  # what it returns for the manifest is kept there as it is
+    def write(job, paths):  # what it returns for the manifest (keys it declares, records=) is kept there as it is
         np.savez(paths["toy"], **{f"{p}_{k}": np.asarray(getattr(layer, k)) for p, layer in enumerate(job.canon.layers)
                                   for k in kinds})
         return {"toy_arrays": len(job.canon.layers) * len(kinds)}
@@ -189,6 +189,7 @@ def _toy_format():
 
     return Format(name="toy", help="a test's toy format", artifacts=(Artifact("toy", "toy/{label}.npz"),),
                   write=write, runtimes=(Runtime("numpy", open_stack),), order=200, default=True,
+                  records=("toy_arrays", "toy_tar"),
                   model=Road((Artifact("toy", "toy/model.tar"),), write_tar, open_model, "toy (tar)"),
                   graph=Road((Artifact("toy", "toy/model.tar"),), write_tar, open_graph, "toy (tar)"))
 

@@ -124,7 +124,9 @@ class Format:
     :class:`.jobs.StackJob`) writes every artifact of ``paths`` ({artifact key: absolute path}) and returns details
     for the manifest or None; ``cannot_hold(spec)`` returns why this format cannot hold a stack of ``spec``, or None;
     ``order`` sorts formats in help texts and tables; ``default``: written by default (with the checkpoint and the
-    style's own format)."""
+    style's own format); ``records``: the keys its writers return that are no field of the manifest's (a format
+    defined outside this package records its own details), kept in the manifest as they are; any other undeclared
+    key is refused (:meth:`cudnn_port.manifest.Manifest.record`)."""
 
     name: str
     help: str
@@ -138,6 +140,7 @@ class Format:
     model: Optional[Road] = None  # its whole-model artifacts (a .keras model)
     graph: Optional[Road] = None  # its artifacts of a rewritten SavedModel graph
     derived: Tuple[Derived, ...] = ()
+    records: Tuple[str, ...] = ()
 
 
 _REGISTRY: Dict[str, Format] = {}

@@ -187,7 +187,7 @@ def write_road(road: str, job: Job, tmp: str, manifest: Manifest, say: Callable[
         except registry.NotWritten as e:
             warn(manifest, say, f"{', '.join(rels.values())} not written: {e}")
             continue
-        manifest.record(details or {})
+        manifest.record(details or {}, own=fmt.records)
         written.update(rels)
         job.written.update((k, os.path.join(tmp, rel)) for k, rel in rels.items())
     return written

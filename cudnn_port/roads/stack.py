@@ -171,7 +171,7 @@ def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, option
         details = fmt.write(StackJob(stack.spec, canon, stack.label, options),
                             {k: os.path.join(tmp, rel) for k, rel in rels.items()})
         entry.artifacts.update(rels)
-        entry.record(details or {})
+        entry.record(details or {}, own=fmt.records)
     return entry
 
 
