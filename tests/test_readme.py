@@ -54,6 +54,12 @@ def test_ci_runs_readme_commands():
     assert os.path.exists(os.path.join(ROOT, "models", "char_lm", "model.keras"))
 
 
+def test_readme_stays_a_front_page():
+    """README is at most 16.5 KB (16,896 bytes): detail lives in docs/, which README links."""
+    size = os.path.getsize(os.path.join(ROOT, "README.md"))
+    assert size <= 16_896, f"README.md is {size} bytes, over 16,896: move detail to docs/"
+
+
 @pytest.mark.slow  # each command a conversion
 def test_quick_start_commands_run(tmp_path, monkeypatch):
     """Every line of README's other bash blocks: a `pip install` names extras pyproject.toml declares; a command
