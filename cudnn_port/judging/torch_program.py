@@ -31,7 +31,8 @@ from .parity import failed_row
 from ..formats.jobs import ModelJob
 from ..model_inputs import from_records
 from ..readers.zip_guard import check_members
-from ..readers.torch_program import PASSED, PROGRAM_FORMAT, SUPPORTED  # data: the format, the ops convert translates
+from ..readers import translated_from
+from ..readers.torch_program import PASSED, SUPPORTED  # data: the ops convert translates
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -220,7 +221,7 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
                  say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """verify's rows of a converted ``.pt2`` (none for other sources): every whole-model artifact at two lengths
     other than the exported one against :class:`Interpreter`; failed rows saying why where it cannot run."""
-    if manifest["source"].get("format") != PROGRAM_FORMAT:
+    if not translated_from(manifest["source"].get("format")):
         return []
     name = "whole model against PyTorch's kernels"
     path = manifest["source"].get("checkpoint", "")
