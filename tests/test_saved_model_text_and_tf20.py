@@ -380,7 +380,8 @@ def test_tf20_layout_the_graph_cannot_tell_is_chosen_by_the_original(tmp_path, m
 
 def test_tf20_layout_no_candidate_matches_is_one_line(tmp_path):
     """Where no candidate layout's model.onnx computes the original's outputs (here: an original shifted by 0.1),
-    the choice is refused in one line naming the node and each layout tried."""
+    the choice is refused in one line naming the node and each layout tried; so is a choice between two layouts
+    that both compute them."""
     from cudnn_port.errors import UnsupportedError
     from cudnn_port.graphs.layout_choice import choose_layouts, unknown_layouts
 
@@ -392,3 +393,36 @@ def test_tf20_layout_no_candidate_matches_is_one_line(tmp_path):
     line = str(refused.value)
     assert "\n" not in line and unknown[0].key in line and "no candidate layout" in line, line
     assert "i, f, c, o" in line and "i, f, o, c" in line and "--formats saved_model" in line, line
+    source_outputs = lambda: ({"signal": x}, {"dense": want})  # the model's own outputs: one layout matches
+    same = unknown[0].candidates[next(iter(unknown[0].candidates))]
+    assert same is None
+    unknown[0].candidates = {"cuDNN's": None, "the same again": np.arange(unknown[0].candidates.popitem()[1].size)}
+    with pytest.raises(UnsupportedError, match="several candidate layout.*matched: cuDNN's; the same again"):
+        choose_layouts(str(source), "serving_default", unknown, source_outputs)  # two that compute alike: refused
+
+
+@pytest.mark.parametrize("mode,keras,built", [("lstm", "ifco", "ifoc"), ("gru", "zrh", "zrh")])
+def test_candidate_layouts_gather_the_other_build_into_cudnns(mode, keras, built):
+    """Each candidate that is not cuDNN's own gathers params built gate by gate in the other build's order (written
+    out here in NumPy from Keras-shaped weights: W_g = kernel's gate-g columns transposed) into cuDNN's layout."""
+    from cudnn_port.graphs.layouts import candidates
+    from cudnn_port.layout import RNNSpec
+
+    I, H = 5, 3
+    spec = RNNSpec(mode=mode, num_layers=1, num_units=H, input_size=I)
+    cudnn = "ifco" if mode == "lstm" else "rzh"
+    rng = np.random.default_rng(7)
+    kernel, recurrent, b_W, b_R = (rng.normal(size=s) * 0.3 for s in [(I, len(keras) * H), (H, len(keras) * H),
+                                                                        (len(keras) * H,), (len(keras) * H,)])
+
+    def params(order):
+        gate = lambda m, g: m[..., keras.index(g) * H:(keras.index(g) + 1) * H]
+        return np.concatenate([gate(kernel, g).T.ravel() for g in order] + [gate(recurrent, g).T.ravel() for g in order]
+                              + [gate(b_W, g) for g in order] + [gate(b_R, g) for g in order])
+
+    found = candidates(spec)
+    assert [perm is None for perm in found.values()] == [True, False], list(found)
+    [perm] = [p for p in found.values() if p is not None]
+    assert params(cudnn).size == spec.param_count
+    np.testing.assert_array_equal(params(built)[perm], params(cudnn))
+    assert not np.array_equal(params(built), params(cudnn))  # the two layouts differ: the choice means something
