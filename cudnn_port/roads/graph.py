@@ -4,7 +4,7 @@ tf2onnx for the rest) and OUT/manifest.json. The graph operations are :mod:`cudn
 graph road writes its own artifact (:func:`cudnn_port.formats.jobs.write_road`)."""
 import contextlib
 import os
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from .. import formats as registry
 from .. import tf_index
@@ -89,7 +89,8 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
     return folder.build(write, say)
 
 
-def original_on_cpu(source: str, proto: "saved_model_pb2.SavedModel", signature: str, seed: int = 0):
+def original_on_cpu(source: str, proto: "saved_model_pb2.SavedModel", signature: str,
+                    seed: int = 0) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(feeds, outputs): seeded inputs of ``signature`` (:func:`~cudnn_port.judging.parity.sample_inputs`, by the
     shapes and dtypes its SignatureDef declares) and the original SavedModel's own outputs on them, run on CPU by
     stock TensorFlow in a ``tf.compat.v1`` session (:func:`~cudnn_port.judging.original.original_outputs`;
@@ -100,7 +101,10 @@ def original_on_cpu(source: str, proto: "saved_model_pb2.SavedModel", signature:
                                   if not info.tensor_shape.unknown_rank else None, tf.as_dtype(info.dtype)))
              for name, info in sorted(declared.items())]
     feeds = sample_inputs(specs, seed)
-    return feeds, original_outputs(source, signature, feeds)
+    outputs = original_outputs(source, signature, feeds)
+    if outputs is None:
+        raise CudnnPortError(f"{source} is gone, so its own outputs cannot be computed")
+    return feeds, outputs
 
 
 def check_files(source: str, proto: "saved_model_pb2.SavedModel") -> None:
