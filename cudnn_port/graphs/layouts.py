@@ -101,15 +101,15 @@ def keras_shapes(spec: "RNNSpec") -> Dict[str, tuple]:
     return dict(zip(WEIGHT_ARGS, [(spec.input_size, G * H), (H, G * H), bias]))
 
 
-def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str, spec: "RNNSpec",
-                       key: str = "") -> Optional[np.ndarray]:
+def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
+                       spec: "RNNSpec") -> Optional[np.ndarray]:
     """For a forward cuDNN node whose params a Keras function builds from the layer's weights: the index array
     ``perm`` with ``params[perm]`` in cuDNN's layout, or None when ``params`` already is (or is not built from
     Keras weights: such params are taken as cuDNN's). The weights are tf_keras's ``kernel``, ``recurrent_kernel``
     and ``bias`` arguments where the function has them, else the variable reads, arguments or constants of Keras'
     weight shapes (:func:`keras_shapes`) that params is computed from (Keras 3 builds params inline, from its
     variables). Raises UnsupportedError for a construction that no gate permutation explains, and
-    :class:`LayoutUnknown` (``key`` names the node) for one that needs more than the weights to run."""
+    :class:`LayoutUnknown` for one that needs more than the weights to run."""
     # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
 
@@ -144,7 +144,8 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
                 got = _run_markers(session, params, feeds, [markers[name] for name in sources])
         except Exception as e:  # noqa: BLE001 (the construction needs more than the weights: cannot tell)
             raise LayoutUnknown(f"{where}: cannot tell the gate order of its params, which are not computed from "
-                                f"its Keras weights alone ({type(e).__name__})", key, candidates(spec)) from None
+                                f"its Keras weights alone ({type(e).__name__})",
+                                f"{function_def.signature.name}/{node_name}", candidates(spec)) from None
     found = set()
     for kernel, recurrent, bias in itertools.product(*[roles[role] or [None] for role in WEIGHT_ARGS]):
         names = [name for name in (kernel, recurrent, bias) if name]
@@ -295,8 +296,7 @@ def put_params_in_cudnn_order(proto: "saved_model_pb2.SavedModel", nodes: "Seque
             continue
         function, key = functions[node.function], f"{node.function}/{node.name}"
         try:
-            perm = chosen[key] if chosen and key in chosen else params_permutation(function, node.name, node.spec,
-                                                                                    key)
+            perm = chosen[key] if chosen and key in chosen else params_permutation(function, node.name, node.spec)
         except LayoutUnknown as e:
             if unknown is None:
                 raise
