@@ -113,64 +113,99 @@ def test_tf20_style_graph_sizes_nodes_from_callers(tmp_path, keras_models, name)
     assert any(r["judge"] == "the original SavedModel" and r["passed"] for r in report["rows"]), report["rows"]
 
 
-def tf20_handles_model(folder, seed=3):
-    """A SavedModel shaped as tf.keras 2.0 wrote an LSTM layer: ``serving_default`` calls a standard LSTM function
-    that takes the layer's variables as handles (``DT_RESOURCE`` arguments, read inside), and its GPU twin (same
-    ``api_implements``, ``api_preferred_device`` GPU, as Grappler's implementation selector wants it) reads them and
-    builds params for a ``CudnnRNN`` node as TF 2.0's ``cudnn_lstm`` did (kernels split and transposed per gate,
-    b_W = zeros_like(bias)). Returns (inputs, the model's own outputs for them)."""
+def tf20_handles_model(folder, seed=3, mode="lstm", construction="weights"):
+    """A SavedModel shaped as tf.keras 2.0 wrote an LSTM (or reset-after GRU) layer: ``serving_default`` calls a
+    standard function that takes the layer's variables as handles (``DT_RESOURCE`` arguments, read inside), and its
+    GPU twin (same ``api_implements``, ``api_preferred_device`` GPU, as Grappler's implementation selector wants it)
+    reads them and builds params for a ``CudnnRNN`` node as TF 2.0's ``cudnn_lstm`` / ``cudnn_gru`` did (kernels
+    split and transposed per gate; LSTM b_W = zeros_like(bias); GRU z and r swapped into cuDNN's r, z, h).
+    ``construction``: "weights" (from the weights alone), "control" (the reads wait on an assertion over the
+    inputs), "inputs" (params also computed from the inputs' shape, exactly 1.0 times themselves: the graph alone
+    cannot tell their layout). Returns (inputs, the model's own outputs for them: stock TensorFlow running the
+    standard function)."""
     import uuid
 
-    I, H = 5, 4
+    I, H, G = 5, 4, (4 if mode == "lstm" else 3)
     rng = np.random.default_rng(seed)
     handle = tf.TensorSpec([], tf.resource)
-    signature = [tf.TensorSpec([None, None, I]), tf.TensorSpec([None, H]), tf.TensorSpec([None, H])] + [handle] * 3
-    attributes = lambda device: {"api_implements": f"lstm_{uuid.uuid4().hex}" if device is None else api,
-                                 "api_preferred_device": device}
-    api = attributes(None)["api_implements"]
+    states = [tf.TensorSpec([None, H])] * (2 if mode == "lstm" else 1)
+    signature = [tf.TensorSpec([None, None, I])] + states + [handle] * 3
+    bias_shape = (G * H,) if mode == "lstm" else (2, G * H)
+    api = f"{mode}_{uuid.uuid4().hex}"
+    attributes = lambda device: {"api_implements": api, "api_preferred_device": device}
 
-    def reads(*handles):
-        values = [tf.raw_ops.ReadVariableOp(resource=v, dtype=tf.float32) for v in handles]
-        for value, shape in zip(values, [(I, 4 * H), (H, 4 * H), (4 * H,)]):
+    def reads(inputs, *handles):
+        waits = [tf.debugging.Assert(tf.reduce_all(tf.shape(inputs) > 0), ["empty"])] \
+            if construction == "control" else []
+        with tf.control_dependencies(waits):
+            values = [tf.raw_ops.ReadVariableOp(resource=v, dtype=tf.float32) for v in handles]
+        for value, shape in zip(values, [(I, G * H), (H, G * H), bias_shape]):
             value.set_shape(shape)
         return values
 
-    @tf.function(input_signature=signature, experimental_attributes=attributes("CPU"))
-    def standard_lstm(inputs, init_h, init_c, kernel, recurrent_kernel, bias):
-        k, rk, b = reads(kernel, recurrent_kernel, bias)
-
+    def step_lstm(k, rk, b):
         def step(carry, x):
             h, c = carry
             i, f, g, o = tf.split(tf.matmul(x, k) + tf.matmul(h, rk) + b, 4, axis=1)
             c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
             return tf.sigmoid(o) * tf.tanh(c), c
+        return step
 
-        hs, _ = tf.scan(step, tf.transpose(inputs, [1, 0, 2]), (init_h, init_c))
+    def step_gru(k, rk, b):
+        def step(carry, x):
+            h, = carry
+            xz, xr, xh = tf.split(tf.matmul(x, k) + b[0], 3, axis=1)
+            hz, hr, hh = tf.split(tf.matmul(h, rk) + b[1], 3, axis=1)
+            z, r = tf.sigmoid(xz + hz), tf.sigmoid(xr + hr)
+            return (z * h + (1 - z) * tf.tanh(xh + r * hh),)
+        return step
+
+    def standard_body(inputs, carry, kernel, recurrent_kernel, bias):
+        k, rk, b = reads(inputs, kernel, recurrent_kernel, bias)
+        step = (step_lstm if mode == "lstm" else step_gru)(k, rk, b)
+        hs = tf.scan(step, tf.transpose(inputs, [1, 0, 2]), carry)[0]
         return tf.transpose(hs, [1, 0, 2])
 
-    @tf.function(input_signature=signature, experimental_attributes=attributes("GPU"))
-    def cudnn_lstm(inputs, init_h, init_c, kernel, recurrent_kernel, bias):
-        k, rk, b = reads(kernel, recurrent_kernel, bias)
-        weights = tf.split(k, 4, axis=1) + tf.split(rk, 4, axis=1)
-        biases = tf.split(tf.concat([tf.zeros_like(b), b], 0), 8)
+    def cudnn_body(inputs, carry, kernel, recurrent_kernel, bias):
+        k, rk, b = reads(inputs, kernel, recurrent_kernel, bias)
+        weights = tf.split(k, G, axis=1) + tf.split(rk, G, axis=1)
+        if mode == "lstm":
+            biases = tf.split(tf.concat([tf.zeros_like(b), b], 0), 8)
+        else:
+            biases = tf.split(tf.reshape(b, [-1]), 6)
+            for blocks in (weights, biases):
+                blocks[0], blocks[1], blocks[3], blocks[4] = blocks[1], blocks[0], blocks[4], blocks[3]
         params = tf.concat([tf.reshape(tf.transpose(w), [-1]) for w in weights] + biases, 0)
-        out = tf.raw_ops.CudnnRNN(input=tf.transpose(inputs, [1, 0, 2]), input_h=init_h[None],
-                                  input_c=init_c[None], params=params, rnn_mode="lstm")[0]
+        if construction == "inputs":
+            params = params * tf.cast(tf.shape(inputs)[0] > 0, params.dtype)
+        init = [s[None] for s in carry] + ([] if mode == "lstm" else [tf.zeros([1, 1, H])])
+        out = tf.raw_ops.CudnnRNN(input=tf.transpose(inputs, [1, 0, 2]), input_h=init[0], input_c=init[1],
+                                  params=params, rnn_mode=mode)[0]
         return tf.transpose(out, [1, 0, 2])
+
+    def named(body, device):  # the arguments named as tf.keras named them: the weights found by name
+        if mode == "lstm":
+            def function(inputs, init_h, init_c, kernel, recurrent_kernel, bias):
+                return body(inputs, (init_h, init_c), kernel, recurrent_kernel, bias)
+        else:
+            def function(inputs, init_h, kernel, recurrent_kernel, bias):
+                return body(inputs, (init_h,), kernel, recurrent_kernel, bias)
+        return tf.function(function, input_signature=signature, experimental_attributes=attributes(device))
+
+    standard, cudnn = named(standard_body, "CPU"), named(cudnn_body, "GPU")
 
     class Model(tf.Module):
         def __init__(self):
             super().__init__()
             self.kernel, self.recurrent_kernel, self.bias, self.dense = (
                 tf.Variable(rng.normal(size=shape).astype("float32") * 0.5)
-                for shape in [(I, 4 * H), (H, 4 * H), (4 * H,), (H, 2)])
+                for shape in [(I, G * H), (H, G * H), bias_shape, (H, 2)])
 
         @tf.function(input_signature=[tf.TensorSpec([None, None, I], name="signal")])
         def serve(self, x):
-            zeros = tf.zeros([tf.shape(x)[0], H])
-            cudnn_lstm.get_concrete_function().add_to_graph()  # registered beside the call, as tf.keras did
-            sequence = standard_lstm(x, zeros, zeros, self.kernel.handle, self.recurrent_kernel.handle,
-                                     self.bias.handle)
+            zeros = [tf.zeros([tf.shape(x)[0], H])] * len(states)
+            cudnn.get_concrete_function().add_to_graph()  # registered beside the call, as tf.keras did
+            sequence = standard(x, *zeros, self.kernel.handle, self.recurrent_kernel.handle, self.bias.handle)
             return {"dense": tf.matmul(sequence, self.dense)}
 
     model = Model()
@@ -280,3 +315,114 @@ def test_a_failure_outside_the_cuDNN_nodes_is_one_warning_or_one_line():
     with pytest.raises(KeyError):  # a bug of ours stays a bug (the CLI's internal error)
         with foreign_part(True):
             raise KeyError("x")
+
+
+def test_tf20_reads_that_wait_on_an_assertion_are_read_from_the_graph(tmp_path):
+    """The params' construction is followed along data edges only: reads of the weights that wait on an assertion
+    over the inputs (a control edge) still run on marker values, so the layout is found from the graph and nothing
+    is chosen by outputs; model.onnx matches the model's own CPU outputs."""
+    from cudnn_port.exports.runners import onnx_session
+
+    x, want = tf20_handles_model(tmp_path / "saved", construction="control")
+    source = tf20_style(tmp_path / "saved", tmp_path / "tf20")
+    convert(str(source), tmp_path / "out", formats=["onnx"])
+    with open(tmp_path / "out" / "manifest.json") as f:
+        assert not json.load(f)["params_reordered"]  # built in cuDNN's order, and found so: nothing chosen
+    session = onnx_session(str(tmp_path / "out" / "model.onnx"))
+    close(session.run(None, {"signal": x})[0], want, "model.onnx against the model's own CPU outputs")
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+@pytest.mark.slow
+def test_tf20_layout_the_graph_cannot_tell_is_chosen_by_the_original(tmp_path, mode):
+    """A GPU function whose params are computed from the inputs too (the marker run cannot run it: it was "cannot
+    tell the gate order of its params ... (InvalidArgumentError)" and no model.onnx): one ONNX per candidate layout
+    runs against the original's serving_default on CPU, and the one that matches is kept. model.onnx then matches
+    the model's own outputs (stock TensorFlow running the standard function) and verify's onnx row, judged by the
+    original, passes; the other candidate's model.onnx planted in its place fails that row."""
+    import onnx
+
+    from cudnn_port.exports.runners import onnx_session
+    from cudnn_port.graphs.layout_choice import unknown_layouts
+    from cudnn_port.graphs.onnx_parts import write_signature_onnx
+    from cudnn_port.graphs.reach import gpu_selected
+
+    x, want = tf20_handles_model(tmp_path / "saved", mode=mode, construction="inputs")
+    source = tf20_style(tmp_path / "saved", tmp_path / "tf20")
+    out = tmp_path / "out"
+    manifest = convert(str(source), out)
+    assert "onnx" in manifest["model_artifacts"], manifest.get("warnings")
+    with open(out / "manifest.json") as f:
+        [(key, said)] = json.load(f)["params_reordered"].items()
+    assert "cuDNN's" in said and "original's outputs" in said, said  # TF 2.0 built them in cuDNN's order
+    session = onnx_session(str(out / "model.onnx"))
+    close(session.run(None, {"signal": x})[0], want, f"{mode}: model.onnx against the model's own CPU outputs")
+    report = verify(str(out))
+    assert report["passed"], report["rows"]
+    assert any(r["judge"] == "the original SavedModel" and r["artifact"].startswith("onnx") and r["passed"]
+               for r in report["rows"]), report["rows"]
+
+    [unknown] = unknown_layouts(str(source))
+    assert unknown.key == key and "InvalidArgumentError" in str(unknown)
+    wrong = {name: perm for name, perm in unknown.candidates.items() if perm is not None}
+    assert len(wrong) == 1, wrong
+    with gpu_selected(str(source), None, {key: next(iter(wrong.values()))}) as selected:
+        write_signature_onnx(selected, str(tmp_path / "wrong.onnx"), "serving_default")
+    planted = onnx.load(str(tmp_path / "wrong.onnx"))
+    got = onnx_session(str(tmp_path / "wrong.onnx")).run(None, {"signal": x})[0]
+    assert np.abs(got - want).max() > 1e-2, f"{mode}: the wrong layout computes the same outputs: no test"
+    onnx.save(planted, str(out / "model.onnx"))
+    report = verify(str(out))
+    assert not report["passed"]
+    rows = [r for r in report["rows"] if r["artifact"].startswith("onnx")]
+    assert rows and not any(r["passed"] for r in rows) and rows[0]["max_abs"] > 1e-2, rows
+
+
+def test_tf20_layout_no_candidate_matches_is_one_line(tmp_path):
+    """Where no candidate layout's model.onnx computes the original's outputs (here: an original shifted by 0.1),
+    the choice is refused in one line naming the node and each layout tried; so is a choice between two layouts
+    that both compute them."""
+    from cudnn_port.errors import UnsupportedError
+    from cudnn_port.graphs.layout_choice import choose_layouts, unknown_layouts
+
+    x, want = tf20_handles_model(tmp_path / "saved", construction="inputs")
+    source = tf20_style(tmp_path / "saved", tmp_path / "tf20")
+    unknown = unknown_layouts(str(source))
+    with pytest.raises(UnsupportedError) as refused:
+        choose_layouts(str(source), "serving_default", unknown, lambda: ({"signal": x}, {"dense": want + 0.1}))
+    line = str(refused.value)
+    assert "\n" not in line and unknown[0].key in line and "no candidate layout" in line, line
+    assert "i, f, c, o" in line and "i, f, o, c" in line and "--formats saved_model" in line, line
+    source_outputs = lambda: ({"signal": x}, {"dense": want})  # the model's own outputs: one layout matches
+    same = unknown[0].candidates[next(iter(unknown[0].candidates))]
+    assert same is None
+    unknown[0].candidates = {"cuDNN's": None, "the same again": np.arange(unknown[0].candidates.popitem()[1].size)}
+    with pytest.raises(UnsupportedError, match="several candidate layout.*matched: cuDNN's; the same again"):
+        choose_layouts(str(source), "serving_default", unknown, source_outputs)  # two that compute alike: refused
+
+
+@pytest.mark.parametrize("mode,keras,built", [("lstm", "ifco", "ifoc"), ("gru", "zrh", "zrh")])
+def test_candidate_layouts_gather_the_other_build_into_cudnns(mode, keras, built):
+    """Each candidate that is not cuDNN's own gathers params built gate by gate in the other build's order (written
+    out here in NumPy from Keras-shaped weights: W_g = kernel's gate-g columns transposed) into cuDNN's layout."""
+    from cudnn_port.graphs.layouts import candidates
+    from cudnn_port.layout import RNNSpec
+
+    I, H = 5, 3
+    spec = RNNSpec(mode=mode, num_layers=1, num_units=H, input_size=I)
+    cudnn = "ifco" if mode == "lstm" else "rzh"
+    rng = np.random.default_rng(7)
+    kernel, recurrent, b_W, b_R = (rng.normal(size=s) * 0.3 for s in [(I, len(keras) * H), (H, len(keras) * H),
+                                                                        (len(keras) * H,), (len(keras) * H,)])
+
+    def params(order):
+        gate = lambda m, g: m[..., keras.index(g) * H:(keras.index(g) + 1) * H]
+        return np.concatenate([gate(kernel, g).T.ravel() for g in order] + [gate(recurrent, g).T.ravel() for g in order]
+                              + [gate(b_W, g) for g in order] + [gate(b_R, g) for g in order])
+
+    found = candidates(spec)
+    assert [perm is None for perm in found.values()] == [True, False], list(found)
+    [perm] = [p for p in found.values() if p is not None]
+    assert params(cudnn).size == spec.param_count
+    np.testing.assert_array_equal(params(built)[perm], params(cudnn))
+    assert not np.array_equal(params(built), params(cudnn))  # the two layouts differ: the choice means something

@@ -109,13 +109,16 @@ class ModelJob(Job):
 
 class GraphJob(Job):
     """A SavedModel whose cuDNN nodes are being rewritten (:mod:`cudnn_port.graphs`): its folder, parsed proto, the
-    cuDNN nodes found, and which params were gathered into cuDNN's gate order."""
+    cuDNN nodes found, and which params were gathered into cuDNN's gate order. ``original(signature)``: (feeds, the
+    source's own outputs of ``signature`` on them, run on CPU by stock TensorFlow), the judge of a gate layout the
+    graph cannot tell (:mod:`cudnn_port.graphs.layout_choice`), or None."""
 
     def __init__(self, source: str, proto: Any, nodes: List[Any], reordered: Any, say: Callable[[str], None],
-                 user_graph: Callable[[str], Any]) -> None:
+                 user_graph: Callable[[str], Any], original: Optional[Callable[[str], Any]] = None) -> None:
         super().__init__(say=say)
         self.source, self.proto, self.nodes, self.reordered = source, proto, nodes, reordered
         self.user_graph = user_graph  # user_graph(what): a context in which errors on the graph are one line
+        self.original = original
 
 
 class GraphCheck(Job):

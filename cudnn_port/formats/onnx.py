@@ -16,6 +16,8 @@ from ..exports.runners import onnx_session
 from ..graphs.frozen import open_frozen
 from ..graphs.nodes import onnx_signature, signature_names
 from ..graphs.onnx_parts import cut_runner, foreign_part, write_signature_onnx
+from ..graphs.layout_choice import choose_layouts, unknown_layouts
+from ..graphs.layouts import LayoutUnknown
 from ..graphs.reach import gpu_selected
 from ..manifest import warn
 from .jobs import Outputs
@@ -94,16 +96,38 @@ def _write_graph(job, paths):
         raise NotWritten(f"the SavedModel has no serving_default signature and {len(names)} others "
                          f"({', '.join(names) or 'none'}), so which one ONNX should hold is not known")
     job.say(f"model.onnx from signature {signature} (fused ONNX LSTM/GRU nodes in place of cuDNN nodes)")
-    with foreign_part("saved_model" in job.written), job.user_graph("write ONNX for"), \
-            gpu_selected(job.source, job.reordered) as selected:  # tf_keras: its cuDNN path
-        part = write_signature_onnx(selected, paths["onnx"], signature)
+    chosen = {}
+    with foreign_part("saved_model" in job.written), job.user_graph("write ONNX for"):
+        try:
+            with gpu_selected(job.source, job.reordered) as selected:  # tf_keras: its cuDNN path
+                part = write_signature_onnx(selected, paths["onnx"], signature)
+        except LayoutUnknown:  # the graph cannot tell a GPU alternative's gate layout: the original's outputs do
+            chosen = _chosen_by_original(job, signature)
+            with gpu_selected(job.source, job.reordered, chosen) as selected:
+                part = write_signature_onnx(selected, paths["onnx"], signature)
     guard_file(paths["onnx"])  # onnxruntime's LSTM / GRU kernels end the process on an empty batch
     if part:  # raw text: the numeric part
         warn(job.manifest, job.say, part["onnx_part"])
-    if job.reordered:
-        job.say(f"{len(job.reordered)} cuDNN node(s) had params Keras built in another gate layout (traced on a "
+    gathered = [key for key in job.reordered if chosen.get(key, True) is not None]  # chosen as cuDNN's: none
+    if gathered:
+        job.say(f"{len(gathered)} cuDNN node(s) had params Keras built in another gate layout (traced on a "
                 "build without CUDA, or on ROCm); gathered into cuDNN's (manifest: params_reordered)")
     return dict(onnx_signature=signature, **part)
+
+
+def _chosen_by_original(job, signature):
+    """{"function/node": perm or None} of the GPU alternatives whose layout only the original's outputs tell
+    (:func:`~cudnn_port.graphs.layout_choice.choose_layouts`), each said and recorded in the manifest's
+    ``params_reordered``."""
+    if job.original is None:
+        raise NotWritten("the gate layout of a GPU alternative's params is not known, and no original runs to tell it")
+    picked = choose_layouts(job.source, signature, unknown_layouts(job.source), lambda: job.original(signature),
+                            job.say)
+    for key, (name, _) in picked.items():
+        job.reordered[key] = f"params in {name}: cuDNN's layout gathered from it (the one gate layout whose " \
+                             "model.onnx computes the original's outputs; the graph cannot tell)"
+        job.say(f"{key}: its params are in {name} (chosen by the original's outputs)")
+    return {key: perm for key, (_, perm) in picked.items()}
 
 
 def guard_file(path: str) -> None:

@@ -8,7 +8,10 @@ counterparts reorder the gates to MIOpen's i, f, o, c ``if ... ["is_rocm_build"]
 it is built from (tf_keras: the function's arguments; Keras 3: the layer's variables, read inline, or the
 constants freezing left) gets distinct marker values (1, 2, ...), and where each marker lands in ``params`` is
 compared with where cuDNN wants it, given the Keras gate order of those weights (LSTM i, f, c, o; GRU z, r, h;
-the one Keras' CPU path computes with). Only whole gate blocks may move, each within its matrix or bias.
+the one Keras' CPU path computes with). Only whole gate blocks may move, each within its matrix or bias. The
+construction is what ``params`` computes from (its data inputs, not control edges: they order, never change, a
+value). Where it needs more than the weights (:class:`LayoutUnknown`), the GPU alternative's layout is chosen by
+the original's own outputs instead (:mod:`.layout_choice`).
 """
 import itertools
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
@@ -31,6 +34,35 @@ WEIGHT_ARGS = ("kernel", "recurrent_kernel", "bias")  # tf_keras's gpu_lstm / gp
 
 
 DIGITS = {"float16": 2048}  # markers run in two passes of base-B digits, exact in the params' dtype
+
+
+class LayoutUnknown(UnsupportedError):
+    """The marker run cannot tell the layout of a cuDNN node's params (the construction needs more than the Keras
+    weights). ``key``: ``"function/node"``; ``candidates``: {name: the index array that gathers params into cuDNN's
+    layout, or None for params already in it}, one per build that Keras traces differently (:func:`candidates`)."""
+
+    def __init__(self, message: str, key: str, candidates: Dict[str, Optional[np.ndarray]]):
+        super().__init__(message)
+        self.key, self.candidates = key, candidates
+
+
+BUILT_IN = {"lstm": {"MIOpen's i, f, o, c (a ROCm build)": "ifoc"},  # besides cuDNN's own (a CUDA build)
+            "gru": {"Keras' z, r, h (a build without CUDA)": KERAS_GRU}}
+
+
+def candidates(spec: "RNNSpec") -> Dict[str, Optional[np.ndarray]]:
+    """{name: ``perm``} of each layout Keras builds a one-layer node's params in: cuDNN's own (None: no gather) and
+    the other build's (:data:`BUILT_IN`), whose ``params[perm]`` is in cuDNN's layout: each gate block moved within
+    its W, R, b_W or b_R."""
+    order = CUDNN_ORDER[spec.mode]
+    found: Dict[str, Optional[np.ndarray]] = {f"cuDNN's {', '.join(order)} (a CUDA build)": None}
+    for name, built in BUILT_IN.get(spec.mode, {}).items():
+        perm = np.arange(spec.param_count)
+        for block in spec.blocks():
+            index = np.arange(block.offset, block.end).reshape(block.shape[0], -1)
+            perm[block.offset:block.end] = reorder(index, built, order).reshape(-1)
+        found[name] = perm.astype(np.int32)
+    return found
 
 
 def _run_markers(session, params, placeholders, markers):
@@ -76,7 +108,8 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
     Keras weights: such params are taken as cuDNN's). The weights are tf_keras's ``kernel``, ``recurrent_kernel``
     and ``bias`` arguments where the function has them, else the variable reads, arguments or constants of Keras'
     weight shapes (:func:`keras_shapes`) that params is computed from (Keras 3 builds params inline, from its
-    variables). Raises UnsupportedError for a construction that no gate permutation explains."""
+    variables). Raises UnsupportedError for a construction that no gate permutation explains, and
+    :class:`LayoutUnknown` for one that needs more than the weights to run."""
     # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
 
@@ -110,8 +143,9 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
             with tf.compat.v1.Session(graph=graph) as session:
                 got = _run_markers(session, params, feeds, [markers[name] for name in sources])
         except Exception as e:  # noqa: BLE001 (the construction needs more than the weights: cannot tell)
-            raise UnsupportedError(f"{where}: cannot tell the gate order of its params, which are not computed from "
-                                   f"its Keras weights alone ({type(e).__name__})") from None
+            raise LayoutUnknown(f"{where}: cannot tell the gate order of its params, which are not computed from "
+                                f"its Keras weights alone ({type(e).__name__})",
+                                f"{function_def.signature.name}/{node_name}", candidates(spec)) from None
     found = set()
     for kernel, recurrent, bias in itertools.product(*[roles[role] or [None] for role in WEIGHT_ARGS]):
         names = [name for name in (kernel, recurrent, bias) if name]
@@ -226,7 +260,8 @@ def _gate_permutation(spec, got, want) -> Optional[np.ndarray]:
 
 
 def _ancestors(graph_def, name):
-    """A copy of ``graph_def`` holding only node ``name`` and the nodes it depends on."""
+    """A copy of ``graph_def`` holding only node ``name`` and the nodes whose values it is computed from, control
+    edges left out (a read that waits on an assertion over the inputs reads the same value)."""
     nodes = {n.name: n for n in graph_def.node}
     keep, todo = set(), [name]
     while todo:
@@ -234,28 +269,43 @@ def _ancestors(graph_def, name):
         if current in keep or current not in nodes:
             continue
         keep.add(current)
-        todo += [i.lstrip("^").split(":")[0] for i in nodes[current].input]
+        todo += [i.split(":")[0] for i in nodes[current].input if not i.startswith("^")]
     out = type(graph_def)()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
-    out.node.extend(n for n in graph_def.node if n.name in keep)
+    for node in graph_def.node:
+        if node.name in keep:
+            kept = out.node.add()
+            kept.CopyFrom(node)
+            del kept.input[:]
+            kept.input.extend(i for i in node.input if not i.startswith("^"))
     return out
 
 
-def put_params_in_cudnn_order(proto: "saved_model_pb2.SavedModel", nodes: "Sequence[CudnnNode]") -> Dict[str, str]:
+def put_params_in_cudnn_order(proto: "saved_model_pb2.SavedModel", nodes: "Sequence[CudnnNode]",
+                              chosen: Optional[Dict[str, Optional[np.ndarray]]] = None,
+                              unknown: Optional[List[LayoutUnknown]] = None) -> Dict[str, str]:
     """Insert (in place) a Gather before each forward cuDNN node of ``nodes`` whose params tf_keras built in another
-    layout (:func:`params_permutation`). Returns {"function/node": "reordered"} of the nodes changed."""
+    layout (:func:`params_permutation`). Returns {"function/node": "reordered"} of the nodes changed. ``chosen``:
+    {"function/node": perm or None} decided elsewhere (:mod:`.layout_choice`), taken as given; ``unknown``, a list,
+    receives each :class:`LayoutUnknown` instead of its being raised (that node is left as it is)."""
     functions = {f.signature.name: f for meta in proto.meta_graphs for f in meta.graph_def.library.function}
     changed = {}
     for node in nodes:
         if node.backward or node.function not in functions:
             continue
-        function = functions[node.function]
-        perm = params_permutation(function, node.name, node.spec)
+        function, key = functions[node.function], f"{node.function}/{node.name}"
+        try:
+            perm = chosen[key] if chosen and key in chosen else params_permutation(function, node.name, node.spec)
+        except LayoutUnknown as e:
+            if unknown is None:
+                raise
+            unknown.append(e)
+            continue
         if perm is None:
             continue
         _insert_gather(function, node.name, perm)
-        changed[f"{node.function}/{node.name}"] = "params reordered into cuDNN's gate layout"
+        changed[key] = "params reordered into cuDNN's gate layout"
     return changed
 
 

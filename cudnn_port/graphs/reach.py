@@ -79,15 +79,17 @@ def describe(nodes: List[CudnnNode], alternatives: bool = False) -> List[Dict[st
 
 
 @contextlib.contextmanager
-def gpu_selected(source: str, reordered: Optional[Dict[str, str]] = None) -> Iterator[str]:
+def gpu_selected(source: str, reordered: Optional[Dict[str, str]] = None,
+                 chosen: Optional[Dict[str, Any]] = None) -> Iterator[str]:
     """``source``, or, where it has GPU alternatives (:func:`select_gpu_implementations`), a temporary SavedModel
     that calls them instead, uncalled functions pruned, the shapes calls pass recorded where the graph has none
     (tf.keras 2.0-2.2, :mod:`.callshapes`), each cuDNN node's params in cuDNN's gate layout
     (:mod:`.layouts`) and optimizer slot references dropped (:func:`drop_slot_references`; its other files linked,
-    not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed."""
+    not copied). ``reordered``, a dict, receives what :mod:`.layouts` changed; ``chosen``: {"function/node": perm or
+    None} of the layouts the marker run cannot tell, chosen by the original's outputs (:mod:`.layout_choice`)."""
     proto = load_proto(source)
     swapped = select(proto)
-    changed = put_params_in_cudnn_order(proto, find_nodes(proto, set().union(*reached_by(proto).values())))
+    changed = put_params_in_cudnn_order(proto, find_nodes(proto, set().union(*reached_by(proto).values())), chosen)
     if reordered is not None:
         reordered.update(changed)
     if not (drop_slot_references(proto) or swapped or changed):

@@ -4,7 +4,7 @@ tf2onnx for the rest) and OUT/manifest.json. The graph operations are :mod:`cudn
 graph road writes its own artifact (:func:`cudnn_port.formats.jobs.write_road`)."""
 import contextlib
 import os
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from .. import formats as registry
 from .. import tf_index
@@ -23,6 +23,9 @@ from ..progress import say_to
 from ..exports.runners import load_saved_model, onnx_session
 from ..judging.graph_inputs import run_error
 from ..judging.model_rows import signature_feeds
+from ..judging.original import original_outputs
+from ..judging.parity import sample_inputs
+from ..deps import import_tf
 
 if TYPE_CHECKING:
     from tensorflow.core.protobuf import saved_model_pb2
@@ -70,7 +73,8 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
                                 "signatures, inputs and outputs keep their names", formats, road="graph")
         manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped),
                         gpu_alternatives=describe(reached["gpu_alternatives"], True), params_reordered=reordered)
-        job = GraphJob(source, proto, nodes, reordered, say, lambda what: user_graph(source, what))
+        job = GraphJob(source, proto, nodes, reordered, say, lambda what: user_graph(source, what),
+                       lambda signature: original_on_cpu(source, proto, signature))
         job.manifest = manifest
         manifest.model_artifacts = write_road("graph", job, tmp, manifest, say, formats)
         arts = manifest.model_artifacts
@@ -83,6 +87,24 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
         return finish(manifest, tmp)
 
     return folder.build(write, say)
+
+
+def original_on_cpu(source: str, proto: "saved_model_pb2.SavedModel", signature: str,
+                    seed: int = 0) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(feeds, outputs): seeded inputs of ``signature`` (:func:`~cudnn_port.judging.parity.sample_inputs`, by the
+    shapes and dtypes its SignatureDef declares) and the original SavedModel's own outputs on them, run on CPU by
+    stock TensorFlow in a ``tf.compat.v1`` session (:func:`~cudnn_port.judging.original.original_outputs`;
+    Grappler keeps each standard function there). The judge of a gate layout the graph cannot tell."""
+    tf = import_tf()
+    declared = proto.meta_graphs[0].signature_def[signature].inputs
+    specs = [(name, tf.TensorSpec([d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
+                                  if not info.tensor_shape.unknown_rank else None, tf.as_dtype(info.dtype)))
+             for name, info in sorted(declared.items())]
+    feeds = sample_inputs(specs, seed)
+    outputs = original_outputs(source, signature, feeds)
+    if outputs is None:
+        raise CudnnPortError(f"{source} is gone, so its own outputs cannot be computed")
+    return feeds, outputs
 
 
 def check_files(source: str, proto: "saved_model_pb2.SavedModel") -> None:
