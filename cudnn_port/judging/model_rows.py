@@ -17,7 +17,7 @@ from ..layer_paths import judged_by
 from ..model_inputs import as_model_takes, from_records
 from ..precision import float32_policy, float32_twin
 from ..readers import source_kind
-from ..readers.torch_program import PROGRAM_FORMAT
+from ..readers.torch_program import PROGRAM_FORMATS
 from ..readers.keras_model import load_model_file
 from ..stock_fused import DIRECTIONS
 from ..stock_keras import rewrite, unwrapped
@@ -262,7 +262,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
     rows, names, feeds, want, judged = run.rows, run.names, run.feeds, run.want, run.judged
     judge_name = f"{run.judge} ({where})"
-    if manifest["source"].get("format") == PROGRAM_FORMAT:  # OUT's keras/model.keras is a .pt2's translation, the
+    if manifest["source"].get("format") in PROGRAM_FORMATS:  # OUT's keras/model.keras is a .pt2's translation, the
         # conversion's own output: its artifacts are judged by PyTorch's kernels instead (judging.torch_program)
         rows = []
     if policy:

@@ -65,7 +65,7 @@ from ..layer_paths import forced_path
 from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
 from ..readers.keras_model import KerasModelSource, load_model_file
-from ..readers.torch_program import PROGRAM_FORMAT, translate
+from ..readers.torch_program import PROGRAM_FORMAT, PROGRAM_FORMATS, SCRIPT_FORMAT, is_program, translate
 from ..stock_keras import rewrite
 from ..streaming_model import streaming_twin
 
@@ -168,7 +168,8 @@ def _export_program(path, out, **options):
     computes otherwise raises :class:`~cudnn_port.errors.ParityError`."""
     with float32_policy():
         model = translate(os.fspath(path))
-        return _export(model, out, source_format=PROGRAM_FORMAT, path=os.fspath(path), seed=0, **options)
+        return _export(model, out, source_format=PROGRAM_FORMAT if is_program(os.fspath(path)) else SCRIPT_FORMAT,
+                       path=os.fspath(path), seed=0, **options)
 
 
 def whole_model_formats() -> List[str]:
@@ -300,7 +301,7 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
     computes in ``policy`` (mixed precision): its distance to the judge is reported, not judged."""
     run = whole_model_run(job.tmp, job.manifest, judged, seed, ATOL, RTOL, say)
     rows, judge_name = run.rows, run.judge
-    if job.manifest.source.format == PROGRAM_FORMAT:  # a .pt2: PyTorch's kernels judge the translation too
+    if job.manifest.source.format in PROGRAM_FORMATS:  # a .pt2, a TorchScript file: PyTorch's kernels judge it too
         if available("torch"):
             rows, judge_name = rows + program_rows(job.manifest, job.tmp, ATOL, RTOL, seed, True, say), \
                 f"{judge_name}; {PROGRAM_JUDGE}"
