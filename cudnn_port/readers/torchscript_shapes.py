@@ -1,18 +1,20 @@
 """The sizes of a TorchScript program (:mod:`.torchscript`), which its code does not record: each user input gets a
 shape from the first node that reads it (an ``aten.embedding``'s indices: ``[batch, time]`` int64; a recurrent
-node's input: ``[batch, time, input_size]``, time-major without ``batch_first``, float32), at a length ``T0`` and a
+node's input: ``[batch, time, input_size]``, time-major without ``batch_first``, float32; its initial h or c:
+``[layers * directions, batch, width]``), at a length ``T0`` and a
 batch ``B0`` that no number written in the code equals, and every node's output sizes follow by PyTorch's shape
 rules (computed on NumPy arrays of zeros). The graph then reads like a ``torch.export`` program exported at ``T0``
 steps and ``B0`` rows with no dynamic dimension, which is how the translator and the judge take it.
 
 A size the trace wrote as a number (the batch or the length of the example it was traced with) that no longer fits
-at ``T0`` / ``B0`` is refused in one line naming the node: the trace baked it.
+at ``T0`` / ``B0`` is refused in one line naming the node (the trace baked it): the whole model is not converted,
+its stacks are.
 """
 from typing import Any, Dict, List
 
 import numpy as np
 
-from ..errors import UnsupportedError
+from .torchscript_ops import NotStraight
 
 RECURRENT = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 LENGTHS = (7, 11, 13, 17, 19, 23, 29, 31, 37)
@@ -54,7 +56,7 @@ def give_sizes(path: str, graph: Dict[str, Any], signature: Dict[str, Any], weig
             results = _run(op, args)
         except (ValueError, IndexError, TypeError) as e:
             sizes = [list(np.shape(a)) if isinstance(a, np.ndarray) else a for a in args]
-            raise UnsupportedError(f"{path}: aten.{op} (node {node['name']}) does not compute on {sizes} "
+            raise NotStraight(f"{path}: aten.{op} (node {node['name']}) does not compute on {sizes} "
                                    f"({str(e)[:60]}): a size the trace recorded as a number, from the batch or length "
                                    f"of its example, is baked in; the whole model takes no batch of {batch} rows or "
                                    f"{steps} steps, so it is not converted (its stacks are); trace or script a model "
@@ -80,7 +82,14 @@ def _input(path, nodes, name, params, weights, steps, batch):
             size = weights[first].shape[1]
             first_batch = args.get("batch_first", {}).get("as_bool", False)
             return np.zeros((batch, steps, size) if first_batch else (steps, batch, size), np.float32)
-    raise UnsupportedError(f"{path}: input {name} of the model's forward feeds neither an embedding nor a recurrent "
+        states = args.get("hx", {}) if op in RECURRENT else {}
+        states = states.get("as_tensors") or ([states["as_tensor"]] if "as_tensor" in states else [])
+        if name in [t["name"] for t in states]:  # a state given: [layers * directions, batch, width]
+            w = [weights[params[t["name"]]] for t in args["params"]["as_tensors"][:2]]
+            layers = args["num_layers"]["as_int"] * (2 if args["bidirectional"]["as_bool"] else 1)
+            width = w[1].shape[1] if [t["name"] for t in states].index(name) == 0 else w[0].shape[0] // 4
+            return np.zeros((layers, batch, width), np.float32)
+    raise NotStraight(f"{path}: input {name} of the model's forward feeds neither an embedding nor a recurrent "
                            "layer, so its shape is not known from the code; the whole model is not converted (its "
                            "stacks are); export it with torch.export, which records the shapes")
 
