@@ -1,14 +1,15 @@
 """The sizes of a TorchScript program (:mod:`.torchscript`), which its code does not record: each user input gets a
 shape from the first node that reads it (an ``aten.embedding``'s indices: ``[batch, time]`` int64; a recurrent
 node's input: ``[batch, time, input_size]``, time-major without ``batch_first``, float32; its initial h or c:
-``[layers * directions, batch, width]``), at a length ``T0`` and a
-batch ``B0`` that no number written in the code equals, and every node's output sizes follow by PyTorch's shape
+``[layers * directions, batch, width]``), at a length ``T0`` and a batch ``B0`` that divide no number written in the
+code and equal no size of its weights, and every node's output sizes follow by PyTorch's shape
 rules (computed on NumPy arrays of zeros). The graph then reads like a ``torch.export`` program exported at ``T0``
 steps and ``B0`` rows with no dynamic dimension, which is how the translator and the judge take it.
 
 A size the trace wrote as a number (the batch or the length of the example it was traced with) that no longer fits
 at ``T0`` / ``B0`` is refused in one line naming the node (the trace baked it): the whole model is not converted,
-its stacks are.
+its stacks are. One that still fits computes otherwise at other lengths, which the judge's rows there fail: a baked
+model is refused or failed, never passed.
 """
 from typing import Any, Dict, List
 
@@ -41,11 +42,16 @@ def give_sizes(path: str, graph: Dict[str, Any], signature: Dict[str, Any], weig
     params = {s["parameter"]["arg"]["name"]: s["parameter"]["parameter_name"]
               for s in signature["input_specs"] if "parameter" in s}
     inputs = [s["user_input"]["arg"]["as_tensor"]["name"] for s in signature["input_specs"] if "user_input" in s]
-    taken = set()
-    _literals(graph["nodes"], taken)
-    taken.update(d for w in weights.values() for d in w.shape)
-    steps = next((t for t in LENGTHS if t not in taken), 41)
-    batch = next((b for b in BATCHES if b not in taken and b != steps), 43)
+    written = set()
+    _literals(graph["nodes"], written)
+    written = {n for n in written if 1 < n < 2 ** 31}  # not a slice's end (2**63 - 1)
+    sizes = {d for w in weights.values() for d in w.shape}
+
+    def free(n):  # no size of the weights, nor a factor of a number written (28: a trace's 7 steps * 4)
+        return n not in sizes and not any(w % n == 0 for w in written)
+
+    steps = next((t for t in LENGTHS if free(t)), 41)
+    batch = next((b for b in BATCHES if free(b) and b != steps), 43)
     env: Dict[str, Any] = {p: weights[f] for p, f in params.items()}
     for name in inputs:
         env[name] = _input(path, graph["nodes"], name, params, weights, steps, batch)
