@@ -32,6 +32,7 @@ from ..source import SourceType, buffer_name
 from .keras_model import KerasModelSource
 from .pytorch import PyTorchSource
 from .torch_files import MAX_STORAGES, PT2_DTYPES, read_torch_file, zip_names
+from .torchscript import is_script, read_script
 from .zip_guard import check_members
 
 PROGRAM_FORMAT = "PyTorch program (torch.export .pt2)"
@@ -94,9 +95,6 @@ def read_program(path: str) -> Program:
 
 
 def _read_program(path: str) -> Program:
-    # lazy: the TorchScript reader, which builds this module's graph form (a module that imports this one)
-    from .torchscript import is_script, read_script
-
     if is_script(path):  # its code parsed as data into the same graph form
         module, weights = read_script(path)
     else:

@@ -10,7 +10,7 @@ inlined (the child's class from its ``__torch__.*`` name in data.pkl, its code f
 size read when the model runs, ``ops.prim.NumToTensor`` / ``int`` around sizes, and parameters as ``self.<name>``.
 A trace is such a line. Anything else (``if``, ``for``, ``while``, a subscript, a call of another function: what
 ``torch.jit.script`` writes for ``nn.LSTM`` itself) is refused in one line naming the construct, the file inside the
-zip and its line; the file's stacks still convert (:func:`cudnn_port.roads.model.export_script_file`).
+zip and its line; the file's stacks still convert (:func:`cudnn_port.roads.script.export_script_file`).
 
 Sizes: the code records none, so each input is given a shape from what it feeds (an ``aten.embedding``'s indices:
 ``[batch, time]`` int64; a recurrent node's input: ``[batch, time, input_size]`` or time-major, float32) at a batch
@@ -20,16 +20,15 @@ from them. A number a trace wrote where the model read a size (``view(x, [3, 7, 
 only that size, and the shapes refuse it where it disagrees with the length chosen.
 """
 import ast
-import os
 import zipfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 from ..errors import CudnnPortError, UnsupportedError, short
-from ..source import SourceType
 from .torch_files import read_torch_file, zip_names
 from .torch_pickle import Inert
+from .torchscript_shapes import give_sizes
 from .torchscript_ops import CONSTRUCTS, SCHEMAS, NotStraight, SizeRef, TensorRef, arg, dotted_name, keyword
 from .zip_guard import check_members
 
@@ -225,8 +224,6 @@ def read_script(path: str) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     """(the TorchScript file at ``path`` as a ``torch.export`` graph module: ``graph`` with ``nodes`` and
     ``tensor_values``, ``signature``; {parameter FQN: array}). A construct that is not a straight line raises
     :class:`NotStraight`; a damaged file is refused in one line."""
-    from .torchscript_shapes import give_sizes
-
     try:
         with zipfile.ZipFile(path) as z:
             check_members(z, path, "a TorchScript archive holds one per tensor")
@@ -256,23 +253,3 @@ def read_script(path: str) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     give_sizes(path, graph, signature, reader.weights)
     return {"graph": graph, "signature": signature}, reader.weights
 
-
-def _open_script(path: str, mode: Optional[str] = None) -> Any:
-    """The whole model where the code reads as a straight line of ops; else the file's stacks, as the stack reader
-    reads any PyTorch file."""
-    # lazy: the readers that build on this one
-    from .pytorch import PyTorchSource
-    from .torch_program import _open_program
-
-    try:
-        return _open_program(path, mode)
-    except NotStraight:
-        return PyTorchSource(path, mode)
-
-
-# before the stack reader (order 40), which reads a TorchScript file's recurrent modules alone
-SOURCE = SourceType("torchscript", "TorchScript file", "model",
-                    lambda path: os.path.isfile(path) and zipfile.is_zipfile(path) and is_script(path), _open_script,
-                    order=36, judge="cudnn_port.judging.torch_weights:judge_stack",
-                    original="cudnn_port.judging.torch_weights:torch_row",
-                    export="cudnn_port.roads.script:export_script_file")
