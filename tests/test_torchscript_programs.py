@@ -211,3 +211,15 @@ def test_torchscript_files_are_claimed_by_their_own_kind(tmp_path):
 
     _, path = saved("gru_classifier", str(tmp_path))
     assert source_kind(path) == "torchscript"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_scripted_recurrent_model_is_refused_whole_naming_the_branch(name, tmp_path):
+    """torch.jit.script writes nn.LSTM's / nn.GRU's forward (and F.embedding) with ifs on the input: the reader
+    names the first one and the file inside the zip, and reads nothing further."""
+    from cudnn_port.readers.torchscript import read_script
+    from cudnn_port.readers.torchscript_ops import NotStraight
+
+    _, path = saved(name, str(tmp_path), script=True)
+    with pytest.raises(NotStraight, match=r"code/__torch__/torch/nn/.*\.py:\d+ holds an if;"):
+        read_script(path)

@@ -34,6 +34,8 @@ from .zip_guard import check_members
 
 MAX_CODE = 4 << 20  # bytes of one code file parsed; a model's code is kilobytes
 MAX_NODES = 20000
+
+
 def is_script(path: str) -> bool:
     """Whether ``path`` is a TorchScript zip (``code/`` beside ``data.pkl``)."""
     names = zip_names(path)
@@ -41,8 +43,17 @@ def is_script(path: str) -> bool:
 
 
 class _Mod:
+    """A module of data.pkl (an :class:`Inert` ``__torch__.*`` object) at its path in the model."""
+
     def __init__(self, obj: Inert, fqn: str):
         self.obj, self.fqn = obj, fqn
+
+
+class _Function:
+    """A function of the code (``__torch__.torch.nn.functional.embedding``) bound to a name."""
+
+    def __init__(self, name: str):
+        self.name = name
 
 
 class _Reader:
@@ -111,7 +122,9 @@ class _Reader:
         if len(names) != len(given) or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs:
             self.refuse(member, fn, f"a function of {len(names)} arguments called with {len(given)}")
         env = dict(zip(names, given))
-        outer, self.stack = self.stack, f"{mod.fqn},{mod.fqn},{mod.obj.cls.name}" if mod.fqn else ""
+        outer = self.stack
+        if mod is not None:  # a function of the code runs in its caller's module
+            self.stack = f"{mod.fqn},{mod.fqn},{mod.obj.cls.name}" if mod.fqn else ""
         try:
             return self.statements(fn, env, member, depth)
         finally:
@@ -154,6 +167,8 @@ class _Reader:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return -value
         if isinstance(node, ast.Attribute):
+            if dotted_name(node).startswith("__torch__."):  # a function of the code, named to be called later
+                return _Function(dotted_name(node))
             return self.attribute(self.expr(node.value, env, member, depth), node, member)
         if isinstance(node, ast.Call):
             return self.call(node, env, member, depth, outputs)
@@ -178,6 +193,8 @@ class _Reader:
     def call(self, node: ast.Call, env: Dict[str, Any], member: str, depth: int, outputs: int) -> Any:
         func = node.func
         dotted = dotted_name(func)
+        if isinstance(func, ast.Name) and isinstance(env.get(func.id), _Function):
+            dotted = env[func.id].name
         if isinstance(func, ast.Attribute) and not dotted.startswith(("torch.", "ops.", "__torch__.")):
             child = self.expr(func.value, env, member, depth)
             if not isinstance(child, _Mod) or node.keywords:
