@@ -154,6 +154,27 @@ def test_every_whole_model_artifact_of_a_trace_matches_pytorch(name, tmp_path):
 
 
 @pytest.mark.slow
+def test_verify_judges_a_trace_by_pytorchs_kernels_and_fails_a_wrong_judge(capsys, tmp_path, monkeypatch):
+    """verify runs every artifact of a converted trace at two lengths other than 7 against PyTorch's kernels on
+    the parsed graph, and passes; with the judge's weights 1% off the same rows fail (they compare numbers)."""
+    from cudnn_port.judging import torch_program
+    from cudnn_port.manifest import load_manifest
+
+    _, path = saved("char_lm", str(tmp_path))
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "convert", path, out, "--formats", "onnx")
+    assert code == 0, err
+    code, report, err = run_cli(capsys, "verify", out)
+    assert code == 0, report + err
+    assert "onnx (onnxruntime) at 11 steps" in report and "onnx (onnxruntime) at 4 steps" in report, report
+    read = torch_program.read_script
+    monkeypatch.setattr(torch_program, "read_script",
+                        lambda p: (lambda g, w: (g, {k: v * 1.01 for k, v in w.items()}))(*read(p)))
+    rows = torch_program.program_rows(load_manifest(str(out)), str(out), ATOL, RTOL, 0, True, lambda m: None)
+    assert rows and all(r["passed"] is False for r in rows if r["passed"] is not None), rows
+
+
+@pytest.mark.slow
 def test_a_scripted_loop_is_refused_whole_in_one_line_and_its_stacks_convert(capsys, tmp_path):
     """torch.jit.script of a model with a for loop: convert names the loop and the file inside the zip in one
     line, then converts the LSTM stack, which verify passes."""
