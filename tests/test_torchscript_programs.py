@@ -215,6 +215,25 @@ def test_the_code_is_read_as_data_never_run(tmp_path):
     assert not marker.exists()
 
 
+def test_code_that_does_not_parse_leaves_the_stacks(tmp_path):
+    """A trace whose code file was damaged (not Python) is refused whole naming the file; nothing else is read of
+    the code, and the stack reader still reads the LSTM from data.pkl."""
+    from cudnn_port.readers.pytorch import PyTorchSource
+    from cudnn_port.readers.torchscript import read_script
+    from cudnn_port.readers.torchscript_ops import NotStraight
+
+    _, path = saved("char_lm", str(tmp_path))
+    damaged = tmp_path / "damaged.pt"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(damaged, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, data.replace(b"def forward", b"def forward((") if info.filename.endswith(".py") and
+                         b"class CharLM" in data else data)
+    with pytest.raises(NotStraight, match=r"code/__torch__/.*\.py does not parse .*SyntaxError"):
+        read_script(str(damaged))
+    assert list(PyTorchSource(str(damaged)).specs) == ["lstm/opaque_kernel"]
+
+
 def test_a_trace_that_baked_a_size_is_refused_whole_saying_so(tmp_path):
     """A trace that wrote the example's length as a number (reshape to [-1, 7 * 4]) takes no other length: the whole
     model is refused naming the node and the baked size, before anything is built."""

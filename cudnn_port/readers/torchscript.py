@@ -90,11 +90,20 @@ class _Reader:
             raise CudnnPortError(f"{self.path}: data.pkl names a module of class {short(qualname)}, which is not "
                                  "TorchScript's; save the model again with torch.jit.save")
         member = self.base + "code/" + module.replace(".", "/") + ".py"
-        if member not in self.trees:
+        if member not in self.trees:  # code that cannot be read leaves the stacks, which data.pkl holds
+            if member not in self.z.namelist():
+                raise NotStraight(f"{self.path}: data.pkl names {short(qualname)}, whose code {member} is not in the "
+                                  "zip; the whole model is not read, its recurrent stacks convert alone")
             info = self.z.getinfo(member)
             if info.file_size > MAX_CODE:
-                raise CudnnPortError(f"{self.path}: {member} is {info.file_size} bytes of code; not read")
-            self.trees[member] = ast.parse(self.z.read(member).decode("utf-8"), filename=member)
+                raise NotStraight(f"{self.path}: {member} is {info.file_size} bytes of code, over {MAX_CODE}; the "
+                                  "whole model is not read, its recurrent stacks convert alone")
+            try:
+                self.trees[member] = ast.parse(self.z.read(member).decode("utf-8"), filename=member)
+            except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+                raise NotStraight(f"{self.path}: {member} does not parse as TorchScript's Python ({type(e).__name__}: "
+                                  f"{short(str(e), 60)}); the whole model is not read, its recurrent stacks convert "
+                                  "alone") from None
         if function:
             return member, self.trees[member]
         found = next((c for c in self.trees[member].body if isinstance(c, ast.ClassDef) and c.name == name), None)
