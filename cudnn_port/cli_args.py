@@ -33,9 +33,9 @@ SOURCE_HELP = ("a Keras 3 model file (.keras, or model.save('m.h5')) of stock LS
                "cudnn_port.layers, any backend and precision policy; a Keras 2 .h5 file with CuDNNLSTM/CuDNNGRU "
                "layers; a PyTorch file holding nn.LSTM / nn.GRU / nn.RNN modules (torch.save, TorchScript or "
                "safetensors; read as data, nothing in it runs); a torch.export .pt2 program (the whole model, its "
-               "graph read as data); a SavedModel folder whose graph "
-               "holds CudnnRNN/V2/V3 nodes; or a TensorFlow checkpoint holding a cuDNN buffer (prefix, its .index "
-               "file, or its folder)")
+               "graph read as data; a TorchScript trace likewise, its code parsed as data); a SavedModel folder "
+               "whose graph holds CudnnRNN/V2/V3 nodes; or a TensorFlow checkpoint holding a cuDNN buffer (prefix, "
+               "its .index file, or its folder)")
 MAX_SIZE = 1 << 24  # no real stack has more layers, units or inputs than this
 DASH_HINT = "a name that starts with a dash goes after --, e.g. cudnn-port convert -- -model.ckpt out/"
 

@@ -96,8 +96,10 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
             raise CudnnPortError("--quantize applies to .keras models and checkpoints, not to a SavedModel source")
         return convert_saved_model(os.fspath(source), out, formats, force, say, trust_source)
     if road == "model":  # a whole model: its kind's exporter
+        spec = {"flags": flags} if found.spec_flags else {}  # a kind whose file may hold bare stacks settles them
         return found.named("export")(source, out, style=style, force=force, xla=xla, quantize=quantize,
-                                     keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype)
+                                     keep_failed=keep_failed, progress=progress, formats=formats, ids_dtype=ids_dtype,
+                                     **spec)
     return convert_stacks(os.fspath(source), out, style=style, formats=formats, variable=variable, flags=flags,
                           force=force, drop_optimizer_slots=drop_optimizer_slots, allow_nonfinite=allow_nonfinite,
                           prefer_buffer=prefer_buffer, xla=xla, quantize=quantize, say=say)

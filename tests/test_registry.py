@@ -364,6 +364,9 @@ def test_every_function_a_source_names_is_there_to_call():
     assert all(inspect.isfunction(f) for f in named.values()), named
     assert named[("keras_model", "export")] is model.export_keras_file
     assert named[("torch_program", "export")] is model.export_program_file
+    from cudnn_port.roads import script
+
+    assert named[("torchscript", "export")] is script.export_script_file
     assert {kind for kind, field in named if field == "judge"} >= {"keras_h5", "pytorch", "torch_program"}
 
 

@@ -33,11 +33,12 @@ from ..model_inputs import from_records
 from ..readers.zip_guard import check_members
 from ..readers import translated_from
 from ..readers.torch_program import PASSED, SUPPORTED  # data: the ops convert translates
+from ..readers.torchscript import is_script, read_script  # a TorchScript file's code as a graph, read as data
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
 
-JUDGE = "PyTorch's own kernels (torch.ops.aten on CPU, node by node from the .pt2's graph)"
+JUDGE = "PyTorch's own kernels (torch.ops.aten on CPU, node by node from the program's graph)"
 RECURRENT_OPS = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 SIZE_ARGS = ("size", "shape")
 # torch/_export/serde/schema.py ScalarType
@@ -53,18 +54,22 @@ class Interpreter:
         import torch
 
         self.torch = torch
-        with zipfile.ZipFile(path) as z:
-            check_members(z, path, "a torch.export archive holds one per weight")  # before anything inflates
-            names = z.namelist()
-            model = next(n for n in names if "/models/" in n and n.endswith(".json"))
-            config = next(n for n in names if n.endswith("_weights_config.json"))
-            graph = json.loads(z.read(model))
-            entries = json.loads(z.read(config))
-            entries = entries.get("config", entries)
-            base = config[:config.index("data/weights/")]
-            self.weights = {name: self._tensor(z, base + "data/weights/" + e["path_name"], e.get("tensor_meta", e))
-                            for name, e in entries.items()}
-        module = graph.get("graph_module", graph)
+        if is_script(path):  # a TorchScript file: the graph its code reads as (never torch.jit.load)
+            module, arrays = read_script(path)
+            self.weights = {name: torch.from_numpy(np.array(a)) for name, a in arrays.items()}
+        else:
+            with zipfile.ZipFile(path) as z:
+                check_members(z, path, "a torch.export archive holds one per weight")  # before anything inflates
+                names = z.namelist()
+                model = next(n for n in names if "/models/" in n and n.endswith(".json"))
+                config = next(n for n in names if n.endswith("_weights_config.json"))
+                graph = json.loads(z.read(model))
+                entries = json.loads(z.read(config))
+                entries = entries.get("config", entries)
+                base = config[:config.index("data/weights/")]
+                self.weights = {name: self._tensor(z, base + "data/weights/" + e["path_name"],
+                                                   e.get("tensor_meta", e)) for name, e in entries.items()}
+            module = graph.get("graph_module", graph)
         self.graph = module["graph"]
         self.placeholders, self.inputs = {}, []
         for spec in module["signature"]["input_specs"]:

@@ -10,6 +10,8 @@ reader implements: named arrays, some of them cuDNN buffers). :mod:`cudnn_port.r
   ``nn.GRU`` / ``nn.RNN`` modules, read as data: :class:`.pytorch.PyTorchSource`
 - ``torch.export`` programs (``.pt2``) as whole models: the graph JSON translated into a Keras model
   (:func:`.torch_program.translate`), which takes the whole-model road
+- TorchScript files (``torch.jit.save``): their code parsed as data into the same graph (:mod:`.torchscript`),
+  whole where it is a straight line of ops, else their stacks (:mod:`.torchscript_source`)
 
 :func:`sources` is the registry: each reader module declares one :class:`~cudnn_port.source.SourceType` as
 ``SOURCE`` (found with ``pkgutil``, no list to edit); convert, inspect, verify and bench look a path's kind up there

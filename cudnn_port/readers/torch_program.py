@@ -32,9 +32,12 @@ from ..source import SourceType, buffer_name
 from .keras_model import KerasModelSource
 from .pytorch import PyTorchSource
 from .torch_files import MAX_STORAGES, PT2_DTYPES, read_torch_file, zip_names
+from .torchscript import is_script, read_script
 from .zip_guard import check_members
 
 PROGRAM_FORMAT = "PyTorch program (torch.export .pt2)"
+SCRIPT_FORMAT = "PyTorch program (TorchScript)"  # a TorchScript file's code read as such a program (.torchscript)
+PROGRAM_FORMATS = (PROGRAM_FORMAT, SCRIPT_FORMAT)
 RECURRENT = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn_tanh", "rnn_relu": "rnn_relu"}
 PASSED = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
           "sym_constrain_range", "_assert_async")
@@ -92,10 +95,13 @@ def read_program(path: str) -> Program:
 
 
 def _read_program(path: str) -> Program:
-    with zipfile.ZipFile(path) as z:
-        check_members(z, path, "a torch.export archive holds one per weight", max_members=MAX_STORAGES)
-        graph = json.loads(z.read(_model_json(z.namelist())))
-    module = graph.get("graph_module", graph)
+    if is_script(path):  # its code parsed as data into the same graph form
+        module, weights = read_script(path)
+    else:
+        with zipfile.ZipFile(path) as z:
+            check_members(z, path, "a torch.export archive holds one per weight", max_members=MAX_STORAGES)
+            graph = json.loads(z.read(_model_json(z.namelist())))
+        module, weights = graph.get("graph_module", graph), None
     body = module["graph"]
     params, inputs = {}, []
     for spec in module["signature"]["input_specs"]:
@@ -116,7 +122,7 @@ def _read_program(path: str) -> Program:
             raise UnsupportedError(f"{path}: the program mutates a buffer or a user input ({kind}); export it in "
                                    "eval mode without in-place updates")
         outputs.append(spec[kind]["arg"])
-    weights = read_torch_file(path).root
+    weights = read_torch_file(path).root if weights is None else weights
     missing = [p for p in params.values() if p not in weights]
     if missing:
         raise UnsupportedError(f"{path}: the program reads {short(missing[0])}, a constant torch.export stores as a "
@@ -550,7 +556,7 @@ def translate(path: str, source: Optional[Any] = None) -> "Any":
 def _open_program(path: str, mode: Optional[str] = None) -> Any:
     """The program's whole model (:func:`translate`), as a Keras model source."""
     source = KerasModelSource(translate(path), os.path.abspath(path))
-    source.format = PROGRAM_FORMAT
+    source.format = PROGRAM_FORMAT if is_program(path) else SCRIPT_FORMAT
     return source
 
 

@@ -66,7 +66,7 @@ from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
 from ..readers import translated_from
 from ..readers.keras_model import KerasModelSource, load_model_file
-from ..readers.torch_program import PROGRAM_FORMAT, translate
+from ..readers.torch_program import PROGRAM_FORMAT, SCRIPT_FORMAT, is_program, translate
 from ..stock_keras import rewrite
 from ..streaming_model import streaming_twin
 
@@ -169,7 +169,8 @@ def _export_program(path, out, **options):
     computes otherwise raises :class:`~cudnn_port.errors.ParityError`."""
     with float32_policy():
         model = translate(os.fspath(path))
-        return _export(model, out, source_format=PROGRAM_FORMAT, path=os.fspath(path), seed=0, **options)
+        return _export(model, out, source_format=PROGRAM_FORMAT if is_program(os.fspath(path)) else SCRIPT_FORMAT,
+                       path=os.fspath(path), seed=0, **options)
 
 
 def whole_model_formats() -> List[str]:
