@@ -17,7 +17,8 @@ layers with ``tf.sigmoid`` in the loops (:func:`_sigmoid` adds 1%-6% to a step's
 that of autodiff of the export path's one-step-per-iteration loop. Outputs, states and the gradients w.r.t. the
 buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's do
 (``tests/test_cudnn_fixtures.py``), and on a 3-layer bidirectional stack of hidden 128 over 60 steps sit within
-1.0x-1.2x (RMS) of PyTorch's fp32 error against float64 (``tests/test_tf_train.py``). An LSTM with projection,
+1.0x-1.2x (RMS) of PyTorch's fp32 error against float64 with TensorFlow 2.21, LSTM outputs at 1.9x with 2.16
+(``tests/test_tf_train.py``; docs/performance.md, "The training path's sigmoid"). An LSTM with projection,
 the plain RNNs (``rnn_tanh`` / ``rnn_relu``) and the cells cuDNN does not compute (a reset-before GRU, another
 activation) fall back to autodiff of the export path.
 """
