@@ -4,18 +4,23 @@
 training: per layer and direction the recurrence is one ``tf.custom_gradient`` whose forward loop keeps each step's
 gate activations and whose backward loop computes only each step's gate gradients ``dg_t`` and
 ``dh_{t-1} = dg_t @ R^T`` (plus the state's direct terms), with TensorFlow's own ``SigmoidGrad`` / ``TanhGrad``
-kernels. What autodiff of the export path's loop does on top, and this one does not: write a whole ``[T, B, G*H]``
-zero-padded gradient of the step's input projection at every step (at batches of 8 or more; below, its four-step
-loop reads rows by a gather), and accumulate ``dR`` inside the loop. ``dR`` is
-summed after the loop, two steps per product; the input projection and its gradients stay one matrix product over
-all steps. The backward direction loops from T-1 down to 0 over time-ordered inputs (no reverse_sequence).
+kernels; the forward loops' sigmoid is ``1 / (1 + exp(-x))`` (:func:`_sigmoid`). What autodiff of the export
+path's loop does on top, and this one does not: write a whole ``[T, B, G*H]`` zero-padded gradient of the step's
+input projection at every step (at batches of 8 or more; below, its four-step loop reads rows by a gather), and
+accumulate ``dR`` inside the loop. ``dR`` is summed after the loop, two steps per product; the input projection
+and its gradients stay one matrix product over all steps. The backward direction loops from T-1 down to 0 over
+time-ordered inputs (no reverse_sequence).
 
 On a 2-core CPU (``python bench/bench_training.py --mode both``: 3-layer bidirectional stacks, input 128, hidden
-256, 50 steps, batch 32) a training step runs at 2.12-2.24x (LSTM) and 1.54-1.60x (GRU) the speed of Keras' stacked
-layers, and at about 2x that of autodiff of the export path's one-step-per-iteration loop. Outputs, states and the
-gradients w.r.t. the buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's
-do (``tests/test_cudnn_fixtures.py``); an LSTM with projection, the plain RNNs (``rnn_tanh`` / ``rnn_relu``) and the
-cells cuDNN does not compute (a reset-before GRU, another activation) fall back to autodiff of the export path.
+256, 50 steps, batch 32) a training step ran at 2.12-2.24x (LSTM) and 1.54-1.60x (GRU) the speed of Keras' stacked
+layers with ``tf.sigmoid`` in the loops (:func:`_sigmoid` adds 1%-6% to a step's CPU time), and at about 2x
+that of autodiff of the export path's one-step-per-iteration loop. Outputs, states and the gradients w.r.t. the
+buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's do
+(``tests/test_cudnn_fixtures.py``), and on a 3-layer bidirectional stack of hidden 128 over 60 steps sit within
+1.0x-1.2x (RMS) of PyTorch's fp32 error against float64 with TensorFlow 2.21, LSTM outputs at 1.9x with 2.16
+(``tests/test_tf_train.py``; docs/performance.md, "The training path's sigmoid"). An LSTM with projection,
+the plain RNNs (``rnn_tanh`` / ``rnn_relu``) and the cells cuDNN does not compute (a reset-before GRU, another
+activation) fall back to autodiff of the export path.
 """
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
@@ -67,6 +72,17 @@ def stack_train(canon: "CanonicalRNN", inputs: "tf.Tensor", sequence_lengths: "t
             x = between(x, layer)
     outputs = tf.transpose(x, [1, 0, 2])
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
+
+
+def _sigmoid(x):
+    """sigmoid(x) = 1 / (1 + exp(-x)), the forward loops' gate activation: 0.43 ulps from the exact value on average
+    (2.3 at most), where TensorFlow 2.21's ``tf.sigmoid`` is 0.82 (5.8; 2.16's, 0.38). On a 3-layer bidirectional
+    LSTM, hidden 128, 60 steps (``tests/test_tf_train.py``, the realistic-size test) ``tf.sigmoid`` put the outputs
+    at 1.41x PyTorch's fp32 error against float64 (RMS) and this form puts them at 1.16x, for 1%-6% more CPU time
+    a training step (docs/performance.md, "The training path's sigmoid"). exp(-x) = inf gives 0, as it should; the
+    backward pass differentiates with :func:`_sigmoid_grad`, so only the value is this form's."""
+    tf = import_tf()
+    return 1.0 / (1.0 + tf.exp(-x))
 
 
 def _sigmoid_grad(y, dy):
@@ -130,8 +146,9 @@ def _lstm_direction(tf, xw, b, lengths, h0, c0, Rh, reverse):
         def body(n, h, c, hs, acts, cs):
             t = steps - 1 - n if reverse else n
             keep = t < lengths_col  # [B, 1]: steps at or past a length keep the state
-            i, f, cc, o = tf.split(xs.read(t) + tf.matmul(h, Rh), 4, axis=-1)
-            i, f, cc, o = tf.sigmoid(i), tf.sigmoid(f), tf.tanh(cc), tf.sigmoid(o)
+            g = xs.read(t) + tf.matmul(h, Rh)
+            i, f, _, o = tf.split(_sigmoid(g), 4, axis=-1)  # one sigmoid over all four blocks: fewer ops a step
+            cc = tf.tanh(tf.split(g, 4, axis=-1)[2])
             c = tf.where(keep, f * c + i * cc, c)
             h = tf.where(keep, o * tf.tanh(c), h)
             return n + 1, h, c, hs.write(t, h), acts.write(t, tf.concat([i, f, cc, o], -1)), cs.write(t, c)
@@ -195,7 +212,7 @@ def _gru_direction(tf, xw, b, lengths, h0, Rh, bh, reverse):
             hr = tf.matmul(h, Rh)
             x_r, x_z, x_h = tf.split(xs.read(t), 3, axis=-1)
             hh = hr[:, 2 * H:] + bh  # R_h h + b_R_h, on the h block alone
-            r, z = tf.sigmoid(x_r + hr[:, :H]), tf.sigmoid(x_z + hr[:, H:2 * H])
+            r, z = _sigmoid(x_r + hr[:, :H]), _sigmoid(x_z + hr[:, H:2 * H])
             cand = tf.tanh(x_h + r * hh)
             h = tf.where(keep, (1.0 - z) * cand + z * h, h)
             return n + 1, h, hs.write(t, h), saved.write(t, tf.concat([r, z, cand, hh], -1))
