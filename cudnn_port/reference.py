@@ -148,12 +148,12 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
             dtype: type = np.float64, ulps: float = 0.0) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """Run the stack ``canon`` (a CanonicalRNN) on a right-padded batch.
 
-    x: ``[B, T, I]``; lengths: ``[B]`` ints in 1..T (default T); h_0 ``[L*D, B, S]`` and c_0 ``[L*D, B, H]``
-    (default zeros; c_0 only for LSTM; S = P with a projection, else H). Returns ``(outputs [B, T, D*S],
-    h_n [L*D, B, S], c_n [L*D, B, H] or None)`` in float64 (``dtype=np.float32``: the same math in fp32, which
-    measures the fp32 rounding error of a case, its "fp32 floor"; ``ulps``: every value of the cell's functions
-    scaled by ``1 + ulps * eps`` of ``dtype``, the bias of a runtime whose tanh and sigmoid are approximations a few
-    ulp off, as onnxruntime's and OpenVINO's are).
+    x: ``[B, T, I]``; lengths: ``[B]`` ints in 0..T (default T; a row of length 0 runs no step: zero outputs, its
+    initial states); h_0 ``[L*D, B, S]`` and c_0 ``[L*D, B, H]`` (default zeros; c_0 only for LSTM; S = P with a
+    projection, else H). Returns ``(outputs [B, T, D*S], h_n [L*D, B, S], c_n [L*D, B, H] or None)`` in float64
+    (``dtype=np.float32``: the same math in fp32, which measures the fp32 rounding error of a case, its "fp32
+    floor"; ``ulps``: every value of the cell's functions scaled by ``1 + ulps * eps`` of ``dtype``, the bias of a
+    runtime whose tanh and sigmoid are approximations a few ulp off, as onnxruntime's and OpenVINO's are).
 
     >>> from cudnn_port.layout import RNNSpec, unpack
     >>> spec = RNNSpec("gru", 2, 3, 5, bidirectional=True)

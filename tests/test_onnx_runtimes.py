@@ -429,3 +429,71 @@ def test_the_graph_roads_onnx_refuses_an_empty_batch_zero_steps_and_lengths_past
     np.testing.assert_allclose(outputs["h"], want[1], atol=ATOL_FP32)
     if mode == "lstm":
         np.testing.assert_allclose(outputs["c"], want[2], atol=ATOL_FP32)
+
+
+ZERO_LENGTH = [("lstm", 2, True, 9, 4), ("gru", 2, True, 5, 3), ("rnn_relu", 2, True, 4, 6), ("lstm", 1, False, 3, 7)]
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("mode, layers, bi, inputs, hidden", ZERO_LENGTH,
+                         ids=[f"{m}-L{n}-{'bi' if b else 'uni'}-I{i}-H{h}" for m, n, b, i, h in ZERO_LENGTH])
+def test_the_portable_nodes_give_a_row_of_no_step_zeros_and_its_initial_states(tmp_path, runtime, mode, layers, bi,
+                                                                                inputs, hidden):
+    """A whole model's fused nodes (:func:`portable_stack_graph`, where a mask gives the lengths) take a length 0: a
+    row a mask keeps no step of. Its outputs are zeros at every step and its final states its initial ones, as the
+    reference computes (no step run), next to ragged rows; OpenVINO 2024.6 read memory before the outputs for it
+    (a GatherElements index of -1: up to 2e34) and onnxruntime gave final h zeros, not h0."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cudnn_port.exports.onnx import IR_VERSION, OPSET
+    from cudnn_port.exports.onnx_portable import portable_stack_graph
+    from cudnn_port.exports.onnx_scan import sequence_nodes_expanded
+
+    if runtime == "openvino":
+        pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'cudnn-port[openvino]')")
+    canon = random_canon(make_spec(mode, layers, bi, input_size=inputs, hidden=hidden), seed=200 + layers)
+    spec, nodes, inits = canon.spec, [], []
+
+    def node(op, ins, outs, **attrs):
+        nodes.append(helper.make_node(op, ins, outs, **attrs))
+        return outs[0]
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    is_lstm = mode == "lstm"
+    x = node("Transpose", ["inputs"], ["x_0"], perm=[1, 0, 2])
+    y, h_n, c_n = portable_stack_graph(canon, x, "sequence_lengths", "initial_h", "initial_c" if is_lstm else None,
+                                       node, const)
+    outs = [node("Transpose", [y], ["outputs"], perm=[1, 0, 2]), node("Identity", [h_n], ["final_h"])] + \
+        ([node("Identity", [c_n], ["final_c"])] if is_lstm else [])
+    state = [spec.num_pseudo_layers, "batch", hidden]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "zero_length", [
+        value("inputs", TensorProto.FLOAT, ["batch", "time", inputs]),
+        value("sequence_lengths", TensorProto.INT32, ["batch"])] + [
+        value(n, TensorProto.FLOAT, state) for n in ["initial_h", "initial_c"][:1 + is_lstm]],
+        [value(n, TensorProto.FLOAT, ["batch", "time", spec.num_dirs * hidden] if n == "outputs" else state)
+         for n in outs], initializer=inits)
+    sequence_nodes_expanded(graph)  # as every writer does: functions OpenVINO's sequence ops lack become loops
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    plain, states = ragged(spec, seed=13)
+    plain["sequence_lengths"] = np.array([9, 0, 6, 1], np.int32)  # row 1: no step
+    feeds = dict(plain, **states)
+    want = reference.forward(canon, plain["inputs"], plain["sequence_lengths"], states["initial_h"],
+                             states.get("initial_c"))
+    assert not np.any(want[0][1]) and np.array_equal(want[1][:, 1], states["initial_h"][:, 1])  # the oracle's own
+    if runtime == "openvino":
+        from cudnn_port.exports.openvino import compile_onnx
+
+        onnx.save(model, str(tmp_path / "zero_length.onnx"))
+        compiled = compile_onnx(str(tmp_path / "zero_length.onnx"))
+        result = compiled(feeds)
+        got = [result[compiled.output(n)] for n in outs]
+    else:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = session.run(outs, feeds)
+    assert_matches(got + [None] * (3 - len(got)), want, f"{runtime}, a row of length 0 among lengths 9, 6, 1:")

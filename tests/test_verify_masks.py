@@ -89,8 +89,6 @@ def test_a_right_export_passes_on_the_padded_feeds(exported):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the whole-model check feeds no row of only padding while OpenVINO returns "
-                   "uninitialised values for a zero-length row of our ONNX (judging.model_rows.WHOLE_MODEL_EMPTY_ROW)")
 def test_a_rewrite_that_runs_a_row_of_only_padding_for_one_step_fails(tmp_path, capsys, monkeypatch):
     """Planted in the rewrite: a row whose mask keeps no step is run for one step (its mask's length 0 taken as 1),
     so the GRU's last output there is a state, not Keras' zeros. Only a row of nothing but padding shows it."""

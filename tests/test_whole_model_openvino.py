@@ -146,3 +146,49 @@ def test_sequence_nodes_sharing_one_input_run_in_openvino(tmp_path):
             # int8 drops each masked LSTM's padding channel through the views too (measured 0.003 off; 0.26-0.34
             # where a view hid the channel from it, whose +-K swamped the rows' int8 scales)
             assert np.abs(rounded - want).max() <= 0.03, (batch, np.abs(rounded - want).max())
+
+
+@pytest.mark.slow
+def test_a_row_of_only_padding_runs_in_onnxruntime_and_openvino_as_keras_runs_it(tmp_path):
+    """Embedding(mask_zero) -> Bidirectional(LSTM, backward_layer=LSTM(relu)) with its states, a GRU after it from
+    a given initial state: a row of nothing but padding, which the ONNX's lengths (from the mask) make 0, next to a
+    full row and rows of 3 and 1 steps. Every output, in onnxruntime and OpenVINO (f32), against Keras' own: zeros
+    for the sequences and the initial states for the final states of that row. OpenVINO 2024.6 returned up to 1.8e8
+    for the final h of such a row (a GatherElements index of -1, before the zero-length guard); onnxruntime gave
+    zeros. Tolerance ATOL_FP32 + 1e-4 relative: the same float32 math in another order (relu is unbounded)."""
+    import cudnn_port
+    from cudnn_port import deps
+
+    L = keras.layers
+    keras.utils.set_random_seed(17)
+    ids, h_in = keras.Input((None,), dtype="int32", name="ids"), keras.Input((3,), name="gru_h0")
+    e = L.Embedding(TAGGER_VOCAB, 6, mask_zero=True)(ids)
+    y, h_f, c_f, h_b, c_b = L.Bidirectional(
+        L.LSTM(4, return_sequences=True, return_state=True), name="mixed",
+        backward_layer=L.LSTM(4, go_backwards=True, return_sequences=True, return_state=True, activation="relu"))(e)
+    # Keras drops the mask of a layer called with initial_state unless it is given: the GRU's, as Embedding's
+    seq, h_g = L.GRU(3, return_sequences=True, return_state=True)(y, initial_state=h_in,
+                                                                  mask=keras.ops.not_equal(ids, 0))
+    model = keras.Model([ids, h_in], [seq, h_g, h_f, c_f, h_b, c_b, L.Dense(2)(h_g)])
+    rng = np.random.default_rng(17)
+    model.set_weights([(rng.normal(size=w.shape) * 0.5).astype("float32") for w in model.get_weights()])
+    cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
+    tokens = rng.integers(1, TAGGER_VOCAB, size=(4, 7)).astype("int32")
+    tokens[1], tokens[2, 3:], tokens[3, 1:] = 0, 0, 0  # row 1: only padding
+    h0 = (rng.normal(size=(4, 3)) * 0.5).astype("float32")
+    want = [np.asarray(w) for w in model([tokens, h0])]
+    assert not np.any(want[0][1]) and np.array_equal(want[1][1], h0[1]) and not np.any(want[2][1])  # Keras' row
+    path = str(tmp_path / "out" / "model.onnx")
+    names = [f"output_{i}" for i in range(len(want))]
+    runs = [("onnxruntime", ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        names, {"ids": tokens, "gru_h0": h0}))]
+    if deps.available("openvino"):
+        from cudnn_port.exports.openvino import compile_onnx
+
+        for attempt in range(3):  # the bad values were whatever memory held: a fresh compile each time
+            compiled = compile_onnx(path)
+            result = compiled({"ids": tokens, "gru_h0": h0})
+            runs.append((f"OpenVINO (f32) #{attempt}", [result[compiled.output(n)] for n in names]))
+    for label, got in runs:
+        for name, g, w in zip(names, got, want):
+            np.testing.assert_allclose(g, w, atol=ATOL_FP32, rtol=1e-4, err_msg=f"{label} {name} against Keras")

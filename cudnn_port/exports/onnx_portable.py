@@ -20,7 +20,13 @@ fused nodes (LSTM: one per layer and direction; GRU: one per layer):
 * plain RNN (``rnn_tanh`` / ``rnn_relu``: an ONNX ``RNN`` node, ``activations`` Tanh / Relu), which has no gate to
   hold a state: as LSTM, each direction one forward node (the backward one on ``ReverseSequence(x, lengths)``), final
   h the output at step length-1; no padding channel;
-* the outputs (of all) are multiplied by the length mask (1 at valid steps, 0 past each length).
+* the outputs (of all) are multiplied by the length mask (1 at valid steps, 0 past each length);
+* a row of length 0 (one a mask keeps no step of; a stack's own lengths below 1 are refused, :mod:`.onnx_guard`):
+  the nodes run it for one step (``sequence_lens`` = max(length, 1)), so no runtime sees a length of 0 or a step
+  index of -1 (OpenVINO 2024.6's GatherElements read memory outside its input for -1: values up to 1e27; and
+  onnxruntime gave final h zeros, not h0). That step is padding to the channel and the mask, so the row's outputs
+  are zeros and its GRU h and LSTM c stay h0 / c0; one ``Where`` sets the LSTM's and plain RNN's final h to h0
+  (zeros without one): a row of no step ends in its initial states, as the reference and Keras' loop leave it.
 
 :func:`plain_lstm_inputs` undoes the extra channel for onnxruntime-only rewrites (int8), where ``sequence_lens`` holds.
 """
@@ -161,6 +167,8 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
         return made[name]
 
     lens64 = node("Cast", [lengths], [f"{p}lengths_i64"], to=7)
+    # the zero-length guard (module docstring): the nodes run each row for max(length, 1) steps
+    runs = node("Max", [lengths, const(f"{p}one_i32", np.array([1], np.int32))], [f"{p}runs"])
     steps = node("Range", [i64("range_start", 0), node("Gather", [node("Shape", [x], [f"{p}x_shape"]),
                                                                   i64("time_axis", 0)], [f"{p}time"], axis=0),
                            i64("range_delta", 1)], [f"{p}steps"])
@@ -171,8 +179,9 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
                                                                [f"{p}padded_f"], to=1), i64("axis_2", [2])],
                                         [f"{p}pad_channel"])
     if spec.mode == "gru":
-        return _gru_layers(canon, x, lengths, h0, pad, mask, node, const, i64, p, weights)
-    last = node("Unsqueeze", [node("Sub", [lens64, i64("one", 1)], [f"{p}last_step"]), i64("axes_0_2", [0, 2])],
+        return _gru_layers(canon, x, runs, h0, pad, mask, node, const, i64, p, weights)
+    runs64 = node("Cast", [runs], [f"{p}runs_i64"], to=7)
+    last = node("Unsqueeze", [node("Sub", [runs64, i64("one", 1)], [f"{p}last_step"]), i64("axes_0_2", [0, 2])],
                 [f"{p}last_1b1"])
     batch = node("Gather", [node("Shape", [lengths], [f"{p}lengths_shape"]), i64("zero", [0])], [f"{p}batch"], axis=0)
     last = node("Expand", [last, node("Concat", [i64("one_1", [1]), batch, i64("units", [H])], [f"{p}last_shape"],
@@ -183,7 +192,7 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
         for direction in range(D):
             tag = f"{layer}_{direction}" if D == 2 else f"{layer}"
             pseudo = layer * D + direction
-            xd = x if direction == 0 else node("ReverseSequence", [x, lens64], [f"{p}x_rev_{tag}"], batch_axis=1,
+            xd = x if direction == 0 else node("ReverseSequence", [x, runs64], [f"{p}x_rev_{tag}"], batch_axis=1,
                                                  time_axis=0)
             xd = xd if pad is None else node("Concat", [xd, pad], [f"{p}x_{tag}{PAD_SUFFIX}"], axis=2)
             names = _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag)
@@ -194,17 +203,22 @@ def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c
                                                  i64(f"end_{pseudo}", [pseudo + 1]), i64("axis_0", [0])],
                                        [f"{p}{label}_{tag}"]))
             outs = [f"{p}y_{tag}", f"{p}y_h_{tag}"] + ([f"{p}y_c_{tag}"] if is_lstm else [])
-            node(op, [xd] + names + [lengths] + states, outs, **attrs)
+            node(op, [xd] + names + [runs] + states, outs, **attrs)
             y = node("Squeeze", [outs[0], i64("axis_1", [1])], [f"{p}y_sq_{tag}"])  # [T, B, H]
             finals_h.append(node("GatherElements", [y, last], [f"{p}h_n_{tag}"], axis=0))
             if is_lstm:
                 finals_c.append(outs[2])
             if direction == 1:
-                y = node("ReverseSequence", [y, lens64], [f"{p}y_rev_{tag}"], batch_axis=1, time_axis=0)
+                y = node("ReverseSequence", [y, runs64], [f"{p}y_rev_{tag}"], batch_axis=1, time_axis=0)
             ys.append(y)
         x = ys[0] if D == 1 else node("Concat", ys, [f"{p}x_{layer + 1}"], axis=2)
     x = node("Mul", [x, mask], [f"{p}y_masked"])
-    final_h = node("Concat", finals_h, [f"{p}h_n"], axis=0)
+    final_h = node("Concat", finals_h, [f"{p}h_n_run"], axis=0)
+    # a row of length 0 ends in h0 (or zeros): one Where over [L*D, B, H]; its c already is c0 (the padding channel)
+    empty = node("Unsqueeze", [node("Less", [lens64, i64("one_1", [1])], [f"{p}empty"]), i64("axes_0_2", [0, 2])],
+                 [f"{p}empty_1b1"])
+    start = h0 if h0 is not None else const(f"{p}h_n_zero", np.zeros((1, 1, 1), np.float32))
+    final_h = node("Where", [empty, start, final_h], [f"{p}h_n"])
     final_c = node("Concat", finals_c, [f"{p}c_n"], axis=0) if is_lstm else None
     return x, final_h, final_c
 

@@ -155,20 +155,20 @@ def _output_ranks(ctx, op, inputs, attrs):
     if op in ("Unsqueeze", "Squeeze", "Reshape"):
         value = ctx.get_node_by_output(inputs[1]).get_tensor_value(as_list=False)
         return [{"Unsqueeze": ranks[0] + value.size, "Squeeze": ranks[0] - value.size}.get(op, value.size)]
-    if op in ("Less", "Sub", "Mul"):
+    if op in ("Less", "Sub", "Mul", "Max", "Where"):
         return [max(ranks)]
     return [ranks[0]]  # Cast, Not, Concat, Slice, Expand (to its input's rank here), ReverseSequence, GatherElements
 
 
 def _output_dtype(ctx, op, inputs, attrs):
     """ONNX dtype of a node's outputs: Cast's target, int64 for Shape, bool for comparisons, float for the fused
-    nodes, else its first input's (int64 index arithmetic stays int64)."""
+    nodes, a Where's values', else its first input's (int64 index arithmetic stays int64)."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import TensorProto
 
     fixed = {"Cast": attrs.get("to"), "Shape": TensorProto.INT64, "Less": TensorProto.BOOL, "Not": TensorProto.BOOL,
              "LSTM": TensorProto.FLOAT, "GRU": TensorProto.FLOAT, "RNN": TensorProto.FLOAT}
-    return fixed[op] if op in fixed else ctx.get_dtype(inputs[0])
+    return fixed[op] if op in fixed else ctx.get_dtype(inputs[1 if op == "Where" else 0])
 
 
 CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}

@@ -84,13 +84,6 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
                    for r in graph_artifact_rows(job, feeds, want, "saved_model", atol, rtol, say)]
 
 
-# Whether the whole-model check feeds a row of nothing but padding. Off: OpenVINO (2024.6 to 2026.4.1) returns
-# uninitialised values (up to 2e34) for a zero-length row of the sequence_lens our whole-model ONNX computes from a
-# mask (a masked Bidirectional with a relu backward LSTM, tests/test_stock_cells.py), where onnxruntime and Keras
-# agree; until that ONNX guards zero-length rows, such a row fails a right conversion at random.
-WHOLE_MODEL_EMPTY_ROW = False
-
-
 def _judged_feeds(manifest, name, function, seed, unchanged):
     """(feeds, note, the original's outputs or None, rows saying why not) for signature ``name``: the feeds of
     :func:`signature_feeds` with a row of nothing but padding where the original runs it (Keras' cuDNN graphs
@@ -311,7 +304,7 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
         [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     judge, judge_name = model_judge(model)
     judged = judge_binding(model, names)
-    feeds = model_feeds(model, names, specs, seed, empty_row=WHOLE_MODEL_EMPTY_ROW)
+    feeds = model_feeds(model, names, specs, seed)
     try:  # a row of nothing but padding, where the model allows one (its judge runs it to finite outputs)
         want = judge([feeds[n] for n in judged])
         allowed = all(np.all(np.isfinite(w)) for w in want)
