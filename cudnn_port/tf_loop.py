@@ -91,7 +91,14 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     :func:`functions`). ``until`` (the XLA export's longest length) stops the loop there, one step per iteration.
     ``small=False``: the caller runs batches below UNROLL_BELOW in another form, so the loop of UNROLL steps is left
     out."""
+    # NumPy weights (a frozen export's) become one constant each here, outside the loops: a NumPy array read in a
+    # loop body is a constant of its own at every read, so the unrolled block held UNROLL + 1 copies of Rh and a
+    # SavedModel of a 4-layer bidirectional LSTM of 1024 units passed protobuf's 2 GB limit
+    Rh, bh = tf.convert_to_tensor(Rh), tf.convert_to_tensor(bh)
+    Pt = None if Pt is None else tf.convert_to_tensor(Pt)
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
+    if mode == "gru" and not reset_after:  # sliced once, not at every step
+        R_rz, R_h = Rh[:, :2 * H], Rh[:, 2 * H:]
     is_lstm = mode == "lstm"
     keep_cs = is_lstm and every_c  # a written TensorArray of c costs a write per step and a stack after the loop
     act, gate = functions(tf)[activation], functions(tf)[recurrent_activation]
@@ -105,8 +112,8 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     def cell(g, h, c, product):
         if mode == "gru" and not reset_after:  # r gates h before the candidate's product: two products
             x_rz, x_h = tf.split(g, [2 * H, H], axis=-1)
-            r, z = gates(x_rz + product(h, Rh[:, :2 * H]), 2)
-            candidate = act(x_h + product(r * h, Rh[:, 2 * H:]))
+            r, z = gates(x_rz + product(h, R_rz), 2)
+            candidate = act(x_h + product(r * h, R_h))
             return candidate + z * (h - candidate), c
         hr = product(h, Rh)
         if is_lstm:
