@@ -333,19 +333,19 @@ def test_every_source_takes_a_road_the_manifest_can_record_and_a_made_up_road_is
 
 
 def test_a_translated_source_is_told_by_its_kind_not_by_its_words():
-    """A .pt2 is translated into a Keras model, a .keras is one: the whole-model judge and the export's parity ask
+    """A .pt2 (and a TorchScript file read whole) is translated into a Keras model, a .keras is one: the whole-model judge and the export's parity ask
     the kind (its ``translated`` field), by a file's content or by the format words its OUT's manifest records; a
     stack-road kind cannot be translated."""
     from helpers import CHAR_LM
     from cudnn_port.readers import loads_as_keras, sources, translated_from
     from cudnn_port.source import SourceType
 
-    assert {k for k, t in sources().items() if t.translated} == {"torch_program"}
+    assert {k for k, t in sources().items() if t.translated} == {"torch_program", "torchscript"}
     here = os.path.dirname(os.path.abspath(__file__))
     program = os.path.join(here, "fixtures", "torch", "pt2", "model.pt2")
     assert loads_as_keras(CHAR_LM) and not loads_as_keras(program)
     assert not loads_as_keras(os.path.join(here, "fixtures", "keras2_cudnn_model.h5"))  # a stack-road kind
-    assert translated_from(sources()["torch_program"].words)
+    assert translated_from(sources()["torch_program"].words) and translated_from(sources()["torchscript"].words)
     assert not any(translated_from(w) for w in ("Keras 3 model", "PyTorch file", "", None))
     with pytest.raises(ValueError, match="only a model-road kind is translated"):
         SourceType("toy", "toy file", "stack", lambda path: False, None, translated=True)
