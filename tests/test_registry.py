@@ -333,9 +333,9 @@ def test_every_source_takes_a_road_the_manifest_can_record_and_a_made_up_road_is
 
 
 def test_a_translated_source_is_told_by_its_kind_not_by_its_words():
-    """A .pt2 (and a TorchScript file read whole) is translated into a Keras model, a .keras is one: the whole-model judge and the export's parity ask
-    the kind (its ``translated`` field), by a file's content or by the format words its OUT's manifest records; a
-    stack-road kind cannot be translated."""
+    """A .pt2 (and a TorchScript file read whole) is translated into a Keras model, a .keras is one: the whole-model
+    judge and the export's parity ask the kind (its ``translated`` field), by a file's content or by the format words
+    its OUT's manifest records; a stack-road kind cannot be translated."""
     from helpers import CHAR_LM
     from cudnn_port.readers import loads_as_keras, sources, translated_from
     from cudnn_port.source import SourceType
