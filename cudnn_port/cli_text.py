@@ -87,7 +87,8 @@ def layer_line(entry: Dict[str, Any]) -> str:
 def io_line(inputs: List[Dict[str, Any]], outputs: Optional[List[Dict[str, Any]]] = None) -> str:
     """What the artifacts take (and return): "takes input_layer int32 [batch, time]; returns output_0 ..."."""
     def one(r):
-        dims = ["batch" if i == 0 and d is None else "time" if i == 1 and d is None else "?" if d is None else str(d)
+        roles = r.get("axes") or ["batch", "time"]  # recorded where the batch is not first (time-major inputs)
+        dims = [str(d) if d is not None else roles[i] if i < len(roles) and roles[i] else "?"
                 for i, d in enumerate(r["shape"])]
         key = f" ({r['key']!r})" if r.get("key") else ""  # which of a dict of outputs
         return f"{r['name']}{key} {r['dtype']} [{', '.join(dims)}]"

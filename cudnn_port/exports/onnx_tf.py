@@ -8,7 +8,7 @@ is right everywhere)."""
 import contextlib
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -241,16 +241,22 @@ def _unique_returns(library):
             seen.add(value)
 
 
-def name_dynamic_dims(model: "onnx.ModelProto", path: str) -> None:
+def name_dynamic_dims(model: "onnx.ModelProto", path: str,
+                      axes: Optional[Dict[str, List[Optional[str]]]] = None) -> None:
     """Name the unknown dimensions of the model's inputs and outputs ``batch`` (first) and ``time`` (second) instead
-    of tf2onnx's ``unk__N``, add the guard of :mod:`.onnx_guard` over them, and save it at ``path``."""
+    of tf2onnx's ``unk__N``, or by ``axes`` ({input or output name: each dimension's role or None}) where given,
+    add the guard of :mod:`.onnx_guard` over them, and save it at ``path``."""
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     import onnx
 
     for value in list(model.graph.input) + list(model.graph.output):
+        roles = (axes or {}).get(value.name)
         for i, dim in enumerate(value.type.tensor_type.shape.dim):
             if not dim.HasField("dim_value"):
-                dim.dim_param = ("batch", "time")[i] if i < 2 else f"dim_{i}"
+                if roles is not None:
+                    dim.dim_param = roles[i] if i < len(roles) and roles[i] else f"dim_{i}"
+                else:
+                    dim.dim_param = ("batch", "time")[i] if i < 2 else f"dim_{i}"
     guard_empty(model)  # onnxruntime aborts the process on an empty batch
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

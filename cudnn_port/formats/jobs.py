@@ -89,6 +89,9 @@ class ModelJob(Job):
         self.input_names = [s.name for s in self.specs]
         self.count = 0
         self.batch: Optional[int] = None  # the batch the model declares (keras.Input(batch_shape=...)), if any
+        # {input name or output_N: each dimension's role, "batch" / "time" / None}, where the batch is not first
+        # everywhere (a PyTorch program's time-major inputs); None: batch first, time second
+        self.axes: Optional[Dict[str, List[Optional[str]]]] = None
 
     def _once(self, key: str, make: Callable[[], Any]) -> Any:
         if key not in self._cache:

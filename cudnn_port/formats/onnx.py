@@ -64,7 +64,7 @@ def _write_model(job, paths):
     ordered = [copy.deepcopy(value) for value in sorted(model.graph.output, key=lambda v: Outputs.number(v.name))]
     del model.graph.output[:]
     model.graph.output.extend(ordered)
-    name_dynamic_dims(model, paths["onnx"])
+    name_dynamic_dims(model, paths["onnx"], job.axes)
 
 
 def _open_model(path, job):

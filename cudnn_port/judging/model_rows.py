@@ -304,14 +304,15 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
         [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     judge, judge_name = model_judge(model)
     judged = judge_binding(model, names)
-    feeds = model_feeds(model, names, specs, seed)
+    axes = {r["name"]: r["axes"] for r in manifest.get("model_input_specs") or [] if r.get("axes")}
+    feeds = model_feeds(model, names, specs, seed, axes=axes)
     try:  # a row of nothing but padding, where the model allows one (its judge runs it to finite outputs)
         want = judge([feeds[n] for n in judged])
         allowed = all(np.all(np.isfinite(w)) for w in want)
     except Exception:  # noqa: BLE001 (e.g. a masked mean over no step: the same feeds without that row)
         allowed = False
     if not allowed:
-        feeds = model_feeds(model, names, specs, seed, empty_row=False)
+        feeds = model_feeds(model, names, specs, seed, empty_row=False, axes=axes)
         want = judge([feeds[n] for n in judged])
     job = ModelJob(model, [tf.TensorSpec(s.shape, s.dtype, name=n) for n, s in zip(names, specs)], out, None)
     job.manifest = manifest

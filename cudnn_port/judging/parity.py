@@ -33,14 +33,18 @@ def sample_batch(spec: "RNNSpec", batch: int = 4, steps: int = 9,
 
 
 def sample_inputs(named_specs: "Sequence[Tuple[str, tf.TensorSpec]]", seed: int = 0, batch: int = 3, steps: int = 7,
-                  pad_last: bool = False) -> Dict[str, np.ndarray]:
+                  pad_last: bool = False, axes: Optional[Dict[str, Sequence[Optional[str]]]] = None
+                  ) -> Dict[str, np.ndarray]:
     """Seeded feeds for (name, TensorSpec) pairs, drawn in the order given: floats N(0, 1), integers in [1, 4)
-    (token ids, lengths); unknown dims ``batch`` first and ``steps`` after. ``pad_last``: the last row is zero from
-    step 2 on (right padding, to exercise masks)."""
+    (token ids, lengths); unknown dims ``batch`` first and ``steps`` after, or as ``axes`` ({name: each dimension's
+    role, "batch" / "time" / None}) says where an input's batch is not first (a program's time-major input).
+    ``pad_last``: the last row is zero from step 2 on (right padding, to exercise masks)."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for name, spec in named_specs:
-        shape = [d if d is not None else (batch if i == 0 else steps) for i, d in enumerate(spec.shape.as_list())]
+        roles = (axes or {}).get(name) or ["batch"]
+        shape = [d if d is not None else (batch if roles[i:i + 1] == ["batch"] else steps)
+                 for i, d in enumerate(spec.shape.as_list())]
         if spec.dtype.is_floating:
             value = rng.normal(size=shape).astype(spec.dtype.as_numpy_dtype)
         else:
@@ -109,15 +113,17 @@ EMPTY_ROW = 1  # the row of every padding step, where the batch has one to spare
 
 
 def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: int,
-                empty_row: bool = True) -> Dict[str, np.ndarray]:
+                empty_row: bool = True, axes: Optional[Dict[str, Sequence[Optional[str]]]] = None
+                ) -> Dict[str, np.ndarray]:
     """Seeded inputs of ``specs`` (by ``names``) for a whole model (:func:`sample_inputs`), with ids in each
     Embedding's range for the inputs an Embedding reads, whatever their dtype; then the padding each mask of the
     model defines: the last row holds :data:`PAD_FROM` steps, then padding, and (``empty_row``, in a batch of 3 or
     more) row :data:`EMPTY_ROW` of each sequence input (ids ``[batch, time]``, features ``[batch, time, n]``) is
     padding at every step. Padding is id 0 (a ``mask_zero`` Embedding's) and, for an input a ``Masking`` layer reads,
     that layer's own ``mask_value`` from the model's config (:func:`~cudnn_port.model_inputs.masking_values`); 0
-    elsewhere."""
-    feeds = sample_inputs(list(zip(names, specs)), seed)
+    elsewhere. ``axes``: as :func:`sample_inputs` takes them; an input whose batch is not first is not padded (a
+    program's: no mask reads it)."""
+    feeds = sample_inputs(list(zip(names, specs)), seed, axes=axes)
     rng = np.random.default_rng(seed + 1)
     vocabs = embedding_vocabularies(model, names)
     for name, (low, vocab) in sorted(vocabs.items()):
@@ -125,7 +131,7 @@ def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: in
     values = masking_values(model, names)
     for name in names:
         value, pad = feeds[name], values.get(name, 0)
-        if value.ndim < 2 or value.shape[0] < 2:
+        if value.ndim < 2 or value.shape[0] < 2 or ((axes or {}).get(name) or ["batch"])[0] != "batch":
             continue
         value[-1, PAD_FROM:] = pad
         sequence = (name in vocabs and value.ndim == 2) or (value.dtype.kind == "f" and value.ndim == 3)

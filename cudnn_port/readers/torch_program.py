@@ -553,6 +553,48 @@ def translate(path: str, source: Optional[Any] = None) -> "Any":
     return model
 
 
+def axis_roles(path: str, model: Any) -> Dict[str, List[Optional[str]]]:
+    """{input name, or ``output_N``: each dimension's role, ``"batch"``, ``"time"`` or None} of the program at
+    ``path`` translated into ``model``: an input's time is the dimension of the length its recurrent nodes were
+    exported at, its batch the other free one (an input read time-major by a ``batch_first=False`` layer is
+    ``[time, batch, ...]``); an output's are the dimensions that change when the model runs on another batch size
+    and on another length. What a whole-model ONNX names its dynamic dimensions by, and guards the batch of."""
+    # lazy: Keras, loaded on first use (import cudnn_port stays light)
+    import keras
+
+    t = _Translator(read_program(path), None)
+    free = t.free_dims()
+    lengths = set()
+    for node in t.p.nodes:
+        if op_name(node["target"]) in RECURRENT:
+            args = t.args(node, raw=True)
+            first = args.get("batch_first", {}).get("as_bool", False)
+            lengths.add(t.p.sizes[args["input"]["as_tensor"]["name"]][1 if first else 0])
+    roles: Dict[str, List[Optional[str]]] = {}
+    for name in t.p.inputs:
+        sizes, symbolic = t.p.sizes[name], t.p.symbolic[name]
+        marks: List[Optional[str]] = ["time" if f and s in lengths and not y else None
+                                      for s, y, f in zip(sizes, symbolic, free[name])]
+        rest = [i for i, f in enumerate(free[name]) if f and marks[i] is None]
+        if rest:
+            marks[rest[0]] = "batch"
+        roles[name] = marks
+
+    def run(batch: int, steps: int) -> List[Tuple[int, ...]]:
+        feeds = []
+        for tensor, name in zip(model.inputs, t.p.inputs):
+            shape = [batch if r == "batch" else steps if r == "time" else (d or 1)
+                     for r, d in zip(roles[name], tensor.shape)]
+            feeds.append(np.zeros(shape, t.p.dtypes[name]))  # id 0 is in every table
+        result = model(feeds[0] if len(feeds) == 1 else feeds, training=False)
+        return [tuple(np.shape(y)) for y in keras.tree.flatten(result)]
+
+    base, batched, timed = run(2, 3), run(5, 3), run(2, 7)
+    for i, (a, b, c) in enumerate(zip(base, batched, timed)):
+        roles[f"output_{i}"] = ["batch" if x != y else "time" if x != z else None for x, y, z in zip(a, b, c)]
+    return roles
+
+
 def _open_program(path: str, mode: Optional[str] = None) -> Any:
     """The program's whole model (:func:`translate`), as a Keras model source."""
     source = KerasModelSource(translate(path), os.path.abspath(path))

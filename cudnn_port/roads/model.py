@@ -66,7 +66,7 @@ from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
 from ..readers import translated_from
 from ..readers.keras_model import KerasModelSource, load_model_file
-from ..readers.torch_program import PROGRAM_FORMAT, SCRIPT_FORMAT, is_program, translate
+from ..readers.torch_program import PROGRAM_FORMAT, SCRIPT_FORMAT, axis_roles, is_program, translate
 from ..stock_keras import rewrite
 from ..streaming_model import streaming_twin
 
@@ -170,7 +170,7 @@ def _export_program(path, out, **options):
     with float32_policy():
         model = translate(os.fspath(path))
         return _export(model, out, source_format=PROGRAM_FORMAT if is_program(os.fspath(path)) else SCRIPT_FORMAT,
-                       path=os.fspath(path), seed=0, **options)
+                       path=os.fspath(path), seed=0, axes=axis_roles(os.fspath(path), model), **options)
 
 
 def whole_model_formats() -> List[str]:
@@ -179,7 +179,7 @@ def whole_model_formats() -> List[str]:
 
 
 def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats, ids_dtype,
-            source_format=None):
+            source_format=None, axes=None):
     if not model.built:  # a Sequential with no keras.Input, never called nor fit: no weights yet
         raise CudnnPortError(f"model {model.name!r} is not built, so it has no weights to export; give it a "
                              "keras.Input, or call or fit it once, before export")
@@ -222,7 +222,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
         job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
-        job.manifest, job.batch = manifest, declared_batch(original)
+        job.manifest, job.batch, job.axes = manifest, declared_batch(original), axes
         manifest.model_artifacts = write_road("model", job, tmp, manifest, say, formats=chosen)
         if formats is not None:
             manifest["not_asked_for"] = [f for f in whole_model_formats() if f not in chosen]
@@ -233,6 +233,8 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
                                           for k, v in sorted(outputs.items(), key=lambda kv: Outputs.number(kv[0]))]
         for record, key in zip(manifest["model_output_specs"], _output_keys(original)):
             record["key"] = key  # a dict of outputs: output_0 ... are its values in sorted key order
+        for record in manifest["model_input_specs"] + manifest["model_output_specs"] if axes else []:
+            record["axes"] = axes.get(record["name"])  # where the batch is not first (time-major inputs)
         write_whole_model(tmp, lambda where: original.save(where), manifest, say)
         task = load_task(path) if path else None
         if task:
