@@ -197,70 +197,36 @@ def test_convert_fails_a_translation_that_pytorch_computes_otherwise(tmp_path, m
     assert not (tmp_path / "out").exists()
 
 
-def _time_major_modules():
-    torch = pytest.importorskip("torch")
-    nn = torch.nn
-
-    class TimeMajorGRU(nn.Module):  # batch_first=False: x is [time, batch, features]
-        def __init__(self):
-            super().__init__()
-            self.gru = nn.GRU(5, 6, 2, bidirectional=True)
-            self.fc = nn.Linear(12, 3)
-
-        def forward(self, x):
-            y, _ = self.gru(x)
-            return torch.softmax(self.fc(y[-1]), -1)
-
-    class GivenStates(nn.Module):  # (h0, c0) taken as inputs: [layers, batch, hidden], h_n and y returned
-        def __init__(self):
-            super().__init__()
-            self.lstm = nn.LSTM(5, 6, 2)
-            self.fc = nn.Linear(6, 3)
-
-        def forward(self, x, h0, c0):
-            y, (h, c) = self.lstm(x, (h0, c0))
-            return self.fc(y), h
-
-    return {"time_major_gru": (TimeMajorGRU, ["x"]), "given_states": (GivenStates, ["x", "h0", "c0"])}
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["time_major_gru", "given_states"])
 def test_time_major_inputs_and_given_states_convert_and_match_pytorch(name, tmp_path, capsys):
-    """A program whose recurrent input is time-major (batch_first=False) and one that takes (h0, c0) as inputs,
-    exported at 7 steps and 3 rows: convert names each input's dimensions by their roles ([time, batch, 5];
-    [layers, batch, 6]) so the ONNX's empty-batch guard pads and slices the batch, not the time, and every artifact
-    gives the nn.Module's outputs at 4 and 11 steps on 5 rows (1e-5 + 1e-4 * |PyTorch's value|); verify passes."""
+    """A program whose recurrent input is time-major (batch_first=False) and one that takes (h0, c0) as inputs
+    (programs/time_major_gru.pt2, given_states.pt2): convert names each input's dimensions by their roles ([time,
+    batch, 6]; [layers, batch, 5]), so the ONNX's empty-batch guard pads and slices the batch, not the time, and
+    every artifact gives the nn.Module's outputs at 4 and 11 steps on 5 rows (1e-5 + 1e-4 * |PyTorch's value|);
+    verify passes."""
     torch = pytest.importorskip("torch")
     from cudnn_port import convert
     from cudnn_port.formats.jobs import ModelJob
     from cudnn_port.judging.artifact_rows import model_artifact_rows
 
-    cls, names = _time_major_modules()[name]
-    torch.manual_seed(11)
-    module = cls().eval()
-
-    def example(steps, batch, seed):
-        g = torch.Generator().manual_seed(seed)
-        x = [torch.randn(steps, batch, 5, generator=g)]
-        return tuple(x + ([torch.randn(2, batch, 6, generator=g) for _ in range(2)] if len(names) == 3 else []))
-
-    path = str(tmp_path / f"{name}.pt2")
-    torch.export.save(torch.export.export(module, example(7, 3, 0)), path)  # 3 rows: no other size is 3
+    made = programs()
+    module, names = made.build(name), ["x", "h0", "c0"][:len(made.example(name))]
     out = tmp_path / "out"
-    manifest = convert(path, out, formats=["saved_model", "onnx", "tflite"])
+    manifest = convert(os.path.join(PROGRAMS, f"{name}.pt2"), out, formats=["saved_model", "onnx", "tflite"])
     axes = {r["name"]: r["axes"] for r in manifest["model_input_specs"]}
     assert axes["x"][:2] == ["time", "batch"] and all(axes[n][1] == "batch" for n in names), axes
     rows = []
     for steps in LENGTHS:
-        args = example(steps, 5, steps)
+        args = made.example(name, batch=5, steps=steps, seed=steps)
         with torch.no_grad():
             want = module(*args)
         want = [w.numpy() for w in (want if isinstance(want, tuple) else (want,))]
-        feeds = dict(zip(names, [a.numpy() for a in args]))
         job = ModelJob(None, [], str(out), None)
         job.manifest, job.input_names = manifest, names
-        rows += model_artifact_rows(str(out), job, feeds, want, ATOL, RTOL, print)
+        rows += model_artifact_rows(str(out), job, dict(zip(names, [a.numpy() for a in args])), want, ATOL, RTOL,
+                                    print)
     ran = {r["artifact"] for r in rows if r["passed"] is not None}
     assert {"saved_model", "onnx (onnxruntime)", "tflite (litert)"} <= ran, rows
     assert all(r["passed"] is not False for r in rows), [r for r in rows if r["passed"] is False]
