@@ -16,7 +16,7 @@ from .errors import CudnnPortError, short
 from .model_inputs import IDS_ONLY
 from .roads.graph import convert_saved_model
 from . import formats as registry
-from .roads.buffers import SPEC_FLAGS
+from .roads.buffers import given_flags
 from .roads.stack import convert_stacks
 from .readers import source_type
 from .targets import STYLES
@@ -85,7 +85,7 @@ def _convert(source, out, *, style, formats, variable, mode, num_layers, num_uni
     if road == "stack" and not os.path.lexists(source):  # a checkpoint prefix, or nothing: said before heavy imports
         resolve_prefix(source)
     require("tensorflow", *registry.needs(formats or registry.default_formats(), quantize), purpose="convert")
-    given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags[k] is not None]
+    given = given_flags(flags)
     if (given and not found.spec_flags) or (variable and road != "stack"):
         raise CudnnPortError(f"{(given or ['--variable'])[0]} applies only to a bare buffer in a checkpoint; a "
                              f"{found.words} states every spec, so leave the spec flags out")

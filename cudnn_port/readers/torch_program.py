@@ -203,10 +203,8 @@ class _Translator:
         self.pending: List[Tuple[Any, Any]] = []  # (variable, value) set once the model is built
 
     # ---- inputs -------------------------------------------------------------------------------------------------
-    def free_dims(self) -> Dict[str, List[bool]]:
-        """Which dims of each user input are free: symbolic ones (batch), those of the length the recurrent
-        nodes were exported at (time), and, in a program exported with no dynamic dimension, the one of the batch
-        size the recurrent nodes were exported at (batch)."""
+    def exported_sizes(self) -> Tuple[set, set]:
+        """(the lengths, the static batch sizes) the recurrent nodes' inputs were exported at."""
         lengths, batches = set(), set()
         for node in self.p.nodes:
             if op_name(node["target"]) in RECURRENT:
@@ -216,6 +214,13 @@ class _Translator:
                 lengths.add(self.p.sizes[x][1 if batch_first else 0])
                 if not self.p.symbolic[x][0 if batch_first else 1]:
                     batches.add(self.p.sizes[x][0 if batch_first else 1])
+        return lengths, batches
+
+    def free_dims(self) -> Dict[str, List[bool]]:
+        """Which dims of each user input are free: symbolic ones (batch), those of the length the recurrent
+        nodes were exported at (time), and, in a program exported with no dynamic dimension, the one of the batch
+        size the recurrent nodes were exported at (batch)."""
+        lengths, batches = self.exported_sizes()
         static = not any(any(self.p.symbolic[name]) for name in self.p.inputs)
         if not lengths:
             raise UnsupportedError(f"{self.p.path}: the program has no aten.lstm / gru / rnn_tanh / rnn_relu node; "
@@ -563,13 +568,7 @@ def axis_roles(path: str, model: Any) -> Dict[str, List[Optional[str]]]:
     import keras
 
     t = _Translator(read_program(path), None)
-    free = t.free_dims()
-    lengths = set()
-    for node in t.p.nodes:
-        if op_name(node["target"]) in RECURRENT:
-            args = t.args(node, raw=True)
-            first = args.get("batch_first", {}).get("as_bool", False)
-            lengths.add(t.p.sizes[args["input"]["as_tensor"]["name"]][1 if first else 0])
+    free, (lengths, _) = t.free_dims(), t.exported_sizes()
     roles: Dict[str, List[Optional[str]]] = {}
     for name in t.p.inputs:
         sizes, symbolic = t.p.sizes[name], t.p.symbolic[name]

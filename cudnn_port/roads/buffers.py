@@ -24,6 +24,11 @@ from ..targets import STYLES, tf1
 SPEC_FLAGS = ("mode", "num_layers", "num_units", "input_size", "bidirectional", "num_proj")
 
 
+def given_flags(flags: Dict[str, Any]) -> List[str]:
+    """The spec flags set in ``flags``, as the command line spells them (``--num-layers``)."""
+    return [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags.get(k) is not None]
+
+
 @dataclass
 class Stack:
     """One cuDNN buffer of a source and what belongs to it."""

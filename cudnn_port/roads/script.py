@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 from ..errors import CudnnPortError
 from ..progress import say_to
 from ..readers.torchscript import NotStraight, read_script
-from .buffers import SPEC_FLAGS
+from .buffers import SPEC_FLAGS, given_flags
 from .model import export_program_file
 from .stack import convert_stacks
 
@@ -28,7 +28,7 @@ def export_script_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | 
     (an ``nn.RNN``'s tanh or relu) and apply to the stacks alone."""
     path = os.fspath(path)
     flags = dict.fromkeys(SPEC_FLAGS) if flags is None else flags
-    given = [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if flags.get(k) is not None]
+    given = given_flags(flags)
     try:
         read_script(path)  # the code parsed as data: cheap, and says whether the whole model reads
     except NotStraight as e:
