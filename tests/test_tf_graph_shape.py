@@ -27,11 +27,11 @@ MODEL_NODES = 1060  # non-Const, non-Placeholder nodes of the whole model's (bel
 
 @functools.lru_cache(maxsize=None)
 def graph_of(mode):
-    """The serving_default graph of a 2-layer bidirectional stack (input 5 != hidden 6): (graph_def, {body name:
-    Counter of its op types}) for every while loop."""
+    """The with_initial_state graph (serving_default calls it with zero states) of a 2-layer bidirectional stack
+    (input 5 != hidden 6): (graph_def, {body name: Counter of its op types}) for every while loop."""
     spec = make_spec(mode, 2, True, input_size=5, hidden=6)
     module = build_module(unpack(spec, random_blob(spec, seed=91)))
-    graph_def = module.serve.get_concrete_function().graph.as_graph_def()
+    graph_def = module.serve_state.graph.as_graph_def()
     functions = {f.signature.name: f for f in graph_def.library.function}
     loops = [n for n in graph_def.node if n.op in ("While", "StatelessWhile")]
     bodies = {n.attr["body"].func.name: collections.Counter(x.op for x in functions[n.attr["body"].func.name].node_def)

@@ -126,7 +126,7 @@ def serving_nodes(module):
     """Every node of both serving signatures' graphs, their functions included."""
     nodes = []
     for fn in (module.serve, module.serve_state):
-        graph_def = fn.get_concrete_function().graph.as_graph_def()
+        graph_def = fn.graph.as_graph_def()
         nodes += list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
     return nodes
 

@@ -106,8 +106,7 @@ def test_weights_of_one_signature(out, modules, capsys, signature):
     module = tf.Module()
     module.serve, module.serve_state = functions["serving_default"], functions["with_initial_state"]
     shutil.rmtree(out / "saved_model")  # the module's own functions are the bad ones too
-    tf.saved_model.save(module, str(out / "saved_model"), signatures={k: f.get_concrete_function()
-                                                                      for k, f in functions.items()})
+    tf.saved_model.save(module, str(out / "saved_model"), signatures=functions)
     rehash(out)
     states = {"serving_default": "no states", "with_initial_state": "states fed"}[signature]
     verify_fails(out, capsys, {f"saved_model (signatures), {states}", f"saved_model (functions), {states}"})
@@ -123,8 +122,7 @@ def test_weights_of_one_saved_model_function(out, modules, capsys, function):
     module.serve_state = (bad if function == "serve_state" else fine).serve_state
     shutil.rmtree(out / "saved_model")
     tf.saved_model.save(module, str(out / "saved_model"), signatures={
-        "serving_default": fine.serve.get_concrete_function(),
-        "with_initial_state": fine.serve_state.get_concrete_function()})
+        "serving_default": fine.serve, "with_initial_state": fine.serve_state})
     rehash(out)
     verify_fails(out, capsys, {{"serve": "saved_model (functions), no states",
                                 "serve_state": "saved_model (functions), states fed"}[function]})

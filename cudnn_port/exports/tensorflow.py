@@ -89,7 +89,12 @@ def _forward(canon, xla):
 
 
 def build_module(canon: "CanonicalRNN", xla: bool = False) -> "tf.Module":
-    """A tf.Module with the two signature functions (traced, weights frozen in); ``xla``: see the module doc."""
+    """A tf.Module with the two signature functions as concrete functions (weights frozen in); ``xla``: see the
+    module doc. The stack is traced once: ``serve_state`` holds it, and ``serve`` calls ``serve_state`` with zero
+    states (TensorFlow inlines the call when it runs the graph: the same time at batch 1, 512 units), which halves
+    the SavedModel's bytes and its time to write and load. Concrete functions, not ``tf.function`` objects:
+    ``tf.saved_model.save`` traces a ``tf.function`` attribute again inside its save context (another key of
+    TensorFlow's trace cache)."""
     tf = import_tf()
     forward = _forward(canon, xla)
     spec = canon.spec
@@ -98,10 +103,6 @@ def build_module(canon: "CanonicalRNN", xla: bool = False) -> "tf.Module":
     x_spec = tf.TensorSpec([None, None, spec.input_size], tf.float32, name="inputs")
     len_spec = tf.TensorSpec([None], tf.int32, name="sequence_lengths")
     module = tf.Module()
-
-    @tf.function(input_signature=[x_spec, len_spec], autograph=False)
-    def serve(inputs, sequence_lengths):
-        return _named(tf, spec, forward(inputs, checked_lengths(tf, inputs, sequence_lengths)))
 
     if spec.mode == "lstm":
         @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state_h, "initial_h"),
@@ -113,8 +114,16 @@ def build_module(canon: "CanonicalRNN", xla: bool = False) -> "tf.Module":
         @tf.function(input_signature=[x_spec, len_spec, _named_spec(tf, state_h, "initial_h")], autograph=False)
         def serve_state(inputs, sequence_lengths, initial_h):
             return _named(tf, spec, forward(inputs, checked_lengths(tf, inputs, sequence_lengths), initial_h))
+    with_state = serve_state.get_concrete_function()
 
-    module.serve, module.serve_state = serve, serve_state
+    @tf.function(input_signature=[x_spec, len_spec], autograph=False)
+    def serve(inputs, sequence_lengths):  # zero states: a call of the traced with_state, not a second trace
+        batch = tf.shape(inputs)[0]
+        states = [tf.zeros([spec.num_pseudo_layers, batch, width]) for width in
+                  ([spec.state_size, spec.num_units] if spec.mode == "lstm" else [spec.state_size])]
+        return {k: tf.identity(v, name=k) for k, v in with_state(inputs, sequence_lengths, *states).items()}
+
+    module.serve, module.serve_state = serve.get_concrete_function(), with_state
     return module
 
 
@@ -126,8 +135,7 @@ def write_saved_model(canon: "CanonicalRNN", path: str, xla: bool = False) -> No
     tf = import_tf()
     module = build_module(canon, xla)
     tf.saved_model.save(module, os.fspath(path), signatures={
-        "serving_default": module.serve.get_concrete_function(),
-        "with_initial_state": module.serve_state.get_concrete_function()})
+        "serving_default": module.serve, "with_initial_state": module.serve_state})
 
 
 def write_frozen_graph(canon: "CanonicalRNN", path: str) -> Dict[str, List[str]]:
