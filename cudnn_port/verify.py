@@ -41,7 +41,7 @@ from .checkpoint import Checkpoint
 from .exports.runners import loads_shared
 from .graphs.trust import check_out
 from .judging import cudnn_api, keras_weights, tf1_weights
-from .judging.keras_weights import rebuilt_model_row
+from .judging.keras2_model import JUDGE as KERAS2_JUDGE, rebuilt_model_row
 from .judging.model_rows import keras_model_rows, saved_model_rows
 from .judging.torch_program import program_rows
 from .judging.source_place import locate
@@ -135,7 +135,7 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source, named_s
     elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
         say("keras/model.keras: the rebuilt whole model")
         report["rows"].append(dict(rebuilt_model_row(manifest, out, unchanged, seed, atol, rtol),
-                                   stack="(whole model)", judge="the source .h5, by Keras 2's own weight rule"))
+                                   stack="(whole model)", judge=KERAS2_JUDGE))
     source, judged_by = _judge_source(manifest, out, unchanged)
     for stack in manifest["stacks"]:
         report["rows"] += _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say)
