@@ -429,7 +429,9 @@ def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, se
         judge = judge_from_file(source)
     except Unjudged as e:
         return dict(unjudged, note=f"not judged: {e}")
-    except Exception as e:  # noqa: BLE001 (arrays that do not fit the config: the row fails, saying which)
+    except CudnnPortError as e:  # arrays that do not fit the config, a refused file: the row fails, saying which
+        return {"artifact": LABEL, "passed": False, "max_abs": None, "max_rel": None, "note": f"no judge: {e}"}
+    except Exception as e:  # noqa: BLE001 (Keras refusing a size of the config, say)
         return failed_row(LABEL, e)
     try:
         rebuilt = load_model_file(os.path.join(out, manifest.model_artifacts["keras"]))
