@@ -8,6 +8,8 @@ share no code path with them.
   :mod:`cudnn_port.judging.stock`); both SavedModel signatures; the GraphDef; the ONNX model fed states and fed none;
   the Keras and PyTorch files; and, where TensorFlow sees a GPU, the fused cuDNN op itself (TF32 off);
 - copied variables: equal to the source's;
+- the whole model rebuilt from a Keras 2 ``.h5`` (``OUT/keras/model.keras``): against the model built from the
+  source file's own config and arrays (:mod:`cudnn_port.judging.keras2_model`);
 - a whole model (``convert model.keras``): its SavedModel, GraphDef and ONNX against the model with each fused
   layer's stack computed by the NumPy reference (:mod:`cudnn_port.judging.stock`);
 - a SavedModel source: every artifact against the original signature, each cuDNN node it calls computed by the
