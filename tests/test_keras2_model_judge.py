@@ -214,3 +214,46 @@ def test_a_weight_the_file_lacks_fails_the_row_naming_it(tmp_path, tagger_out):
 
     row = _row_on(tagger_out, _edited_source(tmp_path, lacking))
     assert row["passed"] is False and "head" in row["note"] and "bias" in row["note"], row
+
+
+def _tagger_config():
+    with h5py.File(TAGGER, "r") as f:
+        return json.loads(f.attrs["model_config"])
+
+
+def _plain_lstm_hard_sigmoid(config):
+    layer = config["config"]["layers"][3]  # CuDNNLSTM "lstm"
+    layer["class_name"] = "LSTM"
+    layer["config"].update(activation="tanh", recurrent_activation="hard_sigmoid")
+
+
+def _nested(config):
+    inner = {"class_name": "Sequential", "config": {"name": "inner", "layers": config["config"]["layers"][-1:]}}
+    config["config"]["layers"][-1] = inner
+
+
+def _half_precision(config):
+    config["config"]["layers"][-1]["config"]["dtype"] = "float16"
+
+
+@pytest.mark.parametrize("edit, said", [(_plain_lstm_hard_sigmoid, "hard_sigmoid"), (_nested, "Sequential"),
+                                        (_half_precision, "float16")], ids=["hard_sigmoid", "nested", "float16"])
+def test_what_the_judge_does_not_build_is_refused_saying_which(edit, said):
+    """Keras 2's hard_sigmoid (clip(0.2 x + 0.5)) is not Keras 3's, a nested model and a half-precision layer are not
+    in the table: the judge refuses (the row is then unjudged), naming the layer and what it holds."""
+    from cudnn_port.judging.keras2_model import Unjudged, build_model
+
+    config = _tagger_config()
+    edit(config)
+    with pytest.raises(Unjudged, match=said):
+        build_model(config)
+
+
+def test_a_keras_2_0_sequential_config_builds_the_same_model():
+    """Keras 2.0 to 2.2.2 wrote a Sequential's config as its list of layers: the judge builds the same layers."""
+    from cudnn_port.judging.keras2_model import build_model
+
+    config = _tagger_config()
+    listed = build_model({"class_name": "Sequential", "config": config["config"]["layers"]})
+    assert [layer.get_config() for layer in listed.layers[1:]] == \
+        [layer.get_config() for layer in build_model(config).layers[1:]]

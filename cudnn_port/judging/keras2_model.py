@@ -211,6 +211,9 @@ def build_model(config: Dict[str, Any]) -> "keras.Model":
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
+    if isinstance(config, dict) and config.get("class_name") == "Sequential" and \
+            isinstance(config.get("config"), list):  # Keras 2.0 to 2.2.2 wrote a Sequential's layers alone
+        config = dict(config, config={"layers": config["config"]})
     if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
         raise Unjudged("model_config is not {class_name, config}")
     cls, cfg = config.get("class_name"), config["config"]
