@@ -351,7 +351,7 @@ def load_weights(model: "keras.Model", config: Dict[str, Any], owned: Dict[str, 
             if hasattr(inner, "forward_layer") else [("", inner)]
         arrays: Dict[Tuple[str, str], Tuple[str, np.ndarray]] = {}
         for path, wname, array in owned.get(layer.name, []):
-            key = _key(wname)
+            key = _key(wname) if len(halves) == 2 else ("", _key(wname)[1])  # a plain layer named forward_...
             if key in arrays:
                 problems.append(f"layer {layer.name}: two arrays for {'/'.join(filter(None, key))}")
             arrays[key] = (path, array)
