@@ -8,6 +8,8 @@ share no code path with them.
   :mod:`cudnn_port.judging.stock`); both SavedModel signatures; the GraphDef; the ONNX model fed states and fed none;
   the Keras and PyTorch files; and, where TensorFlow sees a GPU, the fused cuDNN op itself (TF32 off);
 - copied variables: equal to the source's;
+- the whole model rebuilt from a Keras 2 ``.h5`` (``OUT/keras/model.keras``): against the model built from the
+  source file's own config and arrays (:mod:`cudnn_port.judging.keras2_model`);
 - a whole model (``convert model.keras``): its SavedModel, GraphDef and ONNX against the model with each fused
   layer's stack computed by the NumPy reference (:mod:`cudnn_port.judging.stock`);
 - a SavedModel source: every artifact against the original signature, each cuDNN node it calls computed by the
@@ -41,7 +43,7 @@ from .checkpoint import Checkpoint
 from .exports.runners import loads_shared
 from .graphs.trust import check_out
 from .judging import cudnn_api, keras_weights, tf1_weights
-from .judging.keras_weights import rebuilt_model_row
+from .judging.keras2_model import JUDGE as KERAS2_JUDGE, rebuilt_model_row
 from .judging.model_rows import keras_model_rows, saved_model_rows
 from .judging.torch_program import program_rows
 from .judging.source_place import locate
@@ -135,7 +137,7 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source, named_s
     elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
         say("keras/model.keras: the rebuilt whole model")
         report["rows"].append(dict(rebuilt_model_row(manifest, out, unchanged, seed, atol, rtol),
-                                   stack="(whole model)", judge="the source .h5, by Keras 2's own weight rule"))
+                                   stack="(whole model)", judge=KERAS2_JUDGE))
     source, judged_by = _judge_source(manifest, out, unchanged)
     for stack in manifest["stacks"]:
         report["rows"] += _stack_rows(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say)

@@ -53,7 +53,8 @@ def test_keras27_bidirectional_full_model_rebuilds_in_keras3(tmp_path):
 
 @pytest.mark.slow
 def test_verify_judges_the_rebuilt_model_by_the_source_file(tmp_path):
-    """verify's row for OUT/keras/model.keras reads the source .h5's weights by Keras 2's own rule: it passes, fails
+    """verify's row for OUT/keras/model.keras is judged by the model built from the source .h5 (its config, its
+    arrays, the CuDNN ones by Keras 2's own rule): it passes, fails
     when two gates of the rebuilt model's LSTM are swapped (manifest hashes rewritten), and is unjudged, never
     passed, once the source is gone: a failure unless --allow-unjudged."""
     import shutil

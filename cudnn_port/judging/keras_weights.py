@@ -1,40 +1,30 @@
 """Judges that read Keras weights by Keras' own documented rules, not through the reader or rewrite an artifact
 came through.
 
-- A Keras 2 ``.h5``'s stacks (:func:`stack_from_file`) and the whole model rebuilt from it in Keras 3
-  (``OUT/keras/model.keras``, :func:`rebuilt_model_row`, written by :mod:`cudnn_port.exports.keras_rebuild`): the
-  file's arrays converted by Keras 2's own rule for loading CuDNNLSTM / CuDNNGRU weights into LSTM /
-  GRU(reset_after=True) (tf.keras ``saving/hdf5_format.py``, ``_convert_rnn_weights``: each gate's input kernel
-  ``k.T.reshape(k.shape, order="F")``, each gate's recurrent kernel ``k.T``, the LSTM's two biases summed, the GRU's
-  reshaped to ``[2, 3H]``). The rebuilt model is run against a second copy of it holding those weights. Shares
-  nothing with :mod:`cudnn_port.readers.keras_h5` or :mod:`cudnn_port.targets.keras`. With the source gone the
-  rebuilt model's row says so and is unjudged (verify fails it unless the user accepts unjudged rows).
+- A Keras 2 ``.h5``'s stacks (:func:`stack_from_file`): the file's arrays converted by Keras 2's own rule for
+  loading CuDNNLSTM / CuDNNGRU weights into LSTM / GRU(reset_after=True) (tf.keras ``saving/hdf5_format.py``,
+  ``_convert_rnn_weights``: each gate's input kernel ``k.T.reshape(k.shape, order="F")``, each gate's recurrent kernel
+  ``k.T``, the LSTM's two biases summed, the GRU's reshaped to ``[2, 3H]``; :func:`keras2_rule`), which the whole
+  model's judge (:mod:`cudnn_port.judging.keras2_model`) uses too. Shares nothing with
+  :mod:`cudnn_port.readers.keras_h5` or :mod:`cudnn_port.targets.keras`.
 - A stock Keras layer's stack (:func:`stock_stack`): its own kernels by Keras' LSTM / GRU math
   (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
 """
-import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
-import json
 
 import numpy as np
 
-from .parity import compare, failed_row, model_feeds
-from .stock import model_outputs
 from ..canonical import CanonicalRNN, LayerParams
-from ..deps import import_tf
 from ..errors import CudnnPortError
 from ..readers.h5_guard import check_h5
-from ..readers.keras_h5 import CUDNN_CLASSES, h5_text, layer_classes
-from ..readers.keras_model import load_model_file
+from ..readers.keras_h5 import h5_text
 
 if TYPE_CHECKING:
     import keras
 
     from ..canonical import CanonicalRNN
     from ..layout import RNNSpec
-    from ..manifest import Manifest
 
-LABEL = "keras/model.keras (Keras 3 rebuild of the whole model)"
 RECURRENT = {"LSTM": 4, "GRU": 3}
 
 
@@ -45,86 +35,6 @@ def keras2_rule(kind: str, kernel: np.ndarray, recurrent: np.ndarray, bias: np.n
     recurrent = np.hstack([k.T for k in np.hsplit(recurrent, gates)])
     bias = bias[:bias.size // 2] + bias[bias.size // 2:] if kind == "LSTM" else bias.reshape(2, -1)
     return [kernel, recurrent, bias]
-
-
-def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, seed: int, atol: float,
-                      rtol: float) -> Dict[str, Any]:
-    """The verify row of OUT/keras/model.keras for a Keras 2 ``.h5`` source (see the module docstring)."""
-    source = manifest["source"].get("checkpoint", "")
-    if not source_unchanged or not os.path.isfile(source):
-        return {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None, "unjudged": True,
-                "note": "not judged: the source .h5 is gone or changed, and this row's judge reads it"}
-    path = os.path.join(out, manifest.model_artifacts["keras"])
-    try:
-        rebuilt, judge = load_model_file(path), load_model_file(path)
-        _source_weights(judge, source)
-        names = [t.name.split(":")[0] for t in rebuilt.inputs]
-        want = None
-        for empty_row in (True, False):  # a row of only padding where the judge runs one to finite outputs
-            feeds = _feeds(rebuilt, names, seed, empty_row)
-            values = [feeds[n] for n in names]
-            x = values if len(values) > 1 else values[0]
-            try:
-                want = model_outputs(judge(x, training=False))
-            except Exception:  # noqa: BLE001 (without that row, a judge that raises is the row's failure)
-                if not empty_row:
-                    raise
-                continue
-            if not empty_row or all(np.all(np.isfinite(w)) for w in want):
-                break
-        got = model_outputs(rebuilt(x, training=False))
-    except Exception as e:  # noqa: BLE001 (a model that does not load or run is a failed check)
-        return failed_row(LABEL, e)
-    row = compare(LABEL, got, want, atol, rtol)
-    return dict(row, note="against the same model with its recurrent weights read from the source .h5 by Keras 2's "
-                          "own CuDNN-to-LSTM/GRU rule")
-
-
-def _feeds(model, names, seed, empty_row=True):
-    """The whole-model rows' draw (:func:`cudnn_port.judging.parity.model_feeds`) for the model's own input
-    shapes."""
-    tf = import_tf()
-    return model_feeds(model, names, [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs], seed, empty_row)
-
-
-def _source_weights(model, source: str) -> None:
-    """Give each LSTM / GRU (or Bidirectional of one) of ``model`` the weights its layer of the same name holds in
-    the source file (a nested model's layers too): a CuDNNLSTM / CuDNNGRU's converted by :func:`keras2_rule`, a
-    plain LSTM / GRU's as they are. A recurrent layer the file holds no weights for fails the row (it would
-    otherwise judge the rebuilt weights by themselves)."""
-    # lazy: h5py, loaded on first use (import cudnn_port stays light)
-    import h5py
-
-    with h5py.File(source, "r") as f:
-        check_h5(f, source)
-        config = f.attrs.get("model_config")
-        classes = layer_classes(json.loads(h5_text(config))) if config is not None else {}
-        root = f["model_weights"] if "model_weights" in f else f
-        owned = {}  # layer name -> its arrays, in the order Keras saved them (nested models' layers included)
-        for group_name in root:
-            group = root[group_name]
-            for name in (h5_text(n) for n in group.attrs.get("weight_names", [])):
-                owned.setdefault(name.split("/")[0], []).append(np.asarray(group[name][()]))
-        for layer in _layers(model):
-            inner = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
-            kind = type(inner[0]).__name__
-            if kind not in RECURRENT:
-                continue
-            arrays = owned.get(layer.name) or []
-            cudnn = classes.get(layer.name) in CUDNN_CLASSES
-            per = len(arrays) // len(inner)  # kernel, recurrent kernel and bias (a plain use_bias=False layer: none)
-            if not arrays or per * len(inner) != len(arrays) or per not in ((3,) if cudnn else (2, 3)):
-                raise CudnnPortError(f"layer {layer.name}: the source holds no weights for it")
-            layer.set_weights([w for d in range(len(inner)) for w in (
-                keras2_rule(kind, *arrays[3 * d:3 * d + 3]) if cudnn else arrays[per * d:per * (d + 1)])])
-
-
-def _layers(model):
-    for layer in getattr(model, "layers", None) or []:
-        if getattr(layer, "layers", None) and not hasattr(layer, "forward_layer"):
-            yield from _layers(layer)
-        else:
-            yield layer
 
 
 # Keras gate blocks (i f c o / z r h) in cuDNN order (i f c o / r z h)
