@@ -241,7 +241,7 @@ def _half_precision(config):
 def test_what_the_judge_does_not_build_is_refused_saying_which(edit, said):
     """Keras 2's hard_sigmoid (clip(0.2 x + 0.5)) is not Keras 3's, a nested model and a half-precision layer are not
     in the table: the judge refuses (the row is then unjudged), naming the layer and what it holds."""
-    from cudnn_port.judging.keras2_model import Unjudged, build_model
+    from cudnn_port.judging.keras2_config import Unjudged, build_model
 
     config = _tagger_config()
     edit(config)
@@ -251,7 +251,7 @@ def test_what_the_judge_does_not_build_is_refused_saying_which(edit, said):
 
 def test_a_keras_2_0_sequential_config_builds_the_same_model():
     """Keras 2.0 to 2.2.2 wrote a Sequential's config as its list of layers: the judge builds the same layers."""
-    from cudnn_port.judging.keras2_model import build_model
+    from cudnn_port.judging.keras2_config import build_model
 
     config = _tagger_config()
     listed = build_model({"class_name": "Sequential", "config": config["config"]["layers"]})
