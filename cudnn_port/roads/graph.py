@@ -20,7 +20,7 @@ from ..manifest import Manifest, new_manifest
 from ..outdir import OutputFolder, finish
 from ..paths import refuse_links_out, require_file, sha256
 from ..progress import say_to
-from ..exports.runners import load_saved_model, onnx_session
+from ..exports.runners import load_saved_model, loads_shared, onnx_session
 from ..judging.graph_inputs import run_error
 from ..judging.model_rows import signature_feeds
 from ..judging.original import original_outputs
@@ -69,6 +69,10 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
         say(f"{node.name} ({node.op}): {node.spec.describe()}")
 
     def write(tmp):
+        with loads_shared():  # the rewritten SavedModel loaded once: to prove it loads, then to feed the ONNX check
+            return _write(tmp)
+
+    def _write(tmp):
         manifest = new_manifest(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
                                 "signatures, inputs and outputs keep their names", formats, road="graph")
         manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped),
