@@ -11,9 +11,9 @@ Three models as PyTorch users write them, at sizes people train (50 steps):
 Each is exported with ``torch.export.export`` (batch dynamic; torch.export fixes the length), saved with
 ``torch.export.save`` and converted with ``cudnn-port convert model.pt2 OUT --formats onnx``; PyTorch's exporter
 gets the module itself with batch and time dynamic. Both files are timed in one onnxruntime session each (same
-options, the default graph optimizations and threads, the same int64 feeds), in alternating blocks whose order flips
-every round, at batch 1 and 32: the ratio is the median over rounds of each round's time of theirs over ours (the two
-blocks of a round run back to back, so a load that comes and goes falls on both). ``--threads 1`` gives both
+options, the default graph optimizations and threads, the same int64 feeds), their runs taking turns (the first of
+each pair alternating, so a load that comes and goes falls on both), at batch 1 and 32: the ratio is the median over
+rounds of each round's median time of theirs over ours. ``--threads 1`` gives both
 sessions one intra-op thread and times each run by the thread's CPU time, which other processes on a shared machine
 do not add to (wall time at a load above the cores moved a round's ratio from 0.2 to 1.9). Target: >= 1.0 at both
 batches (ours no slower). Both are compared with the module's own outputs (1e-5 + 1e-4 * |value|) at the
@@ -136,18 +136,21 @@ def session(path, threads=None):
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-def cpu_time_call(fn, feeds, repeat, warmup=2):
-    """Median CPU seconds of ``fn(feeds)`` on the calling thread (``time.thread_time``) over ``repeat`` runs after
-    ``warmup``: with one intra-op thread onnxruntime computes on the caller's thread, so the time other processes
-    hold the cores is left out."""
-    for _ in range(warmup):
-        fn(feeds)
-    times = []
-    for _ in range(repeat):
-        start = time.thread_time()
-        fn(feeds)
-        times.append(time.thread_time() - start)
-    return float(np.median(times))
+def interleaved(runs, feeds, repeat, clock, warmup=2):
+    """{side: median seconds of one run} over ``repeat`` runs of each side after ``warmup``, the sides' runs taking
+    turns, the first of each pair alternating, so a load that comes and goes falls on both. ``clock``:
+    ``time.perf_counter`` (wall), or ``time.thread_time``, which with one intra-op thread (onnxruntime then computes
+    on the caller's thread) leaves out the time other processes hold the cores."""
+    for s in runs.values():
+        for _ in range(warmup):
+            s.run(None, feeds)
+    times = {side: [] for side in runs}
+    for i in range(repeat):
+        for side, s in (list(runs.items()) if i % 2 == 0 else list(runs.items())[::-1]):
+            start = clock()
+            s.run(None, feeds)
+            times[side].append(clock() - start)
+    return {side: float(np.median(t)) for side, t in times.items()}
 
 
 def ops(path):
@@ -192,8 +195,6 @@ def tflite_ops(path):
 def measure(name, repeat, rounds, tmp, threads=None):
     import torch
 
-    from cudnn_port.benchmark import time_call
-
     make, example, names = modules()[name]
     torch.manual_seed(0)
     module = make().eval()
@@ -210,7 +211,7 @@ def measure(name, repeat, rounds, tmp, threads=None):
         return dict(res, failed=f"torch.onnx.export(dynamo=True) failed: {type(e).__name__}: {str(e)[:300]}")
     res["ops_ours"], res["ops_theirs"] = ops(ours["onnx"]), ops(theirs)
     runs = {"ours": session(ours["onnx"], threads), "theirs": session(theirs, threads)}
-    timer = cpu_time_call if threads == 1 else time_call
+    clock = time.thread_time if threads == 1 else time.perf_counter
     for batch in (1, 32):
         args = example(batch, STEPS, seed=batch)
         with torch.no_grad():
@@ -230,11 +231,11 @@ def measure(name, repeat, rounds, tmp, threads=None):
                     ok = f"refused: {str(e).splitlines()[0][:120]}"
                 res.setdefault(f"{side}_other_lengths", {})[f"b{batch}_t{length}"] = ok
         times = {"ours": [], "theirs": []}
-        for k in range(rounds):  # alternating blocks, each round's first side the other's last: noise on both
-            for side, s in (list(runs.items()) if k % 2 == 0 else list(runs.items())[::-1]):
-                times[side].append(timer(lambda f, s=s: s.run(None, f), feeds, repeat))
+        for _ in range(rounds):
+            for side, t in interleaved(runs, feeds, repeat, clock).items():
+                times[side].append(t)
         ours_ms, theirs_ms = (1e3 * float(np.median(times[k])) for k in ("ours", "theirs"))
-        paired = [t / o for t, o in zip(times["theirs"], times["ours"])]  # each round's ratio, its two blocks adjacent
+        paired = [t / o for t, o in zip(times["theirs"], times["ours"])]  # each round's own ratio
         res[f"b{batch}_ms"] = {"ours": round(ours_ms, 3), "theirs": round(theirs_ms, 3)}
         res[f"b{batch}_theirs_over_ours"] = round(float(np.median(paired)), 3)
         res[f"b{batch}_round_ratios"] = [round(r, 3) for r in paired]
