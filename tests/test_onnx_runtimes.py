@@ -238,6 +238,43 @@ def test_a_whole_model_onnx_survives_an_empty_batch_and_zero_steps(tmp_path):
     np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
+def test_a_whole_model_onnx_sliced_in_front_of_a_widening_head_survives_an_empty_batch(tmp_path):
+    """Masking -> two bidirectional LSTM layers (input 5, 6 units) -> GRU(7) at every step -> Dense(40): the guard
+    slices the rows back in front of the Dense's MatMul (7 values a step copied, not 40), and model.onnx still gives
+    an empty output for an empty batch and a catchable error for zero steps in a child process, in onnxruntime and
+    OpenVINO, and matches Keras on a ragged batch."""
+    keras = pytest.importorskip("keras")
+    import onnx
+
+    from cudnn_port import convert
+    from cudnn_port.exports.onnx_guard import PREFIX, TIME_GUARD
+
+    L = keras.layers
+    x = keras.Input((None, 5), name="x")
+    y = L.Bidirectional(L.LSTM(6, return_sequences=True))(L.Bidirectional(L.LSTM(6, return_sequences=True))(
+        L.Masking()(x)))
+    model = keras.Model(x, L.Dense(40)(L.GRU(7, return_sequences=True)(y)))
+    rng = np.random.default_rng(9)
+    model.set_weights([(rng.normal(size=w.shape) * 0.4).astype(w.dtype) for w in model.get_weights()])
+    model.save(tmp_path / "m.keras")
+    convert(tmp_path / "m.keras", tmp_path / "out", formats=["onnx"])
+    path = tmp_path / "out" / "model.onnx"
+    graph = onnx.load(str(path)).graph
+    rows = next(n for n in graph.node if n.name == f"{PREFIX}output_0/rows")
+    readers = [n.op_type for n in graph.node if rows.output[0] in n.input]
+    assert rows.output[0] != "output_0" and readers == ["MatMul"], (rows, readers)
+    for row in run_empty_probe([path]):
+        for runtime in ("onnxruntime", "openvino"):
+            if runtime in row:
+                ok = row[runtime] == [[0, 5, 40]] if row["batch"] == 0 else TIME_GUARD in row[runtime]
+                assert ok, row
+    batch = rng.normal(size=(3, 8, 5)).astype(np.float32)
+    batch[1, 3:], batch[2, 6:] = 0, 0  # ragged: lengths 8, 3, 6 (Masking skips the all-zero steps)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": batch})[0]
+    np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, rtol=1e-4)
+
+
 LITE_PROBE = """
 import json, sys
 import numpy as np

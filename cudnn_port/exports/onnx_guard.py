@@ -8,24 +8,30 @@ without ``sequence_lens``). So every model.onnx cudnn-port writes (a stack's, a 
 inputs have a dynamic dimension named ``batch`` / ``time``:
 
 * **empty batch -> empty outputs.** Each input of a ``batch`` dimension gets one padding row when (and only when)
-  the batch is 0 (``Pad`` by ``Cast(Equal(B, 0))``: zeros, or 1 for a rank-1 integer input such as
-  ``sequence_lengths``, a valid length), and each output of a ``batch`` dimension is sliced back to the first B
+  the batch is 0 (``Pad`` by ``Where(Equal(B, 0), one row, zeros)``: zeros, or 1 for a rank-1 integer input such
+  as ``sequence_lengths``, a valid length), and each output of a ``batch`` dimension is sliced back to the first B
   rows: nothing, for B = 0. Rows are computed apart, so the padding row changes no other row;
-* **zero time steps -> a catchable error.** A ``ConstantOfShape`` of shape ``[-1]`` when the time is 0 (``[1]``
-  otherwise, summed to a 0 every input adds) fails in the node named :data:`TIME_GUARD`, whose name says what is
-  wrong, in onnxruntime and OpenVINO alike (a ``Range`` of step 0 killed OpenVINO 2026.4 with SIGFPE, and OpenVINO
-  folded a ``Reshape`` probe away); a sequence of no steps has no last step, so no final state to return.
+* **zero time steps -> a catchable error.** The zeros a ``Pad`` takes when the batch is not empty are a
+  ``ConstantOfShape`` of shape ``[-1]`` when the time is 0 (``[2 * rank]`` otherwise), which fails in the node named
+  :data:`TIME_GUARD`, whose name says what is wrong, in onnxruntime and OpenVINO alike (a ``Range`` of step 0
+  killed OpenVINO 2026.4 with SIGFPE, and OpenVINO folded a ``Reshape`` probe away); a sequence of no steps has no
+  last step, so no final state to return.
 * **a length outside [1, time] -> a catchable error** (a stack's ``sequence_lengths``): the node named
   :data:`LENGTHS_GUARD` fails the same way. Such lengths have no cuDNN meaning, and each runtime made up its own
   answer (for length 0 onnxruntime, OpenVINO and LiteRT returned three different final states).
 
-For B > 0 and T > 0 all are exact: a ``Pad`` by 0 and a ``Slice`` of all rows copy the values.
+For B > 0 and T > 0 all are exact: a ``Pad`` by 0 and a ``Slice`` of all rows copy the values. Each dimension is
+read by one ``Shape`` node (``start``/``end``), so a model of one input and one output carries 9 guard nodes, which
+onnxruntime cannot fold (they read the input's shape; on a 2-layer BiLSTM stack at batch 1, 21 us of a 528 us call,
+docs/runtimes.md). Where an output comes from a head that widens the rows, they are sliced in front of it
+(:func:`_narrowest`), so fewer values are copied.
 """
-from typing import TYPE_CHECKING, Dict, List, Optional
+import collections
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .onnx_passes import bodies
+from .onnx_passes import bodies, read_in_subgraphs
 
 if TYPE_CHECKING:
     import onnx
@@ -74,34 +80,37 @@ def guard_empty(model: "onnx.ModelProto", lengths: Optional[str] = None) -> None
                                       **attrs))
         return PREFIX + name
 
-    def size(value, axis, label):
-        shape = node("Shape", [value.name], f"{label}_shape")
-        return node("Gather", [shape, const(f"{label}_axis", np.array([axis], np.int64))], label)  # [1] int64
+    def size(value, axis, label):  # [1] int64, one Shape node reading the dimension itself
+        return node("Shape", [value.name], label, start=axis, end=axis + 1)
 
-    def refuse_if(bad, label, node_name):
-        """A 0 (int64 scalar) that fails to compute where ``bad``: ``ConstantOfShape`` of [-1], an error naming itself
-        ``node_name`` in onnxruntime and OpenVINO alike, else of [1], summed. Its shape comes from the inputs, so no
-        runtime folds it away (OpenVINO folded a Reshape probe of a constant, and merged Reshapes in a row)."""
+    def refuse_if(bad, label, node_name, length=1):
+        """``length`` zeros (int64) that fail to compute where ``bad``: ``ConstantOfShape`` of [-1], an error naming
+        itself ``node_name`` in onnxruntime and OpenVINO alike, else of [length]. Its shape comes from the inputs,
+        so no runtime folds it away (OpenVINO folded a Reshape probe of a constant, and merged Reshapes in a row)."""
         size = node("Where", [bad, const(f"{label}/negative", np.array([-1], np.int64)),
-                              const(f"{label}/one", np.array([1], np.int64))], f"{label}/probe_shape")
-        probe = node("ConstantOfShape", [size], f"{label}/probe", node_name=node_name,
-                     value=numpy_helper.from_array(np.array([0], np.int64)))
-        return node("ReduceSum", [probe], f"{label}/zero", keepdims=0)
+                              const(f"{label}/length", np.array([length], np.int64))], f"{label}/probe_shape")
+        return node("ConstantOfShape", [size], f"{label}/probe", node_name=node_name,
+                    value=numpy_helper.from_array(np.array([0], np.int64)))
 
     batch = size(*batch_in[0], "batch")
-    extra = node("Cast", [node("Equal", [batch, const("zero", np.array([0], np.int64))], "batch_is_zero")],
-                 "extra_row", to=TensorProto.INT64)
-    if time_in:
-        time = size(*time_in[0], "time")
-        empty = node("Equal", [time, const("zero_t", np.array([0], np.int64))], "time_is_zero")
-        extra = node("Add", [extra, refuse_if(empty, "time", TIME_GUARD)], "extra_row_checked")
+    batch_is_zero = node("Equal", [batch, const("zero", np.array([0], np.int64))], "batch_is_zero")
+    time = size(*time_in[0], "time") if time_in else None
+    time_is_zero = node("Equal", [time, const("zero_t", np.array([0], np.int64))], "time_is_zero") if time_in \
+        else None
+    no_pads = {}  # an input's rank -> its Pad's pads when the batch is not empty: zeros, failing on zero steps
     renames = {}
     for value, axis in batch_in:
         rank, elem = len(_dims(value)), value.type.tensor_type.elem_type
+        if rank not in no_pads and not time_in:
+            no_pads[rank] = const(f"zero_pads_{rank}", np.zeros(2 * rank, np.int64))
+        elif rank not in no_pads:  # each rank's own probe; the first bears the guard's name itself
+            name = TIME_GUARD if not no_pads else f"{TIME_GUARD} (rank {rank})"
+            no_pads[rank] = refuse_if(time_is_zero, f"time_rank_{rank}", name, 2 * rank)
         dtype = helper.tensor_dtype_to_np_dtype(elem)
-        pads = node("Concat", [const(f"{value.name}/before", np.zeros(rank + axis, np.int64)), extra,
-                               const(f"{value.name}/after", np.zeros(rank - axis - 1, np.int64))],
-                    f"{value.name}/pads", axis=0)
+        one_row = np.zeros(2 * rank, np.int64)
+        one_row[rank + axis] = 1  # one row after the last, along the batch axis
+        pads = node("Where", [batch_is_zero, const(f"{value.name}/one_row", one_row), no_pads[rank]],
+                    f"{value.name}/pads")
         fill = 1 if rank == 1 and np.issubdtype(dtype, np.integer) else 0  # a length of the padding row: valid
         renames[value.name] = node("Pad", [value.name, pads, const(f"{value.name}/fill", np.array(fill, dtype))],
                                    f"{value.name}/guarded")
@@ -112,22 +121,68 @@ def guard_empty(model: "onnx.ModelProto", lengths: Optional[str] = None) -> None
         high = node("ReduceMax", [lengths], "longest", axes=[0], keepdims=1)
         bad = node("Or", [node("Less", [low, const("one_l", np.array([1], np.int64))], "below_one"),
                           node("Greater", [high, time], "beyond_time")], "lengths_out_of_range")
-        zero = node("Cast", [refuse_if(bad, "lengths", LENGTHS_GUARD)], "lengths_zero_i32", to=TensorProto.INT32)
+        probe = refuse_if(bad, "lengths", LENGTHS_GUARD)
+        zero = node("Cast", [node("ReduceSum", [probe], "lengths/zero", keepdims=0)], "lengths_zero_i32",
+                    to=TensorProto.INT32)
         renames[given] = node("Add", [renames[given], zero], f"{given}/checked")
     outputs = {v.name: axis for v, axis in batch_out if v.name not in renames}
-    inner = {name: PREFIX + f"{name}/unguarded" for name in outputs}
+    cuts = {name: _narrowest(graph, name, axis) for name, axis in outputs.items()}
+    inner = {name: PREFIX + f"{name}/unguarded" for name, cut in cuts.items() if cut is None}
     for n in graph.node:  # the producer writes the unguarded name; the Slice below writes the output's own
         n.output[:] = [inner.get(o, o) for o in n.output]
     _rename(graph, {**renames, **inner})
-    last, starts = [], const("starts", np.array([0], np.int64))
+    starts, before, last = const("starts", np.array([0], np.int64)), {}, []
     for name, axis in outputs.items():
-        last.append(helper.make_node("Slice", [inner[name], starts, batch,
-                                               const(f"{name}/axes", np.array([axis], np.int64))], [name],
-                                     name=PREFIX + f"{name}/rows"))
-    nodes = first + list(graph.node) + last
+        source, target = (inner[name], name) if cuts[name] is None else (cuts[name][1], PREFIX + f"{name}/rows")
+        axes = const(f"{name}/axes", np.array([axis], np.int64))
+        row_slice = helper.make_node("Slice", [source, starts, batch, axes], [target], name=PREFIX + f"{name}/rows")
+        if cuts[name] is None:
+            last.append(row_slice)
+        else:  # in front of the op that widens the rows (its one reader)
+            reader = graph.node[cuts[name][0]]
+            reader.input[:] = [target if i == source else i for i in reader.input]
+            before.setdefault(cuts[name][0], []).append(row_slice)
+    nodes = first + [m for k, n in enumerate(graph.node) for m in before.get(k, []) + [n]] + last
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(inits)
+
+
+def _narrowest(graph: "onnx.GraphProto", name: str, axis: int) -> Optional[Tuple[int, str]]:
+    """Where output ``name``'s rows are cheapest to slice back: (the reader's index, the tensor it reads) before the
+    ``MatMul`` by a constant matrix that widens its rows most, followed to the output only through that ``MatMul`` and
+    elementwise ops with a constant of rank 0 or 1 (each row computed apart, the batch axis not the last), each tensor
+    read once; None where the output itself is (a Linear head of 1000 classes over 128 units: 1/8 of the copy)."""
+    # lazy: onnx, loaded on first use (import cudnn_port stays light)
+    from onnx import numpy_helper
+
+    consts = {t.name: t.dims for t in graph.initializer}
+    consts.update({n.output[0]: numpy_helper.to_array(a.t).shape for n in graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    rank = next(len(v.type.tensor_type.shape.dim) for v in graph.output if v.name == name)
+    reads = collections.Counter(i for n in graph.node for i in n.input)
+    reads.update([o.name for o in graph.output] + sorted(read_in_subgraphs(graph)))
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output}
+    if rank < 2 or axis == rank - 1 or reads[name] != 1:
+        return None
+    best, width, tensor = None, 1.0, name
+    while tensor in producer:
+        index = producer[tensor]
+        node = graph.node[index]
+        if node.op_type == "MatMul" and len(consts.get(node.input[1], ())) == 2:
+            rows_in, rows_out = consts[node.input[1]]
+            width, tensor = width * rows_in / max(rows_out, 1), node.input[0]
+        elif node.op_type in ("Add", "Sub", "Mul", "Div") and len(consts.get(node.input[1], (0, 0))) <= 1:
+            tensor = node.input[0]
+        elif node.op_type in ("Add", "Mul") and len(consts.get(node.input[0], (0, 0))) <= 1:
+            tensor = node.input[1]
+        else:
+            break
+        if reads[tensor] != 1 or tensor in consts or tensor not in producer:
+            break
+        if width < (best[2] if best else 1.0):
+            best = (index, tensor, width)
+    return best[:2] if best else None
 
 
 NODE_GUARD = "empty_batch_or_zero_steps_refused: batch and time must be at least 1, lengths at most time"
