@@ -69,10 +69,6 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
         say(f"{node.name} ({node.op}): {node.spec.describe()}")
 
     def write(tmp):
-        with loads_shared():  # the rewritten SavedModel loaded once: to prove it loads, then to feed the ONNX check
-            return _write(tmp)
-
-    def _write(tmp):
         manifest = new_manifest(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
                                 "signatures, inputs and outputs keep their names", formats, road="graph")
         manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped),
@@ -90,7 +86,8 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
         manifest.source.files = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
         return finish(manifest, tmp)
 
-    return folder.build(write, say)
+    with loads_shared():  # the rewritten SavedModel loaded once: to prove it loads, then to feed the ONNX check
+        return folder.build(write, say)
 
 
 def original_on_cpu(source: str, proto: "saved_model_pb2.SavedModel", signature: str,
