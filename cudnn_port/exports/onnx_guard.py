@@ -27,7 +27,7 @@ docs/runtimes.md). Where an output comes from a head that widens the rows, they 
 (:func:`_narrowest`), so fewer values are copied.
 """
 import collections
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -126,7 +126,8 @@ def guard_empty(model: "onnx.ModelProto", lengths: Optional[str] = None) -> None
                     to=TensorProto.INT32)
         renames[given] = node("Add", [renames[given], zero], f"{given}/checked")
     outputs = {v.name: axis for v, axis in batch_out if v.name not in renames}
-    cuts = {name: _narrowest(graph, name, axis) for name, axis in outputs.items()}
+    facts = _graph_facts(graph)
+    cuts = {name: _narrowest(graph, facts, name, axis) for name, axis in outputs.items()}
     inner = {name: PREFIX + f"{name}/unguarded" for name, cut in cuts.items() if cut is None}
     for n in graph.node:  # the producer writes the unguarded name; the Slice below writes the output's own
         n.output[:] = [inner.get(o, o) for o in n.output]
@@ -148,21 +149,28 @@ def guard_empty(model: "onnx.ModelProto", lengths: Optional[str] = None) -> None
     graph.initializer.extend(inits)
 
 
-def _narrowest(graph: "onnx.GraphProto", name: str, axis: int) -> Optional[Tuple[int, str]]:
+Facts = Tuple[Dict[str, Sequence[int]], "collections.Counter[str]", Dict[str, int]]
+
+
+def _graph_facts(graph: "onnx.GraphProto") -> Facts:
+    """What :func:`_narrowest` reads of ``graph``, gathered once for all its outputs: ({constant: its dims}, how many
+    times each tensor is read (graph outputs and subgraphs included), {tensor: the index of its producing node})."""
+    consts: Dict[str, Sequence[int]] = {t.name: list(t.dims) for t in graph.initializer}
+    consts.update({n.output[0]: list(a.t.dims) for n in graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    reads = collections.Counter(i for n in graph.node for i in n.input)
+    reads.update([o.name for o in graph.output] + sorted(read_in_subgraphs(graph)))
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output}
+    return consts, reads, producer
+
+
+def _narrowest(graph: "onnx.GraphProto", facts: Facts, name: str, axis: int) -> Optional[Tuple[int, str]]:
     """Where output ``name``'s rows are cheapest to slice back: (the reader's index, the tensor it reads) before the
     ``MatMul`` by a constant matrix that widens its rows most, followed to the output only through that ``MatMul`` and
     elementwise ops with a constant of rank 0 or 1 (each row computed apart, the batch axis not the last), each tensor
     read once; None where the output itself is (a Linear head of 1000 classes over 128 units: 1/8 of the copy)."""
-    # lazy: onnx, loaded on first use (import cudnn_port stays light)
-    from onnx import numpy_helper
-
-    consts = {t.name: t.dims for t in graph.initializer}
-    consts.update({n.output[0]: numpy_helper.to_array(a.t).shape for n in graph.node if n.op_type == "Constant"
-                   for a in n.attribute if a.name == "value"})
+    consts, reads, producer = facts
     rank = next(len(v.type.tensor_type.shape.dim) for v in graph.output if v.name == name)
-    reads = collections.Counter(i for n in graph.node for i in n.input)
-    reads.update([o.name for o in graph.output] + sorted(read_in_subgraphs(graph)))
-    producer = {o: k for k, n in enumerate(graph.node) for o in n.output}
     if rank < 2 or axis == rank - 1 or reads[name] != 1:
         return None
     best, width, tensor = None, 1.0, name
