@@ -12,7 +12,7 @@ from typing import Dict, Tuple
 import numpy as np
 
 from ..errors import CudnnPortError, short
-from .torch_pickle import numpy_dtype
+from .torch_objects import numpy_dtype
 
 SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}

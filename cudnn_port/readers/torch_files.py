@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import CudnnPortError, reason, short
 from .safetensors_file import MAX_HEADER, read_safetensors
-from .torch_pickle import TORCH_DTYPES, Inert, Storage, numpy_dtype, resolve, tensor_view, unpickle
+from .torch_objects import TORCH_DTYPES, Inert, Storage, numpy_dtype, resolve, tensor_view
+from .torch_pickle import unpickle
 from .zip_guard import check_members
 
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c  # torch/serialization.py MAGIC_NUMBER
@@ -35,7 +36,7 @@ MAX_STORAGES = 200000  # zip members: one per storage; a GPU-trained RNN keeps a
 @dataclass
 class TorchFile:
     """What a PyTorch file holds, as data: ``kind`` (words), ``root`` (the unpickled object: a dict of arrays, a
-    checkpoint dict, an :class:`~cudnn_port.readers.torch_pickle.Inert` module), ``nodes`` (a ``.pt2``'s recurrent
+    checkpoint dict, an :class:`~cudnn_port.readers.torch_objects.Inert` module), ``nodes`` (a ``.pt2``'s recurrent
     graph nodes: {"target", "params" (parameter names), "args"}), ``metadata`` (safetensors' ``__metadata__``)."""
 
     path: str
