@@ -14,7 +14,6 @@ inert module tree) with NumPy arrays for tensors. The facts come from torch/seri
 the safetensors format (docs/sources.md).
 """
 import json
-import math
 import os
 import struct
 import zipfile
@@ -24,13 +23,12 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..errors import CudnnPortError, reason, short
+from .safetensors_file import MAX_HEADER, read_safetensors
+from .torch_objects import TORCH_DTYPES, Inert, Storage, numpy_dtype, resolve, tensor_view
+from .torch_pickle import unpickle
 from .zip_guard import check_members
-from .torch_pickle import TORCH_DTYPES, Inert, Storage, numpy_dtype, resolve, tensor_view, unpickle
 
 LEGACY_MAGIC = 0x1950a86a20f9469cfc6c  # torch/serialization.py MAGIC_NUMBER
-SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-                      "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-MAX_HEADER = 16 << 20  # a safetensors JSON header this large is not a model's (about 250,000 tensors)
 MAX_PICKLE = 64 << 20  # a data.pkl this large holds no model's weights (they are in the storages beside it)
 MAX_STORAGES = 200000  # zip members: one per storage; a GPU-trained RNN keeps all its weights in one
 
@@ -38,7 +36,7 @@ MAX_STORAGES = 200000  # zip members: one per storage; a GPU-trained RNN keeps a
 @dataclass
 class TorchFile:
     """What a PyTorch file holds, as data: ``kind`` (words), ``root`` (the unpickled object: a dict of arrays, a
-    checkpoint dict, an :class:`~cudnn_port.readers.torch_pickle.Inert` module), ``nodes`` (a ``.pt2``'s recurrent
+    checkpoint dict, an :class:`~cudnn_port.readers.torch_objects.Inert` module), ``nodes`` (a ``.pt2``'s recurrent
     graph nodes: {"target", "params" (parameter names), "args"}), ``metadata`` (safetensors' ``__metadata__``)."""
 
     path: str
@@ -188,35 +186,9 @@ def _read_legacy(path):
     return TorchFile(path, "legacy torch.save file (PyTorch < 1.6)", resolve(obj))
 
 
-def _read_safetensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        base, size = 8 + n, os.fstat(f.fileno()).st_size
-        if not isinstance(header, dict) or not isinstance(header.get("__metadata__", {}), dict):
-            raise CudnnPortError(f"{path}: its safetensors header is not a table of tensors; the file is damaged")
-        tensors, end_of = {}, 0
-        for name, entry in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
-                                  key=lambda item: item[1].get("data_offsets", [0])[0]
-                                  if isinstance(item[1], dict) else 0):
-            if not isinstance(entry, dict):
-                raise CudnnPortError(f"{path}: tensor {short(name)}'s header entry is not a table; the file is damaged")
-            dtype = SAFETENSORS_DTYPES.get(entry.get("dtype"))
-            if dtype is None:
-                raise CudnnPortError(f"{path}: tensor {short(name)} has dtype {entry.get('dtype')!r}, which no model's "
-                                     "weights have")
-            start, end = (int(v) for v in entry["data_offsets"])
-            shape = tuple(int(d) for d in entry["shape"])
-            dt = numpy_dtype(dtype)
-            if not 0 <= start <= end or base + end > size or end - start != math.prod(shape) * dt.itemsize or \
-                    start != end_of:  # the format stores tensors back to back, none sharing a byte
-                raise CudnnPortError(f"{path}: tensor {short(name)} declares bytes {start}..{end}, which do not fit "
-                                     "its shape, the file, or the tensor before it; the file is damaged")
-            end_of = end
-            f.seek(base + start)
-            tensors[name] = np.frombuffer(f.read(end - start), dtype=dt).reshape(shape)
-    meta = header.get("__metadata__") or {}
-    return TorchFile(path, "safetensors file", tensors, metadata={str(k): str(v) for k, v in meta.items()})
+def _read_safetensors(path: str) -> TorchFile:
+    tensors, metadata = read_safetensors(path)
+    return TorchFile(path, "safetensors file", tensors, metadata=metadata)
 
 
 def _read_pt2(path, z, names):
