@@ -1,7 +1,7 @@
 """The inputs verify and bench feed a loaded signature (:func:`signature_feeds`): seeded values of the declared
 dtypes, ids in each table's range, valid ragged splits, English sentences for strings, and the padding each mask
-of the graph defines; and the steps of the outputs that padding leaves defined (:func:`valid_steps`). Apart from the
-rows that judge them, because bench and the graph road's own checks feed signatures the same way."""
+of the graph defines; and the steps of the outputs that padding leaves defined (:func:`valid_steps`). A module apart
+from verify's rows (:mod:`.model_rows`) because bench and the graph road's ONNX run feed signatures the same way."""
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
