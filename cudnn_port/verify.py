@@ -89,7 +89,6 @@ def source_unchanged(manifest: "Manifest") -> bool:
         return False
 
 
-
 def verify(out: "os.PathLike[str] | str", atol: float = ATOL, rtol: float = RTOL, seed: int = 0, batch: int = 4,
            steps: int = 9, progress: Optional[Progress] = None, trust_source: bool = False,
            verbose: bool = False, source: "Optional[os.PathLike[str] | str]" = None,
