@@ -22,7 +22,7 @@ from .progress import Progress, say_to
 from . import deps, formats as registry
 from .formats.jobs import GraphCheck, ModelJob, StackJob
 from .graphs.trust import check_out
-from .judging.model_rows import signature_feeds
+from .judging.signature_feeds import signature_feeds
 
 
 def time_call(fn: Callable[[Dict[str, np.ndarray]], Any], feeds: Dict[str, np.ndarray], repeat: int,

@@ -88,7 +88,7 @@ def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
     served = tf.saved_model.load(str(out / "saved_model")).signatures["serving_default"]
     got = served(**{spec["name"]: tf.constant(ids)})["output_0"].numpy()
     assert np.allclose(got, want, atol=1e-5, rtol=1e-4), np.abs(got - want).max()
-    from cudnn_port.judging.model_rows import signature_feeds  # what verify's signature rows and bench feed it
+    from cudnn_port.judging.signature_feeds import signature_feeds  # what verify's signature rows and bench feed it
 
     feeds, note = signature_feeds(served, 0)
     drawn = feeds[spec["name"]]

@@ -89,7 +89,7 @@ def test_token_inputs_declared_float_get_ids_in_the_vocabulary(fixtures):
     """verify's feeds for a signature whose float32 inputs index an Embedding of 9 rows: integer ids in [1, 9) (0,
     a masking Embedding's padding, left out);
     the original model raises on the N(0, 1) floats it fed before."""
-    from cudnn_port.judging.model_rows import signature_feeds
+    from cudnn_port.judging.signature_feeds import signature_feeds
 
     folder, expected = fixtures
     _, want = split(expected, "seq2seq")

@@ -34,7 +34,7 @@ def test_an_export_that_binds_its_inputs_the_other_way_round_fails(tmp_path, cap
     from cudnn_port.errors import ParityError
     from cudnn_port.roads import model as road
 
-    real = road._input_specs
+    real = road.signature_specs
 
     def swapped(model, ids_dtype):
         specs, warnings = real(model, ids_dtype)
@@ -42,7 +42,7 @@ def test_an_export_that_binds_its_inputs_the_other_way_round_fails(tmp_path, cap
         return [tf.TensorSpec(s.shape, s.dtype, name=n) for s, n in zip(specs, names)], warnings
 
     with monkeypatch.context() as patch, pytest.raises(ParityError):  # export's own parity, bound by name, says so
-        patch.setattr(road, "_input_specs", swapped)
+        patch.setattr(road, "signature_specs", swapped)
         cudnn_port.export(two_inputs(), tmp_path / "out", formats=["saved_model", "onnx"], keep_failed=True)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["model_inputs"] == ["right", "left"]  # the artifacts' order, the model's names swapped

@@ -15,6 +15,7 @@ from cudnn_port.judging.parity import ATOL, RTOL, skipped_row
 
 pytest.importorskip("tensorflow")
 verify_module = importlib.import_module("cudnn_port.verify")  # the module; cudnn_port.verify is its function
+stack_case = importlib.import_module("cudnn_port.judging.stack_case")  # where verify judges each stack
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +37,10 @@ def gpu_bounds(out, monkeypatch, artifact_error=None):
         return skipped_row("cudnn (GPU, TF32 off)", "recorded by the test")
 
     with monkeypatch.context() as patch:
-        patch.setattr(verify_module, "gpu_row", recorded)
+        patch.setattr(stack_case, "gpu_row", recorded)
         if artifact_error is not None:
-            real = verify_module.checkpoint_judge
-            patch.setattr(verify_module, "checkpoint_judge", lambda *a: dict(
+            real = stack_case.checkpoint_judge
+            patch.setattr(stack_case, "checkpoint_judge", lambda *a: dict(
                 real(*a), max_abs=artifact_error, passed=True))
         report = verify_module.verify(out)
     assert report["passed"], [r for r in report["rows"] if r["passed"] is False]

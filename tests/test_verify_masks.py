@@ -151,7 +151,7 @@ def gpu_host_masked(tmp_path_factory):
 @pytest.mark.slow
 def test_graph_feeds_read_the_mask_value_from_the_graph(gpu_host_masked):
     from cudnn_port.judging.graph_inputs import masking_values
-    from cudnn_port.judging.model_rows import signature_feeds
+    from cudnn_port.judging.signature_feeds import signature_feeds
 
     serving = tf.saved_model.load(str(gpu_host_masked)).signatures["serving_default"]
     assert masking_values(serving) == {"features": MASK_VALUE}

@@ -239,8 +239,8 @@ def test_a_layout_read_otherwise_than_cudnns_api_fails_the_layout_row(out, capsy
     of the first pseudo-layer swapped), the layout row fails, and only it: the artifacts were written right."""
     import importlib
 
-    verify_module = importlib.import_module("cudnn_port.verify")  # the module (cudnn_port.verify is the function)
-    real = verify_module.unpack
+    stack_case = importlib.import_module("cudnn_port.judging.stack_case")  # where verify reads each stack's buffer
+    real = stack_case.unpack
 
     def swapped(spec, buffer):
         canon = real(spec, buffer)
@@ -248,7 +248,7 @@ def test_a_layout_read_otherwise_than_cudnns_api_fails_the_layout_row(out, capsy
         W[[0, 1]] = W[[1, 0]]
         return canon
 
-    monkeypatch.setattr(verify_module, "unpack", swapped)
+    monkeypatch.setattr(stack_case, "unpack", swapped)
     verify_fails(out, capsys, {"layout (two statements of cuDNN's)"})
 
 

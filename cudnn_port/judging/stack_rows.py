@@ -103,7 +103,7 @@ def gpu_row(spec: "RNNSpec", canon: "CanonicalRNN", batch: "Tuple[np.ndarray, np
     """The fused cuDNN op itself (one CudnnRNNV3 call on the judge's buffer), where TensorFlow sees a GPU, with
     TensorFloat-32 off (TensorFlow allows it by default on Ampere and newer, and it moves cuDNN's fp32 output by
     up to ~3e-3 on small stacks, 7.5e-2 on large ones). Its tolerance ``atol`` is the case's own: at least 4x its
-    fp32 floor (:func:`cudnn_port.verify.case_floor`, the reference's math in fp32 against float64 on this batch),
+    fp32 floor (:func:`.stack_case.case_floor`, the reference's math in fp32 against float64 on this batch),
     never derived from the artifacts' errors."""
     name = "cudnn (GPU, TF32 off)"
     if not spec.cudnn_computes:

@@ -22,7 +22,7 @@ from ..paths import refuse_links_out, require_file, sha256
 from ..progress import say_to
 from ..exports.runners import load_saved_model, loads_shared, onnx_session
 from ..judging.graph_inputs import run_error
-from ..judging.model_rows import signature_feeds
+from ..judging.signature_feeds import signature_feeds
 from ..judging.original import original_outputs
 from ..judging.parity import sample_inputs
 from ..deps import import_tf

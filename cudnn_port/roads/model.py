@@ -44,24 +44,23 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ..deps import available, import_tf
+from ..deps import available
 from ..errors import CudnnPortError, ParityError, short
 from ..manifest import Manifest, warn
 from ..outdir import OutputFolder, finish
 from ..paths import sha256
-from ..judging.parity import ATOL, RTOL, sample_inputs, write_report
+from ..judging.parity import ATOL, RTOL, write_report
 from ..formats.jobs import ModelJob, Outputs, layer_formats, write_road
 from ..formats.keras import write_whole_model
 from .int8 import quantize_outputs, refuse_nothing_to_quantize
 from .buffers import prepare_stacks
+from .model_signature import output_keys, signature_specs, traced
 from .stack import write_stacks
 from ..judging.tasks import TASK, load_task
-from ..model_inputs import (as_model_takes, built_from_a_batch, check_ids_dtype, declared_batch,
-                            embedding_vocabularies, input_specs, to_records)
+from ..model_inputs import check_ids_dtype, declared_batch, to_records
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
 from ..judging.torch_program import JUDGE as PROGRAM_JUDGE, program_rows
-from ..layer_paths import forced_path
 from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
 from ..readers import translated_from
@@ -74,71 +73,6 @@ if TYPE_CHECKING:
     import keras
 
 PARITY = "model_parity.json"
-
-
-def _input_specs(model, ids_dtype):
-    """The whole model's input specs (:func:`cudnn_port.model_inputs.input_specs`) and the warnings they raise. A
-    Sequential model whose input records a batch size or a length (built from a batch, or given them by its
-    keras.Input: the two look alike) is run once on other sizes (3 rows, 7 steps): one that runs takes any batch and
-    length; one that cannot run on another length (a ``Flatten`` after its recurrent layer, say) keeps its length,
-    and one that cannot run on another batch size keeps that too, each with a warning."""
-    warnings = []
-    specs = input_specs(model, warnings.append, ids_dtype)
-    if not built_from_a_batch(model):
-        return specs, warnings
-    tf = import_tf()
-    recorded = [list(t.shape) for t in model.inputs]
-    batch_only = [tf.TensorSpec([None] + r[1:], s.dtype, name=s.name) for r, s in zip(recorded, specs)]
-    fixed = [tf.TensorSpec(r, s.dtype, name=s.name) for r, s in zip(recorded, specs)]
-    if _runs_on(model, specs):
-        return specs, warnings
-    where = (f"the model's input is recorded as shape {recorded[0]} (its keras.Input, or the first batch Keras built "
-             "it on)")
-    if _runs_on(model, batch_only):
-        warnings.append(f"{where} and it does not run on other lengths, so every artifact keeps that length; give it "
-                        "keras.Input(shape=(None, ...)) and layers that take any length for any size")
-        return batch_only, warnings
-    warnings.append(f"{where} and it runs on no other size, so every artifact takes exactly that shape")
-    return fixed, warnings
-
-
-def _runs_on(model, specs) -> bool:
-    """Whether ``model`` runs on inputs of ``specs`` (None: 3 rows, 7 steps; ids 0, in every vocabulary)."""
-    feeds = sample_inputs([(s.name, s) for s in specs], seed=0, batch=3, steps=7)
-    ids = embedding_vocabularies(model, [s.name for s in specs])  # float ids too: 0, in every vocabulary
-    values = [feeds[s.name] * 0 if s.dtype.is_integer or s.name in ids else feeds[s.name] for s in specs]
-    try:
-        model(as_model_takes(model, values), training=False)
-        return True
-    except Exception:  # noqa: BLE001 (any failure to run means: not on these sizes)
-        return False
-
-
-def _output_keys(model) -> List[str]:
-    """Where each output sits in a model whose outputs hold a dict ({"cls": ..., "tag": ...}; [y, {"a": ...}] gives
-    "0", "1/a"), in the order the artifacts return them (a dict's values in sorted key order, as Keras flattens it);
-    [] for a tensor or a list of tensors."""
-    # lazy: Keras, loaded on first use (import cudnn_port stays light)
-    import keras
-
-    structure = getattr(model, "output", None) if type(model).__name__ in ("Functional", "Sequential") else None
-    paths = [path for path, _ in keras.tree.flatten_with_path(structure)] if structure is not None else []
-    return ["/".join(map(str, path)) for path in paths] if any(isinstance(p, str) for q in paths for p in q) else []
-
-
-def _traced(model, specs, path):
-    """The model as a concrete function over ``specs``, its fused layers traced on ``path``."""
-    # lazy: Keras, loaded on first use (import cudnn_port stays light)
-    import keras
-
-    tf = import_tf()
-
-    def call(*xs):
-        result = model(as_model_takes(model, xs), training=False)
-        return {f"output_{i}": r for i, r in enumerate(keras.tree.flatten(result))}  # a dict: in sorted key order
-
-    with forced_path(path):
-        return tf.function(call, input_signature=specs, autograph=False).get_concrete_function()
 
 
 def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Optional[str] = None, force: bool = False,
@@ -199,7 +133,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
             f"{', '.join(record['state_inputs'])} and outputs {', '.join(record['state_outputs'])} (zeros start a "
             "stream; feed each call's final states into the next)")
     model = rewrite(judged, say)  # stock LSTM / GRU fused; the model as given is saved, and (in float32) judges
-    specs, input_warnings = _input_specs(model, ids_dtype)
+    specs, input_warnings = signature_specs(model, ids_dtype)
     folder = OutputFolder(out, force=force, sources=[path] if path else [])
     source = KerasModelSource(model, os.path.abspath(path) if path else None, original=judged)
     if source_format:
@@ -221,7 +155,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
             warn(manifest, say, message)
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
-        job = ModelJob(model, specs, tmp, lambda on: _traced(model, specs, on))
+        job = ModelJob(model, specs, tmp, lambda on: traced(model, specs, on))
         job.manifest, job.batch, job.axes = manifest, declared_batch(original), axes
         manifest.model_artifacts = write_road("model", job, tmp, manifest, say, formats=chosen)
         if formats is not None:
@@ -231,7 +165,7 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         outputs = job.traced("cpu").structured_outputs
         manifest["model_output_specs"] = [{"name": k, "dtype": v.dtype.name, "shape": v.shape.as_list()}
                                           for k, v in sorted(outputs.items(), key=lambda kv: Outputs.number(kv[0]))]
-        for record, key in zip(manifest["model_output_specs"], _output_keys(original)):
+        for record, key in zip(manifest["model_output_specs"], output_keys(original)):
             record["key"] = key  # a dict of outputs: output_0 ... are its values in sorted key order
         for record in manifest["model_input_specs"] + manifest["model_output_specs"] if axes else []:
             record["axes"] = axes.get(record["name"])  # where the batch is not first (time-major inputs)
