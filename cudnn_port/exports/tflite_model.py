@@ -26,7 +26,8 @@ at run time (:func:`.tflite_sizes.check_static`).
 Interface: SignatureDef ``serving_default`` over the model's inputs (named as the model names them) returning
 ``output_0`` ... ``output_{n-1}``; batch and time dynamic. Every input's batch starts at the batch the model declares
 (``keras.Input(batch_shape=...)``, a stateful layer's batch; else 1), so that ``allocate_tensors()`` before any
-``resize_tensor_input`` prepares the model at that batch, states included (:func:`.tflite_sizes.declared_batch`).
+``resize_tensor_input`` prepares the model at that batch, states included
+(:func:`.tflite_sizes.set_declared_batch`).
 Each fused stack keeps the per-stack semantics of :mod:`cudnn_port.exports.tflite` (zero outputs past each length,
 final states at each sequence's last step)::
 
@@ -45,7 +46,7 @@ from ..errors import CudnnPortError, reason, UnsupportedError
 from .tflite import SIGNATURE, build_model as build_stack
 from . import tflite_edit as edit
 from .tflite_fb import schema
-from .tflite_sizes import check_static, declared_batch, static_fill
+from .tflite_sizes import check_static, set_declared_batch, static_fill
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -74,7 +75,7 @@ def convert(frozen: "tf.types.experimental.ConcreteFunction", input_names: Seque
     splice(model, canons)
     _signature(model, input_names, output_names)
     check_static(model)
-    declared_batch(model, batch)
+    set_declared_batch(model, batch)
     return edit.serialize(model)
 
 

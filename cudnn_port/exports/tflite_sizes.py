@@ -1,6 +1,6 @@
 """What LiteRT sizes at prepare time in the whole model's ``model.tflite`` (:mod:`.tflite_model`): every input of
-dynamic batch given the batch the model declares (:func:`declared_batch`), the refusal of a model where an op before
-a fused LSTM is sized only at run time (:func:`check_static`), and zero states and full lengths rebuilt from
+dynamic batch given the batch the model declares (:func:`set_declared_batch`), the refusal of a model where an op
+before a fused LSTM is sized only at run time (:func:`check_static`), and zero states and full lengths rebuilt from
 ``SHAPE`` of the input (:func:`static_fill`). LiteRT (2.3) re-plans its memory for a tensor sized mid-run and, on a
 later call with a smaller batch, aborts the whole process.
 """
@@ -13,7 +13,7 @@ from .tflite_fb import schema
 from ..errors import UnsupportedError
 
 
-def declared_batch(model: Any, batch: Optional[int]) -> None:
+def set_declared_batch(model: Any, batch: Optional[int]) -> None:
     """Give every input of dynamic batch (-1 in its shape signature) ``batch`` rows until it is resized. The
     converter leaves such an input at 1 row, and a fused LSTM's state inputs take the batch a caller feeds them: a
     caller who resizes only the sequence input to the model's own batch (a stateful layer's, whose state inputs it
