@@ -32,13 +32,14 @@ a projection ``[P, H]`` is glorot-uniform too.
 >>> [w.name for w in layer.weights], layer.spec.param_count
 (['opaque_kernel', 'cudnn_spec', 'cudnn_platform'], 2560)
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 import keras
 
 from .deps import import_tf
 from .initializer import CudnnInitializer
-from .layer_paths import current_judge, current_path, shared
+from .layer_inputs import mask_lengths, shared_lengths, swap_first_axes
+from .layer_paths import current_judge, current_path
 from .stored_spec import MIOPEN, PLATFORM_VARIABLE, SPEC_VARIABLE, spec_to_vector
 from .layout import RNNSpec
 from .source import BUFFER
@@ -53,7 +54,7 @@ class CudnnRNN(keras.layers.Layer):
     """The fused layers' common base (see the module docstring); use :class:`CudnnLSTM`, :class:`CudnnGRU`,
     :class:`CudnnRNNTanh` or :class:`CudnnRNNRelu`."""
 
-    mode = None
+    mode: ClassVar[str] = ""  # each fused class's RNNSpec.mode (lstm, gru, rnn_tanh, rnn_relu); the base has none
 
     def __init__(self, units, num_layers=1, bidirectional=False, dropout=0.0, return_sequences=False,
                  return_state=False, seed=None, num_proj=0, reset_after=True, activation=None,
@@ -125,9 +126,9 @@ class CudnnRNN(keras.layers.Layer):
         states = self._states(initial_state, batch)
         dropout = self.dropout if training else 0.0
         if path == "lean" and judge is None:
-            outputs, h, c = self._lean(x, _shared_lengths(mask, steps), states)
+            outputs, h, c = self._lean(x, shared_lengths(mask, steps), states)
         else:
-            lengths = _lengths(mask, x, steps)
+            lengths = mask_lengths(mask, x, steps)
             if judge is not None:
                 outputs, h, c = judge(x, lengths, states[0], states[1])
             elif path == "cudnn":
@@ -143,7 +144,7 @@ class CudnnRNN(keras.layers.Layer):
             result = tf.concat(tf.unstack(top, num=D), axis=-1)
         if not self.return_state:
             return result
-        return [result] + [_swap_first_axes(state) for state in (h, c)[:self.num_states]]
+        return [result] + [swap_first_axes(state) for state in (h, c)[:self.num_states]]
 
     def _states(self, initial_state, batch):
         """[h0 [L*D, B, S], c0 [L*D, B, H]] (c0 None for GRU); zeros when not given."""
@@ -157,7 +158,7 @@ class CudnnRNN(keras.layers.Layer):
             raise ValueError(f"Received {len(states)} initial states, expected {count} for {type(self).__name__} "
                              f"([h{', c' if count == 2 else ''}], h [batch, {self.spec.num_pseudo_layers}, "
                              f"{self.spec.state_size}])")
-        states = [_swap_first_axes(tf.cast(s, "float32")) for s in states]
+        states = [swap_first_axes(tf.cast(s, "float32")) for s in states]
         return states + [None] * (2 - count)
 
     def _cpu(self, x, lengths, states, dropout, training, block_lstm=False):
@@ -191,7 +192,7 @@ class CudnnRNN(keras.layers.Layer):
         then take no ``sequence_lens``."""
         tf = import_tf()
         if lengths is not None or self.num_proj:  # CudnnRNNV2 has no projection
-            lengths = _lengths(None, x, tf.shape(x)[1]) if lengths is None else lengths
+            lengths = mask_lengths(None, x, tf.shape(x)[1]) if lengths is None else lengths
             return tf_graph.cudnn_forward(self.spec, self.opaque_kernel.value, x, lengths, states[0], states[1])
         c0 = states[1] if self.mode == "lstm" else tf.zeros([])
         outputs, h, c, _, _ = tf.raw_ops.CudnnRNNV2(
@@ -228,39 +229,6 @@ class CudnnRNN(keras.layers.Layer):
         if self.recurrent_activation != "sigmoid":
             config["recurrent_activation"] = self.recurrent_activation
         return config
-
-
-def _swap_first_axes(state):
-    """[B, L*D, S] <-> [L*D, B, S]; where L*D is 1 as a squeeze and an expand (no copy, and a pair that graph
-    optimizers cancel against the squeeze / expand around it) rather than a transpose."""
-    tf = import_tf()
-    if state.shape[0] == 1:
-        return tf.expand_dims(tf.squeeze(state, 0), 1)
-    if state.shape[1] == 1:
-        return tf.expand_dims(tf.squeeze(state, 1), 0)
-    return tf.transpose(state, [1, 0, 2])
-
-
-def _shared_lengths(mask, steps):
-    """The "lean" trace's lengths: None without a mask; else :func:`_lengths`, once per mask tensor."""
-    return None if mask is None else shared("lengths", mask, lambda: _lengths(mask, None, steps))
-
-
-def _lengths(mask, x, steps):
-    """Sequence lengths from a right-padded mask [B, T]; full length without one (a [B] tensor shaped like ``x``'s
-    first column, not filled to a computed size: LiteRT sizes it before the model runs, which a fused TFLite LSTM
-    after it needs). Other masks are refused."""
-    tf = import_tf()
-    if mask is None:
-        return tf.cast(tf.ones_like(x[:, 0, 0]), "int32") * steps
-    mask = tf.cast(mask, "bool")
-    lengths = tf.reduce_sum(tf.cast(mask, "int32"), axis=1)
-    padded = tf.sequence_mask(lengths, steps)
-    check = tf.debugging.assert_equal(
-        padded, mask, message="cudnn_port layers take right-padded masks only (True for the first `length` steps, "
-        "then False); pad sequences at the end, or pass sequence data without such a mask")
-    with tf.control_dependencies([check]):
-        return tf.identity(lengths)
 
 
 @keras.saving.register_keras_serializable(package="cudnn_port")

@@ -30,44 +30,16 @@ Refused in one line: a stateful layer of a cell other than Keras' own, or of a `
 (Keras cannot build the stateless twin of nested states), and a stateful layer in a subclassed model.
 """
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from .errors import UnsupportedError
+from .keras_cells import (cell_kind, cell_leaves, is_stack, layer_halves, state_count, stateful_holders,
+                          stateful_layers)
 
 if TYPE_CHECKING:
     import keras
 
-
-# stock layers whose states are h (and c) [batch, units] (an RNN of another cell is refused by cudnn_port.stock_keras)
-STREAMED = ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional")
-CELLS = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}  # Keras' cells: the layer each equals
 WAYS = ("forward", "backward")  # a stateful Bidirectional's directions, in its states' order
-
-
-def cell_kind(cell: Any) -> Optional[str]:
-    """``LSTM``, ``GRU`` or ``SimpleRNN`` for Keras' own ``LSTMCell``, ``GRUCell``, ``SimpleRNNCell``; else None."""
-    return CELLS.get(type(cell).__name__) if type(cell).__module__.startswith("keras.") else None
-
-
-def is_stack(cell: Any) -> bool:
-    """Whether ``cell`` is Keras' own ``StackedRNNCells``."""
-    return type(cell).__name__ == "StackedRNNCells" and type(cell).__module__.startswith("keras.")
-
-
-def _stateful(layer) -> bool:
-    if type(layer).__name__ not in STREAMED or not type(layer).__module__.startswith("keras."):
-        return False  # another layer's statefulness is refused with its other reasons (cudnn_port.stock_keras)
-    inner = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
-    return any(getattr(rnn, "stateful", False) for rnn in inner)
-
-
-def _walk(model):
-    """Each stateful stock layer of ``model``, nested models' included."""
-    for layer in getattr(model, "layers", None) or []:
-        if getattr(layer, "layers", None) and not hasattr(layer, "forward_layer"):
-            yield from _walk(layer)
-        elif _stateful(layer):
-            yield layer
 
 
 def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, Any]]]:
@@ -78,29 +50,31 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
-    found = list(_walk(model))
+    found = list(stateful_layers(model))
     if not found:
         return model, []
     for layer in found:
-        if any(is_stack(rnn.cell) and any(map(is_stack, rnn.cell.cells)) for rnn in _halves(layer)):
+        if any(is_stack(rnn.cell) and any(map(is_stack, rnn.cell.cells)) for rnn in layer_halves(layer)):
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
                                    "StackedRNNCells inside its StackedRNNCells, whose nested states Keras cannot "
                                    "build a functional model around; put all the cells in one StackedRNNCells")
-        other = next((c for rnn in _halves(layer) for c in _cells(rnn) if cell_kind(c) is None), None)
+        other = next((c for rnn in layer_halves(layer) for c in cell_leaves(rnn) if cell_kind(c) is None), None)
         if other is not None:
             raise UnsupportedError(f"layer {layer.name} ({type(layer).__name__}): stateful=True with a "
                                    f"{type(other).__name__} cell, which has no fused form (only Keras' LSTMCell, "
                                    "GRUCell and SimpleRNNCell)")
-    holders = _holders(model)  # the nested models on the way to a stateful layer: their graphs run in the twin's
+    holders = stateful_holders(model)  # nested models on the way to a stateful layer: their graphs run in the twin's
     for held in [model] + list(holders.values()):
         if type(held).__name__ not in ("Functional", "Sequential"):
             raise UnsupportedError(f"model {held.name} is a subclassed {type(held).__name__} with a stateful layer, "
                                    "which cannot be rebuilt as a streaming model; build it as a Functional or "
                                    "Sequential model")
     twins = {id(layer): _stateless_copy(layer) for layer in found if not _split(layer)}
-    pairs = {id(layer): [_stateless_copy(rnn, f"{layer.name}_{way}") for rnn, way in zip(_halves(layer), WAYS)]
+    pairs = {id(layer): [_stateless_copy(rnn, f"{layer.name}_{way}") for rnn, way in zip(layer_halves(layer), WAYS)]
              for layer in found if _split(layer)}  # named {layer}_forward / _backward, as the judge finds them
-    state_in, state_out, records = [], [], []
+    state_in: List[Any] = []
+    state_out: List[Any] = []
+    records: List[Dict[str, Any]] = []
     used = {_input_name(t): "an input of the model" for t in model.inputs}  # each state input's name: once
 
     def call(layer, *args, **kwargs):
@@ -123,7 +97,7 @@ def streaming_twin(model: "keras.Model") -> Tuple["keras.Model", List[Dict[str, 
             records.append({"layer": layer.name, "state_inputs": [], "state_outputs": [], "given_initial_state": True})
             return result if layer.return_state else _outputs(layer, result)
         if hasattr(layer, "forward_layer"):  # a Bidirectional: the forward layer's states, then the backward's
-            halves = [_state_inputs(rnn.cell, f"{layer.name}_{way}") for rnn, way in zip(_halves(layer), WAYS)]
+            halves = [_state_inputs(rnn.cell, f"{layer.name}_{way}") for rnn, way in zip(layer_halves(layer), WAYS)]
             states = halves[0] + halves[1]
         else:
             states = _state_inputs(layer.cell, layer.name)  # Keras' structure: [h(, c)], or one such list per cell
@@ -181,8 +155,8 @@ def _split(layer) -> bool:
     not half of the list), or an ``RNN(StackedRNNCells)`` (its states nested per cell)."""
     if not hasattr(layer, "forward_layer"):
         return False
-    halves = _halves(layer)
-    return any(is_stack(rnn.cell) for rnn in halves) or len({_kind_states(rnn.cell) for rnn in halves}) > 1
+    halves = layer_halves(layer)
+    return any(is_stack(rnn.cell) for rnn in halves) or len({state_count(rnn.cell) for rnn in halves}) > 1
 
 
 def _pair_call(layer, pair, states, args, kwargs):
@@ -227,23 +201,6 @@ def _merge(layer):
     return Merge(layer.merge_mode, bool(layer.return_sequences), name=f"{layer.name}_merge")
 
 
-def _holders(model) -> Dict[int, Any]:
-    """{id: model} of the models nested in ``model`` (at any depth) that hold a stateful layer."""
-    found = {}
-
-    def visit(container) -> bool:
-        holds = False
-        for layer in getattr(container, "layers", None) or []:
-            if getattr(layer, "layers", None) and not hasattr(layer, "forward_layer"):
-                if visit(layer):
-                    found[id(layer)], holds = layer, True
-            holds = holds or _stateful(layer)
-        return holds
-
-    visit(model)
-    return found
-
-
 def _through(model, call, args, kwargs):
     """``model`` (Functional or Sequential) called on ``args[0]`` with each of its layers called through ``call``:
     its graph inlined into the graph being built, as Keras' own call runs it (a Sequential's layers in turn; a
@@ -273,25 +230,6 @@ def _input_name(tensor) -> str:
     return getattr(layer, "name", None) or tensor.name.split(":")[0]
 
 
-def _kind_states(cell) -> int:
-    """How many states a stock cell carries: 2 for an LSTM's (h, c), else 1."""
-    return 2 if type(cell).__name__ == "LSTMCell" else 1
-
-
-def _halves(layer) -> List[Any]:
-    """A Bidirectional's forward and backward layers; any other layer alone."""
-    return [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
-
-
-def _cells(layer) -> List[Any]:
-    """A stateful layer's cells: its one cell, or those of its ``StackedRNNCells`` (nested ones' cells in their
-    place), each with states of its own."""
-    def leaves(cell):
-        return [c for inner in cell.cells for c in leaves(inner)] if is_stack(cell) else [cell]
-
-    return leaves(layer.cell)
-
-
 def _state_inputs(cell, prefix):
     """The state inputs of a stateful layer's ``cell`` as Keras structures them: [h(, c)] named ``{prefix}_h``
     (``_c``), for a StackedRNNCells one such list per cell k named ``{prefix}_cell{k}``, nested ones likewise."""
@@ -300,7 +238,7 @@ def _state_inputs(cell, prefix):
 
     if is_stack(cell):
         return [_state_inputs(inner, f"{prefix}_cell{k}") for k, inner in enumerate(cell.cells)]
-    kinds = ("h", "c")[:_kind_states(cell)]  # LSTM, RNN(LSTMCell): h and c
+    kinds = ("h", "c")[:state_count(cell)]  # LSTM, RNN(LSTMCell): h and c
     return [keras.Input(batch_shape=(None, cell.units), name=f"{prefix}_{kind}") for kind in kinds]
 
 
@@ -315,6 +253,6 @@ def _stateless_copy(layer, name=None):
     else:
         config = dict(config, stateful=False, return_state=True)
     copy = type(layer).from_config(config)
-    copy.build((None, None, int(_cells(_halves(layer)[0])[0].kernel.shape[0])))
+    copy.build((None, None, int(cell_leaves(layer_halves(layer)[0])[0].kernel.shape[0])))
     copy.set_weights(layer.get_weights())
     return copy

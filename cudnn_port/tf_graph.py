@@ -22,10 +22,11 @@ measurements: docs/performance.md ("The loop", ``python bench/bench_exports.py -
 
 Without sequence lengths (every sequence full length: a layer without a mask in a whole-model export) the loops'
 last states are the final ones, so nothing is zeroed or gathered after them and no loop writes every step's c; and
-with ``block_lstm`` (the whole-model export's trace) an LSTM of Keras' functions up to :data:`BLOCK_LSTM_UNITS` units
-runs, for batches below ``tf_loop.UNROLL_BELOW``, as TensorFlow's fused ``BlockLSTMV2`` (one op per direction, no
-per-step ops), chosen in the graph by a ``tf.cond`` on the batch: the loops' per-step ops cost more than the whole
-product at batch 1 on such widths, and less than BlockLSTMV2's per-step input product at batch 32 (measurements:
+with ``block_lstm`` (the whole-model export's trace) an LSTM of Keras' functions up to
+:data:`~cudnn_port.tf_block_lstm.BLOCK_LSTM_UNITS` units runs, for batches below ``tf_loop.UNROLL_BELOW``, as
+TensorFlow's fused ``BlockLSTMV2`` (one op per direction, no per-step ops; :mod:`cudnn_port.tf_block_lstm`), chosen
+in the graph by a ``tf.cond`` on the batch: the loops' per-step ops cost more than the whole product at batch 1 on
+such widths, and less than BlockLSTMV2's per-step input product at batch 32 (measurements:
 docs/performance.md, "The loop").
 
 The input products are ``MatMul``. ``SparseMatMul``, the loop's product at small batches, is no faster here (0.98x
@@ -36,12 +37,13 @@ Weights enter as constants (``numpy`` arrays closed over), so a traced function 
 CanonicalRNN of TensorFlow tensors (:func:`unpack_tensor` of a params tensor computed in a graph) works too:
 that is how a cuDNN node of a saved graph is replaced by CPU ops reading the same params.
 """
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .canonical import CanonicalRNN, LayerParams, input_bias
 from .deps import import_tf
+from .tf_block_lstm import block_lstm_fits, block_lstm_layer
 from .tf_loop import UNROLL_BELOW, finish, time_loop
 
 if TYPE_CHECKING:
@@ -62,6 +64,7 @@ def layer_weights(canon: CanonicalRNN, layer: int) -> Tuple[Any, Any, Any, Any, 
     """
     spec = canon.spec
     G, H, S = spec.num_gates, spec.num_units, spec.state_size
+    concat: Callable[[Sequence[Any]], Any]
     if isinstance(canon.layers[0].W, np.ndarray):
         reshape, transpose, concat = np.reshape, np.transpose, np.concatenate
 
@@ -83,7 +86,7 @@ def layer_weights(canon: CanonicalRNN, layer: int) -> Tuple[Any, Any, Any, Any, 
         Rh.append(transpose(reshape(p.R, [G * H, S])))
         bx.append(input_bias(spec.mode, p.b_W, p.b_R, concat, spec.reset_after))
         bh.append(p.b_R[2] if spec.mode == "gru" and spec.reset_after else p.b_R[0] * 0)
-        if spec.num_proj:
+        if p.P is not None:  # with a projection (spec.num_proj) only
             Pt.append(transpose(p.P))
     return stack(Wx), stack(Rh), stack(bx), stack(bh), (stack(Pt) if Pt else None)
 
@@ -95,7 +98,7 @@ def unpack_tensor(spec: "RNNSpec", params: "tf.Tensor") -> CanonicalRNN:
     buffer of the whole size."""
     tf = import_tf()
     blocks = spec.blocks()
-    layers = [{} for _ in range(spec.num_pseudo_layers)]
+    layers: List[Dict[str, Any]] = [{} for _ in range(spec.num_pseudo_layers)]
     for block, part in zip(blocks, tf.split(params, [block.size for block in blocks])):
         layers[block.pseudo][block.kind] = tf.reshape(part, block.shape)
     return CanonicalRNN(spec, [LayerParams(**kinds) for kinds in layers])
@@ -117,7 +120,7 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
     (plain TensorFlow refuses to stack one).
     ``block_lstm`` (with no ``sequence_lengths``): each layer of an LSTM that :func:`block_lstm_fits` runs as
     TensorFlow's fused ``BlockLSTMV2`` for batches below ``tf_loop.UNROLL_BELOW``, chosen in the graph
-    (:func:`_block_lstm`); that op has no XLA kernel, so only for graphs that XLA does not compile."""
+    (:mod:`cudnn_port.tf_block_lstm`); that op has no XLA kernel, so only for graphs that XLA does not compile."""
     tf = import_tf()
     spec = canon.spec
     D, is_lstm = spec.num_dirs, spec.mode == "lstm"
@@ -168,7 +171,7 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
         if blocks:  # the stacked weights outside the branch, where a frozen graph's constants fold once
             stacked = [_concat(tf, [Wx[d], Rh[d]]) for d in range(D)]
             results = tf.cond(tf.logical_and(batch < UNROLL_BELOW, steps > 0),
-                              lambda: _block_lstm(tf, x_d, stacked, bx, h0s, c0s), loops)
+                              lambda: block_lstm_layer(tf, x_d, stacked, bx, h0s, c0s), loops)
         else:
             results = loops()
         outs = []
@@ -185,37 +188,8 @@ def stack_forward(canon: CanonicalRNN, inputs: "tf.Tensor", sequence_lengths: "t
     return outputs, tf.stack(final_h), (tf.stack(final_c) if is_lstm else None)
 
 
-BLOCK_LSTM_UNITS = 256
-"""The widest LSTM :func:`_block_lstm` runs: with it the whole-model SavedModels of ``python
-bench/bench_stock_keras.py --speed`` took 0.42x (LSTM(128) seq2seq) and 0.82x (LSTM(256) x2) their former time at
-batch 1; on the stack road's 512-unit BiLSTM BlockLSTMV2 took 1.82x the loop's (docs/performance.md)."""
-
-
-def block_lstm_fits(spec: "RNNSpec") -> bool:
-    """Whether BlockLSTMV2 computes ``spec``'s cell: an LSTM of Keras' functions (sigmoid gates, tanh), no projection,
-    at most BLOCK_LSTM_UNITS units."""
-    return (spec.mode == "lstm" and not spec.num_proj and spec.activation in (None, "tanh")
-            and spec.recurrent_activation == "sigmoid" and spec.num_units <= BLOCK_LSTM_UNITS)
-
-
 def _concat(tf, parts):
     return np.concatenate(parts) if isinstance(parts[0], np.ndarray) else tf.concat(parts, 0)
-
-
-def _block_lstm(tf, x_d, stacked, bx, h0s, c0s):
-    """Each direction of one layer as one ``BlockLSTMV2`` (TensorFlow's fused CPU LSTM: the whole sequence in one
-    kernel, no per-step ops), every sequence full length and at least one step: [(y [T, B, H], h, c)]. Its gates are
-    cuDNN's order (i, f, c~, o), its weight [I + H, 4H] the input and recurrent matrices ``stacked``, its bias the
-    fold of both biases; no peepholes, no clipping (cell_clip 0)."""
-    results = []
-    for d, (x, h0, c0) in enumerate(zip(x_d, h0s, c0s)):
-        w = stacked[d]
-        peep = tf.zeros([int(w.shape[-1]) // 4])
-        out = tf.raw_ops.BlockLSTMV2(seq_len_max=tf.cast(tf.shape(x)[0], tf.int64), x=x, cs_prev=c0, h_prev=h0,
-                                     w=w, wci=peep, wcf=peep, wco=peep, b=bx[d], cell_clip=0.0, use_peephole=False)
-        ys, cs = out[6], out[1]
-        results.append((ys, ys[-1], cs[-1]))
-    return results
 
 
 def _together(tf, parts):
@@ -255,7 +229,7 @@ def _time_reversal(tf, lengths, steps, batch):
 def stack_inputs(spec: "RNNSpec", inputs: "tf.Tensor", sequence_lengths: "tf.Tensor",
                  initial_h: "Optional[tf.Tensor]" = None,
                  initial_c: "Optional[tf.Tensor]" = None
-                 ) -> Tuple["tf.Tensor", "tf.Tensor", Optional["tf.Tensor"], Optional["tf.Tensor"]]:
+                 ) -> Tuple["tf.Tensor", Optional["tf.Tensor"], "tf.Tensor", "tf.Tensor"]:
     """A stack's arguments as its loops read them: (x time-major [T, B, I] float32, lengths [B] int32 (None for
     None: every sequence full length), initial_h [L*D, B, S], initial_c [L*D, B, H]), the states zeros when None."""
     tf = import_tf()

@@ -121,7 +121,7 @@ def test_whole_model_unmasked_lstm_takes_block_lstm_below_eight_rows_and_the_loo
 def test_whole_model_lstm_past_block_lstm_units_keeps_its_loops(tmp_path):
     """Above BLOCK_LSTM_UNITS (BlockLSTMV2 slower than the loop at batch 1) an unmasked LSTM keeps both loops."""
     keras = pytest.importorskip("keras")
-    from cudnn_port.tf_graph import BLOCK_LSTM_UNITS
+    from cudnn_port.tf_block_lstm import BLOCK_LSTM_UNITS
 
     x = keras.Input((None, 3))
     ops = whole_model_forms(keras.Model(x, keras.layers.LSTM(BLOCK_LSTM_UNITS + 1)(x)), tmp_path)

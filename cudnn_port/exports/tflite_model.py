@@ -13,7 +13,7 @@ fused stack (:mod:`cudnn_port.exports.tflite`) spliced in where the converter le
          initial_h = TRANSPOSE(h0, [1, 0, 2])  (and initial_c)    y = its outputs
          h_n = TRANSPOSE(final_h, [1, 0, 2])   (and c_n, where read)
        zero states and full-length lengths (a layer called without states / mask) rebuilt from SHAPE, so that LiteRT
-       sizes them at prepare time (see _static_fill); then the ops nothing reads, the params buffer and the op codes
+       sizes them at prepare time (:mod:`.tflite_sizes`); then the ops nothing reads, the params buffer and the op codes
        nothing uses dropped: no custom op, no Flex op remains.
 
 Why not the converter alone: it has no builtin for cuDNN's op, and the CPU trace of a fused layer (a while loop over
@@ -21,12 +21,13 @@ a TensorArray) does not convert with builtin ops at all (its TensorListReserve n
 the rest of a model is any Keras graph, which TensorFlow's converter already lowers to builtins.
 Refused (UnsupportedError, so that only the per-layer files are written): any other custom op, a read of cuDNN's
 reserve outputs or a GRU's c_n, a fused layer inside a loop or branch, and a fused LSTM after an op LiteRT sizes only
-at run time (:func:`_check_static`).
+at run time (:func:`.tflite_sizes.check_static`).
 
 Interface: SignatureDef ``serving_default`` over the model's inputs (named as the model names them) returning
 ``output_0`` ... ``output_{n-1}``; batch and time dynamic. Every input's batch starts at the batch the model declares
 (``keras.Input(batch_shape=...)``, a stateful layer's batch; else 1), so that ``allocate_tensors()`` before any
-``resize_tensor_input`` prepares the model at that batch, states included (:func:`_declared_batch`).
+``resize_tensor_input`` prepares the model at that batch, states included
+(:func:`.tflite_sizes.set_declared_batch`).
 Each fused stack keeps the per-stack semantics of :mod:`cudnn_port.exports.tflite` (zero outputs past each length,
 final states at each sequence's last step)::
 
@@ -45,6 +46,7 @@ from ..errors import CudnnPortError, reason, UnsupportedError
 from .tflite import SIGNATURE, build_model as build_stack
 from . import tflite_edit as edit
 from .tflite_fb import schema
+from .tflite_sizes import check_static, set_declared_batch, static_fill
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -72,26 +74,9 @@ def convert(frozen: "tf.types.experimental.ConcreteFunction", input_names: Seque
     model = fb.ModelT.InitFromPackedBuf(bytearray(data), 0)
     splice(model, canons)
     _signature(model, input_names, output_names)
-    _check_static(model)
-    _declared_batch(model, batch)
+    check_static(model)
+    set_declared_batch(model, batch)
     return edit.serialize(model)
-
-
-def _declared_batch(model, batch: Optional[int]) -> None:
-    """Give every input of dynamic batch (-1 in its shape signature) ``batch`` rows until it is resized. The
-    converter leaves such an input at 1 row, and a fused LSTM's state inputs take the batch a caller feeds them: a
-    caller who resizes only the sequence input to the model's own batch (a stateful layer's, whose state inputs it
-    never touches) had LiteRT refuse to prepare the model, ``NumElements(output_state) != n_batch * n_output``
-    (LiteRT 2.3, unidirectional_sequence_lstm.cc). The signature stays dynamic: any other batch is one
-    ``resize_tensor_input`` of every input away, as the signature runner does."""
-    if not batch:
-        return
-    main = model.subgraphs[0]
-    for index in main.inputs:
-        t = main.tensors[index]
-        signature = list(t.shapeSignature) if t.shapeSignature is not None else []
-        if signature and signature[0] == -1 and t.shape is not None and len(t.shape):
-            t.shape = [int(batch)] + list(t.shape)[1:]
 
 
 def splice(model: Any, canons: Dict[bytes, object]) -> None:
@@ -120,36 +105,6 @@ def splice(model: Any, canons: Dict[bytes, object]) -> None:
     if left:
         raise UnsupportedError(f"custom op{'s' if len(left) > 1 else ''} {', '.join(left[:3])} (no builtin TFLite "
                                "op)")
-
-
-# ops whose output shape depends on the values of these inputs: sized at prepare time only where those are known
-VALUE_SHAPED = {"RESHAPE": (1,), "FILL": (0,), "BROADCAST_TO": (1,), "TILE": (1,), "SLICE": (1, 2), "RANGE": (0, 1, 2),
-                "STRIDED_SLICE": (1, 2, 3), "PAD": (1,), "PADV2": (1,), "MIRROR_PAD": (1,), "TOPK_V2": (1,)}
-
-
-def _check_static(model) -> None:
-    """Refuse a model where an op before a fused LSTM yields a tensor sized only while the model runs: LiteRT (2.3)
-    then re-plans its memory mid-run, and on a later call with a smaller batch aborts the whole process (measured:
-    a Dense over [B, T, F] before the LSTM, which TF's converter reshapes through GATHER / PACK of the shape). Known
-    at prepare time: constants, SHAPE of a tensor of known size, STRIDED_SLICE / CONCATENATION of such values."""
-    main = model.subgraphs[0]
-    names = [edit.name(model, o) for o in main.operators]
-    if "UNIDIRECTIONAL_SEQUENCE_LSTM" not in names:
-        return
-    known = {k for k, t in enumerate(main.tensors) if model.buffers[t.buffer].data is not None}
-    late = set()
-    for o, name in zip(main.operators[:len(names) - names[::-1].index("UNIDIRECTIONAL_SEQUENCE_LSTM")], names):
-        inputs = [i for i in o.inputs if i >= 0]
-        if late & set(inputs):
-            late |= set(o.outputs)
-        elif name == "SHAPE" or name in ("STRIDED_SLICE", "CONCATENATION") and known >= set(inputs):
-            known |= set(o.outputs)
-        elif any(k < len(o.inputs) and o.inputs[k] not in known for k in VALUE_SHAPED.get(name, ())):
-            late |= set(o.outputs)
-    if late:
-        first = main.tensors[min(late, key=lambda i: [k for k, o in enumerate(main.operators) if i in o.outputs])]
-        raise UnsupportedError(f"a fused LSTM comes after {first.name.decode(errors='replace')}, which LiteRT sizes "
-                               "only at run time (it aborts on such a model when the batch shrinks)")
 
 
 def why(error: BaseException) -> str:
@@ -203,12 +158,12 @@ def _inline(model, op, canon) -> List[object]:
             tensors[k] = len(main.tensors) - 1
     perm = edit.tensor(model, f"{prefix}batch_major", np.asarray(BATCH_MAJOR, np.int32))
     transpose = edit.code(model, edit.builtin(fb, "TRANSPOSE"))
-    ops = _static_fill(model, x, tensors[sg.inputs[1]], f"{prefix}full_lengths") if full else []
+    ops = static_fill(model, x, tensors[sg.inputs[1]], f"{prefix}full_lengths") if full else []
     states = [(h0, spec.state_size), (c0, spec.num_units)][:2 if spec.mode == "lstm" else 1]
     for k, (state, width) in enumerate(states):
         target = tensors[sg.inputs[2 + k]]
-        if _zeros(model, state):  # zeros of the layer's own, built from x's shape (see _static_fill)
-            ops += _static_fill(model, x, target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
+        if _zeros(model, state):  # zeros of the layer's own, built from x's shape (tflite_sizes.static_fill)
+            ops += static_fill(model, x, target, f"{prefix}zero_state_{k}", spec.num_pseudo_layers, width)
         else:
             ops.append(edit.op(fb, transpose, [state, perm], [target]))
     for o in sg.operators:
@@ -247,32 +202,6 @@ def _full_lengths(model, lengths, x) -> bool:
     begin = model.buffers[model.subgraphs[0].tensors[step.inputs[1]].buffer].data
     return (shape is not None and edit.name(model, shape) == "SHAPE" and shape.inputs[0] == x and begin is not None
             and np.frombuffer(bytes(np.asarray(begin, np.uint8)), np.int32).tolist() == [1])
-
-
-def _static_fill(model, x, target, name, count=None, width=None) -> List[object]:
-    """Ops filling ``target`` with zeros [count, B, width] (``count`` given) or with T [B] (sequence lengths, all
-    full), B and T from x's shape. They derive from SHAPE, which the interpreter evaluates at prepare time, so
-    ``target`` has a static size. The converter's own zeros and lengths (FILL over a PACK / RESHAPE of the batch)
-    are sized only while the model runs; a fused LSTM's variable state tensors set from them, or any op after them,
-    would be resized mid-run, which corrupts LiteRT's memory (measured: LiteRT 2.3 aborts on a smaller batch)."""
-    fb = schema()
-    i32 = lambda label, v: edit.tensor(model, f"{name}/{label}", np.asarray(v, np.int32))
-    code = lambda op: edit.code(model, edit.builtin(fb, op))
-    shape, batch = edit.tensor(model, f"{name}/shape"), edit.tensor(model, f"{name}/batch")
-    ops = [edit.op(fb, code("SHAPE"), [x], [shape], "ShapeOptions", outType=fb.TensorType.INT32),
-           edit.op(fb, code("STRIDED_SLICE"), [shape, i32("begin", [0]), i32("end", [1]), i32("stride", [1])], [batch],
-               "StridedSliceOptions")]
-    dims = batch
-    if count is None:  # T, a scalar
-        value = edit.tensor(model, f"{name}/time")
-        ops.append(edit.op(fb, code("STRIDED_SLICE"), [shape, i32("begin_t", [1]), i32("end_t", [2]),
-                                                   i32("stride_t", [1])], [value], "StridedSliceOptions",
-                       shrinkAxisMask=1))
-    else:
-        dims, value = edit.tensor(model, f"{name}/dims"), edit.tensor(model, f"{name}/zero", np.float32(0))
-        ops.append(edit.op(fb, code("CONCATENATION"), [i32("count", [count]), batch, i32("width", [width])], [dims],
-                       "ConcatenationOptions", axis=0))
-    return ops + [edit.op(fb, code("FILL"), [dims, value], [target], None)]
 
 
 def _remap_op(o, codes, first):

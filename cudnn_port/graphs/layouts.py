@@ -10,8 +10,9 @@ constants freezing left) gets distinct marker values (1, 2, ...), and where each
 compared with where cuDNN wants it, given the Keras gate order of those weights (LSTM i, f, c, o; GRU z, r, h;
 the one Keras' CPU path computes with). Only whole gate blocks may move, each within its matrix or bias. The
 construction is what ``params`` computes from (its data inputs, not control edges: they order, never change, a
-value). Where it needs more than the weights (:class:`LayoutUnknown`), the GPU alternative's layout is chosen by
-the original's own outputs instead (:mod:`.layout_choice`).
+value; :mod:`.construction` cuts it out of the function). Where it needs more than the weights
+(:class:`LayoutUnknown`), the GPU alternative's layout is chosen by the original's own outputs instead
+(:mod:`.layout_choice`).
 """
 import itertools
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
@@ -23,6 +24,7 @@ from ..errors import UnsupportedError
 from ..gates import CUDNN_ORDER, KERAS_GRU, KERAS_LSTM, reorder
 from ..layout import pack
 from ..deps import import_tf
+from .construction import ancestors, as_placeholders, read_weight_handles, weight_sources
 
 if TYPE_CHECKING:
     from ..graphs.nodes import CudnnNode
@@ -117,19 +119,20 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
         return None
     tf = import_tf()
     graph_def, _ = function_def_to_graph_def(function_def)
-    _read_weight_handles(graph_def)
+    read_weight_handles(graph_def, WEIGHT_ARGS)
     with tf.Graph().as_default() as whole:
         tf.compat.v1.import_graph_def(graph_def, name="")
         params_name = whole.get_operation_by_name(node_name).inputs[3].name
-    construction = _ancestors(graph_def, params_name.split(":")[0])
+    construction = ancestors(graph_def, params_name.split(":")[0])
     arguments = set(WEIGHT_ARGS) <= {a.name for a in function_def.signature.input_arg}
-    roles = {name: [name] for name in WEIGHT_ARGS} if arguments else _weight_sources(construction, whole, spec)
+    weights = keras_shapes(spec)
+    roles = {name: [name] for name in WEIGHT_ARGS} if arguments else weight_sources(construction, whole, weights)
     if roles is None:
         return None
     sources = sorted({name for names in roles.values() for name in names})
-    construction = _ancestors(_as_placeholders(construction, sources, whole), params_name.split(":")[0])
+    construction = ancestors(as_placeholders(construction, sources, whole), params_name.split(":")[0])
     where = f"node {node_name} in {function_def.signature.name}"
-    shapes = {name: keras_shapes(spec)[role] for role, names in roles.items() for name in names}
+    shapes = {name: weights[role] for role, names in roles.items() for name in names}
     markers, start = {}, 1
     for name in sources:  # distinct values 1, 2, ... for every element of every source
         size = int(np.prod(shapes[name]))
@@ -147,11 +150,12 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
                                 f"its Keras weights alone ({type(e).__name__})",
                                 f"{function_def.signature.name}/{node_name}", candidates(spec)) from None
     found = set()
-    for kernel, recurrent, bias in itertools.product(*[roles[role] or [None] for role in WEIGHT_ARGS]):
+    biases: List[Optional[str]] = list(roles["bias"]) or [None]  # kernels and recurrent kernels: always found
+    for kernel, recurrent, bias in itertools.product(roles["kernel"], roles["recurrent_kernel"], biases):
         names = [name for name in (kernel, recurrent, bias) if name]
         if len(set(names)) < len(names):
             continue  # one source in two roles (I == H: kernel and recurrent kernel have one shape)
-        zeros = np.zeros(keras_shapes(spec)["bias"])
+        zeros = np.zeros(weights["bias"])
         perm = _gate_permutation(spec, got, cudnn_params(spec, markers[kernel], markers[recurrent],
                                                          zeros if bias is None else markers[bias]))
         if perm is not None:
@@ -163,76 +167,6 @@ def params_permutation(function_def: "function_pb2.FunctionDef", node_name: str,
                                f"order cudnn-port knows{' (several fit)' if found else ''}; {escape}")
     perm = np.array(found.pop(), np.int32)
     return None if (perm == np.arange(perm.size)).all() else perm
-
-
-def _read_weight_handles(graph_def) -> None:
-    """In place: each weight argument (:data:`WEIGHT_ARGS`) that is a variable's handle, read only by
-    ``ReadVariableOp`` (tf.keras 2.0 passed the layer's variables to ``cudnn_lstm`` / ``cudnn_gru`` so), becomes
-    a Placeholder of the value's dtype, and its reads Identity ops: the construction then runs on marker values."""
-    tf = import_tf()
-    resource = tf.resource.as_datatype_enum
-    for arg in (n for n in graph_def.node if n.op == "Placeholder" and n.name in WEIGHT_ARGS):
-        if arg.attr["dtype"].type != resource:
-            continue
-        readers = [n for n in graph_def.node if any(i.split(":")[0] == arg.name for i in n.input)]
-        if not readers or any(n.op != "ReadVariableOp" for n in readers) or \
-                len({n.attr["dtype"].type for n in readers}) != 1:
-            continue
-        arg.attr["dtype"].type = readers[0].attr["dtype"].type
-        for stale in ("shape", "_output_shapes", "_handle_data", "_user_specified_name"):
-            arg.attr.pop(stale, None)
-        for node in readers:
-            node.op = "Identity"
-            node.attr["T"].type = node.attr["dtype"].type
-            del node.attr["dtype"]
-
-
-def _weight_sources(construction, whole, spec) -> Optional[Dict[str, List[str]]]:
-    """{role: node names} of the nodes in ``construction`` (params and what it depends on) whose output has the shape
-    of Keras weight ``role`` (:func:`keras_shapes`): variable reads, float arguments, constants that are not one value
-    repeated (TensorFlow folds ``zeros_like(bias)`` into one). None unless a kernel and a recurrent kernel are found."""
-    # lazy: TensorFlow, loaded on first use (import cudnn_port stays light)
-    from tensorflow.python.framework import tensor_util
-
-    roles = {role: [] for role in WEIGHT_ARGS}
-    for node in construction.node:
-        if node.op == "Const":
-            value = tensor_util.MakeNdarray(node.attr["value"].tensor)
-            if value.size == 0 or (value == value.reshape(-1)[0]).all():
-                continue
-        elif node.op not in ("ReadVariableOp", "Placeholder"):
-            continue
-        output = whole.get_operation_by_name(node.name).outputs[0]
-        if not output.dtype.is_floating:
-            continue
-        shape = tuple(output.shape) if output.shape.rank is not None else _declared_shape(node)
-        for role, wanted in keras_shapes(spec).items():
-            if shape == wanted:
-                roles[role].append(node.name)
-    return roles if roles["kernel"] and roles["recurrent_kernel"] else None
-
-
-def _declared_shape(node) -> Optional[tuple]:
-    """The shape a node's ``_output_shapes`` attribute declares for its first output (what a SavedModel's function
-    records for a variable read), or None."""
-    shapes = node.attr["_output_shapes"].list.shape if "_output_shapes" in node.attr else []
-    if not shapes or shapes[0].unknown_rank or any(d.size < 0 for d in shapes[0].dim):
-        return None
-    return tuple(d.size for d in shapes[0].dim)
-
-
-def _as_placeholders(graph_def, names, whole):
-    """A copy of ``graph_def`` where each node of ``names`` is a Placeholder of its output's dtype."""
-    out = type(graph_def)()
-    out.CopyFrom(graph_def)
-    for node in out.node:
-        if node.name in names and node.op != "Placeholder":
-            dtype = whole.get_operation_by_name(node.name).outputs[0].dtype
-            node.op = "Placeholder"
-            del node.input[:]
-            node.attr.clear()
-            node.attr["dtype"].type = dtype.as_datatype_enum
-    return out
 
 
 def _gate_permutation(spec, got, want) -> Optional[np.ndarray]:
@@ -257,29 +191,6 @@ def _gate_permutation(spec, got, want) -> Optional[np.ndarray]:
                 (starts < block.offset).any() or (starts >= block.end).any():
             return None
     return perm
-
-
-def _ancestors(graph_def, name):
-    """A copy of ``graph_def`` holding only node ``name`` and the nodes whose values it is computed from, control
-    edges left out (a read that waits on an assertion over the inputs reads the same value)."""
-    nodes = {n.name: n for n in graph_def.node}
-    keep, todo = set(), [name]
-    while todo:
-        current = todo.pop()
-        if current in keep or current not in nodes:
-            continue
-        keep.add(current)
-        todo += [i.split(":")[0] for i in nodes[current].input if not i.startswith("^")]
-    out = type(graph_def)()
-    out.versions.CopyFrom(graph_def.versions)
-    out.library.CopyFrom(graph_def.library)
-    for node in graph_def.node:
-        if node.name in keep:
-            kept = out.node.add()
-            kept.CopyFrom(node)
-            del kept.input[:]
-            kept.input.extend(i for i in node.input if not i.startswith("^"))
-    return out
 
 
 def put_params_in_cudnn_order(proto: "saved_model_pb2.SavedModel", nodes: "Sequence[CudnnNode]",
