@@ -21,7 +21,7 @@ import dataclasses
 import datetime
 import json
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Type, TypeVar
 
 from ._version import __version__
 from .errors import CudnnPortError
@@ -38,8 +38,17 @@ def road_field() -> Any:
     return dataclasses.field(default=None, metadata={"road": True})
 
 
+_R = TypeVar("_R", bound="_Record")
+
+
 class _Record:
     """Dict-style access by JSON key: a declared field, else an entry of ``extra``."""
+
+    if TYPE_CHECKING:  # what every record (a dataclass with an ``extra`` field) has
+        __dataclass_fields__: ClassVar[Dict[str, Any]]
+        extra: Dict[str, Any]
+
+        def __init__(self, **fields: Any) -> None: ...
 
     def _fields(self) -> List[str]:
         return [f.name for f in dataclasses.fields(self) if f.name != "extra"]
@@ -101,7 +110,7 @@ class _Record:
         return out
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "_Record":
+    def from_dict(cls: Type[_R], data: Dict[str, Any]) -> _R:
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in data.items() if k in names},
                    extra={k: v for k, v in data.items() if k not in names})
