@@ -21,7 +21,8 @@ import dataclasses
 import datetime
 import json
 import os
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Type, TypeVar
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Type,
+                    TypeVar)
 
 from ._version import __version__
 from .errors import CudnnPortError
@@ -220,7 +221,7 @@ class Manifest(_Record):
         return super().from_dict(data)
 
 
-def new_manifest(source: str, source_format: str, names_note: str, formats: List[str],
+def new_manifest(source: str, source_format: str, names_note: str, formats: Sequence[str],
                  style: Optional[str] = None, road: str = "stack") -> Manifest:
     """A manifest for a run that reads ``source`` (a path) on ``road`` (:data:`cudnn_port.source.ROADS`)."""
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
