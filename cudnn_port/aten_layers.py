@@ -18,7 +18,7 @@ not 1 is the identity (the translator decides that from the program's recorded s
 ``approximate="tanh"``, ``layer_norm`` normalises over the last ``len(normalized_shape)`` dimensions with the biased
 variance.
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import keras
 
@@ -196,7 +196,7 @@ class AtenOp(keras.layers.Layer):
     """One ATen operation of a translated PyTorch program (see the module docstring): ``op`` its name, ``args`` its
     encoded arguments, ``constants`` the (shape, dtype) of each constant it holds."""
 
-    def __init__(self, op: str, args: List[Dict[str, Any]], constants: List[List[Any]] = (), **kwargs):
+    def __init__(self, op: str, args: List[Dict[str, Any]], constants: Sequence[List[Any]] = (), **kwargs):
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         if op not in OPS:

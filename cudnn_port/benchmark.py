@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .manifest import Manifest
 from .progress import Progress, say_to
 from . import deps, formats as registry
-from .formats.jobs import GraphCheck, ModelJob, StackJob
+from .formats.jobs import GraphCheck, Job, ModelJob, StackJob
 from .graphs.trust import check_out
 from .judging.signature_feeds import signature_feeds
 
@@ -100,11 +100,12 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
     base, note = signature_feeds(serving, 0)
     ragged = [k for k in base if k.endswith("_1") and k[:-2] in base and "ragged" in note]  # row splits: as drawn
     open_dims = {name: spec.shape.as_list() for name, spec in serving.structured_input_signature[1].items()}
-    job = check
+    job: Job = check
     if road == "model":
-        job = ModelJob(None, [], out, None)
-        job.manifest, job.input_names, job.count = manifest, list(manifest["model_inputs"]), \
+        whole = ModelJob(None, [], out, None)
+        whole.manifest, whole.input_names, whole.count = manifest, list(manifest["model_inputs"]), \
             len(serving.structured_outputs)
+        job = whole
     rows, stack = [], "(whole model)" if road == "model" else "(whole graph)"
     for fmt in registry.on_road(road):
         part = getattr(fmt, road)

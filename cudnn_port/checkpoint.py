@@ -10,7 +10,7 @@ so memory stays near one shard above what the caller holds. TensorFlow is import
 import difflib
 import glob
 import os
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -132,6 +132,10 @@ class Checkpoint(Source):
             raise CudnnPortError(f"cannot read checkpoint {self.prefix} ({reason(e, 64)}); is it complete "
                                  "(prefix.index and prefix.data-*)?") from None
         self.object_based = OBJECT_GRAPH_KEY in shapes
+        self.format = "object-based (TF2)" if self.object_based else "name-based (TF1)"
+        self.names_note = ("object-based keys are written under their logical names (without /.ATTRIBUTES/"
+                           "VARIABLE_VALUE); the object graph is not carried over" if self.object_based else
+                           "names kept as they are")
         self.keys, self.shapes, self.dtypes = {}, {}, {}
         for key in sorted(shapes):
             if key == OBJECT_GRAPH_KEY:
@@ -140,15 +144,6 @@ class Checkpoint(Source):
             self.keys[name] = key
             self.shapes[name] = tuple(int(d) for d in shapes[key])
             self.dtypes[name] = dtypes[key].name
-
-    @property
-    def names_note(self) -> str:
-        return ("object-based keys are written under their logical names (without /.ATTRIBUTES/VARIABLE_VALUE); "
-                "the object graph is not carried over" if self.object_based else "names kept as they are")
-
-    @property
-    def format(self) -> str:
-        return "object-based (TF2)" if self.object_based else "name-based (TF1)"
 
     def get(self, name: str) -> np.ndarray:
         """The value of variable ``name`` as a NumPy array."""
@@ -178,7 +173,10 @@ def write_checkpoint(directory: str, items: Iterable[Tuple[str, np.ndarray, str]
     tf = import_tf()
     os.makedirs(directory, exist_ok=True)
     prefix = os.path.join(directory, name)
-    shard_prefixes, names, tensors, pending, done, seen = [], [], [], 0, 0, set()
+    shard_prefixes: List[str] = []
+    names: List[str] = []
+    tensors: List[Any] = []  # tf.Tensor
+    pending, done, seen = 0, 0, set()
 
     def flush():
         nonlocal names, tensors, pending, done

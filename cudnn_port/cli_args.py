@@ -206,7 +206,7 @@ def parse(argv: List[str]) -> argparse.Namespace:
         near = _nearest_flag(parser, argv, str(e))
         if near:
             raise UsageError(f"{e}; did you mean {near}?") from None
-        known = {o for p in [parser, *parser._subparsers._group_actions[0].choices.values()]
+        known = {o for p in [parser, *_commands(parser).values()]
                  for o in p._option_string_actions}
         if ("required" in str(e) or "unrecognized" in str(e)) and any(
                 a.startswith("-") and a.split("=")[0] not in known and not a.lstrip("-").replace(".", "").isdigit()
@@ -215,13 +215,18 @@ def parse(argv: List[str]) -> argparse.Namespace:
         raise
 
 
+def _commands(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentParser]:
+    """{command: its parser} of ``parser``'s subcommands."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
 def _nearest_flag(parser: argparse.ArgumentParser, argv: List[str], message: str):
     """The valid flag nearest to the first one argparse's ``message`` calls unrecognized ("--forse" -> "--force"),
     among the options of the command given (the first argument, as argparse reads it), or None."""
     found = re.search(r"unrecognized arguments: (\S+)", message)
     if not found or not found.group(1).startswith("--"):
         return None
-    commands = parser._subparsers._group_actions[0].choices
+    commands = _commands(parser)
     command = argv[0] if argv and argv[0] in commands else None
     options = (commands[command] if command else parser)._option_string_actions
     near = difflib.get_close_matches(found.group(1).split("=")[0], sorted(o for o in options if o.startswith("--")),

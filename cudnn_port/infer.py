@@ -24,11 +24,12 @@ MAX_UNITS = 8192
 class Clues:
     """Hints from the checkpoint around one buffer."""
 
-    mode: str = None  # from the variable's name
+    mode: Optional[str] = None  # from the variable's name
     input_dims: set = field(default_factory=set)  # last dims of 2-D neighbours
     output_dims: set = field(default_factory=set)  # first dims of 2-D neighbours
     CANONICAL = "read off the canonical tensors stored beside it"
-    exact: RNNSpec = None  # a spec the source states: canonical tensors beside the buffer, a spec variable, ...
+    # a spec the source states: canonical tensors beside the buffer, a spec variable, ...
+    exact: Optional[RNNSpec] = None
     exact_how: str = CANONICAL
 
     @property

@@ -3,12 +3,15 @@
 share within a trace (:func:`shared`). Context variables, so that nested and concurrent traces each see their own."""
 import contextlib
 import contextvars
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 PATHS = ("cpu", "cudnn", "lean")
-_PATH = contextvars.ContextVar("cudnn_port_layer_path", default=None)
-_SHARED = contextvars.ContextVar("cudnn_port_shared", default=None)  # in a forced_path: {(kind, id(t)): (t, value)}
-_JUDGES = contextvars.ContextVar("cudnn_port_layer_judges", default={})
+_PATH: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("cudnn_port_layer_path", default=None)
+# in a forced_path: {(kind, id(t)): (t, value)}
+_SHARED: contextvars.ContextVar[Optional[Dict[Tuple[str, int], Tuple[Any, Any]]]] = contextvars.ContextVar(
+    "cudnn_port_shared", default=None)
+_JUDGES: contextvars.ContextVar[Dict[int, Callable[..., Any]]] = contextvars.ContextVar(
+    "cudnn_port_layer_judges", default={})
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ import dataclasses
 import datetime
 import json
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Type,
+                    TypeVar)
 
 from ._version import __version__
 from .errors import CudnnPortError
@@ -38,8 +39,17 @@ def road_field() -> Any:
     return dataclasses.field(default=None, metadata={"road": True})
 
 
+_R = TypeVar("_R", bound="_Record")
+
+
 class _Record:
     """Dict-style access by JSON key: a declared field, else an entry of ``extra``."""
+
+    if TYPE_CHECKING:  # what every record (a dataclass with an ``extra`` field) has
+        __dataclass_fields__: ClassVar[Dict[str, Any]]
+        extra: Dict[str, Any]
+
+        def __init__(self, **fields: Any) -> None: ...
 
     def _fields(self) -> List[str]:
         return [f.name for f in dataclasses.fields(self) if f.name != "extra"]
@@ -101,7 +111,7 @@ class _Record:
         return out
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "_Record":
+    def from_dict(cls: Type[_R], data: Dict[str, Any]) -> _R:
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in data.items() if k in names},
                    extra={k: v for k, v in data.items() if k not in names})
@@ -211,7 +221,7 @@ class Manifest(_Record):
         return super().from_dict(data)
 
 
-def new_manifest(source: str, source_format: str, names_note: str, formats: List[str],
+def new_manifest(source: str, source_format: str, names_note: str, formats: Sequence[str],
                  style: Optional[str] = None, road: str = "stack") -> Manifest:
     """A manifest for a run that reads ``source`` (a path) on ``road`` (:data:`cudnn_port.source.ROADS`)."""
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

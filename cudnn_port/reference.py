@@ -19,7 +19,7 @@ A bidirectional layer's output is concat(forward, backward) on the feature axis.
 """
 import functools
 import math
-from typing import TYPE_CHECKING, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def _relu(v):
 
 
 # a cell's functions (RNNSpec.activation, recurrent_activation), as Keras 3 defines them (keras.activations)
-FUNCTIONS = {"tanh": np.tanh, "relu": _relu, "sigmoid": _sigmoid,
+FUNCTIONS: Dict[str, Callable[..., Any]] = {"tanh": np.tanh, "relu": _relu, "sigmoid": _sigmoid,
              "hard_sigmoid": lambda v: np.clip(v + 3.0, 0.0, 6.0) / 6.0,  # relu6(x + 3) / 6
              "linear": lambda v: v, "softsign": lambda v: v / (1.0 + np.abs(v)),
              "softplus": lambda v: np.logaddexp(0.0, v),
@@ -131,7 +131,7 @@ def rnn_step(params: "LayerParams", x: np.ndarray, h: np.ndarray, c: Optional[np
     return act(params.W[0] @ x + params.b_W[0] + params.R[0] @ h + params.b_R[0]), None
 
 
-STEPS = {"lstm": lstm_step, "gru": gru_step, "rnn_tanh": rnn_step, "rnn_relu": rnn_step}
+STEPS: Dict[str, Callable[..., Any]] = {"lstm": lstm_step, "gru": gru_step, "rnn_tanh": rnn_step, "rnn_relu": rnn_step}
 
 
 def _biased(function: Callable, scale) -> Callable:
@@ -178,7 +178,7 @@ def forward(canon: "CanonicalRNN", x: np.ndarray, lengths: Optional[np.ndarray] 
     h_n, c_n = np.zeros_like(h_0), np.zeros_like(c_0)
     layer_in = x
     for layer in range(spec.num_layers):
-        layer_out = np.zeros((B, T, D * S), dtype)
+        layer_out: np.ndarray = np.zeros((B, T, D * S), dtype)
         for direction in range(D):
             p = layer * D + direction
             params = _cast(canon.layers[p], dtype)

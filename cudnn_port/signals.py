@@ -138,7 +138,9 @@ def _resend(signum: int) -> None:
     with _State.lock:
         if _State.depth:
             if hasattr(signal, "pthread_kill"):
-                signal.pthread_kill(threading.main_thread().ident, signum)
+                main = threading.main_thread().ident
+                assert main is not None  # the main thread has started: it runs this process
+                signal.pthread_kill(main, signum)
             else:  # Windows: no threads to aim at
                 os.kill(os.getpid(), signum)
 

@@ -28,7 +28,7 @@ layer's. What differs:
 Every op here is a plain TensorFlow op (``ReverseV2``, ``Cumsum``, ``Equal``, ``Sum``, ``GatherV2``, ``Select``),
 which ONNX, OpenVINO and TFLite hold as builtins: no loop, no Flex op.
 """
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import keras
 
@@ -51,7 +51,7 @@ class StockAdapter(keras.layers.Layer):
                  recurrent_activation: str = "sigmoid", **kwargs):
         super().__init__(**kwargs)
         cls = FUSED_CLASSES[mode]
-        extra = {} if reset_after else {"reset_after": False}  # a stock GRU(reset_after=False)
+        extra: Dict[str, Any] = {} if reset_after else {"reset_after": False}  # a stock GRU(reset_after=False)
         if activation is not None and activation != own_activation(mode):  # LSTM(activation="relu") and the like
             extra["activation"] = activation
         if recurrent_activation != "sigmoid":  # LSTM(recurrent_activation="hard_sigmoid")
@@ -204,10 +204,10 @@ class StackedPairAdapter(keras.layers.Layer):
     def call(self, sequences: "tf.Tensor", initial_state: "Optional[Sequence[Any]]" = None,
              mask: "Optional[tf.Tensor]" = None, training: Optional[bool] = None) -> Any:
         tf = import_tf()
-        half = None if initial_state is None else len(initial_state) // 2
-        ys = [stack(sequences, initial_state=None if half is None else part, mask=mask)
-              for stack, part in ((self.forward, None if half is None else initial_state[:half]),
-                                  (self.backward, None if half is None else initial_state[half:]))]
+        half = 0 if initial_state is None else len(initial_state) // 2
+        parts = (None, None) if initial_state is None else (initial_state[:half], initial_state[half:])
+        ys = [stack(sequences, initial_state=part, mask=mask)
+              for stack, part in zip((self.forward, self.backward), parts)]
         states = []
         if self.return_state:
             states = list(ys[0][1:]) + list(ys[1][1:])

@@ -211,9 +211,9 @@ def _reserve_names(model) -> None:
     seen, todo = set(), list(keras.tree.flatten(getattr(model, "outputs", None) or []))
     while todo:
         history = getattr(todo.pop(), "_keras_history", None)
-        op = history and history.operation
-        if op is None or id(op) in seen:
+        if history is None or history.operation is None or id(history.operation) in seen:
             continue
+        op = history.operation
         seen.add(id(op))
         base, _, number = op.name.rpartition("_")
         base, count = (base, int(number) + 1) if base and number.isdigit() else (op.name, 1)

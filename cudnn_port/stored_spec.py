@@ -53,9 +53,10 @@ def spec_to_vector(spec: RNNSpec) -> List[int]:
     always; six with; eight for a reset-before GRU or another activation: projection, reset-before, activation; nine
     where the gates are not sigmoid)."""
     vector = [MODE_IDS[spec.mode], spec.num_layers, spec.num_units, spec.input_size, spec.num_dirs]
+    activation = spec.activation or own_activation(spec.mode)  # RNNSpec has filled in its mode's own already
     if spec.recurrent_activation != "sigmoid":
-        return vector + [spec.num_proj, int(not spec.reset_after), ACTIVATION_IDS[spec.activation],
+        return vector + [spec.num_proj, int(not spec.reset_after), ACTIVATION_IDS[activation],
                          ACTIVATION_IDS[spec.recurrent_activation]]
-    if not spec.reset_after or spec.activation != own_activation(spec.mode):
-        return vector + [spec.num_proj, int(not spec.reset_after), ACTIVATION_IDS[spec.activation]]
+    if not spec.reset_after or activation != own_activation(spec.mode):
+        return vector + [spec.num_proj, int(not spec.reset_after), ACTIVATION_IDS[activation]]
     return vector + [spec.num_proj] if spec.num_proj else vector

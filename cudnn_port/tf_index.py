@@ -112,7 +112,7 @@ def _handle(value):
     return offset, size
 
 
-def read_index(path: str) -> Tuple[Optional[Dict[int, Any]], Dict[str, Dict[str, Any]]]:
+def read_index(path: str) -> Tuple[Dict[int, Any], Dict[str, Dict[str, Any]]]:
     """{name: {"dtype", "shape", "shard", "offset", "size", "sliced"}} and the header of ``path`` (an .index file)."""
     with open(require_file(path, "checkpoint index"), "rb") as f:
         data = f.read()
@@ -122,14 +122,15 @@ def read_index(path: str) -> Tuple[Optional[Dict[int, Any]], Dict[str, Dict[str,
     for _ in range(2):  # skip the metaindex handle
         _, pos = _varint(footer, pos)
     index_offset, index_size = _handle(footer[pos:])
-    header, entries = None, {}
+    header: Optional[Dict[int, Any]] = None
+    entries: Dict[str, Dict[str, Any]] = {}
     for _, handle in _block(data, index_offset, index_size):
         for key, value in _block(data, *_handle(handle)):
             if key == b"":
                 header = {f: v for f, _, v in _fields(value, HEADER_WIRES)}
                 continue
-            entry = {"dtype": 0, "shape": [], "shard": 0, "offset": 0, "size": 0, "sliced": False, "unknown": False,
-                     "crc32c": None}
+            entry: Dict[str, Any] = {"dtype": 0, "shape": [], "shard": 0, "offset": 0, "size": 0, "sliced": False,
+                                     "unknown": False, "crc32c": None}
             for field, _, v in _fields(value, ENTRY_WIRES):
                 if field == 1:
                     entry["dtype"] = v
@@ -165,32 +166,32 @@ def check(prefix: str) -> Dict[str, Dict[str, Any]]:
                              "re-save it on a little-endian one")
     if not 1 <= shards <= 100000:
         raise CudnnPortError(f"checkpoint {prefix}: its .index declares {shards} data shards; the file is corrupt")
-    sizes = {}
-    for name, e in entries.items():
+    sizes: Dict[str, int] = {}
+    for name, entry in entries.items():
         where = f"checkpoint {prefix}: entry {short(name)}"
-        if e["dtype"] not in ITEMSIZE and e["dtype"] not in VARIABLE_SIZE:
-            raise CudnnPortError(f"{where} has an unknown dtype code {e['dtype']}; the .index file is corrupt")
-        if e["unknown"] or any(d < 0 for d in e["shape"]):
-            raise CudnnPortError(f"{where} declares shape {e['shape']}; the .index file is corrupt")
+        if entry["dtype"] not in ITEMSIZE and entry["dtype"] not in VARIABLE_SIZE:
+            raise CudnnPortError(f"{where} has an unknown dtype code {entry['dtype']}; the .index file is corrupt")
+        if entry["unknown"] or any(d < 0 for d in entry["shape"]):
+            raise CudnnPortError(f"{where} declares shape {entry['shape']}; the .index file is corrupt")
         count = 1
-        for d in e["shape"]:
+        for d in entry["shape"]:
             count = min(count * d, MAX_ELEMENTS + 1)
         if count > MAX_ELEMENTS:
             raise CudnnPortError(f"{where} declares {count - 1}+ elements; the .index file is corrupt")
-        if e["sliced"]:
+        if entry["sliced"]:
             continue  # a partitioned variable: its slices are separate entries
-        if not 0 <= e["shard"] < shards or e["offset"] < 0 or e["size"] < 0:
+        if not 0 <= entry["shard"] < shards or entry["offset"] < 0 or entry["size"] < 0:
             raise CudnnPortError(f"{where} points outside the data files; the .index file is corrupt")
-        data = f"{prefix}.data-{e['shard']:05d}-of-{shards:05d}"
+        data = f"{prefix}.data-{entry['shard']:05d}-of-{shards:05d}"
         if data not in sizes:
             sizes[data] = os.path.getsize(require_file(data, "checkpoint data file"))
-        if e["offset"] + e["size"] > sizes[data]:
-            raise CudnnPortError(f"{where} needs bytes up to {e['offset'] + e['size']} of {os.path.basename(data)}, "
-                                 f"which has {sizes[data]}; the data file is truncated")
-        if e["dtype"] in ITEMSIZE and e["size"] != count * ITEMSIZE[e["dtype"]]:
-            raise CudnnPortError(f"{where} holds {e['size']} bytes for shape {e['shape']}; the .index file is "
+        if entry["offset"] + entry["size"] > sizes[data]:
+            raise CudnnPortError(f"{where} needs bytes up to {entry['offset'] + entry['size']} of "
+                                 f"{os.path.basename(data)}, which has {sizes[data]}; the data file is truncated")
+        if entry["dtype"] in ITEMSIZE and entry["size"] != count * ITEMSIZE[entry["dtype"]]:
+            raise CudnnPortError(f"{where} holds {entry['size']} bytes for shape {entry['shape']}; the .index file is "
                                  "corrupt")
-        if e["dtype"] in VARIABLE_SIZE and count > e["size"] * (2 if e["dtype"] in (29, 30) else 1):
-            raise CudnnPortError(f"{where} declares {count} elements in {e['size']} bytes (at least one byte each); "
-                                 "the .index file is corrupt or crafted to exhaust memory")
+        if entry["dtype"] in VARIABLE_SIZE and count > entry["size"] * (2 if entry["dtype"] in (29, 30) else 1):
+            raise CudnnPortError(f"{where} declares {count} elements in {entry['size']} bytes (at least one byte "
+                                 "each); the .index file is corrupt or crafted to exhaust memory")
     return entries

@@ -33,7 +33,7 @@ bench/bench_exports.py --only saved_model`` (the SavedModel against the ONNX exp
 docs/performance.md) and ``python bench/bench_step_product.py`` (the product alone).
 """
 from types import ModuleType
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import numpy as np
 
@@ -163,7 +163,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     h0, c0 = tf.reshape(h0, [-1, S]), tf.reshape(c0, [-1, H])
     batch = tf.shape(h0)[0]
     known = h0.shape[0]  # the batch, static where known: TensorArray.stack keeps it
-    state = (tf.constant(0), h0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, S]))
+    state: Tuple[Any, ...] = (tf.constant(0), h0, tf.TensorArray(tf.float32, size=steps, element_shape=[known, S]))
     if is_lstm:
         state += (c0,)
     if keep_cs:
@@ -180,7 +180,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
 
 
 def finish(tf: ModuleType, ys: "tf.Tensor", cs: "Optional[tf.Tensor]", valid: "tf.Tensor", h0: "tf.Tensor",
-           c0: "Optional[tf.Tensor]", lengths: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
+           c0: "tf.Tensor", lengths: "tf.Tensor") -> Tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
     """A loop's every-step states (ys [T, B, S], cs [T, B, H] or None) -> (y [T, B, S] with zeros past each length,
     h [B, S] and c [B, H] at each sequence's last step: h0 / c0 for length 0; c0 itself when cs is None)."""
     steps = tf.shape(ys)[0]

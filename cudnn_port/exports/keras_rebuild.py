@@ -78,3 +78,4 @@ def save_keras3_model(source: "KerasH5", path: str) -> Optional[str]:
     finally:
         if os.path.exists(edited):
             os.remove(edited)
+    return None

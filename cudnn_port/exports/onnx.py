@@ -58,7 +58,8 @@ def first_refusal(named_specs: Iterable[Tuple[str, "RNNSpec"]]) -> Optional[str]
     return next((f"{name}: {why}" for name, why in ((n, cannot_hold(s)) for n, s in named_specs) if why), None)
 
 
-def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, node: Callable[..., Any],
+def stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: Optional[str], c0: Optional[str],
+                node: Callable[..., Any],
                 const: Callable[[str, np.ndarray], str], prefix: str = "",
                 weights: Optional[Callable[[int], Tuple[str, str, str]]] = None) -> Tuple[str, str, Optional[str]]:
     """The stack's ONNX nodes, made through ``node(op, inputs, outputs, **attrs)`` and ``const(name, array) ->

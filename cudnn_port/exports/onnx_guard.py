@@ -27,7 +27,7 @@ docs/runtimes.md). Where an output comes from a head that widens the rows, they 
 (:func:`_narrowest`), so fewer values are copied.
 """
 import collections
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -132,17 +132,19 @@ def guard_empty(model: "onnx.ModelProto", lengths: Optional[str] = None) -> None
     for n in graph.node:  # the producer writes the unguarded name; the Slice below writes the output's own
         n.output[:] = [inner.get(o, o) for o in n.output]
     _rename(graph, {**renames, **inner})
-    starts, before, last = const("starts", np.array([0], np.int64)), {}, []
+    starts, last = const("starts", np.array([0], np.int64)), []
+    before: Dict[int, List[Any]] = {}  # {index of a node: the Slice nodes that go in front of it}
     for name, axis in outputs.items():
-        source, target = (inner[name], name) if cuts[name] is None else (cuts[name][1], PREFIX + f"{name}/rows")
+        cut = cuts[name]
+        source, target = (inner[name], name) if cut is None else (cut[1], PREFIX + f"{name}/rows")
         axes = const(f"{name}/axes", np.array([axis], np.int64))
         row_slice = helper.make_node("Slice", [source, starts, batch, axes], [target], name=PREFIX + f"{name}/rows")
-        if cuts[name] is None:
+        if cut is None:
             last.append(row_slice)
         else:  # in front of the op that widens the rows (its one reader)
-            reader = graph.node[cuts[name][0]]
+            reader = graph.node[cut[0]]
             reader.input[:] = [target if i == source else i for i in reader.input]
-            before.setdefault(cuts[name][0], []).append(row_slice)
+            before.setdefault(cut[0], []).append(row_slice)
     nodes = first + [m for k, n in enumerate(graph.node) for m in before.get(k, []) + [n]] + last
     del graph.node[:]
     graph.node.extend(nodes)

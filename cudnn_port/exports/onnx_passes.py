@@ -1,7 +1,7 @@
 """Passes over an ONNX graph that tf2onnx wrote, each in place and each keeping what an If / Loop / Scan body reads by
 name: a Squeeze that undoes the Unsqueeze before it, and LSTM / GRU / RNN outputs that nothing reads, removed; and
 one sequence input given to each LSTM / GRU / RNN node (:func:`sequence_inputs_apart`)."""
-from typing import TYPE_CHECKING, List, Set
+from typing import TYPE_CHECKING, Any, Dict, List, Set
 
 if TYPE_CHECKING:
     import onnx
@@ -18,7 +18,7 @@ def squeeze_pairs_cancelled(graph: "onnx.GraphProto") -> None:
     produced = {out: node for node in graph.node for out in node.output}
     opposite = {"Squeeze": "Unsqueeze", "Unsqueeze": "Squeeze"}
     keep = {o.name for o in graph.output} | read_in_subgraphs(graph)  # what a branch or loop body reads stays
-    alias = {}
+    alias: Dict[str, str] = {}  # {a removed node's output: the tensor read in its place}
 
     def axes(node):
         return consts[node.input[1]].tolist() if len(node.input) == 2 and node.input[1] in consts else None
@@ -91,7 +91,8 @@ def sequence_inputs_apart(graph: "onnx.GraphProto") -> None:
     # lazy: onnx, loaded on first use (import cudnn_port stays light)
     from onnx import helper
 
-    last, nodes = {}, []  # X: the view the last node reading it got (X itself for the first)
+    last: Dict[str, str] = {}
+    nodes: List[Any] = []  # onnx NodeProtos; last: X: the view the last node reading it got (X itself for the first)
     for node in graph.node:
         if node.op_type in SEQUENCE_OPS and node.input and node.input[0] in last:
             # a view of the previous view: identical views of X, OpenVINO merges back into one (three LSTMs measured)

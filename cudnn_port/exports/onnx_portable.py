@@ -80,8 +80,9 @@ def fused_node(spec: "Any", directions: int) -> Tuple[str, dict]:
     if spec.is_rnn or fns != ["sigmoid", "tanh", "tanh"][:len(fns)]:
         named = [ONNX_FUNCTIONS[f] for f in fns] * directions
         attrs["activations"] = [name for name, _, _ in named]
-        for key, k in (("activation_alpha", 1), ("activation_beta", 2)):
-            values = [float(f[k]) for f in named if f[k] is not None]
+        for key, column in (("activation_alpha", [alpha for _, alpha, _ in named]),
+                            ("activation_beta", [beta for _, _, beta in named])):
+            values = [float(v) for v in column if v is not None]
             if values:
                 attrs[key] = values
     if spec.mode == "gru":  # 0 for a reset-before GRU (Keras' reset_after=False)
@@ -148,7 +149,8 @@ def _padded_weights(canon, layer, direction, weights, node, const, i64, p, tag):
     return names
 
 
-def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: str, c0: str, node: Callable[..., Any],
+def portable_stack_graph(canon: "CanonicalRNN", x: str, lengths: str, h0: Optional[str], c0: Optional[str],
+                         node: Callable[..., Any],
                          const: Callable[[str, np.ndarray], str], prefix: str = "",
                          weights: Optional[Callable[[int], Tuple[str, str, str]]] = None
                          ) -> Tuple[str, str, Optional[str]]:

@@ -8,7 +8,7 @@ is right everywhere)."""
 import contextlib
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -171,7 +171,8 @@ def _output_dtype(ctx, op, inputs, attrs):
     return fixed[op] if op in fixed else ctx.get_dtype(inputs[1 if op == "Where" else 0])
 
 
-CUDNN_HANDLERS = {op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}
+CUDNN_HANDLERS: Dict[str, Tuple[Callable[..., Any], List[Any]]] = {
+    op: (cudnn_node_handler, []) for op in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3")}
 HANDLERS = dict(CUDNN_HANDLERS, CTCGreedyDecoder=(ctc_greedy_decoder_handler, []))  # tf2onnx's fails on blank rows
 
 

@@ -36,7 +36,7 @@ int8 models: :mod:`cudnn_port.judging.int8`.
 import os
 import tempfile
 from collections import Counter
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 import inspect
 import logging
 
@@ -75,7 +75,7 @@ class NothingToQuantize(CudnnPortError):
 
 
 def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] = None,
-                  matmul: bool = False) -> Dict[str, Any]:
+                  matmul: Union[bool, Dict[str, Any]] = False) -> Dict[str, Any]:
     """Write the int8 model of the float32 ONNX model at ``src_path`` to ``dst_path``; return a report dict.
 
     ``lstm``: settings for LSTM nodes (default :data:`LSTM_SETTINGS`); ``matmul``: False (default) to keep MatMul
@@ -88,7 +88,7 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
     onnxruntime = optional("onnxruntime", "int8 quantization")
 
     lstm = dict(LSTM_SETTINGS, **(lstm or {}))
-    matmul = dict(MATMUL_SETTINGS, **(matmul if isinstance(matmul, dict) else {})) if matmul else None
+    matmul_settings = dict(MATMUL_SETTINGS, **(matmul if isinstance(matmul, dict) else {})) if matmul else None
     src_path, dst_path = os.fspath(src_path), os.fspath(dst_path)
     source = onnx.load(src_path)
     plain = plain_lstm_inputs(source)  # the padding channel's +-K would swamp its rows' int8 scales
@@ -100,7 +100,7 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
                f"{before['Scan']} Scan loop(s) (cells of activations no fused node runs everywhere, "
                "exports.onnx_scan), which quantize_dynamic leaves float32" if before["Scan"] else "no LSTM node")
         raise NothingToQuantize(src_path, why)
-    passes = [("LSTM", lstm)] + ([("MatMul", matmul)] if matmul and before["MatMul"] else [])
+    passes = [("LSTM", lstm)] + ([("MatMul", matmul_settings)] if matmul_settings and before["MatMul"] else [])
     quiet = logging.getLogger()
     level, quiet.level = quiet.level, logging.ERROR  # quantize_dynamic warns to run its pre-processing
     try:
@@ -138,7 +138,7 @@ def quantize_onnx(src_path: str, dst_path: str, lstm: Optional[Dict[str, bool]] 
         warnings.append(f"{after['MatMul']} MatMul node(s) stay float32 (non-constant B, or matmul=False)")
     size_src, size_dst = os.path.getsize(src_path), os.path.getsize(dst_path)
     return {"src": src_path, "dst": dst_path, "onnxruntime": onnxruntime.__version__,
-            "settings": {"LSTM": lstm, "MatMul": matmul}, "bytes": {"float32": size_src, "int8": size_dst},
+            "settings": {"LSTM": lstm, "MatMul": matmul_settings}, "bytes": {"float32": size_src, "int8": size_dst},
             "size_ratio": size_src / size_dst,
             "quantized": {op: before[op] - after[op] for op in QUANTIZED_OPS if before[op] - after[op]},
             "float32_left": {op: after[op] for op in ("LSTM", "GRU", "MatMul") if after[op]},

@@ -18,7 +18,7 @@ answer, the server keeps running) naming the node of :data:`LENGTHS_GUARD` (:fun
 """
 import os
 from types import ModuleType
-from typing import TYPE_CHECKING, Dict, List, Sequence, Set
+from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence, Set
 
 from ..deps import import_tf
 from ..tf_graph import stack_forward
@@ -171,7 +171,7 @@ def op_types(saved_model_or_graph_def: "graph_pb2.GraphDef") -> Set[str]:
 
 
 def strip_unused_placeholders(graph_def: "graph_pb2.GraphDef", keep: Sequence[str],
-                              outputs: Sequence[str]) -> "tf.compat.v1.GraphDef":
+                              outputs: Mapping[str, str]) -> "tf.compat.v1.GraphDef":
     """A frozen GraphDef without placeholders nothing reads (``convert_variables_to_constants_v2`` leaves one
     ``unused_control_flow_input_N`` per loop input), and with an Identity node named after each key of ``outputs``
     ({name: tensor name}), so the outputs have stable names."""
@@ -180,12 +180,12 @@ def strip_unused_placeholders(graph_def: "graph_pb2.GraphDef", keep: Sequence[st
 
     read = {inp.split(":")[0].lstrip("^") for node in graph_def.node for inp in node.input}
     read |= {t.split(":")[0] for t in outputs.values()}
-    keep = {t.split(":")[0] for t in keep}
+    kept = {t.split(":")[0] for t in keep}
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
     for node in graph_def.node:
-        if node.op == "Placeholder" and node.name not in read and node.name not in keep:
+        if node.op == "Placeholder" and node.name not in read and node.name not in kept:
             continue
         out.node.add().CopyFrom(node)
     existing = {node.name for node in out.node}

@@ -16,7 +16,7 @@ length as h is. Plain RNN: h' = TANH(xw[:, t] + FULLY_CONNECTED(h, R)). Another 
 (RNNSpec.activation, recurrent_activation) in place of TANH / LOGISTIC: builtin ops of Keras' definition
 (:data:`FUNCTIONS`).
 """
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -25,8 +25,9 @@ from ..canonical import input_bias
 if TYPE_CHECKING:
     from ..canonical import CanonicalRNN
 
-LOOP = (("t", "int32", []), ("T", "int32", []), ("h", "float32", [-1, -1]), ("y", "float32", [-1, -1, -1]),
-        ("xw", "float32", [-1, -1, -1]), ("valid", "bool", [-1, -1, 1]))
+LOOP: Tuple[Tuple[str, str, List[int]], ...] = (
+    ("t", "int32", []), ("T", "int32", []), ("h", "float32", [-1, -1]), ("y", "float32", [-1, -1, -1]),
+    ("xw", "float32", [-1, -1, -1]), ("valid", "bool", [-1, -1, 1]))
 C = ("c", "float32", [-1, -1])  # an LSTM's seventh loop variable
 
 

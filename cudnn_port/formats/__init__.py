@@ -21,7 +21,7 @@ opener loads the artifact once, and ``run(feeds)`` returns :class:`~.jobs.Output
 ``final_h`` and ``final_c`` (where the artifact returns them; :meth:`~.jobs.Outputs.of_stack`).
 """
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .. import deps
 from ..discover import declared, insert
@@ -205,7 +205,8 @@ def stack_runtimes(stack_artifacts: Dict[str, str], derived: bool = False
     entry (``{key: relative path}``; keys no format knows are left out) in each runtime its format names, in order.
     ``derived``: a derived artifact (``onnx_int8``) too, in the runtimes its judge runs it in (``Derived.runtimes``;
     bench times it like any other, verify judges it by its own tolerance: :mod:`cudnn_port.judging.int8`)."""
-    known = {key: (fmt, artifact, fmt.runtimes) for key, (fmt, artifact) in artifacts().items()}
+    known: Dict[str, Tuple[Format, Artifact, Sequence[Runtime]]] = {
+        key: (fmt, artifact, fmt.runtimes) for key, (fmt, artifact) in artifacts().items()}
     if derived:
         known.update({d.key(key): (f, known[key][1], [r for r in f.runtimes if r.name in d.runtimes or not d.runtimes])
                       for f in formats().values() for d in f.derived for key in d.of if key in known})

@@ -80,12 +80,14 @@ class StackJob(Job):
 
 class ModelJob(Job):
     """A Keras model being exported whole: ``specs`` its input specs; ``trace(path)`` its serving function traced on
-    the fused layers' ``"cpu"`` or ``"cudnn"`` path. The traces and frozen forms are made once, when a writer first
-    asks. The runners read ``input_names`` and ``count`` (outputs ``output_0`` ...) and the manifest's records."""
+    the fused layers' ``"cpu"`` or ``"cudnn"`` path (None where the job only runs artifacts already written). The
+    traces and frozen forms are made once, when a writer first asks. The runners read ``input_names`` and ``count``
+    (outputs ``output_0`` ...) and the manifest's records."""
 
-    def __init__(self, model: Any, specs: Sequence[Any], tmp: str, trace: Callable[[str], Any]) -> None:
+    def __init__(self, model: Any, specs: Sequence[Any], tmp: str, trace: Optional[Callable[[str], Any]]) -> None:
         super().__init__()
-        self.model, self.specs, self.tmp, self._trace, self._cache = model, list(specs), tmp, trace, {}
+        self.model, self.specs, self.tmp, self._trace = model, list(specs), tmp, trace
+        self._cache: Dict[str, Any] = {}
         self.input_names = [s.name for s in self.specs]
         self.count = 0
         self.batch: Optional[int] = None  # the batch the model declares (keras.Input(batch_shape=...)), if any
@@ -100,7 +102,10 @@ class ModelJob(Job):
 
     def traced(self, path: str) -> Any:
         """The concrete function on the fused layers' ``path`` ("cpu": plain ops; "cudnn": the fused op)."""
-        return self._once(path, lambda: self._trace(path))
+        trace = self._trace
+        if trace is None:
+            raise TypeError("this job runs artifacts already written; it has no model to trace")
+        return self._once(path, lambda: trace(path))
 
     def frozen(self, path: str) -> Any:
         """:meth:`traced` with its variables frozen into constants."""
@@ -130,7 +135,8 @@ class GraphCheck(Job):
 
     def __init__(self, out: str, manifest: Manifest, signature: str) -> None:
         super().__init__(manifest)
-        self.out, self.signature, self._loaded = out, signature, {}
+        self.out, self.signature = out, signature
+        self._loaded: Dict[str, Any] = {}
 
     def saved_model(self, path: str) -> Any:
         if path not in self._loaded:
@@ -158,7 +164,8 @@ def road_plan(road: str, specs: Sequence[Any], job: Optional[Job] = None) -> Tup
     """What ``road`` would write for a model holding stacks of ``specs``: (paths in OUT, {path: why not}), from each
     format's declared artifacts and what it cannot hold (ONNX: a projection); a format that declares when it
     applies counts only where it applies to ``job``."""
-    paths, not_written = [], {}
+    paths: List[str] = []
+    not_written: Dict[str, str] = {}
     for fmt in registry.on_road(road):
         applies = getattr(fmt, road).applies
         if applies is not None and (job is None or not applies(job)):

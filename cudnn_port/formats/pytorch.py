@@ -1,6 +1,6 @@
 """``pytorch``: OUT/pytorch/<stack>.safetensors, a state_dict for ``torch.nn.LSTM`` / ``GRU`` (``proj_size`` for a
 projection) written with safetensors (:mod:`cudnn_port.targets.pytorch`); run by stock PyTorch modules."""
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import numpy as np
 
@@ -34,7 +34,7 @@ def torch_modules(spec: "RNNSpec", state_dict: Dict[str, np.ndarray], x: np.ndar
     import torch
 
     cls = torch.nn.LSTM if spec.mode == "lstm" else torch.nn.GRU if spec.mode == "gru" else torch.nn.RNN
-    extra = {"proj_size": spec.num_proj} if spec.num_proj else {}
+    extra: Dict[str, Any] = {"proj_size": spec.num_proj} if spec.num_proj else {}
     if spec.is_rnn:  # nn.RNN: cuDNN's RNN_TANH / RNN_RELU
         extra["nonlinearity"] = spec.activation
     module = cls(spec.input_size, spec.num_units, spec.num_layers, batch_first=True,

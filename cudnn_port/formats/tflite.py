@@ -25,7 +25,7 @@ def interpreter_runner(interpreter: Any) -> Callable[[Dict[str, np.ndarray]], Ou
     exported stack; it resizes the inputs (and reallocates) only when the feeds' shapes change."""
     inputs = {d["name"]: d["index"] for d in interpreter.get_input_details()}
     outputs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
-    shapes = {}
+    shapes: Dict[str, Any] = {}  # {input name: the shape its tensor was resized to}
 
     def run(feeds):
         if set(feeds) != set(inputs):

@@ -11,20 +11,20 @@ argument given the shape its caller passes and each read of a variable argument 
 own construction then sizes ``params``). Nothing is run: graphs are only imported. A function nothing calls that
 shares ``api_implements`` with a called one (Grappler's GPU alternative of it) takes the called one's arguments.
 """
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from ..deps import import_tf
 
 if TYPE_CHECKING:
     from tensorflow.core.framework import node_def_pb2
-    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
     import tensorflow as tf
 
 CALLS = {"PartitionedCall": (("f",), 0), "StatefulPartitionedCall": (("f",), 0),
          "If": (("then_branch", "else_branch"), 1), "StatelessIf": (("then_branch", "else_branch"), 1),
          "While": (("cond", "body"), 0), "StatelessWhile": (("cond", "body"), 0)}
 CASES = ("Case", "StatelessCase")
-Fact = Tuple[object, object]  # per argument: (its TensorShape or None, the variable's shape for a resource or None)
+Fact = Tuple[Any, Any]  # per argument: (its TensorShape or None, the variable's shape for a resource or None)
 
 
 def _base(ref):
@@ -34,10 +34,10 @@ def _base(ref):
 class CallShapes:
     """Shapes of the nodes of one meta graph's functions, argument facts propagated from the main graph down."""
 
-    def __init__(self, meta):
+    def __init__(self, meta: "meta_graph_pb2.MetaGraphDef") -> None:
         self.meta = meta
         self.functions = {f.signature.name: f for f in meta.graph_def.library.function}
-        self.callers: Dict[str, List[Tuple[Optional[str], object, int]]] = {}
+        self.callers: Dict[str, List[Tuple[Optional[str], "node_def_pb2.NodeDef", int]]] = {}
         scopes = [(None, meta.graph_def.node)] + [(n, f.node_def) for n, f in self.functions.items()]
         for scope, nodes in scopes:
             for node in nodes:
@@ -47,7 +47,7 @@ class CallShapes:
         self.by_name.update({name: {n.name: n for n in f.node_def} for name, f in self.functions.items()})
         self._facts: Dict[str, List[Fact]] = {}
         self._graphs: Dict[str, str] = {}
-        self._base = None
+        self._base: Optional["tf.Graph"] = None
 
     def callees(self, node: "node_def_pb2.NodeDef") -> List[Tuple[str, int]]:
         """(function name, index of the node input that is its first argument) for each function ``node`` calls."""
@@ -73,12 +73,14 @@ class CallShapes:
         if name in self._facts:
             return self._facts[name]
         args = self.functions[name].signature.input_arg
-        self._facts[name] = best = [(None, None)] * len(args)  # a recursive call sees nothing known
+        best: List[Fact] = [(None, None)] * len(args)
+        self._facts[name] = best  # a recursive call sees nothing known
         if depth > 64:
             return best
         sites = self.callers.get(name) or []
-        if not sites and self.twin(name):
-            best = self.facts(self.twin(name), depth + 1)
+        twin = None if sites else self.twin(name)
+        if twin:
+            best = self.facts(twin, depth + 1)
         elif not sites:
             best = self._object_facts(name, len(args)) or best
         for scope, node, offset in sites:

@@ -15,7 +15,7 @@ gives it): run it once, then the outputs::
 The numeric part's input (manifest ``onnx_input``, ``replaces``) is a tensor of this graph: fetch it to get the ids
 model.onnx takes.
 """
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence, Tuple
 
 from ..deps import import_tf
 
@@ -69,13 +69,14 @@ def write_frozen(saved_model: str, path: str, signature: str) -> Dict[str, Any]:
     return {"inputs": inputs, "outputs": outputs, "init": INIT, "signature": signature}
 
 
-def run_frozen(path: str, nodes: Dict[str, Any], feeds: Dict[str, Any], extra: List[str] = ()) -> Dict[str, Any]:
+def run_frozen(path: str, nodes: Dict[str, Any], feeds: Dict[str, Any], extra: Sequence[str] = ()) -> Dict[str, Any]:
     """{output name: value, and each tensor of ``extra`` by its name} of frozen_graph.pb at ``path`` on ``feeds``
     (signature input names), its tables initialised first."""
     return open_frozen(path, nodes, extra)(feeds)
 
 
-def open_frozen(path: str, nodes: Dict[str, Any], extra: List[str] = ()) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+def open_frozen(path: str, nodes: Dict[str, Any], extra: Sequence[str] = ()
+                ) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
     """:func:`run_frozen` as ``run(feeds)``: the graph imported and its tables initialised once, for many runs."""
     graph_def = import_tf().compat.v1.GraphDef()
     with open(path, "rb") as f:
@@ -84,7 +85,7 @@ def open_frozen(path: str, nodes: Dict[str, Any], extra: List[str] = ()) -> Call
 
 
 def graph_runner(graph_def: "graph_pb2.GraphDef", nodes: Dict[str, Any],
-                 extra: List[str] = ()) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+                 extra: Sequence[str] = ()) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
     """``run(feeds)`` of a GraphDef in one TF1 session, its ``init`` op run once first."""
     tf = import_tf()
     with tf.Graph().as_default() as graph:

@@ -56,7 +56,9 @@ def choose_layouts(source: str, signature: str, unknown: List[LayoutUnknown], or
         raise UnsupportedError(f"{where}: cannot tell the gate order of its params from the graph, and the original "
                                f"does not run on CPU to tell it ({reason(e)}); convert with --formats saved_model") \
             from None
-    matched, worst = [], []
+    # (label, combo): per unknown node, (its candidate layout's name, its permutation or None)
+    matched: List[Tuple[str, Tuple[Tuple[str, Optional[np.ndarray]], ...]]] = []
+    worst: List[Tuple[str, Tuple[Tuple[str, Optional[np.ndarray]], ...]]] = []
     with tempfile.TemporaryDirectory(prefix="cudnn_port_layout_") as tmp:
         path = os.path.join(tmp, "candidate.onnx")
         for combo in combos:

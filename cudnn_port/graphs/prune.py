@@ -12,7 +12,7 @@ GPU only. A model compiled and trained before ``model.save()`` carries them all.
 - :func:`.reach.gpu_selected` does what the selector does on a GPU, for ONNX: the cuDNN node becomes one fused
   ONNX LSTM / GRU node, where tf2onnx would turn the standard masked loop into a ``Loop``.
 """
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from .nodes import is_cudnn
 
@@ -103,7 +103,7 @@ def select_gpu_implementations(proto: "saved_model_pb2.SavedModel") -> Dict[str,
     swapped = {}
     for meta in proto.meta_graphs:
         library = meta.graph_def.library
-        groups = {}
+        groups: Dict[bytes, Dict[str, List[Any]]] = {}  # {api_implements: {device: its FunctionDefs}}
         for f in library.function:
             if "api_implements" in f.attr and not any(a in f.attr for a in PAIRED_FUNCTIONS):
                 device = f.attr["api_preferred_device"].s.decode().upper() if "api_preferred_device" in f.attr else ""

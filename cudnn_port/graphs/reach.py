@@ -54,7 +54,7 @@ def reach(proto: "saved_model_pb2.SavedModel") -> Dict[str, Any]:
 
 def reached_by(proto: "saved_model_pb2.SavedModel") -> Dict[str, Set[str]]:
     """{signature: the library functions it calls, directly or not}."""
-    found = {}
+    found: Dict[str, Set[str]] = {}
     for meta in proto.meta_graphs:
         functions = {f.signature.name: f for f in meta.graph_def.library.function}
         nodes = {n.name: n for n in meta.graph_def.node}

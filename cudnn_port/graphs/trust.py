@@ -51,7 +51,7 @@ def graph_paths(out: str, manifest: "Manifest") -> List[Tuple[str, str]]:
     return sorted((kind, path) for path, kind in found.items())
 
 
-def check_out(out: str, manifest: Dict[str, Any], *, trust_source: bool = False,
+def check_out(out: str, manifest: "Manifest", *, trust_source: bool = False,
               say: Optional[Callable[[str], None]] = None) -> None:
     """Apply the allow-list to every graph of OUT before verify or bench loads any (a file that does not parse is
     left to the runtime, which reports it in its row)."""

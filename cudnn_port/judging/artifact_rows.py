@@ -19,6 +19,7 @@ def model_artifact_rows(out: str, job: ModelJob, feeds: Dict[str, "np.ndarray"],
     ``want`` (an artifact that fails to run: a failed row; a runtime that is not installed: a skipped row)."""
     job.count = len(want)
     names = [f"output_{i}" for i in range(len(want))]
+    assert job.manifest is not None  # a job being judged carries OUT's manifest
     return _runner_rows("model", out, job.manifest.model_artifacts, job, feeds, say,
                         lambda row, got: compare(row, got.ordered(names), want, atol, rtol),
                         lambda row, needs, e: failed_row(row, e))
@@ -54,6 +55,7 @@ def graph_artifact_rows(job: GraphCheck, feeds: Dict[str, "np.ndarray"], want: D
     def fail(row, needs, error):
         return could_not_run(row, {"tensorflow": "TensorFlow"}.get(needs[0], needs[0]) if needs else "it", error)
 
+    assert job.manifest is not None  # a job being judged carries OUT's manifest
     arts = {k: v for k, v in job.manifest.model_artifacts.items() if k != judge_key}
     return _runner_rows("graph", job.out, arts, job, feeds, say, judge, fail)
 

@@ -22,7 +22,7 @@ through ``cudnnGetRNNWeightParams``, ``tests/fixtures/cudnn``): every matrix fir
 and nothing else; ``tests/test_cudnn_fixtures.py`` checks it against cuDNN's recorded offsets, and verify reports a
 disagreement between the two statements as a failed row.
 """
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 from ..canonical import CanonicalRNN, LayerParams
@@ -36,7 +36,7 @@ PROJECTION = 8  # the LSTM recurrent projection's linLayerID
 
 
 def matrices_and_biases(mode: str, num_layers: int, hidden: int, input_size: int, directions: int, proj: int,
-                        buffer: np.ndarray) -> Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]:
+                        buffer: np.ndarray) -> Dict[Tuple[int, int], Tuple[np.ndarray, Optional[np.ndarray]]]:
     """{(pseudoLayer, linLayerID): (matrix, bias or None)} of a cuDNN weight space ``buffer`` (1-D)."""
     gates, out = GATES[mode], (proj or hidden)
     shapes = []  # (pseudoLayer, linLayerID, matrix shape, has a bias), in weight-space order
@@ -49,18 +49,20 @@ def matrices_and_biases(mode: str, num_layers: int, hidden: int, input_size: int
             if proj:
                 shapes.append((pseudo, PROJECTION, (proj, hidden), False))
     buffer = np.asarray(buffer).reshape(-1)
-    found, offset = {}, 0
+    matrices: Dict[Tuple[int, int], np.ndarray] = {}
+    biases: Dict[Tuple[int, int], Optional[np.ndarray]] = {}
+    offset = 0
     for pseudo, lin, shape, _ in shapes:
         size = shape[0] * shape[1]
-        found[(pseudo, lin)] = [buffer[offset:offset + size].reshape(shape), None]
+        matrices[(pseudo, lin)], biases[(pseudo, lin)] = buffer[offset:offset + size].reshape(shape), None
         offset += size
     for pseudo, lin, shape, has_bias in shapes:
         if has_bias:
-            found[(pseudo, lin)][1] = buffer[offset:offset + shape[0]]
+            biases[(pseudo, lin)] = buffer[offset:offset + shape[0]]
             offset += shape[0]
     if offset != buffer.size:
         raise ValueError(f"a {mode} weight space of these sizes holds {offset} elements, the buffer {buffer.size}")
-    return {key: (m, b) for key, (m, b) in found.items()}
+    return {key: (matrix, biases[key]) for key, matrix in matrices.items()}
 
 
 def offsets(mode: str, num_layers: int, hidden: int, input_size: int, directions: int,
@@ -84,12 +86,17 @@ def canonical(spec: "RNNSpec", buffer: np.ndarray) -> "CanonicalRNN":
     gates, D = GATES[spec.mode], spec.num_dirs
     found = matrices_and_biases(spec.mode, spec.num_layers, spec.num_units, spec.input_size, D, spec.num_proj,
                                 buffer)
+    def bias(key: Tuple[int, int]) -> np.ndarray:
+        b = found[key][1]
+        assert b is not None  # every gate's matrix has a bias; only the projection has none
+        return b
+
     layers: List[LayerParams] = []
     for pseudo in range(spec.num_layers * D):
         W = np.stack([found[(pseudo, g)][0] for g in range(gates)])
         R = np.stack([found[(pseudo, gates + g)][0] for g in range(gates)])
-        b_W = np.stack([found[(pseudo, g)][1] for g in range(gates)])
-        b_R = np.stack([found[(pseudo, gates + g)][1] for g in range(gates)])
+        b_W = np.stack([bias((pseudo, g)) for g in range(gates)])
+        b_R = np.stack([bias((pseudo, gates + g)) for g in range(gates)])
         P = found[(pseudo, PROJECTION)][0] if spec.num_proj else None
         layers.append(LayerParams(W, R, b_W, b_R, P))
     return CanonicalRNN(spec, layers)

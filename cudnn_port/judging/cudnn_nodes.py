@@ -55,14 +55,15 @@ def node_outputs(attrs: Dict[str, Any], x: np.ndarray, h: np.ndarray, c: np.ndar
                                     h, c if lstm else None)
     y = np.swapaxes(y, 0, 1) if time_major else y
     h_n = h_n if time_major else np.swapaxes(h_n, 0, 1)
-    c_n = (c_n if time_major else np.swapaxes(c_n, 0, 1)) if lstm else np.zeros(np.shape(c), dtype)  # unread (GRU)
+    c_n = (c_n if time_major else np.swapaxes(c_n, 0, 1)) if lstm and c_n is not None else \
+        np.zeros(np.shape(c), dtype)  # unread (GRU)
     return [np.ascontiguousarray(a, dtype=dtype) for a in (y, h_n, c_n)] + [np.zeros([0], dtype)]
 
 
 class _Swapper:
     """Makes the PyFunc nodes; their Python functions stay registered while this object lives."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.tf = import_tf()
         self.graphs: List[Any] = []  # the graphs that hold each registered function
 

@@ -38,6 +38,8 @@ def _base(ref):
 class _Scopes:
     """The graph of a concrete function and its library, walked across function calls."""
 
+    capture_rows: Dict[str, int]  # set by each caller: {captured variable's op name: its first dimension}
+
     def __init__(self, graph_def):
         self.nodes = {None: list(graph_def.node)}
         self.args = {None: []}

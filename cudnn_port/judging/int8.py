@@ -10,7 +10,7 @@ tagger stacks; wrong weights, a swapped gate, a zeroed bias, a dropped ``sequenc
 them 2-100x.
 """
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from ..canonical import CanonicalRNN, LayerParams
 from ..exports.onnx import layer_weights
 from ..formats import artifacts, derived_keys
 from ..formats.jobs import open_artifact
+from ..layout import own_activation
 from .parity import failed_row
 
 if TYPE_CHECKING:
@@ -66,8 +67,8 @@ def quantized(spec: "RNNSpec") -> bool:
         spec.activation in ("tanh", "relu", "sigmoid")
 
 
-def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray, h_0: Optional[np.ndarray],
-                       c_0: Optional[np.ndarray], per_channel: bool = False,
+def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray, h_0: np.ndarray,
+                       c_0: np.ndarray, per_channel: bool = False,
                        reduce_range: bool = False) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """An LSTM stack in float64 that rounds as an exact int8 implementation would: weights as the int8 model
     stores them (:func:`rounded_canon`), each GEMM's activation operand to uint8 on the fly (a layer's whole input
@@ -81,7 +82,9 @@ def ideal_int8_forward(canon: "CanonicalRNN", x: np.ndarray, lengths: np.ndarray
     if not quantized(spec):  # its gates or its cell are no fused LSTM's: not what this model computes
         raise ValueError(f"int8 quantizes no {spec.cell_name}")
     # the cell's function; int8 has fused LSTM nodes only, whose gates are sigmoid (other cells are Scan loops)
-    act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "sigmoid": sigmoid}[spec.activation]
+    functions: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+        "tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "sigmoid": sigmoid}
+    act = functions[spec.activation or own_activation(spec.mode)]  # RNNSpec has filled in its mode's own already
     x = np.asarray(x, np.float64)
     B, T, _ = x.shape
     H, D = spec.num_units, spec.num_dirs
@@ -199,12 +202,12 @@ def int8_row(label: str, path: str, spec: "RNNSpec", canon: "CanonicalRNN", feed
     except Exception as e:  # an int8 model that fails to load or run is a failed check
         return failed_row(label, e)
     settings = dict(LSTM_SETTINGS, **infer_settings(model))
-    x, lengths, h, c = (feeds.get(n) for n in ("inputs", "sequence_lengths", "initial_h", "initial_c"))
+    # inputs and lengths in every batch verify feeds; the states where the model takes them
+    x, lengths, h, c = feeds["inputs"], feeds["sequence_lengths"], feeds.get("initial_h"), feeds.get("initial_c")
     zeros = np.zeros((spec.num_pseudo_layers, x.shape[0], spec.num_units))
-    h, c = (zeros if v is None else v for v in (h, c))
-    rounded = ideal_int8_forward(canon, x, lengths, h, c, **settings)
+    rounded = ideal_int8_forward(canon, x, lengths, zeros if h is None else h, zeros if c is None else c, **settings)
     valid = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]
-    row = {"artifact": label, "passed": True, "max_rel": None, "outputs": {}}
+    row: Dict[str, Any] = {"artifact": label, "passed": True, "max_rel": None, "outputs": {}}
     notes = []
     for name, g, w, r in zip(OUTPUT_NAMES, got, want, rounded):
         if w is None:

@@ -80,6 +80,10 @@ def _conv1d(keras, cfg, name):
                                use_bias=_flag(cfg, "use_bias", True), name=name)
 
 
+def _merging(kind: str) -> Callable[[Any, Dict[str, Any], str], Any]:
+    return lambda keras, cfg, name: getattr(keras.layers, kind)(name=name)
+
+
 def _pooling(kind):
     def make(keras, cfg, name):
         _channels_last(cfg, name)
@@ -119,7 +123,7 @@ TABLE: Dict[str, Callable[[Any, Dict[str, Any], str], Any]] = {
                                                                    name=name),
     "Masking": lambda keras, cfg, name: keras.layers.Masking(mask_value=float(cfg.get("mask_value", 0.0)),
                                                              name=name),
-    "Flatten": lambda keras, cfg, name: (_channels_last(cfg, name), keras.layers.Flatten(name=name))[1],
+    "Flatten": _pooling("Flatten"),  # built as a pooling is: channels_last checked, no other setting
     "Reshape": lambda keras, cfg, name: keras.layers.Reshape(tuple(cfg["target_shape"]), name=name),
     "RepeatVector": lambda keras, cfg, name: keras.layers.RepeatVector(_int(cfg, "n", name), name=name),
     "Permute": lambda keras, cfg, name: keras.layers.Permute(tuple(cfg["dims"]), name=name),
@@ -131,7 +135,7 @@ TABLE: Dict[str, Callable[[Any, Dict[str, Any], str], Any]] = {
     "LayerNormalization": _normalization("LayerNormalization"),
 }
 for _merge in ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"):
-    TABLE[_merge] = lambda keras, cfg, name, kind=_merge: getattr(keras.layers, kind)(name=name)
+    TABLE[_merge] = _merging(_merge)
 for _still in ("Dropout", "SpatialDropout1D", "GaussianDropout", "GaussianNoise", "AlphaDropout",
                "ActivityRegularization"):  # each the identity at inference
     TABLE[_still] = lambda keras, cfg, name: keras.layers.Identity(name=name)

@@ -112,8 +112,9 @@ def load_weights(model: "keras.Model", config: Dict[str, Any], owned: Dict[str, 
             wanted = {v.name.split(":")[0]: v for v in half.weights}
             kind = cudnn.get(layer.name)
             if kind is not None:  # Keras 2's rule: three arrays become LSTM / GRU(reset_after=True) weights
-                trio = [arrays.get((direction, v)) for v in ("kernel", "recurrent_kernel", "bias")]
-                if any(t is None for t in trio):
+                trio = [t for t in (arrays.get((direction, v)) for v in ("kernel", "recurrent_kernel", "bias"))
+                        if t is not None]
+                if len(trio) != 3:
                     problems.append(f"layer {layer.name}: the file holds no {direction or 'CuDNN'} "
                                     "kernel, recurrent_kernel and bias")
                     continue

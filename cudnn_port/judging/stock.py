@@ -70,7 +70,7 @@ def model_judge(model: "keras.Model") -> Tuple[Callable, str]:
 
 # ------------------------------------------------------------------------------------------------ one stack
 def tf1_cells(spec: "RNNSpec", prefix: str, ckpt_dir: str, x: np.ndarray, lengths: np.ndarray,
-              h_0: Optional[np.ndarray], c_0: Optional[np.ndarray], legacy: bool = False) -> List[Optional[np.ndarray]]:
+              h_0: np.ndarray, c_0: Optional[np.ndarray], legacy: bool = False) -> List[Optional[np.ndarray]]:
     """Restore TF1 cell variables by name (``tf.compat.v1.train.Saver``) and run them like ``dynamic_rnn`` /
     ``stack_bidirectional_dynamic_rnn`` over a right-padded batch: LSTM through ``BlockLSTM`` (the kernel of
     ``LSTMBlockFusedCell`` / ``CudnnCompatibleLSTMCell``: gates i, c, f, o, ``forget_bias=0``), a projected LSTM and
@@ -160,7 +160,7 @@ def tf1_cells(spec: "RNNSpec", prefix: str, ckpt_dir: str, x: np.ndarray, length
 
 
 def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callable[[int, int], str], x: np.ndarray,
-                 lengths: np.ndarray, h_0: Optional[np.ndarray],
+                 lengths: np.ndarray, h_0: np.ndarray,
                  c_0: Optional[np.ndarray]) -> List[Optional[np.ndarray]]:
     """Stock Keras ``LSTM`` / ``GRU(reset_after=True)`` / ``SimpleRNN`` layers holding
     ``tensors[f"{scope(l, d)}/kernel"]`` etc.
@@ -175,15 +175,19 @@ def keras_layers(spec: "RNNSpec", tensors: Dict[str, np.ndarray], scope: Callabl
         outs = []
         for direction in range(spec.num_dirs):
             p = layer * spec.num_dirs + direction
-            kwargs = dict(return_sequences=True, return_state=True, go_backwards=bool(direction),
-                          zero_output_for_mask=True)
+            kwargs: Dict[str, Any] = dict(return_sequences=True, return_state=True, go_backwards=bool(direction),
+                                          zero_output_for_mask=True)
             if spec.is_rnn:
                 rnn = keras.layers.SimpleRNN(spec.num_units, activation=spec.activation, **kwargs)
             else:
                 kwargs.update(activation=spec.activation, recurrent_activation=spec.recurrent_activation)
                 rnn = keras.layers.LSTM(spec.num_units, **kwargs) if spec.mode == "lstm" else \
                     keras.layers.GRU(spec.num_units, reset_after=spec.reset_after, **kwargs)
-            states = [h_0[p], c_0[p]] if spec.mode == "lstm" else [h_0[p]]
+            if spec.mode == "lstm":
+                assert c_0 is not None  # an LSTM's judge is given its initial cell states
+                states = [h_0[p], c_0[p]]
+            else:
+                states = [h_0[p]]
             result = rnn(layer_in, mask=mask, initial_state=states)  # builds, then runs with zero weights
             rnn.set_weights([tensors[f"{scope(layer, direction)}/{v}"] for v in ("kernel", "recurrent_kernel", "bias")])
             result = [np.asarray(t) for t in rnn(layer_in, mask=mask, initial_state=states)]

@@ -130,7 +130,9 @@ class Interpreter:
             if node["target"].startswith("torch.ops.aten.embedding"):
                 args = {i["name"]: i["arg"] for i in node["inputs"]}
                 ids = args["indices"].get("as_tensor", {}).get("name")
-                table = self.weights.get(self.placeholders.get(args["weight"].get("as_tensor", {}).get("name")))
+                weight = args["weight"].get("as_tensor", {}).get("name")
+                param = None if weight is None else self.placeholders.get(weight)
+                table = None if param is None else self.weights.get(param)
                 if ids in self.inputs and table is not None:
                     found[ids] = int(table.shape[0])
         return found
@@ -244,6 +246,7 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
     except Exception as e:  # noqa: BLE001 (a program the judge cannot read is a failed check)
         return [dict(failed_row(name, e), stack="(whole model)", judge=None)]
     specs = from_records(manifest.get("model_input_specs"))
+    assert specs is not None  # convert records a program's input specs
     names = manifest.get("model_inputs") or [s.name for s in specs]
     vocab = interpreter.vocabularies()
     rows = []

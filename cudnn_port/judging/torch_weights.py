@@ -53,7 +53,7 @@ def file_tensors(path: str) -> Tuple[Dict[str, np.ndarray], str]:
         import torch
 
         obj = torch.load(path, map_location="cpu", weights_only=True)
-        found = {}
+        found: Dict[str, np.ndarray] = {}
         _walk(obj, "", found, lambda t: t.detach().float().numpy() if t.dtype == torch.bfloat16
               else t.detach().numpy())
         if found:

@@ -7,7 +7,7 @@ dataset mapping other files, and a chunked dataset that declares gigabytes while
 file, 2.1 GB of memory once read). Each is refused here, in one line naming the dataset: the links by how they are
 stored, without opening their target; every dataset by its storage, before a byte of it is read.
 """
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Set
 
 from ..errors import CudnnPortError, short
 
@@ -21,7 +21,7 @@ MAX_OBJECTS = 1 << 20
 
 
 class _Totals:
-    def __init__(self):
+    def __init__(self) -> None:
         self.declared = self.stored = self.objects = self.elements = 0
         self.largest: Optional[str] = None
         self.largest_bytes = 0
@@ -30,7 +30,8 @@ class _Totals:
 def check_h5(f: "h5py.File", path: str) -> int:
     """Refuse ``f`` (an open ``h5py.File`` read from ``path``) if it links outside itself, stores data outside
     itself, or declares far more data than it stores; else return how many elements its datasets hold."""
-    totals, seen = _Totals(), set()
+    totals = _Totals()
+    seen: Set[int] = set()  # hash(group.id) of each group visited
     _group(f, path, totals, seen)
     if totals.declared > MAX_EXPANSION * totals.stored + TOTAL_FREE_BYTES:
         raise CudnnPortError(f"{path}: its datasets declare {totals.declared} bytes but store {totals.stored} "

@@ -180,12 +180,9 @@ class KerasH5(Source):
         spec = RNNSpec(mode, 1, recurrent.shape[0], kernel.shape[0], bidirectional=len(directions) == 2, dtype=dtype)
         name = buffer_name(layer)
         self.canonical[name] = CanonicalRNN(spec, keras2_to_canonical(mode, directions))
+        self.specs[name] = spec
         self.shapes[name], self.dtypes[name] = (spec.param_count,), dtype
         return name
-
-    @property
-    def specs(self) -> Dict[str, RNNSpec]:
-        return {name: canon.spec for name, canon in self.canonical.items()}
 
     def get(self, name: str) -> np.ndarray:
         if name in self.canonical:
@@ -207,7 +204,7 @@ class KerasH5(Source):
     def describe(self, name: str) -> str:
         """How stack ``name`` was found, for inspect and the manifest."""
         layer = name.rsplit("/", 1)[0]
-        spec = self.specs[name]
+        spec = self.canonical[name].spec
         kind = f"{'Bidirectional(' if spec.bidirectional else ''}CuDNN{spec.mode.upper()}" \
                f"{')' if spec.bidirectional else ''}"
         return f"Keras 2 layer {layer}: {kind}, spec exact from its weight shapes"
@@ -242,5 +239,5 @@ def _cudnn_mode(weights):
 
 
 SOURCE = SourceType("keras_h5", "Keras 2 .h5 file", "stack", lambda path: os.path.isfile(path) and is_hdf5(path),
-                    lambda path, mode=None: KerasH5(path), spec_flags=True, order=30,
+                    lambda path, mode: KerasH5(path), spec_flags=True, order=30,
                     judge="cudnn_port.judging.keras_weights:judge_stack")

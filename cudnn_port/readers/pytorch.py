@@ -56,7 +56,8 @@ class PyTorchSource(Source):
             attrs.setdefault(path_of, {}).update(
                 mode=node["target"].upper(), num_layers=args.get("num_layers"), bias=args.get("has_biases"),
                 bidirectional=args.get("bidirectional"), batch_first=args.get("batch_first"), **{"class": "aten op"})
-        self.shapes, self.dtypes, self._arrays, self.modules, self._canon = {}, {}, {}, {}, {}
+        self.shapes, self.dtypes, self.modules, self._canon = {}, {}, {}, {}
+        self._arrays: Dict[str, np.ndarray] = {}
         grouped, cells, others = group_params(tensors)
         if cells:
             name = next(iter(cells))
@@ -71,6 +72,7 @@ class PyTorchSource(Source):
             if spec is None:  # nn.RNN, tanh or relu: listed (both have one buffer, the same bytes) and refused by
                 # convert until --mode says which; verify reads its buffer whatever the mode
                 packed = module_spec(self.prefix, module, params, attrs.get(module, {}), "rnn_tanh")[0]
+                assert packed is not None  # --mode rnn_tanh settles an nn.RNN's spec
                 self._canon[variable] = canonical(packed, params)
                 self._add(variable, None, (packed.param_count,), params_dtype(params))
                 continue
@@ -131,6 +133,6 @@ class PyTorchSource(Source):
 
 
 SOURCE = SourceType("pytorch", "PyTorch file", "stack", is_pytorch_file,
-                    lambda path, mode=None: PyTorchSource(path, mode), spec_flags=True, order=40,
+                    lambda path, mode: PyTorchSource(path, mode), spec_flags=True, order=40,
                     judge="cudnn_port.judging.torch_weights:judge_stack",
                     original="cudnn_port.judging.torch_weights:torch_row")

@@ -21,13 +21,13 @@ wrote), and inspect and the manifest say so.
 """
 import re
 from dataclasses import replace
-from typing import Dict, List, Sequence
+from typing import Dict, List, Mapping, Sequence, Set
 
 import numpy as np
 
 from ..canonical import CanonicalRNN, LayerParams
 from ..errors import CudnnPortError
-from ..layout import FLOAT_DTYPES, RNNSpec, pack
+from ..layout import FLOAT_DTYPES, pack
 from ..source import BUFFER, Source, buffer_name
 from ..targets import tf1
 
@@ -39,9 +39,9 @@ CELL_WORDS = {"cudnn_compatible_lstm_cell": "CudnnCompatibleLSTMCell", "cudnn_co
                                                      "the cuDNN saveable wrote them; not stored in the checkpoint)"}
 
 
-def canonical_prefixes(shapes: Dict[str, Sequence[int]]) -> Dict[str, str]:
+def canonical_prefixes(shapes: Mapping[str, Sequence[int]]) -> Dict[str, str]:
     """{prefix: cell name} of every scope holding TF1 canonical cells but no ``{prefix}/opaque_kernel`` buffer."""
-    found = {}
+    found: Dict[str, Set[str]] = {}
     for name in shapes:
         m = _CELL.match(name)
         if m:
@@ -58,6 +58,8 @@ class CanonicalCheckpoint(Source):
 
     def __init__(self, checkpoint, prefixes: Dict[str, str]):
         self.checkpoint, self.prefix = checkpoint, checkpoint.prefix
+        self.format = f"{checkpoint.format}, canonical TF1 cells without a cuDNN buffer"
+        self.names_note = checkpoint.names_note
         self.shapes, self.dtypes = dict(checkpoint.shapes), dict(checkpoint.dtypes)
         self.canonical, self._cells = {}, {}
         for scope, cell in prefixes.items():
@@ -88,20 +90,9 @@ class CanonicalCheckpoint(Source):
                 raise CudnnPortError(f"{wanted[0]} has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
             spec = replace(spec, dtype=dtype)
             self.canonical[name] = (spec, reader, scope)
+            self.specs[name] = spec
             self._cells[name] = cell
             self.shapes[name], self.dtypes[name] = (spec.param_count,), dtype
-
-    @property
-    def format(self) -> str:
-        return f"{self.checkpoint.format}, canonical TF1 cells without a cuDNN buffer"
-
-    @property
-    def names_note(self) -> str:
-        return self.checkpoint.names_note
-
-    @property
-    def specs(self) -> Dict[str, RNNSpec]:
-        return {name: spec for name, (spec, _, _) in self.canonical.items()}
 
     def canon(self, name: str) -> CanonicalRNN:
         """The canonical model of synthesised buffer ``name``, read from the checkpoint's cell tensors."""

@@ -21,7 +21,9 @@ Params = Dict[Tuple[str, int, int], np.ndarray]  # one module's tensors: {(kind,
 
 def group_params(tensors: Dict[str, np.ndarray]) -> Tuple[Dict[str, Params], Dict[str, bool], Dict[str, np.ndarray]]:
     """({module path: {(kind, layer, direction): array}}, {module path of a cell}, {other name: array})."""
-    grouped, cells, others = {}, {}, {}
+    grouped: Dict[str, Params] = {}
+    cells: Dict[str, bool] = {}
+    others: Dict[str, np.ndarray] = {}
     raw = {k: v for k, v in tensors.items() if k.endswith("_raw") and PARAM.match(k)}
     for key, value in tensors.items():
         m = PARAM.match(key)
@@ -30,20 +32,21 @@ def group_params(tensors: Dict[str, np.ndarray]) -> Tuple[Dict[str, Params], Dic
             grouped.setdefault(module, {})[kind, layer, int(reverse)] = value
         elif m:
             continue
-        elif _CELL.match(key) and key.rsplit(".", 1)[0] + ".bias_ih" in tensors or \
-                (_CELL.match(key) and key.rsplit(".", 1)[0] + ".weight_hh" in tensors):
-            cells[_CELL.match(key).group(1) or ""] = True
+        elif (cell := _CELL.match(key)) and (key.rsplit(".", 1)[0] + ".bias_ih" in tensors or
+                                             key.rsplit(".", 1)[0] + ".weight_hh" in tensors):
+            cells[cell.group(1) or ""] = True
         else:
             others[key] = value
     for key, value in raw.items():  # AWD-LSTM's weight drop: the _raw tensor is the trained weight
         m = PARAM.match(key)
-        module, kind, layer, reverse = m.group(1) or "", m.group(2), int(m.group(3)), int(bool(m.group(4)))
+        assert m is not None  # raw holds only the keys PARAM matches
+        module, kind, layer, direction = m.group(1) or "", m.group(2), int(m.group(3)), int(bool(m.group(4)))
         for owner in (f"{module}.module" if module else "module", module):
             if owner in grouped:
-                grouped[owner][kind, layer, reverse] = value
+                grouped[owner][kind, layer, direction] = value
                 break
         else:
-            grouped.setdefault(module, {})[kind, layer, reverse] = value
+            grouped.setdefault(module, {})[kind, layer, direction] = value
     return grouped, cells, others
 
 
@@ -72,7 +75,8 @@ def module_spec(path: str, module: str, params: Params, attrs: Dict[str, Any],
         raise CudnnPortError(f"{where}: weight_hh_l0 {list(hh.shape)} fits no LSTM / GRU / RNN of hidden size {H}; "
                              "the file is damaged or edited")
     bias = ("bias_ih", 0, 0) in params
-    facts = {"module": module, "from": {"mode, sizes, layers, directions, bias": "the tensors' shapes"}}
+    facts: Dict[str, Any] = {"module": module,
+                             "from": {"mode, sizes, layers, directions, bias": "the tensors' shapes"}}
     mode = GATES[gates]
     stated = str(attrs.get("mode", "")).lower() or None
     if mode == "rnn":
@@ -94,11 +98,11 @@ def module_spec(path: str, module: str, params: Params, attrs: Dict[str, Any],
         raise CudnnPortError(f"{where}: --mode {mode_flag} contradicts the file, which holds an {CLASSES[mode]} "
                              f"({mode}); leave --mode out")
     spec = RNNSpec(mode=mode, num_layers=layers, num_units=H, input_size=int(ih.shape[1]), bidirectional=dirs == 2,
-                   num_proj=proj or None)
-    for key, value in (("hidden_size", H), ("num_layers", layers), ("bidirectional", dirs == 2),
-                       ("proj_size", proj), ("input_size", int(ih.shape[1])), ("bias", bias)):
-        if key in attrs and attrs[key] is not None and attrs[key] != value:
-            raise CudnnPortError(f"{where}: the module says {key}={attrs[key]!r} but its tensors say {value!r}; the "
+                   num_proj=proj)
+    for key, said in (("hidden_size", H), ("num_layers", layers), ("bidirectional", dirs == 2),
+                      ("proj_size", proj), ("input_size", int(ih.shape[1])), ("bias", bias)):
+        if key in attrs and attrs[key] is not None and attrs[key] != said:
+            raise CudnnPortError(f"{where}: the module says {key}={attrs[key]!r} but its tensors say {said!r}; the "
                                  "file is damaged or edited")
     expected = _expected(spec, bias)
     missing = [k for k in expected if k not in params]

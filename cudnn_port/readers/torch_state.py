@@ -34,10 +34,18 @@ def _strip(key: str) -> str:
     return key
 
 
+def _dict(value: Any) -> Dict[str, Any]:
+    """``value`` where it is a dict (a module's ``_parameters``, ``_buffers``, ``_modules``), else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def state_tensors(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str, dict], Dict[str, str]]:
     """({tensor name: array}, {module path: attributes of a pickled module}, {module path: its key prefix in the
     file}) of the weights ``root`` holds: the state_dict itself, the one inside a checkpoint dict, or a module tree."""
-    tensors, attrs, raw, seen_at = {}, {}, {}, {}
+    tensors: Dict[str, np.ndarray] = {}
+    attrs: Dict[str, dict] = {}
+    raw: Dict[str, str] = {}
+    seen_at: Dict[int, str] = {}
 
     def module(obj: Inert, prefix: str):
         if id(obj) in seen_at:  # a module shared (tied weights) or holding itself: read at its first path only
@@ -50,12 +58,12 @@ def state_tensors(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str
         info = {k: state[k] for k in MODULE_ATTRS if k in state and not isinstance(state[k], (np.ndarray, Inert))}
         info["class"] = obj.cls.name
         attrs[_strip(prefix)] = info
-        params = state.get("_parameters") if isinstance(state.get("_parameters"), dict) else {}
-        buffers = state.get("_buffers") if isinstance(state.get("_buffers"), dict) else {}
+        params = _dict(state.get("_parameters"))
+        buffers = _dict(state.get("_buffers"))
         for name, value in list(params.items()) + list(buffers.items()):
             if isinstance(value, np.ndarray):
                 add(f"{prefix}.{name}" if prefix else name, value)
-        children = state.get("_modules") if isinstance(state.get("_modules"), dict) else {}
+        children = _dict(state.get("_modules"))
         for name, value in state.items():  # TorchScript keeps parameters and submodules as attributes
             if isinstance(value, np.ndarray) and name not in params and not name.startswith("_"):
                 add(f"{prefix}.{name}" if prefix else name, value)
@@ -65,7 +73,7 @@ def state_tensors(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str
             if isinstance(child, Inert):
                 module(child, f"{prefix}.{name}" if prefix else name)
 
-    first = {}  # stripped name -> the key it was read from: two keys that read as one name are refused
+    first: Dict[str, str] = {}  # stripped name -> the key it was read from: two keys that read as one name are refused
 
     def add(key, value):
         if isinstance(value, Quantized):  # quantize_dynamic's nn.LSTM: no float weights, no cuDNN form
@@ -119,7 +127,7 @@ def state_tensors(root: Any, path: str) -> Tuple[Dict[str, np.ndarray], Dict[str
 def script_constants(path: str, root: Any, attrs: Dict[str, dict]) -> None:
     """TorchScript keeps a module's settings (``batch_first``, ``hidden_size``, ...) as ``Final`` constants in the
     class's code, ``name : Final[type] = value``: read as text, each value a literal; nothing of the code runs."""
-    constants = {}
+    constants: Dict[str, Dict[str, Any]] = {}
     with zipfile.ZipFile(path) as z:
         for name in z.namelist():
             if "/code/" not in name or not name.endswith(".py"):

@@ -21,7 +21,7 @@ only that size, and the shapes refuse it where it disagrees with the length chos
 """
 import ast
 import zipfile
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class _Reader:
             raise UnsupportedError(f"{self.path}: the code runs over {MAX_NODES} ops; not read as a whole model")
         return f"{base}_{self.count}"
 
-    def refuse(self, member: str, node: ast.AST, what: str) -> None:
+    def refuse(self, member: str, node: Optional[ast.AST], what: str) -> NoReturn:
         raise NotStraight(f"{self.path}: {member[len(self.base):]}:{getattr(node, 'lineno', '?')} holds {what}; "
                           "the whole model is read only as a straight line of ops, so its recurrent stacks convert "
                           "alone (save a torch.jit.trace of the model, or a torch.export .pt2, to convert it whole)")
@@ -157,12 +157,12 @@ class _Reader:
                 value = self.expr(stmt.value, env, member, depth, outputs=len(target.elts))
                 if not isinstance(value, list) or len(value) != len(target.elts):
                     self.refuse(member, stmt, "an unpacking of a value that is not that many tensors")
-                env.update({t.id: v for t, v in zip(target.elts, value)})
+                env.update({t.id: v for t, v in zip(target.elts, value) if isinstance(t, ast.Name)})
             else:
                 self.refuse(member, stmt, "an assignment to something other than names")
         self.refuse(member, fn, "a forward that returns nothing")
 
-    def expr(self, node: ast.AST, env: Dict[str, Any], member: str, depth: int, outputs: int = 1) -> Any:
+    def expr(self, node: Optional[ast.AST], env: Dict[str, Any], member: str, depth: int, outputs: int = 1) -> Any:
         if isinstance(node, ast.Name):
             if node.id not in env:
                 self.refuse(member, node, f"a read of {node.id}, which is never assigned")
@@ -229,8 +229,8 @@ class _Reader:
         if op not in SCHEMAS:
             self.refuse(member, node, f"a call of {dotted or 'a computed function'}, which has no translation (docs/"
                         "sources.md lists the ops that have one)")
-        overload, names = SCHEMAS[op]
-        names = names.split()
+        overload, spelled = SCHEMAS[op]
+        names = spelled.split()
         if op in ("add", "sub", "mul", "div") and len(args) > 1 and not isinstance(args[1], TensorRef):
             overload = "Scalar"
         if len(args) > len(names):

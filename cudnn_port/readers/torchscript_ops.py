@@ -2,7 +2,7 @@
 schemas (native_functions.yaml: the overload and the positional argument names ``torch.export`` would record), the
 constructs it refuses by name, and each argument written as a ``torch.export`` graph spells it."""
 import ast
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..errors import UnsupportedError, short
 
@@ -50,9 +50,9 @@ class SizeRef:
         self.name = name
 
 
-def keyword(key: str, value: Any, path: str) -> Dict[str, Any]:
+def keyword(key: Optional[str], value: Any, path: str) -> Dict[str, Any]:
     """A keyword argument of a call (``dtype=6``, ``layout=None``, ``device=torch.device("cpu")``) as
-    ``torch.export`` spells it."""
+    ``torch.export`` spells it; ``key`` is None for a ``**mapping``."""
     if key == "dtype" and isinstance(value, int):
         return {"as_scalar_type": DTYPES.get(value, 7)}
     if key == "memory_format":

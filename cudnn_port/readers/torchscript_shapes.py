@@ -11,7 +11,7 @@ at ``T0`` / ``B0`` is refused in one line naming the node (the trace baked it): 
 its stacks are. One that still fits computes otherwise at other lengths, which the judge's rows there fail: a baked
 model is refused or failed, never passed.
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Set
 
 import numpy as np
 
@@ -42,7 +42,7 @@ def give_sizes(path: str, graph: Dict[str, Any], signature: Dict[str, Any], weig
     params = {s["parameter"]["arg"]["name"]: s["parameter"]["parameter_name"]
               for s in signature["input_specs"] if "parameter" in s}
     inputs = [s["user_input"]["arg"]["as_tensor"]["name"] for s in signature["input_specs"] if "user_input" in s]
-    written = set()
+    written: Set[int] = set()
     _literals(graph["nodes"], written)
     written = {n for n in written if 1 < n < 2 ** 31}  # not a slice's end (2**63 - 1)
     sizes = {d for w in weights.values() for d in w.shape}
@@ -61,8 +61,8 @@ def give_sizes(path: str, graph: Dict[str, Any], signature: Dict[str, Any], weig
         try:
             results = _run(op, args)
         except (ValueError, IndexError, TypeError) as e:
-            sizes = [list(np.shape(a)) if isinstance(a, np.ndarray) else a for a in args]
-            raise NotStraight(f"{path}: aten.{op} (node {node['name']}) does not compute on {sizes} "
+            shown = [list(np.shape(a)) if isinstance(a, np.ndarray) else a for a in args]
+            raise NotStraight(f"{path}: aten.{op} (node {node['name']}) does not compute on {shown} "
                                    f"({str(e)[:60]}): a size the trace recorded as a number, from the batch or length "
                                    f"of its example, is baked in; the whole model takes no batch of {batch} rows or "
                                    f"{steps} steps, so it is not converted (its stacks are); trace or script a model "

@@ -8,7 +8,7 @@ A buffer is a variable whose name ends in ``opaque_kernel`` (or the one named by
 ``/.OPTIMIZER_SLOT/…``) and are converted with the same mapping.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 import numpy as np
 
@@ -48,6 +48,13 @@ class Stack:
     def prefix(self) -> str:
         return self.variable.rsplit("/", 1)[0] if "/" in self.variable else ""
 
+    @property
+    def chosen_spec(self) -> RNNSpec:
+        """``spec``, once :func:`prepare_stacks` has chosen it."""
+        if self.spec is None:
+            raise ValueError(f"{self.variable}: no spec chosen yet (prepare_stacks chooses it)")
+        return self.spec
+
 
 def find_stacks(source: Source, variable: Optional[str] = None) -> List[Stack]:
     """The Stacks of ``source``: every buffer, or just ``variable``. Specs are not chosen yet."""
@@ -83,7 +90,8 @@ def clues_for(source: Source, stack: Stack) -> Clues:
     """What the rest of the source says about ``stack``'s spec (an exact spec where the source states one)."""
     clues = clues_from(stack.variable, {n: s for n, s in source.shapes.items() if n not in stack.slots})
     if stack.variable in source.specs:  # the source states the spec outright
-        clues.exact, clues.exact_how = source.specs[stack.variable], source.describe(stack.variable)
+        # a reader's stated spec is an RNNSpec (Source, below layout, types it as object)
+        clues.exact, clues.exact_how = cast(RNNSpec, source.specs[stack.variable]), source.describe(stack.variable)
         return clues
     stored = f"{stack.prefix}/{SPEC_VARIABLE}" if stack.prefix else SPEC_VARIABLE
     if stored in source.shapes:  # a cudnn_port.layers layer saved its spec beside its buffer
@@ -125,7 +133,7 @@ def prepare_stacks(source: Source, variable: Optional[str] = None, flags: Option
                                  "so the spec or the layout is wrong, or a file was edited; pass --prefer-buffer to "
                                  "convert from the buffer anyway")
     for stack in stacks:
-        say_to(say)(f"{stack.variable}: {stack.spec.describe()} ({stack.how})")
+        say_to(say)(f"{stack.variable}: {stack.chosen_spec.describe()} ({stack.how})")
     return stacks
 
 

@@ -10,7 +10,7 @@ copied unchanged.
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, cast
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from .int8 import quantize_outputs, refuse_nothing_to_quantize
 
 if TYPE_CHECKING:
     from ..formats import Format
+    from ..readers.keras_h5 import KerasH5
     from ..source import Source
 
 SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapping. Where a format stores one "
@@ -39,7 +40,7 @@ SLOT_POLICY = ("Optimizer slots of a buffer are converted with the buffer's mapp
                "gradients, so their slots are identical too (the largest difference found is recorded per slot).")
 
 
-def convert_stacks(path: str, out: str, *, style: Optional[str], formats: Optional[Sequence[str]],
+def convert_stacks(path: str, out: "os.PathLike[str] | str", *, style: Optional[str], formats: Optional[Sequence[str]],
                    variable: Optional[str], flags: Dict[str, Any], force: bool, drop_optimizer_slots: bool,
                    allow_nonfinite: bool, prefer_buffer: bool, xla: bool, quantize: Optional[str],
                    say: Callable[[str], None]) -> Manifest:
@@ -53,18 +54,18 @@ def convert_stacks(path: str, out: str, *, style: Optional[str], formats: Option
     if getattr(src, "consumes_mode", False):  # the reader applied --mode where its file leaves the mode open
         flags = dict(flags, mode=None)
     stacks = prepare_stacks(src, variable, flags, allow_nonfinite, prefer_buffer, say)
-    if style is None and src.default_style == "tf1" and not all(s.spec.cudnn_computes for s in stacks):
+    if style is None and src.default_style == "tf1" and not all(s.chosen_spec.cudnn_computes for s in stacks):
         style = "keras"  # no TF1 cuDNN cell holds a reset-before GRU or another activation; Keras' layers do
     style = style or src.default_style
-    odd = next((s for s in stacks if not s.spec.cudnn_computes), None)
+    odd = next((s for s in stacks if not s.chosen_spec.cudnn_computes), None)
     if odd is not None and style in ("tf1", "pytorch"):  # before any work: the checkpoint's names have no such cell
-        raise UnsupportedError(f"{odd.variable}: a {odd.spec.describe()} has no {style} cell (they compute cuDNN's: "
-                               "reset-after GRU, tanh, sigmoid gates); use --style keras")
+        raise UnsupportedError(f"{odd.variable}: a {odd.chosen_spec.describe()} has no {style} cell (they compute "
+                               "cuDNN's: reset-after GRU, tanh, sigmoid gates); use --style keras")
     explicit, formats = formats is not None, formats or default_formats(style)
     if quantize and "onnx" not in formats:
         raise CudnnPortError("--quantize int8 quantizes the ONNX models, but --formats leaves onnx out")
     if quantize:
-        refuse_nothing_to_quantize(s.spec for s in stacks)
+        refuse_nothing_to_quantize([s.chosen_spec for s in stacks])
     refused = refusals(stacks, formats) if explicit else []
     if refused:
         raise CudnnPortError(f"{refused[0]}; leave it out of --formats")
@@ -101,7 +102,7 @@ def artifact_paths(fmt: "Format", label: str, several: bool = False, layer_dir: 
 def refusals(stacks: Sequence[Stack], formats: Sequence[str]) -> List[str]:
     """Why some of ``formats`` cannot hold some of ``stacks``: one phrase per (format, stack)."""
     return [f"{name} cannot hold {stack.variable} ({why})" for name in formats for stack in stacks
-            for why in [registry.refusal(name, stack.spec)] if why]
+            for why in [registry.refusal(name, stack.chosen_spec)] if why]
 
 
 def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: str, formats: Sequence[str],
@@ -125,7 +126,8 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
         if drop_slots:
             manifest["dropped"] += stack.slots
     if "keras" in formats and source.model_config:
-        write_whole_model(tmp, lambda path: save_keras3_model(source, path), manifest, say)
+        rebuilt = cast("KerasH5", source)  # a model config is a Keras 2 .h5 file's (readers.keras_h5)
+        write_whole_model(tmp, lambda path: save_keras3_model(rebuilt, path), manifest, say)
     items = _checkpoint_items(source, stacks, manifest, style, owned, drop_slots, allow_nonfinite)
     total = sum(int(np.prod(shape)) for name, shape in source.shapes.items() if name not in manifest["dropped"]) * 4
 

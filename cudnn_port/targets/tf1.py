@@ -79,6 +79,7 @@ def write_layer(spec: RNNSpec, prefix: str, layer: int, direction: int, p: Layer
             out[f"{scope}/bias_cudnn_0"] = reorder(p.b_W, CUDNN_LSTM, TF1_LSTM).reshape(-1)
             out[f"{scope}/bias_cudnn_1"] = reorder(p.b_R, CUDNN_LSTM, TF1_LSTM).reshape(-1)
         if spec.num_proj:
+            assert p.P is not None  # a stack with a projection has its matrix
             out[f"{scope}/projection/kernel"] = p.P.T
         return out
     if spec.is_rnn:
