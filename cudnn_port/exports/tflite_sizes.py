@@ -81,7 +81,7 @@ def static_fill(model: Any, x: int, target: int, name: str, count: Optional[int]
                                                    i32("stride_t", [1])], [value], "StridedSliceOptions",
                        shrinkAxisMask=1))
     else:
-        dims, value = edit.tensor(model, f"{name}/dims"), edit.tensor(model, f"{name}/zero", np.float32(0))
+        dims, value = edit.tensor(model, f"{name}/dims"), edit.tensor(model, f"{name}/zero", np.zeros((), np.float32))
         ops.append(edit.op(fb, code("CONCATENATION"), [i32("count", [count]), batch, i32("width", [width])], [dims],
                        "ConcatenationOptions", axis=0))
     return ops + [edit.op(fb, code("FILL"), [dims, value], [target], None)]
