@@ -8,8 +8,9 @@ JSON-safe data, so a ``.keras`` file of such a model loads in Keras' safe mode:
 - ``{"t": k}``: the layer's k-th input tensor; ``{"c": k}``: its k-th constant (a non-trainable weight: a parameter
   of the program that is not a recurrent layer's, an Embedding's or a Linear's);
 - ``{"v": value}``: a literal (int, float, bool, None);
-- ``{"dims": [[k, axis], ...]}``: the product of those dimensions of the input tensors, read when the layer runs
-  (a batch or a time size, which the program recorded as numbers at the size it was exported at);
+- ``{"dims": [[k, axis], ...], "scale": n}``: the product of those dimensions of the input tensors, read when the
+  layer runs, times ``n`` (1 where absent) (a batch or a time size, which the program recorded as numbers at the size
+  it was exported at);
 - ``{"list": [arg, ...]}``: a list of the above (a size, a list of tensors).
 
 Each operation computes what PyTorch's CPU kernel computes, in TensorFlow ops that SavedModel, tf2onnx and LiteRT's
@@ -34,10 +35,9 @@ def _resolve(arg, tensors, constants):
     if "v" in arg:
         return arg["v"]
     if "dims" in arg:
-        size = None
+        size = arg.get("scale", 1)
         for k, axis in arg["dims"]:
-            d = tf.shape(tensors[k], out_type="int32")[axis]
-            size = d if size is None else size * d
+            size = size * tf.shape(tensors[k], out_type="int32")[axis]
         return size
     if "list" in arg:
         return [_resolve(a, tensors, constants) for a in arg["list"]]

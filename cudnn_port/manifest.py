@@ -186,7 +186,8 @@ class Manifest(_Record):
     gpu_alternatives: Optional[List[Dict[str, Any]]] = road_field()
     params_reordered: Optional[Dict[str, str]] = road_field()  # "function/node" -> what was done
     model_inputs: Optional[List[str]] = road_field()
-    model_input_specs: Optional[List[Dict[str, Any]]] = road_field()  # {name, dtype, shape (None: any size)}
+    # {name, dtype, shape (None: any size)}; a .pt2's also program_name (its forward's argument: `_x` where name is `x`)
+    model_input_specs: Optional[List[Dict[str, Any]]] = road_field()
     streaming: Optional[List[Dict[str, Any]]] = road_field()  # stateful layers: their state inputs and outputs
     graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()
     onnx_signature: Optional[str] = road_field()  # the signature model.onnx holds

@@ -17,10 +17,12 @@ besides the features is said in one warning line naming the fix.
 The specs are recorded in the manifest (``model_input_specs``), so that ``verify`` feeds the artifacts what they
 take, whichever model judges them.
 """
+import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .deps import import_tf
 from .errors import CudnnPortError
 
+TF_INPUT_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")  # an input name a SavedModel signature keeps
 IDS_DTYPES = ("int32", "int64", "float32")  # what --ids-dtype takes: the dtypes an Embedding's ids come in
 IDS_ONLY = ("--ids-dtype applies to a Keras 3 model (.keras, or model.save(\"m.h5\")), whose artifacts take the "
             "model's inputs; leave it out for this source")
@@ -91,6 +93,28 @@ def check_ids_dtype(ids_dtype: Optional[str]) -> None:
         raise CudnnPortError(f"unknown ids dtype {str(ids_dtype)[:40]!r}; choose one of {', '.join(IDS_DTYPES)}")
 
 
+def signature_names(names: Sequence[str]) -> List[str]:
+    """``names`` as every artifact can take them: a name a SavedModel signature keeps (:data:`TF_INPUT_NAME`) as it
+    is; any other with each character outside ``[A-Za-z0-9_.\\/>-]`` made ``_`` and what a signature name cannot
+    start with stripped (``_x``: ``x``), ``input_N`` (N its position) where nothing is left, and ``_1``, ``_2`` ...
+    added until it is no other input's name. A ``.pt2`` program's inputs are its forward's arguments, which
+    TensorFlow would rename or refuse."""
+    taken = {n for n in names if TF_INPUT_NAME.fullmatch(n)}
+    result = []
+    for i, name in enumerate(names):
+        if TF_INPUT_NAME.fullmatch(name):
+            result.append(name)
+            continue
+        base = re.sub(r"^[^A-Za-z0-9.]+", "", re.sub(r"[^A-Za-z0-9_.\\/>-]", "_", name)) or f"input_{i}"
+        given, k = base, 0
+        while given in taken:
+            k += 1
+            given = f"{base}_{k}"
+        taken.add(given)
+        result.append(given)
+    return result
+
+
 def input_specs(model: "keras.Model", warn: Callable[[str], None],
                 ids_dtype: Optional[str] = None) -> List["tf.TensorSpec"]:
     """The whole model's inputs as its artifacts take them (see the module docstring); the names are the model's.
@@ -108,6 +132,10 @@ def input_specs(model: "keras.Model", warn: Callable[[str], None],
     relax = built_from_a_batch(model)
     specs = []
     for name, tensor in zip(names, inputs):
+        if not TF_INPUT_NAME.fullmatch(name):  # TensorFlow renames it, and tf.saved_model.save refuses the signature
+            raise CudnnPortError(f"input {name!r}: a SavedModel signature takes no input name that starts with '_' "
+                                 "or holds other characters than letters, digits and _ . / > -; rename the "
+                                 "keras.Input (name=...) and export again")
         shape, dtype = list(tensor.shape), tf.as_dtype(tensor.dtype)
         if relax:  # batch and time, the sizes a batch fixes; features (and an image's height and width) stay
             free = 2 if name in ids or len(shape) > 2 else 1

@@ -20,6 +20,7 @@ collect_ignore = ["fixtures/gpu_keras/train_on_gpu.py"]  # a GPU script kept wit
 # is the run's tail (alphabetical order left test_sources.py and test_verify_tamper.py, about 200 s each, to the end).
 HEAVY_FIRST = ("test_keras_user_models.py", "test_stock_cells.py", "test_verify_tamper.py", "test_untrusted_graphs.py",
                "test_stock_keras.py", "test_sources.py", "test_tf_keras_saved_models.py", "test_torch_programs.py",
+               "test_torch_published_programs.py",
                "test_tf_keras_build_saved_models.py", "test_gpu_trained.py", "test_saved_model_text_and_tf20.py",
                "test_tf_loop.py", "test_quiet.py", "test_parity_failures.py", "test_keras3_rocm_exports.py",
                "test_hardening.py", "test_layers.py", "test_readme.py", "test_stock_masks.py",

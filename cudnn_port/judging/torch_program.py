@@ -32,7 +32,7 @@ from ..formats.jobs import ModelJob
 from ..model_inputs import from_records
 from ..readers.zip_guard import check_members
 from ..readers import translated_from
-from ..readers.torch_program import PASSED, SUPPORTED  # data: the ops convert translates
+from ..readers.torch_program import PASSED, SIZE_OPS, SUPPORTED  # data: the ops convert translates
 from ..readers.torchscript import is_script, read_script  # a TorchScript file's code as a graph, read as data
 
 if TYPE_CHECKING:
@@ -155,6 +155,12 @@ class Interpreter:
 
     def _node(self, node, env, swap):
         torch = self.torch
+        if node["target"] in SIZE_OPS:  # sizes' arithmetic (x.view(s * b, h)): a number of the exported length swapped
+            a, b = (self._arg(inp["arg"], env, swap) for inp in node["inputs"])
+            literal = ["as_int" in inp["arg"] or "as_int" in inp["arg"].get("as_sym_int", {}) for inp in node["inputs"]]
+            env[node["outputs"][0]["as_sym_int"]["as_name"]] = (swap.get(a, a) if literal[0] else a) * (
+                swap.get(b, b) if literal[1] else b)
+            return
         parts = node["target"].split(".")
         if parts[:3] != ["torch", "ops", "aten"]:
             raise ValueError(f"node {node['name']} calls {node['target']}, which is not an ATen op")
@@ -248,6 +254,8 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
     specs = from_records(manifest.get("model_input_specs"))
     assert specs is not None  # convert records a program's input specs
     names = manifest.get("model_inputs") or [s.name for s in specs]
+    # each artifact input's program name (the forward's argument, which may not be a signature's: `_x` is `x` there)
+    own = {r["name"]: r.get("program_name", r["name"]) for r in manifest.get("model_input_specs") or []}
     vocab = interpreter.vocabularies()
     rows = []
     for steps in lengths_to_judge(interpreter.steps or 7):
@@ -258,17 +266,17 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
         feeds = {}
         for n, spec in zip(names, specs):
             dims = spec.shape.as_list()
-            timed = interpreter.time_axes(n, [d is None for d in dims])
+            timed = interpreter.time_axes(own[n], [d is None for d in dims])
             shape = [steps if t else batch if d is None else d for d, t in zip(dims, timed)]
             dtype = spec.dtype.as_numpy_dtype
-            if n in vocab:
-                feeds[n] = rng.integers(0, vocab[n], size=shape).astype(dtype)
+            if own[n] in vocab:
+                feeds[n] = rng.integers(0, vocab[own[n]], size=shape).astype(dtype)
             elif spec.dtype.is_integer:
                 feeds[n] = rng.integers(0, 4, size=shape).astype(dtype)
             else:
                 feeds[n] = rng.normal(size=shape).astype(dtype)
         try:
-            want = interpreter.run(feeds, steps, batch)
+            want = interpreter.run({own[n]: a for n, a in feeds.items()}, steps, batch)
         except Exception as e:  # noqa: BLE001
             rows.append(dict(failed_row(f"{name} at {steps} steps", e), stack="(whole model)", judge=None))
             continue

@@ -2,7 +2,8 @@
 read, ``torch.export.load`` never runs), each node translated in order into a Keras Functional model that
 :func:`cudnn_port.roads.model.export` writes as every whole-model artifact.
 
-- each user input a ``keras.Input`` named as the program names it, of its dtype, with its batch and time
+- each user input a ``keras.Input`` named as the program names it (a name a SavedModel signature does not keep, as
+  ``_x``, as :func:`~cudnn_port.model_inputs.signature_names` gives it: ``x``), of its dtype, with its batch and time
   dimensions free: batch is what the program marked dynamic (``torch.export.Dim``), time is the length the
   recurrent nodes were exported at (torch.export cannot keep an RNN's length symbolic, so every ``.pt2`` of one is
   fixed in time: docs/sources.md);
@@ -22,17 +23,18 @@ node's layers :mod:`.torch_program_nodes`.
 """
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from ..errors import UnsupportedError, short
+from ..model_inputs import signature_names
 from ..source import SourceType
 from .keras_model import KerasModelSource
 from .pytorch import PyTorchSource
 from .torch_program_dims import axis_roles  # noqa: F401 (the model road imports it from here)
 from .torch_program_dims import free_dims
-from .torch_program_graph import PASSED, SUPPORTED  # noqa: F401 (the ops translated: the judge imports them from here)
+from .torch_program_graph import PASSED, SIZE_OPS, SUPPORTED  # noqa: F401 (the ops translated: the judge imports them)
 from .torch_program_graph import is_program, read_program, refuse_untranslated
 from .torch_program_nodes import Translator, Zeros
 
@@ -53,10 +55,10 @@ def translate(path: str, source: Optional[Any] = None) -> "Any":
     t = Translator(program, source)
     free = free_dims(program)
     inputs = []
-    for name in program.inputs:
+    for name, given in zip(program.inputs, signature_names(program.inputs)):
         sizes = program.sizes[name]
         shape = [None if f else s for s, f in zip(sizes, free[name])]
-        tensor = keras.Input(shape=tuple(shape[1:]), batch_size=shape[0], dtype=program.dtypes[name], name=name)
+        tensor = keras.Input(shape=tuple(shape[1:]), batch_size=shape[0], dtype=program.dtypes[name], name=given)
         t.values[name] = tensor
         inputs.append(tensor)
     for node in program.nodes:
@@ -75,6 +77,24 @@ def translate(path: str, source: Optional[Any] = None) -> "Any":
         variable = variable() if callable(variable) else variable
         variable.assign(np.asarray(value, dtype=variable.dtype))
     return model
+
+
+def program_input_names(path: str) -> Dict[str, str]:
+    """{the name every artifact takes (:func:`~cudnn_port.model_inputs.signature_names`): the program's own name
+    (its forward's argument, as PyTorch's kernels take it)} for each user input of the program at ``path``."""
+    inputs = read_program(path).inputs
+    return dict(zip(signature_names(inputs), inputs))
+
+
+def renamed_inputs(names: Dict[str, str]) -> Optional[str]:
+    """The one warning line saying which inputs the artifacts take by another name than the program's, or None."""
+    renamed = [f"{own!r} as {given!r}" for given, own in names.items() if given != own]
+    many = len(renamed) > 1
+    return None if not renamed else (
+        f"the program's input{'s' if many else ''} {', '.join(renamed)}: every artifact takes "
+        f"{'them' if many else 'it'} so (a SavedModel signature keeps no name that starts with '_' or holds "
+        "characters other than letters, digits and _ . / > -); the manifest's model_input_specs record the "
+        "program's own name (program_name), by which verify feeds PyTorch's kernels")
 
 
 def _open_program(path: str, mode: Optional[str] = None) -> Any:

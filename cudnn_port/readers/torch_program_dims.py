@@ -12,14 +12,16 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from ..errors import CudnnPortError, UnsupportedError
+from ..model_inputs import signature_names
 from .torch_program_graph import RECURRENT, Program, module_of, op_name, read_program
 
 
 @dataclass
 class Sym:
-    """A symbolic int of the program: the product of these (tensor name, axis) dimensions."""
+    """A symbolic int of the program: the product of these (tensor name, axis) dimensions and ``scale``."""
     refs: List[Tuple[str, int]]
     hint: int
+    scale: int = 1
 
 
 def exported_sizes(program: Program) -> Tuple[Set[int], Set[int]]:
@@ -92,7 +94,8 @@ def reshape_size(program: Program, node: Dict[str, Any], x: Any, size: List[Any]
         groups.append((gi, gj))
     result = list(size)
     for gi, gj in groups:
-        if not any(free[k] for k in gi):
+        if not any(free[k] for k in gi):  # its recorded sizes hold at any length: a -1 there is its number
+            result = [b[q] if q in gj and result[q] == -1 else result[q] for q in range(len(result))]
             continue
         if len(gj) == 1:
             result[gj[0]] = Sym([(inp, k) for k in gi], b[gj[0]])
@@ -111,8 +114,9 @@ def reshape_size(program: Program, node: Dict[str, Any], x: Any, size: List[Any]
 
 
 def axis_roles(path: str, model: Any) -> Dict[str, List[Optional[str]]]:
-    """{input name, or ``output_N``: each dimension's role, ``"batch"``, ``"time"`` or None} of the program at
-    ``path`` translated into ``model``: an input's time is the dimension of the length its recurrent nodes were
+    """{input name (the model's, :func:`~cudnn_port.model_inputs.signature_names`), or ``output_N``: each
+    dimension's role, ``"batch"``, ``"time"`` or None} of the program at ``path`` translated into ``model``: an
+    input's time is the dimension of the length its recurrent nodes were
     exported at, its batch the other free one (an input read time-major by a ``batch_first=False`` layer is
     ``[time, batch, ...]``); an output's are the dimensions that change when the model runs on another batch size
     and on another length. What a whole-model ONNX names its dynamic dimensions by, and guards the batch of."""
@@ -121,6 +125,7 @@ def axis_roles(path: str, model: Any) -> Dict[str, List[Optional[str]]]:
 
     program = read_program(path)
     free, (lengths, _) = free_dims(program), exported_sizes(program)
+    given = dict(zip(program.inputs, signature_names(program.inputs)))
     roles: Dict[str, List[Optional[str]]] = {}
     for name in program.inputs:
         sizes, symbolic = program.sizes[name], program.symbolic[name]
@@ -129,13 +134,13 @@ def axis_roles(path: str, model: Any) -> Dict[str, List[Optional[str]]]:
         rest = [i for i, f in enumerate(free[name]) if f and marks[i] is None]
         if rest:
             marks[rest[0]] = "batch"
-        roles[name] = marks
+        roles[given[name]] = marks
 
     def run(batch: int, steps: int) -> List[Tuple[int, ...]]:
         feeds = []
         for tensor, name in zip(model.inputs, program.inputs):
             shape = [batch if r == "batch" else steps if r == "time" else (d or 1)
-                     for r, d in zip(roles[name], tensor.shape)]
+                     for r, d in zip(roles[given[name]], tensor.shape)]
             feeds.append(np.zeros(shape, program.dtypes[name]))  # id 0 is in every table
         result = model(feeds[0] if len(feeds) == 1 else feeds, training=False)
         return [tuple(np.shape(y)) for y in keras.tree.flatten(result)]

@@ -17,6 +17,7 @@ from .torchscript import is_script, read_script
 from .zip_guard import check_members
 
 RECURRENT = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn_tanh", "rnn_relu": "rnn_relu"}
+SIZE_OPS = ("_operator.mul",)  # Python's arithmetic on sizes torch.export records (x.view(s * b, h))
 PASSED = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
           "sym_constrain_range", "_assert_async")
 SUPPORTED = ("embedding", "linear", "addmm", "matmul", "mm", "bmm", "t", "select", "slice", "cat", "stack",
@@ -148,7 +149,7 @@ def refuse_untranslated(program: Program) -> None:
     translation."""
     for node in program.nodes:
         op = op_name(node["target"])
-        if op not in SUPPORTED and op not in PASSED and op != "sym_size":
+        if op not in SUPPORTED and op not in PASSED and op != "sym_size" and node["target"] not in SIZE_OPS:
             raise UnsupportedError(f"{program.path}: {node['target'].replace('torch.ops.', '')} (from "
                                    f"{module_of(node)}) has no translation to a whole model yet (docs/sources.md lists "
                                    "the ops that have one)")

@@ -16,7 +16,7 @@ from ..deps import import_tf
 from ..errors import CudnnPortError, UnsupportedError, short
 from ..source import buffer_name
 from .torch_program_dims import Sym, reshape_size
-from .torch_program_graph import PASSED, RECURRENT, Program, module_of, module_path, op_name
+from .torch_program_graph import PASSED, RECURRENT, SIZE_OPS, Program, module_of, module_path, op_name
 
 SAME = {"contiguous": "identity", "clone": "identity", "alias": "identity", "detach": "identity",
         "lift_fresh_copy": "identity", "_unsafe_view": "reshape", "view": "reshape", "reshape": "reshape",
@@ -115,7 +115,8 @@ class Translator:
                 constants.append(a)
                 return {"c": len(constants) - 1}
             if isinstance(a, Sym):
-                return {"dims": [[enc(self.values[n])["t"], axis] for n, axis in a.refs]}
+                dims = {"dims": [[enc(self.values[n])["t"], axis] for n, axis in a.refs]}
+                return dims if a.scale == 1 else {**dims, "scale": a.scale}
             if isinstance(a, (list, tuple)):
                 return {"list": [enc(x) for x in a]}
             return {"v": a.item() if isinstance(a, np.generic) else a}
@@ -147,6 +148,11 @@ class Translator:
             tensor = node["inputs"][0]["arg"]["as_tensor"]["name"]
             sym_name = node["outputs"][0]["as_sym_int"]["as_name"]
             self.values[sym_name] = Sym([(tensor, args[1])], self.p.sizes[tensor][args[1]])
+            return
+        if target in SIZE_OPS:  # a product of sizes: a number torch specialized (the exported length) kept as one
+            a, b = (x if isinstance(x, Sym) else Sym([], x, x) for x in args)
+            self.values[node["outputs"][0]["as_sym_int"]["as_name"]] = Sym(a.refs + b.refs, a.hint * b.hint,
+                                                                            a.scale * b.scale)
             return
         result = self.translate(op, args, node)
         listed = node.get("outputs", [{}])[0].get("as_tensors")

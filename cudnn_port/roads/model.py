@@ -65,7 +65,8 @@ from ..precision import float32_policy, float32_twin
 from ..quiet import library_call
 from ..readers import translated_from
 from ..readers.keras_model import KerasModelSource, load_model_file
-from ..readers.torch_program import PROGRAM_FORMAT, SCRIPT_FORMAT, axis_roles, is_program, translate
+from ..readers.torch_program import PROGRAM_FORMAT, SCRIPT_FORMAT, axis_roles, is_program, program_input_names, \
+    renamed_inputs, translate
 from ..stock_keras import rewrite
 from ..streaming_model import streaming_twin
 
@@ -104,7 +105,8 @@ def _export_program(path, out, **options):
     with float32_policy():
         model = translate(os.fspath(path))
         return _export(model, out, source_format=PROGRAM_FORMAT if is_program(os.fspath(path)) else SCRIPT_FORMAT,
-                       path=os.fspath(path), seed=0, axes=axis_roles(os.fspath(path), model), **options)
+                       path=os.fspath(path), seed=0, axes=axis_roles(os.fspath(path), model),
+                       program_names=program_input_names(os.fspath(path)), **options)
 
 
 def whole_model_formats() -> List[str]:
@@ -113,7 +115,7 @@ def whole_model_formats() -> List[str]:
 
 
 def _export(model, out, *, style, force, progress, seed, path, xla, quantize, keep_failed, formats, ids_dtype,
-            source_format=None, axes=None):
+            source_format=None, axes=None, program_names=None):
     if not model.built:  # a Sequential with no keras.Input, never called nor fit: no weights yet
         raise CudnnPortError(f"model {model.name!r} is not built, so it has no weights to export; give it a "
                              "keras.Input, or call or fit it once, before export")
@@ -149,10 +151,13 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         manifest.road = "model"
         manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
         manifest["model_input_specs"] = to_records(specs)
+        for record in manifest["model_input_specs"] if program_names else []:
+            record["program_name"] = program_names[record["name"]]  # a .pt2's argument, as PyTorch's kernels take it
         if streams:
             manifest["streaming"] = streams
-        for message in input_warnings:
-            warn(manifest, say, message)
+        for message in input_warnings + [renamed_inputs(program_names or {})]:
+            if message:
+                warn(manifest, say, message)
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
         job = ModelJob(model, specs, tmp, lambda on: traced(model, specs, on))
