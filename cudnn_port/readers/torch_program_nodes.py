@@ -8,7 +8,7 @@ to an array once. The weights are assigned once the model is built (``pending``)
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -44,13 +44,15 @@ class Translator:
         self.pending: List[Tuple[Any, Any]] = []  # (variable, value) set once the model is built
 
     # ---- arguments ----------------------------------------------------------------------------------------------
-    def args(self, node) -> Dict[str, Any]:
+    def args(self, node: Dict[str, Any]) -> Dict[str, Any]:
         out = {}
         for i, inp in enumerate(node.get("inputs", [])):
             out[inp.get("name") or str(i)] = self.value(inp["arg"], node)
         return out
 
-    def value(self, arg, node):
+    def value(self, arg: Optional[Dict[str, Any]], node: Dict[str, Any]) -> Any:
+        kind: str
+        v: Any
         kind, v = next(iter(arg.items())) if arg else ("as_none", None)
         if kind == "as_tensor":
             return self.values[v["name"]] if v["name"] in self.values else self.param(v["name"], node)
@@ -71,28 +73,28 @@ class Translator:
         raise UnsupportedError(f"{self.p.path}: node {node.get('name')} of {module_of(node)} takes an argument of "
                                f"kind {kind}, which is not translated")
 
-    def sym(self, v):
+    def sym(self, v: Dict[str, Any]) -> Any:
         if "as_int" in v:
             return v["as_int"]
-        found = self.values.get(v.get("as_name"))
+        found = self.values.get(v.get("as_name", ""))
         if not isinstance(found, Sym):
             raise UnsupportedError(f"{self.p.path}: a size computed as {short(json.dumps(v), 40)}, which is not "
                                    "translated")
         return found
 
-    def param(self, name, node):
+    def param(self, name: str, node: Dict[str, Any]) -> np.ndarray:
         if name in self.p.params:
             return np.asarray(self.p.weights[self.p.params[name]])
         raise CudnnPortError(f"{self.p.path}: node {node.get('name')} reads {name}, which the graph never defines")
 
     # ---- building blocks ----------------------------------------------------------------------------------------
-    def unique(self, base):
+    def unique(self, base: str) -> str:
         base = re.sub(r"[^A-Za-z0-9_]", "_", base) or "op"
         n = self.names.get(base, 0)
         self.names[base] = n + 1
         return base if n == 0 else f"{base}_{n}"
 
-    def aten(self, op, args, name):
+    def aten(self, op: str, args: List[Any], name: str) -> Any:
         """An :class:`AtenOp` over ``args`` (values: Keras tensors, arrays, Sym, literals, lists); folded to an
         array where no Keras tensor is among them."""
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
@@ -100,7 +102,8 @@ class Translator:
 
         from ..aten_layers import AtenOp, run_op
 
-        tensors, constants = [], []
+        tensors: List[Any] = []
+        constants: List[Any] = []
 
         def enc(a):
             if isinstance(a, Zeros):
@@ -131,11 +134,11 @@ class Translator:
             self.pending.append((variable, value))
         return result
 
-    def zeros(self, z):
+    def zeros(self, z: Zeros) -> Any:
         return self.aten("zeros", [z.size], z.node["name"])
 
     # ---- nodes --------------------------------------------------------------------------------------------------
-    def node(self, node):
+    def node(self, node: Dict[str, Any]) -> None:
         target = node["target"]
         op = op_name(target)
         outs = [o.get("as_tensor", {}).get("name") for o in node.get("outputs", [])]
@@ -164,7 +167,7 @@ class Translator:
         else:
             self.values[outs[0]] = result
 
-    def translate(self, op, a, node):
+    def translate(self, op: str, a: List[Any], node: Dict[str, Any]) -> Any:
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
         import keras
 
@@ -196,10 +199,9 @@ class Translator:
                                        "the model after model.eval()")
             return a[0]
         if op in ("zeros", "new_zeros", "zeros_like"):
-            size = a[0] if op == "zeros" else a[1] if op == "new_zeros" else None
             if op == "zeros_like":
                 return self.aten("mul", [a[0], 0.0], name)
-            return Zeros(size, node)
+            return Zeros(a[0] if op == "zeros" else a[1], node)
         if op in ("conv1d", "conv2d"):
             if len(a) > 6 and a[6] not in (1, None) or any(isinstance(v, str) for v in a[3:6]):
                 raise UnsupportedError(f"{self.p.path}: {op} with groups or string padding (from {module_of(node)}) "
@@ -241,7 +243,7 @@ class Translator:
         if op == "gelu":
             a = a[:2]
         return self.aten(SAME.get(op, op), a, name)
-    def recurrent(self, node, op, outs):
+    def recurrent(self, node: Dict[str, Any], op: str, outs: List[Optional[str]]) -> None:
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
         from ..layers import FUSED_CLASSES
 
