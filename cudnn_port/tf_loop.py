@@ -12,11 +12,11 @@ Per step, with g_t = XW[t] (the input product, precomputed for all steps)::
     RNN   h' = act(g)   (tanh for rnn_tanh, relu for rnn_relu)
 
 The product ``h @ Rh`` is ``MatMul`` at every batch size, the one form every runtime of the SavedModel runs
-(TensorFlow.js refuses ``SparseMatMul``, "Unsupported Ops"). Below :data:`UNROLL_BELOW` it reads Rh transposed
-(``transpose_b``, each output's weights contiguous): on 2026-12-07 (TensorFlow 2.21, an idle 2-core machine, the
-benchmark stacks' SavedModel at batch 1, 20 paired rounds in one process) that took 0.90x (LSTM) and 0.97x (GRU) the
-time of the plain ``MatMul`` with oneDNN off and 0.89x (LSTM) with it on; ``SparseMatMul``, the form before
-TensorFlow.js was served, took 0.86x with oneDNN off and 1.04x with it on.
+(TensorFlow.js refuses ``SparseMatMul``, "Unsupported Ops"). On 2026-12-07 (TensorFlow 2.21, an idle 2-core
+machine, the benchmark stacks' SavedModel, medians of paired rounds in one process) ``SparseMatMul`` took 0.85x the
+time of ``MatMul`` at batch 1 with oneDNN off and 1.04x with it on. Reading Rh transposed (``transpose_b``) took
+0.90x at batch 1 but 1.84x at batch 32, so the loops would need both Rh and its transpose as constants: the LSTM's
+SavedModel grew from 38 to 55 MB. Plain ``MatMul`` with one constant is kept.
 
 The loop masks nothing: each step is the cell alone, and :func:`finish` zeroes the outputs past each length and
 gathers the final states. Without selects in the loop the benchmark stacks run 4% (LSTM) to 15% (GRU) faster at
@@ -34,8 +34,6 @@ docs/performance.md) and ``python bench/bench_step_product.py`` (the product alo
 """
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Tuple
-
-import numpy as np
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -96,9 +94,6 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     # NumPy weights (a frozen export's) become one constant each here, outside the loops: a NumPy array read in a
     # loop body is a constant of its own at every read, so the unrolled block held UNROLL + 1 copies of Rh and a
     # SavedModel of a 4-layer bidirectional LSTM of 1024 units passed protobuf's 2 GB limit
-    U = UNROLL if until is None and small else 1
-    if U > 1:  # the small batches' product reads Rh transposed, [G*H, S]: see small_product
-        RhT = tf.convert_to_tensor(np.ascontiguousarray(Rh.T)) if isinstance(Rh, np.ndarray) else tf.transpose(Rh)
     Rh, bh = tf.convert_to_tensor(Rh), tf.convert_to_tensor(bh)
     Pt = None if Pt is None else tf.convert_to_tensor(Pt)
     steps, H, S = tf.shape(xw)[0], bh.shape[0], Rh.shape[0]
@@ -107,6 +102,7 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
     is_lstm = mode == "lstm"
     keep_cs = is_lstm and every_c  # a written TensorArray of c costs a write per step and a stack after the loop
     act, gate = functions(tf)[activation], functions(tf)[recurrent_activation]
+    U = UNROLL if until is None and small else 1
 
     def gates(v, n):  # the gate function of v's n blocks, as a list; one op over all where it is element-wise
         if recurrent_activation in PER_BLOCK:
@@ -139,18 +135,13 @@ def time_loop(tf: ModuleType, xw: "tf.Tensor", h0: "tf.Tensor", c0: "Optional[tf
         candidate = act(x_h + r * (h_h + bh))  # GRU's b_R_h sits inside r * (...)
         return candidate + z * (h - candidate), c  # (1 - z) * candidate + z * h in one op fewer
 
-    def small_product(a, b):
-        # h @ Rh as MatMul(h, RhT, transpose_b): each output's weights contiguous. At batch 1 (benchmark stacks,
-        # oneDNN off, 20 paired rounds in one process) the LSTM SavedModel took 0.90x the time of plain MatMul
-        return tf.matmul(a, RhT, transpose_b=True) if b is Rh else tf.matmul(a, b)
-
     # the carries: (t, h, ys) and, for LSTM, c and (unless every_c is False) cs; a GRU carries no c (each carry
     # costs ops every iteration)
     def block(t, h, ys, c=None, cs=None):
         # U steps' rows in one gather: XLA compiles a strided slice at a loop index to the whole tensor, and a
         # slice of U rows not at all where T < U (the loop then never runs, but XLA compiles it all the same)
         for k, g in enumerate(tf.unstack(tf.gather(xw, t + tf.range(U)), U)):
-            h, c = cell(g, h, c, small_product)
+            h, c = cell(g, h, c, tf.matmul)
             ys = ys.write(t + k, h)  # a write per step, not one scatter: XLA compiles no TensorList scatter
             cs = cs.write(t + k, c) if keep_cs else cs
         return (t + U, h, ys) + ((c,) if is_lstm else ()) + ((cs,) if keep_cs else ())
