@@ -11,7 +11,7 @@ from ._version import __version__
 from .cli_text import run_flags
 from .errors import CudnnPortError
 from .layout import MODES
-from .model_inputs import IDS_DTYPES
+from .keras_models.model_inputs import IDS_DTYPES
 from .targets import STYLES
 
 

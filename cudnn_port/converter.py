@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .deps import require
 from .errors import CudnnPortError, short
-from .model_inputs import IDS_ONLY
+from .keras_models.model_inputs import IDS_ONLY
 from .roads.graph import convert_saved_model
 from . import formats as registry
 from .roads.buffers import given_flags
@@ -55,7 +55,7 @@ def convert(source: "os.PathLike[str] | str", out: "os.PathLike[str] | str", *, 
     size fits several specs. ``xla=True`` compiles the SavedModels' forward pass with XLA (see
     :mod:`cudnn_port.exports.tensorflow`); ``quantize="int8"`` also writes int8 ONNX models (``.keras`` sources);
     ``ids_dtype`` (``int32``, ``int64`` or ``float32``; Keras 3 model files only) is the dtype every artifact takes
-    for an input an Embedding reads (:mod:`cudnn_port.model_inputs`).
+    for an input an Embedding reads (:mod:`cudnn_port.keras_models.model_inputs`).
     A SavedModel's graph must be pure computation (:mod:`cudnn_port.graphs.allowlist`); ``trust_source=True``
     runs one that is not. ``progress(message)`` receives progress lines. Bad input raises
     :class:`~cudnn_port.errors.CudnnPortError` (nothing written); a whole-model export whose parity check fails raises

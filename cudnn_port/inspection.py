@@ -11,7 +11,7 @@ from . import formats as registry
 from .infer import candidates, choose, differing_flags, ranked
 from .layout import RNNSpec
 from .formats.jobs import GraphJob, road_plan
-from .model_inputs import IDS_ONLY, input_specs, to_records
+from .keras_models.model_inputs import IDS_ONLY, input_specs, to_records
 from .roads.buffers import clues_for, find_stacks
 from .roads.stack import artifact_paths, default_formats
 from .targets import target_for, tf1
@@ -28,7 +28,8 @@ def inspect_source(path: "os.PathLike[str] | str", variable: Optional[str] = Non
     """What ``path`` holds and how each buffer would convert; a JSON-ready dict.
 
     flags: mode, num_layers, num_units, input_size, bidirectional, num_proj (None = not given). ``ids_dtype``: as
-    ``convert``'s, the dtype a whole model's artifacts would take for its ids (:mod:`cudnn_port.model_inputs`).
+    ``convert``'s, the dtype a whole model's artifacts would take for its ids
+    (:mod:`cudnn_port.keras_models.model_inputs`).
     """
     path = os.fspath(path)
     road = source_type(path).road

@@ -445,8 +445,8 @@ def test_a_mixed_precision_sequential_built_by_fit_takes_float32_inputs():
     the float32 twin every artifact is traced from takes float32, as docs/stock_keras.md says, and so do the specs."""
     import keras
 
-    from cudnn_port.model_inputs import input_specs
-    from cudnn_port.precision import float32_twin
+    from cudnn_port.keras_models.model_inputs import input_specs
+    from cudnn_port.keras_models.precision import float32_twin
 
     L = keras.layers
     before = keras.config.dtype_policy()

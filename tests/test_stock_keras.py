@@ -315,7 +315,7 @@ OPTIONS = [dict(go_backwards=g, return_sequences=s, return_state=r) for g in (Fa
 def test_rewritten_model_matches_keras_for_each_layer_option(kind):
     """The rewrite alone (the fused layers on their CPU path, no export), for every go_backwards / return_sequences /
     return_state, masked, with initial states, in a Sequential and a Functional model, and each merge mode."""
-    from cudnn_port.stock_keras import rewrite
+    from cudnn_port.keras_models.stock_keras import rewrite
 
     cls = getattr(L, kind)
     states = 2 if kind == "LSTM" else 1

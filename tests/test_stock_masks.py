@@ -17,7 +17,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 pytest.importorskip("onnxruntime")
 import cudnn_port  # noqa: E402
-from cudnn_port.stock_keras import rewrite  # noqa: E402
+from cudnn_port.keras_models.stock_keras import rewrite  # noqa: E402
 
 L = keras.layers
 RTOL = 1e-4

@@ -269,7 +269,7 @@ def test_inputs_named_with_a_leading_underscore_get_unique_names_the_manifest_re
 def test_an_input_name_no_signature_keeps_is_given_one_it_keeps(names, given):
     """Leading underscores stripped, other characters than letters, digits and ``_ . / > -`` made ``_``, ``input_N``
     where nothing is left, ``_1``, ``_2`` ... until no other input has it; a name a signature keeps stays."""
-    from cudnn_port.model_inputs import signature_names
+    from cudnn_port.keras_models.model_inputs import signature_names
 
     assert signature_names(names) == given
 

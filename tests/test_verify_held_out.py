@@ -114,7 +114,8 @@ def _last_valid_step_dropped(module):
                          ids=["concat halves swapped", "masked steps repeat the last output", "last step dropped"])
 def test_a_rewrite_error_on_the_whole_model_road(tmp_path, capsys, monkeypatch, build, plant):
     import cudnn_port
-    from cudnn_port import deps, stock_adapter
+    from cudnn_port import deps
+    from cudnn_port.keras_models import stock_adapter
     from cudnn_port.errors import ParityError
 
     name, planted = plant(stock_adapter)

@@ -93,7 +93,7 @@ def test_a_rewrite_that_runs_a_row_of_only_padding_for_one_step_fails(tmp_path, 
     """Planted in the rewrite: a row whose mask keeps no step is run for one step (its mask's length 0 taken as 1),
     so the GRU's last output there is a state, not Keras' zeros. Only a row of nothing but padding shows it."""
     import cudnn_port
-    from cudnn_port import stock_adapter
+    from cudnn_port.keras_models import stock_adapter
     from cudnn_port.errors import ParityError
 
     real = stock_adapter._plan

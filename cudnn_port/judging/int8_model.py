@@ -10,10 +10,10 @@ import numpy as np
 from ..deps import import_tf
 from ..exports.runners import onnx_session
 from ..layer_paths import judged_by
-from ..model_inputs import as_model_takes
-from ..precision import float32_policy
-from ..stock_fused import DIRECTIONS
-from ..stock_keras import rewrite, unwrapped
+from ..keras_models.model_inputs import as_model_takes
+from ..keras_models.precision import float32_policy
+from ..keras_models.stock_fused import DIRECTIONS
+from ..keras_models.stock_keras import rewrite, unwrapped
 from . import cudnn_api
 from .int8 import FLOOR_MAX, FLOOR_MEAN, K_MAX, K_MEAN, LSTM_SETTINGS, ideal_int8_forward, infer_settings, quantized
 from .keras_weights import stock_stack
@@ -95,7 +95,7 @@ def _ideal_int8_model(model, inputs, settings):
 def _cells_fused(stack, path=()):
     """([k] or [k, j, ...], fused layer) of each cell of a StackedAdapter, nested stacks included."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
-    from ..stock_adapter import StackedAdapter
+    from ..keras_models.stock_adapter import StackedAdapter
 
     for k, adapter in enumerate(stack.adapters):
         if isinstance(adapter, StackedAdapter):
@@ -110,7 +110,7 @@ def _fused_by_path(model, prefix=""):
     each fused layer in ``model`` (a rewritten model: a stock layer's adapter is named as the layer)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from ..layers import CudnnRNN
-    from ..stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
+    from ..keras_models.stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
 
     for layer in getattr(model, "layers", None) or []:
         path, inner = prefix + layer.name, unwrapped(layer)  # Keras' own TimeDistributed around a stack: its name

@@ -8,7 +8,7 @@ came through.
   model's judge (:mod:`cudnn_port.judging.keras2_model`) uses too. Shares nothing with
   :mod:`cudnn_port.readers.keras_h5` or :mod:`cudnn_port.targets.keras`.
 - A stock Keras layer's stack (:func:`stock_stack`): its own kernels by Keras' LSTM / GRU math
-  (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.stock_keras` packed.
+  (:func:`keras_canonical`), not the buffer :mod:`cudnn_port.keras_models.stock_keras` packed.
 """
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 

@@ -13,11 +13,11 @@ from ..exports.runners import onnx_session
 from .tasks import task_row
 from ..formats import derived_keys
 from ..formats.jobs import ModelJob
-from ..model_inputs import from_records
-from ..precision import float32_policy, float32_twin
+from ..keras_models.model_inputs import from_records
+from ..keras_models.precision import float32_policy, float32_twin
 from ..readers import loads_as_keras, translated_from
 from ..readers.keras_model import load_model_file
-from ..streaming_model import streaming_twin
+from ..keras_models.streaming_model import streaming_twin
 from ..formats.jobs import GraphCheck
 from .artifact_rows import graph_artifact_rows, model_artifact_rows
 from .int8_model import int8_model_row

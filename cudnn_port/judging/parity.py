@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import reason
-from ..model_inputs import embedding_vocabularies, masking_values
+from ..keras_models.model_inputs import embedding_vocabularies, masking_values
 from ..paths import write_new
 
 if TYPE_CHECKING:
@@ -120,9 +120,9 @@ def model_feeds(model: Any, names: Sequence[str], specs: Sequence[Any], seed: in
     model defines: the last row holds :data:`PAD_FROM` steps, then padding, and (``empty_row``, in a batch of 3 or
     more) row :data:`EMPTY_ROW` of each sequence input (ids ``[batch, time]``, features ``[batch, time, n]``) is
     padding at every step. Padding is id 0 (a ``mask_zero`` Embedding's) and, for an input a ``Masking`` layer reads,
-    that layer's own ``mask_value`` from the model's config (:func:`~cudnn_port.model_inputs.masking_values`); 0
-    elsewhere. ``axes``: as :func:`sample_inputs` takes them; an input whose batch is not first is not padded (a
-    program's: no mask reads it)."""
+    that layer's own ``mask_value`` from the model's config
+    (:func:`~cudnn_port.keras_models.model_inputs.masking_values`); 0 elsewhere. ``axes``: as :func:`sample_inputs`
+    takes them; an input whose batch is not first is not padded (a program's: no mask reads it)."""
     feeds = sample_inputs(list(zip(names, specs)), seed, axes=axes)
     rng = np.random.default_rng(seed + 1)
     vocabs = embedding_vocabularies(model, names)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import reference
 from ..deps import import_tf
 from ..layer_paths import judged_by
-from ..model_inputs import as_model_takes
+from ..keras_models.model_inputs import as_model_takes
 from ..targets.tf1 import cell_scope
 from .cudnn_api import canonical
 

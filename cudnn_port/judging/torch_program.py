@@ -29,7 +29,7 @@ import numpy as np
 from .artifact_rows import model_artifact_rows
 from .parity import failed_row
 from ..formats.jobs import ModelJob
-from ..model_inputs import from_records
+from ..keras_models.model_inputs import from_records
 from ..readers.zip_guard import check_members
 from ..readers import translated_from
 from ..readers.torch_program import PASSED, SIZE_OPS, SUPPORTED  # data: the ops convert translates

@@ -20,9 +20,9 @@ from ..errors import UnsupportedError
 from ..stored_spec import FUSED_CLASS_NAMES, PLATFORM_VARIABLE, SPEC_VARIABLE
 from ..source import Source, SourceType
 from .platform import refuse_miopen
-from ..stock_fused import DIRECTIONS, STACKED_CELL
-from ..stock_keras import plan, rewrite
-from ..streaming_model import streaming_twin
+from ..keras_models.stock_fused import DIRECTIONS, STACKED_CELL
+from ..keras_models.stock_keras import plan, rewrite
+from ..keras_models.streaming_model import streaming_twin
 from .keras_h5 import is_hdf5, is_keras3_model_h5
 from .keras_load import load_keras_file as load_keras_file, load_model_file  # load_keras_file: callers import it here
 
@@ -40,7 +40,7 @@ def variable_names(model: "keras.Model") -> Dict[int, str]:
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
-    from ..sized_layers import TimeFolded
+    from ..keras_models.sized_layers import TimeFolded
 
     names, seen = {}, set()
 
@@ -114,7 +114,8 @@ class KerasModelSource(Source):
     @classmethod
     def from_file(cls, path: str) -> "KerasModelSource":
         """A ``.keras`` (or Keras 3 ``.h5``) file saved from a model with fused layers, or stock Keras LSTM / GRU /
-        Bidirectional layers (seen as the fused layers :func:`cudnn_port.stock_keras.rewrite` makes of them)."""
+        Bidirectional layers (seen as the fused layers :func:`cudnn_port.keras_models.stock_keras.rewrite` makes of
+        them)."""
         model = load_model_file(path)
         try:
             streamed = streaming_twin(model)[0]
@@ -135,7 +136,7 @@ class KerasModelSource(Source):
         ``RNN(StackedRNNCells(...))``, with ``direction`` (forward / backward) in a ``Bidirectional`` of one."""
         layer = self._layers[name]
         # the row whose path leads to this stack's variable; a stateful Bidirectional streamed with its directions
-        # apart (cudnn_port.streaming_model): {layer}_forward/..., {layer}_backward/...
+        # apart (cudnn_port.keras_models.streaming_model): {layer}_forward/..., {layer}_backward/...
         row = max((r for r in self.stock_layers if name.startswith(r["layer"] + "/") or (
             r["type"] == "Bidirectional" and re.match(re.escape(r["layer"]) + "_(forward|backward)/", name))),
             default=None, key=lambda r: len(r["layer"]))

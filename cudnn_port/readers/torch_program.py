@@ -3,9 +3,9 @@ read, ``torch.export.load`` never runs), each node translated in order into a Ke
 :func:`cudnn_port.roads.model.export` writes as every whole-model artifact.
 
 - each user input a ``keras.Input`` named as the program names it (a name a SavedModel signature does not keep, as
-  ``_x``, as :func:`~cudnn_port.model_inputs.signature_names` gives it: ``x``), of its dtype, with its batch and time
-  dimensions free: batch is what the program marked dynamic (``torch.export.Dim``), time is the length the
-  recurrent nodes were exported at (torch.export cannot keep an RNN's length symbolic, so every ``.pt2`` of one is
+  ``_x``, as :func:`~cudnn_port.keras_models.model_inputs.signature_names` gives it: ``x``), of its dtype, with its
+  batch and time dimensions free: batch is what the program marked dynamic (``torch.export.Dim``), time is the length
+  the recurrent nodes were exported at (torch.export cannot keep an RNN's length symbolic, so every ``.pt2`` of one is
   fixed in time: docs/sources.md);
 - each ``aten.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu`` node one fused layer of :mod:`cudnn_port.layers` holding
   the module's stack as :class:`~cudnn_port.readers.pytorch.PyTorchSource` reads it (states in PyTorch's
@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ..errors import UnsupportedError, short
-from ..model_inputs import signature_names
+from ..keras_models.model_inputs import signature_names
 from ..source import SourceType
 from .keras_model import KerasModelSource
 from .pytorch import PyTorchSource
@@ -80,8 +80,8 @@ def translate(path: str, source: Optional[Any] = None) -> "Any":
 
 
 def program_input_names(path: str) -> Dict[str, str]:
-    """{the name every artifact takes (:func:`~cudnn_port.model_inputs.signature_names`): the program's own name
-    (its forward's argument, as PyTorch's kernels take it)} for each user input of the program at ``path``."""
+    """{the name every artifact takes (:func:`~cudnn_port.keras_models.model_inputs.signature_names`): the program's
+    own name (its forward's argument, as PyTorch's kernels take it)} for each user input of the program at ``path``."""
     inputs = read_program(path).inputs
     return dict(zip(signature_names(inputs), inputs))
 

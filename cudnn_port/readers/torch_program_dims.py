@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from ..errors import CudnnPortError, UnsupportedError
-from ..model_inputs import signature_names
+from ..keras_models.model_inputs import signature_names
 from .torch_program_graph import RECURRENT, Program, module_of, op_name, read_program
 
 
@@ -114,7 +114,7 @@ def reshape_size(program: Program, node: Dict[str, Any], x: Any, size: List[Any]
 
 
 def axis_roles(path: str, model: Any) -> Dict[str, List[Optional[str]]]:
-    """{input name (the model's, :func:`~cudnn_port.model_inputs.signature_names`), or ``output_N``: each
+    """{input name (the model's, :func:`~cudnn_port.keras_models.model_inputs.signature_names`), or ``output_N``: each
     dimension's role, ``"batch"``, ``"time"`` or None} of the program at ``path`` translated into ``model``: an
     input's time is the dimension of the length its recurrent nodes were
     exported at, its batch the other free one (an input read time-major by a ``batch_first=False`` layer is

@@ -15,7 +15,7 @@ renamed into place (:mod:`cudnn_port.outdir`):
   named ``batch`` and ``time``;
 - every whole-model artifact takes an input an Embedding reads as int32 ids (float ids, Keras' default dtype) or as
   the model's ``keras.Input`` states them; ``ids_dtype`` (int32, int64 or float32) chooses for all of them
-  (:mod:`cudnn_port.model_inputs`);
+  (:mod:`cudnn_port.keras_models.model_inputs`);
 - ``OUT/model.tflite``: TensorFlow's TFLite converter for the rest of the model, each fused layer spliced in as this
   project's builtin TFLite ops (:mod:`cudnn_port.exports.tflite_model`): no Flex or custom op; signature
   ``serving_default`` with the same input and output names. Where the converter cannot express some other layer
@@ -26,8 +26,8 @@ renamed into place (:mod:`cudnn_port.outdir`):
   ``with_initial_state`` signature, ``frozen_graph.pb``, ``model.onnx``, ``model.tflite``, ``model_stateful.tflite``):
   step functions for decoding;
 - ``OUT/keras/model.keras``: the model as given (fused layers, or stock Keras LSTM / GRU / Bidirectional layers,
-  which :mod:`cudnn_port.stock_keras` turned into fused ones for the artifacts), so that ``verify`` can rebuild the
-  judge when the original file is gone;
+  which :mod:`cudnn_port.keras_models.stock_keras` turned into fused ones for the artifacts), so that ``verify`` can
+  rebuild the judge when the original file is gone;
 - ``OUT/model_parity.json``: the whole model's outputs from each artifact against an independent judge (the model
   as given, each fused layer's stack computed by the NumPy reference, :mod:`cudnn_port.judging.stock`) on seeded
   inputs;
@@ -57,18 +57,18 @@ from .buffers import prepare_stacks
 from .model_signature import output_keys, signature_specs, traced
 from .stack import write_stacks
 from ..judging.tasks import TASK, load_task
-from ..model_inputs import check_ids_dtype, declared_batch, to_records
+from ..keras_models.model_inputs import check_ids_dtype, declared_batch, to_records
 from ..progress import Progress, say_to
 from ..judging.model_rows import precision_row, whole_model_run
 from ..judging.torch_program import JUDGE as PROGRAM_JUDGE, program_rows
-from ..precision import float32_policy, float32_twin
+from ..keras_models.precision import float32_policy, float32_twin
 from ..quiet import library_call
 from ..readers import translated_from
 from ..readers.keras_model import KerasModelSource, load_model_file
 from ..readers.torch_program import PROGRAM_FORMAT, SCRIPT_FORMAT, axis_roles, is_program, program_input_names, \
     renamed_inputs, translate
-from ..stock_keras import rewrite
-from ..streaming_model import streaming_twin
+from ..keras_models.stock_keras import rewrite
+from ..keras_models.streaming_model import streaming_twin
 
 if TYPE_CHECKING:
     import keras
@@ -88,8 +88,8 @@ def export(model: "keras.Model", out: "os.PathLike[str] | str", *, style: Option
     (the checkpoint and ``keras/model.keras``, the judge's copy, are always written). ``ids_dtype``: the dtype every
     artifact takes for an input an Embedding reads, int32, int64 or float32 (default: int32 where the model records
     float ids, else the model's own). A mixed-precision model gets
-    float32 artifacts, judged by the model in float32 (:mod:`cudnn_port.precision`). Only cudnn-port's own words
-    reach stderr during the call; ``verbose=True`` lets the libraries' through. Raises
+    float32 artifacts, judged by the model in float32 (:mod:`cudnn_port.keras_models.precision`). Only cudnn-port's
+    own words reach stderr during the call; ``verbose=True`` lets the libraries' through. Raises
     :class:`~cudnn_port.errors.ParityError` if an artifact disagrees with the judge."""
     with library_call(verbose), float32_policy():  # new layers compute in float32 whatever the script's policy
         return _export(model, out, style=style, force=force, progress=progress, seed=seed, path=path, xla=xla,

@@ -7,13 +7,13 @@ from typing import Any, List, Optional, Sequence, Tuple
 from ..deps import import_tf
 from ..judging.parity import sample_inputs
 from ..layer_paths import forced_path
-from ..model_inputs import as_model_takes, built_from_a_batch, embedding_vocabularies, input_specs
+from ..keras_models.model_inputs import as_model_takes, built_from_a_batch, embedding_vocabularies, input_specs
 
 
 def signature_specs(model: Any, ids_dtype: Optional[str]) -> Tuple[List[Any], List[str]]:
-    """The whole model's input specs (:func:`cudnn_port.model_inputs.input_specs`) and the warnings they raise. A
-    Sequential model whose input records a batch size or a length (built from a batch, or given them by its
-    keras.Input: the two look alike) is run once on other sizes (3 rows, 7 steps): one that runs takes any batch and
+    """The whole model's input specs (:func:`cudnn_port.keras_models.model_inputs.input_specs`) and the warnings
+    they raise. A Sequential model whose input records a batch size or a length (built from a batch, or given them by
+    its keras.Input: the two look alike) is run once on other sizes (3 rows, 7 steps): one that runs takes any batch and
     length; one that cannot run on another length (a ``Flatten`` after its recurrent layer, say) keeps its length,
     and one that cannot run on another batch size keeps that too, each with a warning."""
     warnings: List[str] = []

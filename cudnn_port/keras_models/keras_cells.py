@@ -1,13 +1,13 @@
 """Keras' own recurrent layers read by their structure, nothing built: which of Keras' cells a layer holds
 (:func:`cell_kind`, :func:`is_stack`, :func:`cell_leaves`, :func:`state_count`), a ``Bidirectional``'s two layers
 (:func:`layer_halves`), and which layers keep states between calls and which nested models hold them
-(:func:`stateful_layers`, :func:`stateful_holders`): what :mod:`cudnn_port.streaming_model` streams and
-:mod:`cudnn_port.stock_keras` rewrites.
+(:func:`stateful_layers`, :func:`stateful_holders`): what :mod:`.streaming_model` streams and
+:mod:`.stock_keras` rewrites.
 """
 from typing import Any, Dict, Iterator, List, Optional
 
 
-# stock layers whose states are h (and c) [batch, units] (an RNN of another cell is refused by cudnn_port.stock_keras)
+# stock layers whose states are h (and c) [batch, units] (an RNN of another cell is refused by stock_keras)
 STREAMED = ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional")
 CELLS = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}  # Keras' cells: the layer each equals
 
@@ -26,7 +26,7 @@ def is_stateful(layer: Any) -> bool:
     """Whether ``layer`` is a stock recurrent layer of :data:`STREAMED` (a ``Bidirectional``: either half) with
     ``stateful=True``."""
     if type(layer).__name__ not in STREAMED or not type(layer).__module__.startswith("keras."):
-        return False  # another layer's statefulness is refused with its other reasons (cudnn_port.stock_keras)
+        return False  # another layer's statefulness is refused with its other reasons (stock_keras)
     inner = [layer.forward_layer, layer.backward_layer] if hasattr(layer, "forward_layer") else [layer]
     return any(getattr(rnn, "stateful", False) for rnn in inner)
 

@@ -8,7 +8,7 @@ verdict (a number, not a failure: it is the half-precision rounding the original
 """
 import contextlib
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 
 if TYPE_CHECKING:
     import keras

@@ -6,7 +6,7 @@ LiteRT sizes a ``RESHAPE`` whose shape is computed from ``tf.shape`` only while 
 computes a ``Dense`` on a sequence as ``tf.tensordot`` (reshapes around a ``MatMul``), a ``Reshape`` with the batch
 size read at run time and a ``RepeatVector`` as a reshape and ``tf.repeat``; its ``TimeDistributed`` loops over the
 steps where the time axis is dynamic, which traces to TensorList ops that ONNX and TFLite do not hold. Each class here
-takes such a layer's place in the rewritten model (:func:`cudnn_port.stock_keras.rewrite`), holding the same layer
+takes such a layer's place in the rewritten model (:func:`.stock_keras.rewrite`), holding the same layer
 (its variables shared), and computes the same numbers:
 
 - :class:`SequenceDense`: ``Dense`` on ``[batch, time, ..., features]`` as one broadcasting ``MatMul``
@@ -25,7 +25,7 @@ Masks pass through each as through the layer it replaces.
 from typing import Any, List, Optional, Sequence, Tuple
 
 import keras
-from .deps import import_tf
+from ..deps import import_tf
 
 
 class _Replacing(keras.layers.Layer):
@@ -106,7 +106,7 @@ def _plain_dense(layer) -> bool:
 def sized(layer: keras.layers.Layer, recurrent_inside: Any) -> Optional[keras.layers.Layer]:
     """The layer of this module that takes the stock ``layer``'s place, or None to keep ``layer``.
     ``recurrent_inside(layer)``: whether a layer holds a recurrent one (a ``TimeDistributed`` of one is a
-    :class:`TimeFolded` around its fused form, which :func:`cudnn_port.stock_keras.rewrite` makes itself)."""
+    :class:`TimeFolded` around its fused form, which :func:`.stock_keras.rewrite` makes itself)."""
     if not type(layer).__module__.startswith("keras."):
         return None
     kind, args = type(layer).__name__, dict(name=layer.name, dtype=layer.dtype_policy)

@@ -1,20 +1,20 @@
 """A stock Keras recurrent layer's fused form: the adapter that takes its place in a rewritten model
-(:mod:`cudnn_port.stock_adapter`), its fused layer holding the stock layer's weights packed into cuDNN's buffer
+(:mod:`.stock_adapter`), its fused layer holding the stock layer's weights packed into cuDNN's buffer
 (Keras' kernels are the canonical weights: :func:`cudnn_port.targets.keras.read`, :func:`cudnn_port.layout.pack`).
 
-Which layers get one, and the model rebuilt around them, is :mod:`cudnn_port.stock_keras`; the shape of the form is
-decided here: one :class:`~cudnn_port.stock_adapter.StockAdapter` for an ``LSTM`` / ``GRU`` / ``SimpleRNN`` (or a
-``Bidirectional`` of two alike), a :class:`~cudnn_port.stock_adapter.StackedAdapter` of one per cell for
-``RNN(StackedRNNCells)``, a :class:`~cudnn_port.stock_adapter.StackedPairAdapter` for a ``Bidirectional`` whose
+Which layers get one, and the model rebuilt around them, is :mod:`.stock_keras`; the shape of the form is
+decided here: one :class:`~.stock_adapter.StockAdapter` for an ``LSTM`` / ``GRU`` / ``SimpleRNN`` (or a
+``Bidirectional`` of two alike), a :class:`~.stock_adapter.StackedAdapter` of one per cell for
+``RNN(StackedRNNCells)``, a :class:`~.stock_adapter.StackedPairAdapter` for a ``Bidirectional`` whose
 directions are stacks of their own.
 """
 from typing import TYPE_CHECKING, Any, List, Optional
 
 import numpy as np
 
-from .layout import RNNSpec, pack
+from ..layout import RNNSpec, pack
 from .streaming_model import cell_kind, is_stack
-from .targets import keras as keras_target
+from ..targets import keras as keras_target
 
 if TYPE_CHECKING:
     import keras
@@ -37,7 +37,7 @@ def stock_kind(rnn: Any) -> Optional[str]:
 
 def two_stacks(layer: "keras.layers.Layer") -> bool:
     """Whether a ``Bidirectional``'s directions are each a stack of their own (a
-    :class:`~cudnn_port.stock_adapter.StackedPairAdapter`): either is an ``RNN(StackedRNNCells)``, or the backward
+    :class:`~.stock_adapter.StackedPairAdapter`): either is an ``RNN(StackedRNNCells)``, or the backward
     layer is not the forward one reversed (another kind, size or function: ``backward_layer=GRU(...)`` under an
     LSTM; a forward layer that runs backwards), which one bidirectional stack, one cell for both directions, cannot
     hold."""
@@ -62,7 +62,7 @@ def cell_weights(cell: Any) -> List[Any]:
 
 
 def _mode(cell) -> str:
-    """The fused mode of a stock LSTM / GRU / SimpleRNN cell that :func:`cudnn_port.stock_keras.classify` passed."""
+    """The fused mode of a stock LSTM / GRU / SimpleRNN cell that :func:`.stock_keras.classify` passed."""
     name = cell_kind(cell)
     if name == "SimpleRNN":
         return "rnn_relu" if cell.get_config().get("activation") == "relu" else "rnn_tanh"
@@ -73,8 +73,8 @@ STACKED_CELL = "{layer}_cell_{k}"  # the name of cell k's adapter (and fused lay
 
 
 def adapter(layer: "keras.layers.Layer", name: Optional[str] = None) -> "keras.layers.Layer":
-    """The :class:`~cudnn_port.stock_adapter.StockAdapter` of a stock LSTM / GRU / SimpleRNN / Bidirectional, weights
-    packed; for an ``RNN(StackedRNNCells(...))``, a :class:`~cudnn_port.stock_adapter.StackedAdapter` of one per cell
+    """The :class:`~.stock_adapter.StockAdapter` of a stock LSTM / GRU / SimpleRNN / Bidirectional, weights
+    packed; for an ``RNN(StackedRNNCells(...))``, a :class:`~.stock_adapter.StackedAdapter` of one per cell
     (named :data:`STACKED_CELL`). Named ``name`` (default: as ``layer``)."""
     name = name or layer.name
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
@@ -109,7 +109,7 @@ DIRECTIONS = ("forward", "backward")  # a Bidirectional of StackedRNNCells: its 
 
 
 def _stacked_adapter(rnn, name):
-    """The :class:`~cudnn_port.stock_adapter.StackedAdapter` named ``name`` of ``RNN(StackedRNNCells(...))`` ``rnn``:
+    """The :class:`~.stock_adapter.StackedAdapter` named ``name`` of ``RNN(StackedRNNCells(...))`` ``rnn``:
     one adapter per cell, named :data:`STACKED_CELL`, their variables under ``name``; a StackedRNNCells among the
     cells is a StackedAdapter of its own in that place (its cells' states nested in one list, as Keras nests them)."""
     return _stack(rnn.cell.cells, name, go_backwards=bool(rnn.go_backwards),
@@ -138,7 +138,7 @@ def _stack(cells, name, *, go_backwards, return_sequences, return_state, zero_ou
 
 
 def _cell_adapter(cells, name, **flags):
-    """A :class:`~cudnn_port.stock_adapter.StockAdapter` named ``name`` of stock ``cells`` (one per direction),
+    """A :class:`~.stock_adapter.StockAdapter` named ``name`` of stock ``cells`` (one per direction),
     their weights packed into its fused layer's buffer; ``flags``: the adapter's."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     from .stock_adapter import StockAdapter

@@ -32,7 +32,7 @@ Refused in one line: a stateful layer of a cell other than Keras' own, or of a `
 import re
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 from .keras_cells import (cell_kind, cell_leaves, is_stack, layer_halves, state_count, stateful_holders,
                           stateful_layers)
 

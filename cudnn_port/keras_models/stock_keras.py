@@ -6,22 +6,22 @@ checks before it picks cuDNN: ``activation="tanh"``, ``recurrent_activation="sig
 ``GRU(reset_after=False)``, which cuDNN does not compute but the same buffer holds: its fused layer runs CPU ops only,
 its ONNX node is ``GRU`` with ``linear_before_reset=0``; a ``SimpleRNN`` with ``activation`` ``"tanh"`` or ``"relu"``,
 cuDNN's ``RNN_TANH`` / ``RNN_RELU``; ``use_bias=False`` is cuDNN's math with zero biases, ``unroll=True`` computes the
-same steps without a loop, and dropout does nothing at inference) is a :class:`~cudnn_port.stock_adapter.StockAdapter`
+same steps without a loop, and dropout does nothing at inference) is a :class:`~.stock_adapter.StockAdapter`
 around a fused layer holding the same weights: Keras' kernels are the canonical weights
 (:func:`cudnn_port.targets.keras.read`, packed by :func:`cudnn_port.layout.pack`). ``Dense``, ``Reshape``,
 ``RepeatVector`` and ``TimeDistributed`` are recomputed with ops LiteRT sizes before the model runs, and without Keras'
-per-step loop (:mod:`cudnn_port.sized_layers`); a ``TimeDistributed`` of a recurrent layer (or of a model holding one)
+per-step loop (:mod:`.sized_layers`); a ``TimeDistributed`` of a recurrent layer (or of a model holding one)
 runs its fused form once on ``[batch * time, steps, ...]``, which computes each sequence alone as Keras' per-step
 calls do. Every other layer is the user's own layer object, reused (nested
 Functional / Sequential models are rebuilt around them). The rewritten model then takes the whole-model road
 (:mod:`cudnn_port.roads.model`), which judges it against the ORIGINAL model: Keras' own outputs.
 
 ``RNN(LSTMCell(64))`` is ``LSTM(64)`` and converts as it; ``RNN(StackedRNNCells([...]))`` of such cells is a
-:class:`~cudnn_port.stock_adapter.StackedAdapter`, one adapter (and fused stack) per cell, and a ``Bidirectional`` of
-one a :class:`~cudnn_port.stock_adapter.StackedPairAdapter` of two.
+:class:`~.stock_adapter.StackedAdapter`, one adapter (and fused stack) per cell, and a ``Bidirectional`` of
+one a :class:`~.stock_adapter.StackedPairAdapter` of two.
 
 A ``stateful=True`` layer is made stateless first, its states inputs and outputs of the model
-(:mod:`cudnn_port.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
+(:mod:`.streaming_model`). Refused with one line naming the layer and the reason: every other recurrent
 layer (a function outside :data:`~cudnn_port.layout.ACTIVATIONS`, such as ``glu`` or the user's own;
 ``ConvLSTM*``; ``RNN`` of a cell other than Keras' ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``, or of
 ``StackedRNNCells`` holding one), a stateful layer inside ``TimeDistributed`` (Keras carries its states from one
@@ -34,8 +34,8 @@ the same set.
 import collections
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
-from .errors import UnsupportedError
-from .layout import ACTIVATIONS, GATE_ACTIVATIONS
+from ..errors import UnsupportedError
+from ..layout import ACTIVATIONS, GATE_ACTIVATIONS
 from .stock_fused import adapter, stacked, stock_kind, two_stacks
 from .streaming_model import cell_kind, is_stack
 
@@ -111,7 +111,7 @@ def classify(layer: "keras.layers.Layer") -> Optional[Dict[str, Any]]:
     inner = [layer.forward_layer, layer.backward_layer] if kind == "Bidirectional" else [layer]
     stateful = any(getattr(rnn, "stateful", False) for rnn in inner)
     why = next((w for w in map(_why_not, inner) if w), None)
-    if stateful and why is None:  # cudnn_port.streaming_model makes it a stateless layer, states in and out
+    if stateful and why is None:  # streaming_model makes it a stateless layer, states in and out
         return dict(row, why="stateful=True: streamed, its states are inputs and outputs")
     if why is None and kind == "Bidirectional" and two_stacks(layer):
         return dict(row, why="its directions differ: each a stack of its own")
@@ -126,7 +126,7 @@ def _walk(model, prefix="", folded=False):
     that is not Functional / Sequential (a subclassed one, which cannot be rebuilt) is refused, and so is a stateful
     one in a model inside ``TimeDistributed`` (``folded``)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
-    from .layers import CudnnRNN
+    from ..layers import CudnnRNN
     from .stock_adapter import StackedAdapter, StackedPairAdapter, StockAdapter
 
     for layer in getattr(model, "layers", None) or []:
@@ -157,7 +157,7 @@ def plan(model: "keras.Model") -> List[Dict[str, Any]]:
 
 def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, strict: bool = True,
             sized: bool = True) -> "keras.Model":
-    """``model`` itself when it holds no stock layer to fuse or to size (:mod:`cudnn_port.sized_layers`: ``Dense``,
+    """``model`` itself when it holds no stock layer to fuse or to size (:mod:`.sized_layers`: ``Dense``,
     ``Reshape``, ``RepeatVector``, ``TimeDistributed``); else an equivalent Functional / Sequential model whose
     eligible stock layers are fused and sized (``sized=False``: those left as they are, for a judge run in Keras;
     the other layers are shared with ``model``, which is left unchanged). Raises
@@ -172,7 +172,7 @@ def rewrite(model: "keras.Model", say: Optional[Callable[[str], None]] = None, s
             raise UnsupportedError(f"layer {row['layer']} ({row['type']}): {row['why']}")
         if row["verdict"] == FUSED and getattr(layer, "stateful", False):  # export streams it first
             raise UnsupportedError(f"layer {row['layer']} ({row['type']}): stateful=True; make the model a "
-                                   "streaming one first (cudnn_port.streaming_model.streaming_twin)")
+                                   "streaming one first (cudnn_port.keras_models.streaming_model.streaming_twin)")
     for row, _ in rows:
         if row["verdict"] == FUSED and say:
             say(f"stock layer {row['layer']} ({row['type']}) becomes a fused stack")
@@ -238,7 +238,7 @@ def _nested(layer) -> bool:
 def _time_distributed(layer, fused, sized, name=None):
     """The layer in the place of ``TimeDistributed`` ``layer`` when it holds a layer to fuse (None: keep it): the
     wrapped layer's adapter (named ``name``, default as ``layer``: the judges find a stack by the wrapper's name), or
-    its model rewritten, called once on ``[batch * time, ...]`` (:class:`~cudnn_port.sized_layers.TimeFolded`;
+    its model rewritten, called once on ``[batch * time, ...]`` (:class:`~.sized_layers.TimeFolded`;
     ``sized=False``: Keras' own ``TimeDistributed`` around it, for a judge that shares no sized layer)."""
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras

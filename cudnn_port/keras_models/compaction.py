@@ -16,7 +16,7 @@ permutation costs a ``[B, T, T]`` comparison, small beside the recurrent layer f
 """
 from typing import TYPE_CHECKING, Tuple
 
-from .deps import import_tf
+from ..deps import import_tf
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -1,7 +1,7 @@
 """A stock Keras ``LSTM`` / ``GRU`` / ``SimpleRNN`` / ``Bidirectional`` layer computed by one fused layer
 (:mod:`cudnn_port.layers`).
 
-:class:`StockAdapter` takes the stock layer's place in a rewritten model (:mod:`cudnn_port.stock_keras`): it holds a
+:class:`StockAdapter` takes the stock layer's place in a rewritten model (:mod:`.stock_keras`): it holds a
 ``CudnnLSTM`` / ``CudnnGRU`` / ``CudnnRNNTanh`` / ``CudnnRNNRelu`` (one layer, D = 1 or 2,
 ``return_sequences=True, return_state=True``) named as the stock layer, with the stock layer's weights packed into
 its buffer, and turns the fused layer's interface into the stock
@@ -10,8 +10,8 @@ layer's. What differs:
 - masks: Keras' loop skips a masked step (the states carry over; the output there is zeros with
   ``zero_output_for_mask``, else the previous step's output, zeros before any kept step), whatever the mask; the
   fused layer takes right-padded masks. So each row's kept steps are gathered to the front in time order
-  (:func:`cudnn_port.compaction.plan`), the fused layer runs on them with lengths = the count of kept steps, and
-  step ``t`` gets the compacted output ``c(t) - 1``, ``c = cumsum(mask)`` (:func:`~cudnn_port.compaction.expand`);
+  (:func:`.compaction.plan`), the fused layer runs on them with lengths = the count of kept steps, and
+  step ``t`` gets the compacted output ``c(t) - 1``, ``c = cumsum(mask)`` (:func:`~.compaction.expand`);
   the final states are the compacted run's (a row keeping no step keeps its initial states). A bidirectional fused
   layer's backward direction over the kept steps is Keras' backward layer skipping the masked ones. Exact for any
   mask (left padding, holes); the identity for a right-padded one;
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 import keras
 
 from .compaction import expand, gather_steps, last_output, plan
-from .deps import import_tf
-from .layer_paths import shared
-from .layers import FUSED_CLASSES
-from .layout import own_activation
+from ..deps import import_tf
+from ..layer_paths import shared
+from ..layers import FUSED_CLASSES
+from ..layout import own_activation
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -149,7 +149,7 @@ class StackedAdapter(keras.layers.Layer):
         return list(self.adapters)
 
     def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
-        self.built = True  # each adapter was built with its weights (cudnn_port.stock_keras)
+        self.built = True  # each adapter was built with its weights (cudnn_port.keras_models.stock_keras)
 
     def call(self, sequences: "tf.Tensor", initial_state: "Optional[Sequence[Any]]" = None,
              mask: "Optional[tf.Tensor]" = None, training: Optional[bool] = None) -> Any:
@@ -199,7 +199,7 @@ class StackedPairAdapter(keras.layers.Layer):
         return [self.forward, self.backward]
 
     def build(self, input_shape: Tuple[Optional[int], ...]) -> None:
-        self.built = True  # each stack was built with its weights (cudnn_port.stock_keras)
+        self.built = True  # each stack was built with its weights (cudnn_port.keras_models.stock_keras)
 
     def call(self, sequences: "tf.Tensor", initial_state: "Optional[Sequence[Any]]" = None,
              mask: "Optional[tf.Tensor]" = None, training: Optional[bool] = None) -> Any:
@@ -251,6 +251,6 @@ def _merged(pair, merge_mode):
 
 
 def _plan(mask):
-    """:func:`cudnn_port.compaction.plan` of ``mask`` and the right-padded mask of its lengths."""
+    """:func:`.compaction.plan` of ``mask`` and the right-padded mask of its lengths."""
     order, lengths, counts = plan(mask)
     return order, lengths, counts, import_tf().sequence_mask(lengths, import_tf().shape(mask)[1])

@@ -19,8 +19,8 @@ take, whichever model judges them.
 """
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
-from .deps import import_tf
-from .errors import CudnnPortError
+from ..deps import import_tf
+from ..errors import CudnnPortError
 
 TF_INPUT_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")  # an input name a SavedModel signature keeps
 IDS_DTYPES = ("int32", "int64", "float32")  # what --ids-dtype takes: the dtypes an Embedding's ids come in
