@@ -2,7 +2,7 @@
 
     manifest = new_manifest(source, "name-based (TF1)", "names kept as they are", ["checkpoint", "onnx"], "tf1")
     manifest.stacks.append(StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn",
-                                       spec=SpecRecord.from_dict(spec.to_dict())))
+                                       spec=SpecRecord.of(spec.to_dict())))
     save_manifest(manifest, tmp)                          # hashes every file of tmp into manifest.files, writes it
     manifest = load_manifest(out)                         # checked to be ours, whole, of a version we read
 
@@ -62,7 +62,7 @@ class StackRecord(Record):
     slots: Dict[str, SlotRecord] = dataclasses.field(default_factory=dict)
     artifacts: Dict[str, str] = dataclasses.field(default_factory=dict)
     scheme: Optional[str] = road_field()  # the target's naming scheme, where it has several (tf1: legacy names)
-    stored_canonical: Optional[StoredCanonicalRecord] = road_field()  # canonical tensors stored beside the buffer: agree?
+    stored_canonical: Optional[StoredCanonicalRecord] = road_field()  # canonical tensors stored beside the buffer
     graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()  # the frozen graph's input and output tensors
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -92,7 +92,7 @@ class Manifest(Record):
     name_map: Optional[Dict[str, List[str]]] = road_field()  # buffer variable -> the tensors written for it
     copied: Optional[List[str]] = road_field()  # source variables copied unchanged
     dropped: Optional[List[str]] = road_field()  # source variables left out
-    replaced: Optional[Dict[str, StoredTensorRecord]] = road_field()  # canonical tensors rewritten under their own names
+    replaced: Optional[Dict[str, StoredTensorRecord]] = road_field()  # stored canonical tensors rewritten
     saved_model_xla: Optional[bool] = road_field()
     nodes: Optional[List[NodeRecord]] = road_field()  # the cuDNN nodes called, each rewritten
     uncalled_functions_dropped: Optional[DroppedRecord] = road_field()

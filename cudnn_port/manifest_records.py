@@ -15,7 +15,6 @@ written back unchanged. ``record["key"]`` / ``.get`` / ``.setdefault`` answer by
 form.
 """
 import dataclasses
-import functools
 import typing
 from typing import (TYPE_CHECKING, Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Tuple, Type, TypeVar,
                     Union)
@@ -46,6 +45,14 @@ class Record:
         hints = _hints(type(self))
         for name in self._fields():  # nested JSON forms (dicts, lists of dicts) built into their records
             object.__setattr__(self, name, _build(hints[name], getattr(self, name), strict=True))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a record or a dict of the same JSON form (what users of the JSON form compare with)."""
+        if isinstance(other, Record):
+            other = other.to_dict()
+        return isinstance(other, dict) and self.to_dict() == other
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as dicts are
 
     def _fields(self) -> List[str]:
         return [f.name for f in dataclasses.fields(self) if f.name != "extra"]
@@ -108,14 +115,26 @@ class Record:
         return out
 
     @classmethod
+    def of(cls: Type[_R], data: Dict[str, Any]) -> _R:
+        """The record of a JSON form the code builds: a key the record does not declare is refused (KeyError)."""
+        built: _R = _build(cls, data, strict=True)
+        return built
+
+    @classmethod
     def from_dict(cls: Type[_R], data: Dict[str, Any]) -> _R:
         """The record of a JSON form as a manifest holds it; a key this version does not know goes to ``extra``."""
-        return _build(cls, data, strict=False)  # type: ignore[no-any-return]
+        built: _R = _build(cls, data, strict=False)
+        return built
 
 
-@functools.lru_cache(maxsize=None)
+_HINTS: Dict[type, Dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> Dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The field types of record class ``cls`` (read once)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _build(hint: Any, value: Any, strict: bool) -> Any:
@@ -135,12 +154,14 @@ def _build(hint: Any, value: Any, strict: bool) -> Any:
     if origin is Union:
         inner = [a for a in args if a is not type(None)]
         return value if value is None or len(inner) != 1 else _build(inner[0], value, strict)
-    if origin is list and isinstance(value, list):
-        return [_build(args[0], v, strict) for v in value]
-    if origin is tuple and isinstance(value, (list, tuple)):
+    if origin is list and isinstance(value, list):  # the same list where no item changes (code appends to it)
+        items = [_build(args[0], v, strict) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    if origin is tuple and isinstance(value, list):
         return tuple(value)
     if origin is dict and isinstance(value, dict) and args:
-        return {k: _build(args[1], v, strict) for k, v in value.items()}
+        entries = {k: _build(args[1], v, strict) for k, v in value.items()}
+        return value if all(entries[k] is v for k, v in value.items()) else entries
     return value
 
 
@@ -154,7 +175,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class SpecRecord(Record):
     """A cuDNN stack's spec as :meth:`cudnn_port.layout.RNNSpec.to_dict` writes it (``RNNSpec(**record.to_dict())``
     gives it back): the cell's own activations and GRU reset_after absent unless they differ."""
@@ -171,7 +192,7 @@ class SpecRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class SlotRecord(Record):
     """An optimizer slot of a stack converted beside it: the tensors written, and its largest |b_W - b_R|."""
     targets: List[str] = dataclasses.field(default_factory=list)
@@ -179,7 +200,7 @@ class SlotRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class StoredCanonicalRecord(Record):
     """Canonical tensors stored beside a buffer: how many, the largest difference to the converted ones, whether
     all agree."""
@@ -189,7 +210,7 @@ class StoredCanonicalRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class StoredTensorRecord(Record):
     """One stored canonical tensor against the one converted from the buffer (manifest ``replaced``)."""
     agrees: bool
@@ -198,7 +219,7 @@ class StoredTensorRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class TensorSpecRecord(Record):
     """A whole model's input or output: name, dtype, shape (None: any size); a .pt2's input also ``program_name``
     (its forward's argument: ``_x`` where name is ``x``); an output of a dict its ``key``; ``axes`` each dimension's
@@ -212,7 +233,7 @@ class TensorSpecRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class StreamRecord(Record):
     """A stateful layer exported as a streaming model: its state inputs and the outputs that return them
     (``given_initial_state``: the model gives it initial states, so it has none of its own)."""
@@ -223,7 +244,7 @@ class StreamRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class ModelLayerRecord(Record):
     """A fused or stock recurrent layer of a whole model and its stack: the user's layer, its type, the cell of a
     StackedRNNCells and the direction of a Bidirectional where the stack is one of those."""
@@ -236,7 +257,7 @@ class ModelLayerRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class ParityRecord(Record):
     """The export's own whole-model check: passed, the judge, and a row (artifact, max_abs, passed) per artifact
     (model_parity.json has the details)."""
@@ -246,7 +267,7 @@ class ParityRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class PrecisionRecord(Record):
     """A mixed-precision model: its policy, what the artifacts compute in, their judge, and the model's own distance
     to that judge."""
@@ -257,7 +278,7 @@ class PrecisionRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class Int8Record(Record):
     """An int8 artifact: its path, the quantization settings ({"LSTM": ..., "MatMul": ...}), bytes
     ({"float32": ..., "int8": ...}), the ops quantized and those left float32 (op -> count), warnings."""
@@ -270,7 +291,7 @@ class Int8Record(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class OnnxInputRecord(Record):
     """The input of model.onnx where it holds a signature's numeric part: its name, dtype, shape (-1: any size),
     the graph tensor it replaces and the string inputs it is computed from."""
@@ -282,7 +303,7 @@ class OnnxInputRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class NodeRecord(Record):
     """A cuDNN node of a SavedModel: its function, name, op, time_major and spec; a GPU alternative's also what it
     converts as."""
@@ -295,7 +316,7 @@ class NodeRecord(Record):
     extra: Dict[str, Any] = _extra()
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class DroppedRecord(Record):
     """What pruning dropped: how many functions, and those that held cuDNN ops (name -> the ops)."""
     count: int = 0
