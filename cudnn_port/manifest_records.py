@@ -179,13 +179,13 @@ def _plain(value: Any) -> Any:
 class SpecRecord(Record):
     """A cuDNN stack's spec as :meth:`cudnn_port.layout.RNNSpec.to_dict` writes it (``RNNSpec(**record.to_dict())``
     gives it back): the cell's own activations and GRU reset_after absent unless they differ."""
-    mode: str
-    num_layers: int
-    num_units: int
-    input_size: int
-    bidirectional: bool = False
-    dtype: str = "float32"
-    num_proj: int = 0
+    mode: str  # the cell: "lstm", "gru", "rnn_tanh" or "rnn_relu"
+    num_layers: int  # L
+    num_units: int  # H
+    input_size: int  # I, layer 0's input width
+    bidirectional: bool = False  # D = 2 when true
+    dtype: str = "float32"  # the buffer's element type
+    num_proj: int = 0  # P, an LSTM's projection size (0: none)
     reset_after: Optional[bool] = road_field()
     activation: Optional[str] = road_field()
     recurrent_activation: Optional[str] = road_field()
@@ -202,8 +202,7 @@ class SlotRecord(Record):
 
 @dataclasses.dataclass(kw_only=True, eq=False)
 class StoredCanonicalRecord(Record):
-    """Canonical tensors stored beside a buffer: how many, the largest difference to the converted ones, whether
-    all agree."""
+    """Canonical tensors stored beside a buffer: how many, their largest difference, whether all agree."""
     count: int
     max_abs_diff: float
     agree: bool
