@@ -139,9 +139,11 @@ def _hints(cls: type) -> Dict[str, Any]:
 
 def _build(hint: Any, value: Any, strict: bool) -> Any:
     """``value`` as the field type ``hint`` holds it: a dict where a record is declared built into it (``strict``:
-    an undeclared key refused; else carried in ``extra``), a list's items and a dict's values likewise; anything
-    else as it is."""
+    an undeclared key refused; else carried in ``extra``; anything but a dict there: TypeError), a list's items and a
+    dict's values likewise; anything else as it is."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if isinstance(hint, type) and issubclass(hint, Record) and not isinstance(value, (dict, hint)):
+        raise TypeError(f"{hint.__name__} is built from a dict, not {type(value).__name__}")
     if isinstance(hint, type) and issubclass(hint, Record) and isinstance(value, dict):
         names = [f.name for f in dataclasses.fields(hint) if f.name != "extra"]
         unknown = [key for key in value if key not in names]

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from cudnn_port.errors import CudnnPortError
 from cudnn_port.manifest import MANIFEST, Manifest, StackRecord, load_manifest
 from cudnn_port.manifest_records import (Int8Record, ModelLayerRecord, ParityRecord, Record, SpecRecord,
                                          TensorSpecRecord)
@@ -139,3 +140,17 @@ def test_a_dict_built_into_a_record_reads_by_attribute_and_by_key(tmp_path):
     assert layer.spec == spec and "direction" not in layer and layer.cell == [0, 1]
     assert manifest.to_dict()["model_layers"] == [{"layer": "g", "type": "GRU", "cell": [0, 1], "spec": spec,
                                                    "stack": "g/opaque"}]
+
+
+@pytest.mark.parametrize("change", [
+    lambda raw: raw.update(parity=[True]),  # a record's place holding a list
+    lambda raw: raw["model_layers"][0].pop("spec"),  # a record without a field it must have
+    lambda raw: raw["stacks"][0].update(spec="lstm"),
+], ids=["parity-a-list", "layer-without-spec", "spec-a-string"])
+def test_a_damaged_nested_value_is_refused_in_one_line(converted, tmp_path, change):
+    raw = json.loads(converted[1])
+    change(raw)
+    (tmp_path / MANIFEST).write_text(json.dumps(raw))
+    with pytest.raises(CudnnPortError) as e:
+        load_manifest(tmp_path)
+    assert "damaged (not the fields of a manifest)" in str(e.value) and "\n" not in str(e.value)
