@@ -28,9 +28,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from ._version import __version__
 from .errors import CudnnPortError
 from .manifest_records import (DroppedRecord, Int8Record, ModelLayerRecord, NodeRecord, OnnxInputRecord,
-                               ParityRecord, PrecisionRecord, Record, SlotRecord, SpecRecord, StoredCanonicalRecord,
-                               StoredTensorRecord, StreamRecord, TensorSpecRecord, road_field)
+                               ParityRecord, PrecisionRecord, SlotRecord, SpecRecord, StoredCanonicalRecord,
+                               StoredTensorRecord, StreamRecord, TensorSpecRecord)
 from .paths import require_file
+from .record_base import Record, road_field
 from .source import ROADS
 
 TOOL = "cudnn-port"

@@ -1,8 +1,9 @@
-"""The values nested in manifest.json are typed records (cudnn_port.manifest_records): a real whole-model conversion's
-manifest.json, parsed by the json module alone, is the judge. Loaded, every nested value is its record and every
-attribute equals the JSON value under its key; written back, the records give the same JSON, byte for byte; a key
-the code does not declare is refused where a record is built, and one a newer version wrote is carried; a manifest
-without manifest_version (version 1) loads into the same records."""
+"""The values nested in manifest.json are typed records (cudnn_port.manifest_records on cudnn_port.record_base): a
+real whole-model conversion's manifest.json, parsed by the json module alone, is the judge. Loaded, every nested value
+is its record and every attribute equals the JSON value under its key; written back, the records give the same JSON,
+byte for byte; a key the code does not declare is refused where a record is built, and one a newer version wrote is
+carried; a manifest without manifest_version (version 1) loads into the same records; a damaged nested value is
+refused in one line."""
 import dataclasses
 import json
 
@@ -11,8 +12,8 @@ import pytest
 
 from cudnn_port.errors import CudnnPortError
 from cudnn_port.manifest import MANIFEST, Manifest, StackRecord, load_manifest
-from cudnn_port.manifest_records import (Int8Record, ModelLayerRecord, ParityRecord, Record, SpecRecord,
-                                         TensorSpecRecord)
+from cudnn_port.manifest_records import Int8Record, ModelLayerRecord, ParityRecord, SpecRecord, TensorSpecRecord
+from cudnn_port.record_base import Record
 from helpers import tagger
 
 # the tagger's fused layers as built (tests/helpers.py): (layer, mode, layers, bidirectional, hidden, input size);
