@@ -51,8 +51,8 @@ def bench(out: "os.PathLike[str] | str", batches: Sequence[int] = (1, 32), steps
     say = say_to(progress)
     check_out(out, manifest, trust_source=trust_source, say=say)
     rows = []
-    for stack in manifest["stacks"]:
-        spec = RNNSpec(**stack["spec"])
+    for stack in manifest.stacks:
+        spec = RNNSpec(**stack.spec.to_dict())
         names_in, _ = io_names(spec)
         for name, states, fn in _runners(out, stack, spec):
             for batch in batches:
@@ -63,9 +63,9 @@ def bench(out: "os.PathLike[str] | str", batches: Sequence[int] = (1, 32), steps
                                             np.full(batch, steps, np.int32), h, c)))
                 if states == "none":
                     feeds = {k: feeds[k] for k in ("inputs", "sequence_lengths")}
-                say(f"{stack['variable']}: {name} batch {batch}")
+                say(f"{stack.variable}: {name} batch {batch}")
                 seconds = time_call(fn, feeds, repeat)
-                rows.append({"stack": stack["variable"], "artifact": name, "batch": batch, "steps": steps,
+                rows.append({"stack": stack.variable, "artifact": name, "batch": batch, "steps": steps,
                              "latency_ms": seconds * 1e3, "sequences_per_s": batch / seconds,
                              "steps_per_s": batch * steps / seconds})
     rows += whole_model_rows(out, manifest, batches, steps, repeat, say)
@@ -76,7 +76,7 @@ def _runners(out, stack, spec):
     """(row name, what states it takes, run) for every artifact of ``stack`` (int8 ones included) in each runtime its
     format benches (one whose package is missing is left out). Artifacts that take states are fed zeros."""
     usable = [(key, rel, artifact, runtime) for key, rel, _, artifact, runtime, missing
-              in stack_runtimes(stack["artifacts"], derived=True) if runtime.bench and not missing]
+              in stack_runtimes(stack.artifacts, derived=True) if runtime.bench and not missing]
     for key, rel, artifact, runtime in usable:
         label = derived_label(key)  # "onnx int8 (onnxruntime)", verify's name for the row
         name = f"{label} ({runtime.name})" if label else key if sum(k == key for k, *_ in usable) == 1 else \
@@ -94,7 +94,7 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
     road = manifest.road
     if road not in ("model", "graph") or "saved_model" not in arts:
         return []
-    check = GraphCheck(out, manifest, manifest.get("onnx_signature", "serving_default") if road == "graph" else
+    check = GraphCheck(out, manifest, (manifest.onnx_signature or "serving_default") if road == "graph" else
                        "serving_default")
     serving = check.saved_model(os.path.join(out, arts["saved_model"])).signatures[check.signature]
     base, note = signature_feeds(serving, 0)
@@ -102,10 +102,8 @@ def whole_model_rows(out: str, manifest: "Manifest", batches: Sequence[int], ste
     open_dims = {name: spec.shape.as_list() for name, spec in serving.structured_input_signature[1].items()}
     job: Job = check
     if road == "model":
-        whole = ModelJob(None, [], out, None)
-        whole.manifest, whole.input_names, whole.count = manifest, list(manifest["model_inputs"]), \
-            len(serving.structured_outputs)
-        job = whole
+        job = ModelJob(None, [], out, None, manifest=manifest, input_names=manifest.model_inputs,
+                       count=len(serving.structured_outputs))
     rows, stack = [], "(whole model)" if road == "model" else "(whole graph)"
     for fmt in registry.on_road(road):
         part = getattr(fmt, road)

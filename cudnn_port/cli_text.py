@@ -1,7 +1,8 @@
 """The CLI's reports for a person (``--json`` prints the same dicts as JSON)."""
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 from .layout import RNNSpec
+from .manifest_records import SpecRecord
 
 if TYPE_CHECKING:
     import argparse
@@ -28,8 +29,9 @@ def trusting(args: "argparse.Namespace") -> dict:
     return {"trust_source": True} if getattr(args, "trust_source", False) else {}
 
 
-def describe(spec: Dict[str, Any]) -> str:
-    """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons)."""
+def describe(spec: Union[Dict[str, Any], SpecRecord]) -> str:
+    """RNNSpec.describe() of a spec dict from a report (candidates carry extra keys: score, reasons) or a manifest's
+    spec record."""
     return RNNSpec(**{k: spec[k] for k in SPEC_FIELDS if k in spec}).describe()
 
 
@@ -142,35 +144,37 @@ def inspect_text(report: Dict[str, Any], verbose: bool = False) -> str:
 
 def convert_text(manifest: "Manifest", out: str, verbose: bool = False) -> str:
     """convert's manifest (``verbose``: a whole Keras model's cuDNN buffers and per-layer files too)."""
-    lines, stacks = [], manifest["stacks"]
-    if manifest.road == "model" and manifest.get("model_layers") and not verbose:
+    lines, stacks = [], manifest.stacks
+    if manifest.road == "model" and manifest.model_layers and not verbose:
         return "\n".join(_keras_export_lines(manifest, out))
     if manifest.road == "graph":
-        dropped = manifest.get("uncalled_functions_dropped", {}).get("with_cudnn_ops", {})
-        lines.append(f"replaced {len(manifest['nodes'])} cuDNN nodes of {manifest['source']['checkpoint']}"
+        nodes, uncalled = manifest.nodes or [], manifest.uncalled_functions_dropped
+        dropped = uncalled.with_cudnn_ops if uncalled else {}
+        lines.append(f"replaced {len(nodes)} cuDNN nodes of {manifest.source.checkpoint}"
                      + (f"; dropped {len(dropped)} functions nothing calls that held cuDNN ops" if dropped else ""))
-        lines += [f"  {n['node']} ({n['op']}): {describe(n['spec'])}" for n in manifest["nodes"]]
-        lines += [f"  {n['node']} ({n['op']}, GPU alternative; fused in model.onnx): {describe(n['spec'])}"
-                  for n in manifest.get("gpu_alternatives", [])]
-        lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
-        lines += [f"  warning: {w}" for w in manifest.get("warnings", [])]
+        lines += [f"  {n.node} ({n.op}): {describe(n.spec)}" for n in nodes]
+        lines += [f"  {n.node} ({n.op}, GPU alternative; fused in model.onnx): {describe(n.spec)}"
+                  for n in manifest.gpu_alternatives or []]
+        lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest.model_artifacts.items()]
+        lines += [f"  warning: {w}" for w in manifest.warnings]
         lines.append(f"  manifest: {os.path.join(out, 'manifest.json')}")
         return "\n".join(lines)
     lines.append(f"converted {len(stacks)} cuDNN stack{'s' if len(stacks) != 1 else ''} from "
-                 f"{manifest['source']['checkpoint']}")
+                 f"{manifest.source.checkpoint}")
     for s in stacks:
-        lines += [f"  {s['variable']}: {describe(s['spec'])} ({s['spec_source']})",
-                  f"    -> {len(s['targets'])} tensors, e.g. {s['targets'][0]}"]
-        if s["slots"]:
-            lines.append(f"    optimizer slots converted: {', '.join(x[len(s['variable']) + 1:] for x in s['slots'])}")
-        for kind, rel in s["artifacts"].items():
-            how = {True: " (XLA-compiled)", False: " (plain ops)"}.get(manifest.get("saved_model_xla")) \
-                if kind == "saved_model" else ""
+        lines += [f"  {s.variable}: {describe(s.spec)} ({s.spec_source})",
+                  f"    -> {len(s.targets)} tensors, e.g. {s.targets[0]}"]
+        if s.slots:
+            lines.append(f"    optimizer slots converted: {', '.join(x[len(s.variable) + 1:] for x in s.slots)}")
+        for kind, rel in s.artifacts.items():
+            xla = manifest.saved_model_xla if kind == "saved_model" else None
+            how = "" if xla is None else " (XLA-compiled)" if xla else " (plain ops)"
             lines.append(f"    {kind}: {os.path.join(out, rel)}{how}")
-    lines += [f"  whole model, {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
+    lines += [f"  whole model, {kind}: {os.path.join(out, rel)}" for kind, rel in manifest.model_artifacts.items()]
     lines += _parity_lines(manifest, out)
-    lines.append(f"  {len(manifest['copied'])} other variables copied, {len(manifest['dropped'])} dropped"
-                 + (f", {len(manifest['replaced'])} stored canonical tensors replaced" if manifest["replaced"] else ""))
+    replaced = manifest.replaced
+    lines.append(f"  {len(manifest.copied or [])} other variables copied, {len(manifest.dropped or [])} dropped"
+                 + (f", {len(replaced)} stored canonical tensors replaced" if replaced else ""))
     lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
     return "\n".join(lines)
 
@@ -178,16 +182,16 @@ def convert_text(manifest: "Manifest", out: str, verbose: bool = False) -> str:
 def _keras_export_lines(manifest, out) -> list:
     """convert of a Keras model in the user's terms: each recurrent layer and what it became, the whole model's
     artifacts and what they take, parity; cuDNN buffer names stay in the manifest and --verbose."""
-    layers = manifest["model_layers"]
-    lines = [f"converted {manifest['source']['checkpoint']}: {len(layers)} recurrent "
+    layers = manifest.model_layers
+    lines = [f"converted {manifest.source.checkpoint}: {len(layers)} recurrent "
              f"layer{'s' if len(layers) != 1 else ''} fused"]
     lines += [f"  {layer_line(entry)}" for entry in layers]
-    lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest["model_artifacts"].items()]
+    lines += [f"  {kind}: {os.path.join(out, rel)}" for kind, rel in manifest.model_artifacts.items()]
     lines.append(f"  each layer alone (step functions for decoding): {os.path.join(out, 'layers')}")
-    if manifest.get("not_asked_for"):
-        lines.append(f"  not written (not in --formats): {', '.join(manifest['not_asked_for'])}")
-    if manifest.get("model_input_specs"):
-        lines.append("  " + io_line(manifest["model_input_specs"], manifest.get("model_output_specs")))
+    if manifest.not_asked_for:
+        lines.append(f"  not written (not in --formats): {', '.join(manifest.not_asked_for)}")
+    if manifest.model_input_specs:
+        lines.append("  " + io_line(manifest.model_input_specs, manifest.model_output_specs))
     lines += _parity_lines(manifest, out)
     lines.append(f"  checkpoint: {os.path.join(out, 'checkpoint')}   manifest: {os.path.join(out, 'manifest.json')}")
     return lines
@@ -195,20 +199,20 @@ def _keras_export_lines(manifest, out) -> list:
 
 def _parity_lines(manifest, out) -> list:
     lines = []
-    if "parity" in manifest:
-        worst = max((row[1] for row in manifest["parity"]["rows"] if row[1] is not None and row[2] is not None),
-                    default=None)
-        lines.append(f"  whole-model parity vs {manifest['parity'].get('judge', 'the judge')}: "
-                     f"{'passed' if manifest['parity']['passed'] else 'FAILED'}"
+    parity, p = manifest.parity, manifest.precision
+    if parity is not None:
+        worst = max((row[1] for row in parity.rows if row[1] is not None and row[2] is not None), default=None)
+        lines.append(f"  whole-model parity vs {parity.judge or 'the judge'}: "
+                     f"{'passed' if parity.passed else 'FAILED'}"
                      + (f" (max abs err {worst:.2e}); {os.path.join(out, 'model_parity.json')}"
                         if worst is not None else ""))
-    if manifest.get("precision"):
-        p, distance = manifest["precision"], manifest["precision"].get("max_abs_to_original")
-        lines.append(f"  the model computes in {p['policy']}: the artifacts compute in float32 and match it in "
-                     f"float32; the original's own {p['policy']} outputs differ from them by "
+    if p is not None:
+        distance = p.max_abs_to_original
+        lines.append(f"  the model computes in {p.policy}: the artifacts compute in float32 and match it in "
+                     f"float32; the original's own {p.policy} outputs differ from them by "
                      + (f"{distance:.2e} (max abs, reported, not judged)" if distance is not None else
                         "an unknown amount (the original did not run here; see model_parity.json)"))
-    return lines + [f"  warning: {w}" for w in manifest.get("warnings", [])]
+    return lines + [f"  warning: {w}" for w in manifest.warnings]
 
 
 def _keras_model_lines(report) -> list:

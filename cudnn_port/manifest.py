@@ -1,7 +1,8 @@
 """OUT/manifest.json: one typed record, read and written here and nowhere else.
 
     manifest = new_manifest(source, "name-based (TF1)", "names kept as they are", ["checkpoint", "onnx"], "tf1")
-    manifest.stacks.append(StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn", spec=spec.to_dict()))
+    manifest.stacks.append(StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn",
+                                       spec=SpecRecord.of(spec.to_dict())))
     save_manifest(manifest, tmp)                          # hashes every file of tmp into manifest.files, writes it
     manifest = load_manifest(out)                         # checked to be ours, whole, of a version we read
 
@@ -12,7 +13,8 @@ this version does not know (a manifest a newer cudnn-port wrote), and the detail
 package declares as its own (``Format.records``) and records through :meth:`Manifest.record`, so that they are written
 back unchanged; the code reads none, and setting or recording an undeclared key raises. The records also answer
 ``manifest["key"]`` / ``.get`` / ``.setdefault`` for the JSON key of a field, so that code and users reading the JSON
-form see one set of names.
+form see one set of names. The values nested in a field are typed records too (:mod:`cudnn_port.manifest_records`:
+a whole model's ``parity``, its input specs, a graph's ``nodes``, a stack's ``spec`` ...), read by attribute.
 
 ``manifest_version`` is this layout's number. A manifest without one (written before it existed: version 1, the same
 keys) loads; a newer one is refused with one line (convert again with this version, or upgrade cudnn-port).
@@ -21,12 +23,15 @@ import dataclasses
 import datetime
 import json
 import os
-from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Type,
-                    TypeVar)
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ._version import __version__
 from .errors import CudnnPortError
+from .manifest_records import (DroppedRecord, Int8Record, ModelLayerRecord, NodeRecord, OnnxInputRecord,
+                               ParityRecord, PrecisionRecord, SlotRecord, SpecRecord, StoredCanonicalRecord,
+                               StoredTensorRecord, StreamRecord, TensorSpecRecord)
 from .paths import require_file
+from .record_base import Record, road_field
 from .source import ROADS
 
 TOOL = "cudnn-port"
@@ -34,99 +39,8 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2  # 1: the untyped dict of cudnn-port <= 0.2.0 (same keys, no version field)
 
 
-def road_field() -> Any:
-    """A field that one road sets: None (absent from the JSON and from ``in``) until it does."""
-    return dataclasses.field(default=None, metadata={"road": True})
-
-
-_R = TypeVar("_R", bound="_Record")
-
-
-class _Record:
-    """Dict-style access by JSON key: a declared field, else an entry of ``extra``."""
-
-    if TYPE_CHECKING:  # what every record (a dataclass with an ``extra`` field) has
-        __dataclass_fields__: ClassVar[Dict[str, Any]]
-        extra: Dict[str, Any]
-
-        def __init__(self, **fields: Any) -> None: ...
-
-    def _fields(self) -> List[str]:
-        return [f.name for f in dataclasses.fields(self) if f.name != "extra"]
-
-    def _present(self, name: str) -> bool:
-        """Whether field ``name`` is in the JSON form: always, but for a road field its road has not set."""
-        field = next(f for f in dataclasses.fields(self) if f.name == name)
-        return getattr(self, name) is not None or not field.metadata.get("road")
-
-    def __getitem__(self, key: str) -> Any:
-        if key in self._fields():
-            if not self._present(key):
-                raise KeyError(key)
-            return getattr(self, key)
-        return self.extra[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in self._fields():  # what the code writes is declared: extra only carries what it reads unknown
-            raise KeyError(f"{key!r} is not a field of {type(self).__name__}; declare it in cudnn_port/manifest.py")
-        setattr(self, key, value)
-
-    def __contains__(self, key: str) -> bool:
-        return (key in self._fields() and self._present(key)) or key in self.extra
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self else default
-
-    def setdefault(self, key: str, default: Any) -> Any:
-        if key not in self:
-            self[key] = default
-        return self[key]
-
-    def update(self, **items: Any) -> None:
-        for key, value in items.items():
-            self[key] = value
-
-    def record(self, details: Dict[str, Any], own: Iterable[str] = ()) -> None:
-        """Merge what a format's writer returns: this record's fields into their fields, the keys the format declares
-        its own (``own``: :attr:`cudnn_port.formats.Format.records`, a format defined outside this package) into
-        ``extra``, written back as they are; any other key is refused (KeyError), before anything is merged."""
-        own = set(own)
-        unknown = [key for key in details if key not in own and key not in self._fields()]
-        if unknown:
-            raise KeyError(f"{unknown[0]!r} is not a field of {type(self).__name__} nor a key its format declares; "
-                           "declare it in cudnn_port/manifest.py, or in the format's records=")
-        for key, value in details.items():
-            if key in own and key not in self._fields():
-                self.extra[key] = value
-            else:
-                self[key] = value
-
-    def keys(self) -> Iterator[str]:
-        return iter(self.to_dict())
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The JSON form: the fields (records nested as dicts), then the extras."""
-        out = {name: _plain(getattr(self, name)) for name in self._fields() if self._present(name)}
-        out.update({key: _plain(value) for key, value in self.extra.items()})
-        return out
-
-    @classmethod
-    def from_dict(cls: Type[_R], data: Dict[str, Any]) -> _R:
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        return cls(**{k: v for k, v in data.items() if k in names},
-                   extra={k: v for k, v in data.items() if k not in names})
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, _Record):
-        return value.to_dict()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
 @dataclasses.dataclass
-class SourceRecord(_Record):
+class SourceRecord(Record):
     """What the run read: its path, format, sha256 of each file, and how names were handled."""
     checkpoint: str
     format: str
@@ -136,26 +50,26 @@ class SourceRecord(_Record):
 
 
 @dataclasses.dataclass
-class StackRecord(_Record):
+class StackRecord(Record):
     """One converted cuDNN stack: its buffer variable, spec, target tensors, and its artifacts (manifest key of the
     format's artifact -> path in OUT)."""
     variable: str
     prefix: str
     label: str
-    spec: Dict[str, Any]
+    spec: SpecRecord
     param_count: int = 0
     spec_source: str = ""
     targets: List[str] = dataclasses.field(default_factory=list)
-    slots: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    slots: Dict[str, SlotRecord] = dataclasses.field(default_factory=dict)
     artifacts: Dict[str, str] = dataclasses.field(default_factory=dict)
     scheme: Optional[str] = road_field()  # the target's naming scheme, where it has several (tf1: legacy names)
-    stored_canonical: Optional[Dict[str, Any]] = road_field()  # canonical tensors stored beside the buffer: agree?
+    stored_canonical: Optional[StoredCanonicalRecord] = road_field()  # canonical tensors stored beside the buffer
     graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()  # the frozen graph's input and output tensors
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
-class Manifest(_Record):
+class Manifest(Record):
     """OUT's record. ``kind``: the road that wrote it in the manifest's words ("weights": stack by stack;
     "keras_model"; "saved_model"), :attr:`road` in the roads' ("stack", "model", "graph"; ``source.ROADS``).
     ``model_artifacts``: the whole model's artifacts (key -> path in OUT); ``files``: sha256 of every file of OUT."""
@@ -179,27 +93,27 @@ class Manifest(_Record):
     name_map: Optional[Dict[str, List[str]]] = road_field()  # buffer variable -> the tensors written for it
     copied: Optional[List[str]] = road_field()  # source variables copied unchanged
     dropped: Optional[List[str]] = road_field()  # source variables left out
-    replaced: Optional[Dict[str, Any]] = road_field()  # canonical tensors rewritten under their own names
+    replaced: Optional[Dict[str, StoredTensorRecord]] = road_field()  # stored canonical tensors rewritten
     saved_model_xla: Optional[bool] = road_field()
-    nodes: Optional[List[Dict[str, Any]]] = road_field()  # the cuDNN nodes called, each rewritten
-    uncalled_functions_dropped: Optional[Dict[str, Any]] = road_field()
-    gpu_alternatives: Optional[List[Dict[str, Any]]] = road_field()
+    nodes: Optional[List[NodeRecord]] = road_field()  # the cuDNN nodes called, each rewritten
+    uncalled_functions_dropped: Optional[DroppedRecord] = road_field()
+    gpu_alternatives: Optional[List[NodeRecord]] = road_field()
     params_reordered: Optional[Dict[str, str]] = road_field()  # "function/node" -> what was done
     model_inputs: Optional[List[str]] = road_field()
     # {name, dtype, shape (None: any size)}; a .pt2's also program_name (its forward's argument: `_x` where name is `x`)
-    model_input_specs: Optional[List[Dict[str, Any]]] = road_field()
-    streaming: Optional[List[Dict[str, Any]]] = road_field()  # stateful layers: their state inputs and outputs
+    model_input_specs: Optional[List[TensorSpecRecord]] = road_field()
+    streaming: Optional[List[StreamRecord]] = road_field()  # stateful layers: their state inputs and outputs
     graphdef_nodes: Optional[Dict[str, List[str]]] = road_field()
     onnx_signature: Optional[str] = road_field()  # the signature model.onnx holds
-    onnx_input: Optional[Dict[str, Any]] = road_field()  # the input of the numeric part, where model.onnx is one
+    onnx_input: Optional[OnnxInputRecord] = road_field()  # the input of the numeric part, where model.onnx is one
     onnx_part: Optional[str] = road_field()  # what that part leaves out
     not_asked_for: Optional[List[str]] = road_field()  # whole-model formats --formats left out
-    model_layers: Optional[List[Dict[str, Any]]] = road_field()  # each fused or stock recurrent layer and its stack
-    model_output_specs: Optional[List[Dict[str, Any]]] = road_field()
+    model_layers: Optional[List[ModelLayerRecord]] = road_field()  # each fused or stock recurrent layer and its stack
+    model_output_specs: Optional[List[TensorSpecRecord]] = road_field()
     task: Optional[str] = road_field()  # OUT's task.json, where the model came with one
-    int8: Optional[List[Dict[str, Any]]] = road_field()  # each int8 artifact and its quantization settings
-    precision: Optional[Dict[str, Any]] = road_field()  # a mixed-precision model's policy and how it is judged
-    parity: Optional[Dict[str, Any]] = road_field()  # the export's own whole-model check
+    int8: Optional[List[Int8Record]] = road_field()  # each int8 artifact and its quantization settings
+    precision: Optional[PrecisionRecord] = road_field()  # a mixed-precision model's policy and how it is judged
+    parity: Optional[ParityRecord] = road_field()  # the export's own whole-model check
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -216,8 +130,7 @@ class Manifest(_Record):
     def from_dict(cls, data: Dict[str, Any]) -> "Manifest":
         """The record of a manifest's JSON form (version 1 or 2); a damaged one raises ValueError/TypeError."""
         data = dict(data)
-        data["source"] = SourceRecord.from_dict(data["source"])
-        data["stacks"] = [StackRecord.from_dict(s) for s in data.get("stacks", [])]
+        data["source"] = SourceRecord.from_dict(data["source"])  # a manifest without one is damaged (KeyError)
         data.setdefault("manifest_version", 1)
         return super().from_dict(data)
 

@@ -52,7 +52,7 @@ REPORT = "parity.json"
 def file_rows(out: str, manifest: "Manifest") -> List[Dict[str, Any]]:
     """One row: every listed file present with its sha256, no unlisted file; a symbolic link or a name outside OUT
     fails it (OUT is never written through links)."""
-    listed = manifest.get("files", {})
+    listed = manifest.files
     present = set()
     for root, dirs, files in os.walk(out):
         for f in files:
@@ -80,8 +80,7 @@ def _linked(out, rel):
 
 def source_unchanged(manifest: "Manifest") -> bool:
     """Whether the source the manifest names is still there with the hashes it recorded."""
-    source = manifest["source"]
-    prefix, files = source.get("checkpoint", ""), source.get("files", {})
+    prefix, files = manifest.source.checkpoint, manifest.source.files
     base = prefix if os.path.isdir(prefix) else os.path.dirname(prefix)
     try:
         return bool(files) and all(sha256(os.path.join(base, name)) == digest for name, digest in files.items())
@@ -119,12 +118,12 @@ def _verify(out, atol, rtol, seed, batch, steps, progress, trust_source, named_s
     elif manifest.road == "model":
         report["rows"] += keras_model_rows(manifest, out, atol, rtol, seed, unchanged, say)
         report["rows"] += program_rows(manifest, out, atol, rtol, seed, unchanged, say)  # a .pt2: by PyTorch
-    elif "keras" in manifest.get("model_artifacts", {}):  # a Keras 2 .h5 rebuilt whole in Keras 3
+    elif "keras" in manifest.model_artifacts:  # a Keras 2 .h5 rebuilt whole in Keras 3
         say("keras/model.keras: the rebuilt whole model")
         report["rows"].append(dict(rebuilt_model_row(manifest, out, unchanged, seed, atol, rtol),
                                    stack="(whole model)", judge=KERAS2_JUDGE))
     source, judged_by = _judge_source(manifest, out, unchanged)
-    for stack in manifest["stacks"]:
+    for stack in manifest.stacks:
         report["rows"] += judge_stack(manifest, out, stack, source, judged_by, atol, rtol, seed, batch, steps, say)
     if source is not None:
         report["rows"].append(_copied_row(manifest, out, source))
@@ -152,13 +151,13 @@ def _unjudged(rows: List[Dict[str, Any]], allow: bool) -> int:
 def _judge_source(manifest, out, unchanged):
     """(the source the judge reads buffers from, words for the report): the source itself when it is unchanged;
     for a whole Keras model whose file is gone, the copy export kept in OUT; else None (OUT/checkpoint read back)."""
-    path, words = manifest["source"].get("checkpoint", ""), "source buffer"
+    path, words = manifest.source.checkpoint, "source buffer"
     if not unchanged:
-        copy = os.path.join(out, manifest.get("model_artifacts", {}).get("keras", ""))
+        copy = os.path.join(out, manifest.model_artifacts.get("keras", ""))
         if manifest.road != "model" or not os.path.isfile(copy):
             return None, None
         path, words = copy, "buffer in OUT/keras/model.keras (source unavailable)"
-    modes = {s["spec"].get("mode") for s in manifest.get("stacks", [])} & {"rnn_tanh", "rnn_relu"}
+    modes = {s.spec.mode for s in manifest.stacks} & {"rnn_tanh", "rnn_relu"}
     try:  # an nn.RNN whose file leaves tanh or relu to --mode: the mode convert was given
         return open_source(path, mode=modes.pop() if len(modes) == 1 else None), words
     except CudnnPortError:
@@ -168,7 +167,7 @@ def _judge_source(manifest, out, unchanged):
 
 def _copied_row(manifest, out, source):
     """Every variable OUT/checkpoint copied from the source, byte for byte equal to the source's."""
-    copied = manifest.get("copied", [])
+    copied = manifest.copied or []
     try:
         ckpt = Checkpoint(os.path.join(out, "checkpoint"))
         differ = [n for n in copied if n not in ckpt.shapes or

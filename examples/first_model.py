@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     model = build_and_train()
     manifest = cudnn_port.export(model, args.export, force=True)  # raises ParityError if an artifact disagrees
     report = cudnn_port.verify(args.export)
-    print(f"export: {args.export}, inputs {manifest['model_input_specs']}, verify "
+    print(f"export: {args.export}, inputs {[r.to_dict() for r in manifest.model_input_specs]}, verify "
           f"{'passed' if report['passed'] else 'FAILED'}")
     os.makedirs(args.out, exist_ok=True)
     model.save(os.path.join(args.out, "model.keras"))

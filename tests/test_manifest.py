@@ -9,6 +9,9 @@ from cudnn_port.errors import CudnnPortError
 from cudnn_port.manifest import (MANIFEST, MANIFEST_VERSION, Manifest, StackRecord, load_manifest, new_manifest,
                                  save_manifest)
 
+# a stack's spec as RNNSpec.to_dict writes it
+GRU = {"mode": "gru", "num_layers": 2, "num_units": 5, "input_size": 3, "bidirectional": True}
+
 # the head of a manifest as cudnn-port 0.2.0 wrote it (convert models/tf1_bilstm/model.ckpt), trimmed
 VERSION_1 = {"tool": "cudnn-port", "version": "0.2.0", "created": "2026-11-26T03:05:45+00:00",
              "source": {"checkpoint": "models/tf1_bilstm/model.ckpt", "format": "name-based (TF1)",
@@ -25,7 +28,7 @@ VERSION_1 = {"tool": "cudnn-port", "version": "0.2.0", "created": "2026-11-26T03
 def test_a_written_manifest_reads_back_field_for_field(tmp_path):
     manifest = new_manifest(str(tmp_path / "absent.ckpt"), "name-based (TF1)", "names kept", ["onnx"], "tf1")
     manifest.stacks.append(StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn",
-                                       spec={"mode": "gru"}, artifacts={"onnx": "model.onnx"}))
+                                       spec=GRU, artifacts={"onnx": "model.onnx"}))
     manifest.stacks[0]["scheme"] = "keras"  # a road's own field: written at the top level of its record
     manifest["name_map"] = {"rnn/opaque_kernel": ["rnn/kernel"]}
     save_manifest(manifest, str(tmp_path), {"model.onnx": "ab" * 32})
@@ -96,7 +99,7 @@ def test_record_takes_fields_and_a_formats_declared_keys_and_refuses_any_other_b
                                        "declare it in cudnn_port/manifest.py, or in the format's records="):
         manifest.record({"onnx_part": "the numeric part", "toy_arrays": 16})
     assert manifest.onnx_part is None and "toy_arrays" not in manifest and "onnx_part" not in manifest.to_dict()
-    stack = StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn", spec={})
+    stack = StackRecord(variable="rnn/opaque_kernel", prefix="rnn", label="rnn", spec=GRU)
     stack.record({"graphdef_nodes": {"inputs": ["x:0"], "outputs": ["y:0"]}})
     assert stack.graphdef_nodes == {"inputs": ["x:0"], "outputs": ["y:0"]} and not stack.extra
     with pytest.raises(KeyError, match="'onnx_signature' is not a field of StackRecord"):

@@ -42,7 +42,7 @@ def _write_model(job, paths):
 
 def _open_model(path, job):
     session = import_tf().compat.v1.Session(graph=load_graph(path))
-    names = job.manifest["graphdef_nodes"]
+    names = job.manifest.graphdef_nodes
 
     def run(feeds):
         return Outputs.of_model(session.run(names["outputs"], {n: feeds[name] for n, name in
@@ -63,7 +63,7 @@ def _write_graph(job, paths):
 
 def _open_graph(path, job):
     """frozen_graph.pb in a TF1 session, its tables initialised by its ``init_all_tables`` first; strings in."""
-    run = open_frozen(path, job.manifest["graphdef_nodes"])
+    run = open_frozen(path, job.manifest.graphdef_nodes)
     return lambda feeds: Outputs(run(feeds), "strings in, init_all_tables run first")
 
 

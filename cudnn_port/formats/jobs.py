@@ -6,17 +6,24 @@ Also the walk through the format registry in which each format that declares a :
 writes its artifacts (:func:`write_road`); nothing here names a format. The judge runs them with
 :mod:`cudnn_port.judging.artifact_rows` and :mod:`cudnn_port.judging.stack_rows`.
 
-    job = ModelJob(model, specs, tmp, trace)     # what every whole-model writer reads, traced once
+    job = ModelJob(model, specs, tmp, trace, manifest=manifest)  # what every whole-model writer reads, traced once
     manifest.model_artifacts.update(write_road("model", job, tmp, manifest, say))
 """
 import os
 import re
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import formats as registry
 from ..exports import OUTPUT_NAMES
 from ..exports.runners import load_saved_model
 from ..manifest import Manifest, warn
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from ..canonical import CanonicalRNN
+    from ..layout import RNNSpec
 
 
 class Outputs(NamedTuple):
@@ -72,8 +79,8 @@ class StackJob(Job):
     """One cuDNN stack: ``spec``; when written, its canonical weights ``canon``, its label ``name`` and the
     options of the conversion (``xla``)."""
 
-    def __init__(self, spec: Any, canon: Any = None, name: str = "", options: Optional[Dict[str, Any]] = None
-                 ) -> None:
+    def __init__(self, spec: "RNNSpec", canon: "Optional[CanonicalRNN]" = None, name: str = "",
+                 options: Optional[Dict[str, Any]] = None) -> None:
         super().__init__()
         self.spec, self.canon, self.name, self.options = spec, canon, name, dict(options or {})
 
@@ -81,19 +88,21 @@ class StackJob(Job):
 class ModelJob(Job):
     """A Keras model being exported whole: ``specs`` its input specs; ``trace(path)`` its serving function traced on
     the fused layers' ``"cpu"`` or ``"cudnn"`` path (None where the job only runs artifacts already written). The
-    traces and frozen forms are made once, when a writer first asks. The runners read ``input_names`` and ``count``
-    (outputs ``output_0`` ...) and the manifest's records."""
+    traces and frozen forms are made once, when a writer first asks. The runners read ``input_names`` (default: the
+    specs' names) and ``count`` (outputs ``output_0`` ...; a judge sets it to the outputs it compares) and
+    ``manifest``'s records. ``batch``: the batch the model declares (``keras.Input(batch_shape=...)``), if any;
+    ``axes``: {input name or output_N: each dimension's role, "batch" / "time" / None} where the batch is not first
+    everywhere (a PyTorch program's time-major inputs), None: batch first, time second."""
 
-    def __init__(self, model: Any, specs: Sequence[Any], tmp: str, trace: Optional[Callable[[str], Any]]) -> None:
-        super().__init__()
+    def __init__(self, model: "Optional[keras.Model]", specs: "Sequence[tf.TensorSpec]", tmp: str,
+                 trace: Optional[Callable[[str], Any]], *, manifest: Optional[Manifest] = None,
+                 input_names: Optional[Sequence[str]] = None, count: int = 0, batch: Optional[int] = None,
+                 axes: Optional[Dict[str, List[Optional[str]]]] = None) -> None:
+        super().__init__(manifest)
         self.model, self.specs, self.tmp, self._trace = model, list(specs), tmp, trace
         self._cache: Dict[str, Any] = {}
-        self.input_names = [s.name for s in self.specs]
-        self.count = 0
-        self.batch: Optional[int] = None  # the batch the model declares (keras.Input(batch_shape=...)), if any
-        # {input name or output_N: each dimension's role, "batch" / "time" / None}, where the batch is not first
-        # everywhere (a PyTorch program's time-major inputs); None: batch first, time second
-        self.axes: Optional[Dict[str, List[Optional[str]]]] = None
+        self.input_names = list(input_names) if input_names is not None else [s.name for s in self.specs]
+        self.count, self.batch, self.axes = count, batch, axes
 
     def _once(self, key: str, make: Callable[[], Any]) -> Any:
         if key not in self._cache:
@@ -122,8 +131,9 @@ class GraphJob(Job):
     graph cannot tell (:mod:`cudnn_port.graphs.layout_choice`), or None."""
 
     def __init__(self, source: str, proto: Any, nodes: List[Any], reordered: Any, say: Callable[[str], None],
-                 user_graph: Callable[[str], Any], original: Optional[Callable[[str], Any]] = None) -> None:
-        super().__init__(say=say)
+                 user_graph: Callable[[str], Any], original: Optional[Callable[[str], Any]] = None,
+                 manifest: Optional[Manifest] = None) -> None:
+        super().__init__(manifest, say)
         self.source, self.proto, self.nodes, self.reordered = source, proto, nodes, reordered
         self.user_graph = user_graph  # user_graph(what): a context in which errors on the graph are one line
         self.original = original

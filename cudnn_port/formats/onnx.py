@@ -152,14 +152,14 @@ def _open_graph(path, job):
     session, manifest = onnx_session(path), job.manifest
     names = [o.name for o in session.get_outputs()]
     floor = (F16_ATOL, F16_RTOL) if _computes_in_float16(path) else (0.0, 0.0)  # granted only by the source's
-    cut = manifest.get("onnx_input")
+    cut = manifest.onnx_input
     token_ids = _token_ids(job, cut) if cut else None
 
     def run(feeds):
         if cut:
-            feeds = {cut["name"]: token_ids(feeds)}
+            feeds = {cut.name: token_ids(feeds)}
         values = session.run(names, {i.name: feeds[i.name] for i in session.get_inputs()})
-        fed = f"fed {cut['name']} from {', '.join(cut['computed_from'])}" if cut else ""
+        fed = f"fed {cut.name} from {', '.join(cut.computed_from)}" if cut else ""
         return Outputs(dict(zip(names, values)), fed, *floor)
 
     return run
@@ -168,9 +168,9 @@ def _open_graph(path, job):
 def _token_ids(job, cut):
     """``ids(feeds)``: the tensor the numeric part starts from, computed by OUT's TensorFlow graph from the
     signature's inputs (the graph loaded once)."""
-    arts, name = job.manifest["model_artifacts"], cut["replaces"]
+    arts, name = job.manifest.model_artifacts, cut.replaces
     if "graphdef" in arts:
-        run = open_frozen(os.path.join(job.out, arts["graphdef"]), job.manifest["graphdef_nodes"], [name])
+        run = open_frozen(os.path.join(job.out, arts["graphdef"]), job.manifest.graphdef_nodes, [name])
         return lambda feeds: run(feeds)[name]
     run = cut_runner(os.path.join(job.out, arts["saved_model"]), job.signature, name)
     return lambda feeds: run(feeds)[0]

@@ -178,7 +178,7 @@ def rebuilt_model_row(manifest: "Manifest", out: str, source_unchanged: bool, se
     :func:`judge_from_file`'s on the judge's own inputs (seeded, padded as its masks define: a row of only padding
     where the judge runs one to finite outputs). Unjudged when the source is gone or changed, or its model is not
     one the judge builds (the note says why)."""
-    source = manifest["source"].get("checkpoint", "")
+    source = manifest.source.checkpoint
     unjudged = {"artifact": LABEL, "passed": None, "max_abs": None, "max_rel": None, "unjudged": True}
     if not source_unchanged or not os.path.isfile(source):
         return dict(unjudged, note="not judged: the source .h5 is gone or changed, and this row's judge reads it")

@@ -1,7 +1,7 @@
 """verify's rows for whole graphs: a converted SavedModel source, and a whole Keras model's export. The feeds
 they draw are :mod:`.signature_feeds`'s; a whole model's int8 ONNX row is :mod:`.int8_model`'s."""
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import json
 
 import numpy as np
@@ -43,18 +43,18 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     that fails a disagreement and never passes an agreement. Inputs take what the model accepts
     (:func:`.signature_feeds.signature_feeds`); one that raises is a failed row saying why in one line
     (:func:`could_not_run`)."""
-    arts = manifest["model_artifacts"]
+    arts = manifest.model_artifacts
     rows: List[Dict[str, Any]] = []
     if "saved_model" not in arts:
         return rows
-    job = GraphCheck(out, manifest, manifest.get("onnx_signature", "serving_default"))
+    job = GraphCheck(out, manifest, manifest.onnx_signature or "serving_default")
     try:
         loaded = job.saved_model(os.path.join(out, arts["saved_model"]))
     except Exception as e:  # noqa: BLE001 (a SavedModel that does not load is a failed check)
         return [dict(could_not_run("saved_model", "loading it", e), stack="(whole graph)", judge=None)]
     serving: Optional[Tuple[str, Dict[str, np.ndarray], Optional[Dict[str, Any]], Optional[Dict[str, Any]]]]
     serving, judge = None, "the original SavedModel" + (", each cuDNN node by the NumPy reference"
-                                                         if manifest.get("nodes") else "")
+                                                         if manifest.nodes else "")
     for name in sorted(loaded.signatures):
         say(f"saved_model: signature {name}")
         feeds, note, original, said = _judged_feeds(manifest, name, loaded.signatures[name], seed, unchanged)
@@ -77,8 +77,8 @@ def saved_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     if want is None:
         return rows
     if original is not None:
-        half = computes_in_float16(manifest["source"]["checkpoint"])
-        valid = None if manifest.get("nodes") else valid_steps(feeds)
+        half = computes_in_float16(manifest.source.checkpoint)
+        valid = None if manifest.nodes else valid_steps(feeds)
         return rows + [dict(r, stack="(whole graph)", judge=judge)
                        for r in graph_artifact_rows(job, feeds, original, "saved_model", atol, rtol, say, half,
                                                     valid)]
@@ -131,8 +131,8 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     """A whole Keras model's SavedModel, GraphDef and ONNX against the model with each fused layer rebuilt from
     stock Keras layers (from the source .keras file, or from OUT/keras/model.keras when the source is gone); the
     int8 model by its task cost, when OUT holds a task."""
-    source = manifest["source"].get("checkpoint", "")
-    copy = os.path.join(out, manifest["model_artifacts"].get("keras", WHOLE_MODEL))
+    source = manifest.source.checkpoint
+    copy = os.path.join(out, manifest.model_artifacts.get("keras", WHOLE_MODEL))
     path, where = (source, "the source") if unchanged and os.path.isfile(source) and \
         loads_as_keras(source) else (copy, "OUT/keras/model.keras")  # a .pt2: its translation
     try:
@@ -145,7 +145,7 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     run = whole_model_run(out, manifest, model, seed, atol, rtol, say)
     rows, names, feeds, want, judged = run.rows, run.names, run.feeds, run.want, run.judged
     judge_name = f"{run.judge} ({where})"
-    if translated_from(manifest["source"].get("format")):  # OUT's keras/model.keras is a .pt2's translation, the
+    if translated_from(manifest.source.format):  # OUT's keras/model.keras is a .pt2's translation, the
         # conversion's own output: its artifacts are judged by PyTorch's kernels instead (judging.torch_program)
         rows = []
     if policy:
@@ -154,8 +154,8 @@ def keras_model_rows(manifest: "Manifest", out: str, atol: float, rtol: float, s
     int8 = next((k for k, of in derived_keys("int8").items() if of == "onnx" and k in manifest.model_artifacts), None)
     if int8:
         rows.append(int8_model_row(out, manifest, names, feeds, want, int8, model, judged))
-    if manifest.get("task") and int8 and len(names) == 1:
-        with open(os.path.join(out, manifest["task"])) as f:
+    if manifest.task and int8 and len(names) == 1:
+        with open(os.path.join(out, manifest.task)) as f:
             task = json.load(f)
         say("task: fp32 and int8 ONNX")
         runs = [onnx_session(os.path.join(out, manifest.model_artifacts[k])) for k in ("onnx", int8)]
@@ -190,12 +190,12 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     inputs an Embedding reads; the judge takes each input by its own name (:func:`judge_binding`). The one
     whole-model check: export's parity and verify's rows both run it."""
     tf = import_tf()
-    names = manifest.get("model_inputs") or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
-    specs = from_records(manifest.get("model_input_specs")) or \
+    names = manifest.model_inputs or [t.name.split(":")[0] for t in model.inputs]  # as exported: a reloaded
+    specs = from_records(manifest.model_input_specs) or \
         [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]  # model may name unnamed inputs otherwise
     judge, judge_name = model_judge(model)
     judged = judge_binding(model, names)
-    axes = {r["name"]: r["axes"] for r in manifest.get("model_input_specs") or [] if r.get("axes")}
+    axes: Dict[str, Sequence[Optional[str]]] = {r.name: r.axes for r in manifest.model_input_specs or [] if r.axes}
     feeds = model_feeds(model, names, specs, seed, axes=axes)
     try:  # a row of nothing but padding, where the model allows one (its judge runs it to finite outputs)
         want = judge([feeds[n] for n in judged])
@@ -205,8 +205,8 @@ def whole_model_run(out: str, manifest: "Manifest", model: Any, seed: int, atol:
     if not allowed:
         feeds = model_feeds(model, names, specs, seed, empty_row=False, axes=axes)
         want = judge([feeds[n] for n in judged])
-    job = ModelJob(model, [tf.TensorSpec(s.shape, s.dtype, name=n) for n, s in zip(names, specs)], out, _traces_nothing)
-    job.manifest = manifest
+    job = ModelJob(model, [tf.TensorSpec(s.shape, s.dtype, name=n) for n, s in zip(names, specs)], out, _traces_nothing,
+                   manifest=manifest, count=len(want))
     return ModelRun(model_artifact_rows(out, job, feeds, want, atol, rtol, say), judge_name, names, feeds, want,
                     judged)
 

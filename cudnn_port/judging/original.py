@@ -43,16 +43,16 @@ def original_judge(manifest: "Manifest", signature: str, feeds: Dict[str, np.nda
         return None, [{"artifact": f"saved_model [{signature}]", "max_abs": None, "max_rel": None, "passed": None,
                        "unjudged": True, "note": f"not judged by the original: {why}"}]
 
-    source = manifest["source"]["checkpoint"]
+    source = manifest.source.checkpoint
     if not unchanged:
         return not_judged("its files are gone or changed since the conversion checked them")
-    called = {f"{n['function']}/{n['node']}" for n in manifest.get("nodes") or []}
-    if called & set(manifest.get("params_reordered") or {}):  # built in another platform's gate layout
+    called = {f"{n.function}/{n.node}" for n in manifest.nodes or []}
+    if called & set(manifest.params_reordered or {}):  # built in another platform's gate layout
         return not_judged("its cuDNN nodes' params are built in a gate layout other than cuDNN's (a ROCm or non-CUDA "
                           "trace), so cuDNN's reference cannot stand in for them")
     try:
         if called:
-            pb = manifest["source"].get("files", {}).get("saved_model.pb")
+            pb = manifest.source.files.get("saved_model.pb")
             return original_with_reference(source, signature, feeds, pb), []
         return original_outputs(source, signature, feeds), []
     except Exception as e:  # noqa: BLE001 (an original that does not run here: said, not judged)

@@ -62,8 +62,7 @@ def locate(manifest: "Manifest", out: str, named: Optional[str] = None) -> Optio
     saying so; None where the recorded path still holds them, or where they are found nowhere (verify's judges then
     say what they could not judge). ``named`` (``verify --source PATH``) must hold the files as recorded: else a
     :class:`~cudnn_port.errors.CudnnPortError` names the file that differs."""
-    source = manifest["source"]
-    recorded, files = source.get("checkpoint", ""), dict(source.get("files") or {})
+    recorded, files = manifest.source.checkpoint, dict(manifest.source.files)
     if named is not None:
         named = os.path.abspath(os.fspath(named))
         if not (os.path.exists(named) or glob.glob(glob.escape(named) + ".*")):
@@ -87,7 +86,7 @@ def locate(manifest: "Manifest", out: str, named: Optional[str] = None) -> Optio
 
 
 def _moved(manifest, recorded, path, how):
-    manifest["source"]["checkpoint"] = path
+    manifest.source.checkpoint = path
     return {"artifact": "source (sha256)", "stack": "(all)", "max_abs": None, "max_rel": None, "passed": True,
             "judge": "manifest.json",
             "note": f"{how}: {path} (the conversion read {recorded}); every file hashes as recorded"}

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 def converted_canon(manifest: "Manifest", out: str, stack: "StackRecord", spec: RNNSpec) -> "CanonicalRNN":
     """The stack read back from OUT/checkpoint by the style's reader (the judge's weights when the source is gone)."""
     ckpt = Checkpoint(os.path.join(out, "checkpoint"))
-    tensors = {name: ckpt.get(name) for name in stack["targets"]}
-    return reader(manifest["style"], stack.get("scheme")).read(tensors, stack["prefix"], spec)
+    tensors = {name: ckpt.get(name) for name in stack.targets}
+    return reader(manifest.style or "", stack.scheme).read(tensors, stack.prefix, spec)
 
 
 def judge_stack(manifest: "Manifest", out: str, stack: "StackRecord", source: "Optional[Source]",
@@ -43,19 +43,19 @@ def judge_stack(manifest: "Manifest", out: str, stack: "StackRecord", source: "O
     OUT/checkpoint where ``source`` is None (then a pass is only ``unjudged``: the conversion cannot vouch for
     itself)."""
     try:
-        spec = RNNSpec(**stack["spec"])
+        spec = RNNSpec(**stack.spec.to_dict())
         layout_rows: List[Dict[str, Any]] = []
-        if source is not None and stack["variable"] in source.shapes:
-            canon, layout_rows = _read_buffer(spec, source.get(stack["variable"]))
-            independent = _independent_stack(manifest, source, stack["variable"], spec)
+        if source is not None and stack.variable in source.shapes:
+            canon, layout_rows = _read_buffer(spec, source.get(stack.variable))
+            independent = _independent_stack(manifest, source, stack.variable, spec)
             if independent is not None:
                 canon, judged_by = independent
             elif manifest.road != "model":  # a checkpoint's buffer: its neighbours may contradict it
-                layout_rows += _neighbour_rows(source, stack["variable"], spec)
+                layout_rows += _neighbour_rows(source, stack.variable, spec)
         else:
             canon, judged_by = converted_canon(manifest, out, stack, spec), "converted checkpoint (source unavailable)"
     except (TypeError, KeyError, ValueError, CudnnPortError) as e:  # the manifest's spec fits no buffer
-        return [dict(failed_row("manifest spec", e), stack=stack.get("variable"), judge=None)]
+        return [dict(failed_row("manifest spec", e), stack=stack.variable, judge=None)]
     x, lengths, h, c_given = sample_batch(spec, batch, steps, seed)
     c: Optional[np.ndarray] = c_given if spec.mode == "lstm" else None
     want, want_zero, single, single_zero = _judged(canon, x, lengths, h, c)
@@ -76,21 +76,21 @@ def judge_stack(manifest: "Manifest", out: str, stack: "StackRecord", source: "O
     # c is None for a GRU or an RNN, as .stack_rows' functions take it (their annotation says an array: theirs to fix)
     case: Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (x, lengths, h, c)  # type: ignore[assignment]
     rows = layout_rows
-    if manifest.road != "model" or "checkpoint" in manifest.get("formats", []):
-        say(f"{stack['variable']}: checkpoint")
+    if manifest.road != "model" or "checkpoint" in manifest.formats:
+        say(f"{stack.variable}: checkpoint")
         rows.append(checkpoint_judge(manifest, out, stack, spec, case, want, atol, rtol))
     rows += stack_artifact_rows(out, stack, spec, canon, case, want, want_zero, (atol, atol_zero), rtol, say)
-    original = source_type(manifest["source"]["checkpoint"]).original if source is not None else None
+    original = source_type(manifest.source.checkpoint).original if source is not None else None
     if original is not None:  # the source's own framework runs the stack from the file (PyTorch's nn.LSTM)
-        say(f"{stack['variable']}: the source's own framework")
-        rows.append(_call(original, manifest["source"]["checkpoint"], stack["variable"], spec, case, want, atol, rtol))
+        say(f"{stack.variable}: the source's own framework")
+        rows.append(_call(original, manifest.source.checkpoint, stack.variable, spec, case, want, atol, rtol))
     # the fused cuDNN op's bound is this case's own (4x its fp32 floor, states fed), never the artifacts' errors:
     # an artifact that errs within its tolerance must not loosen the bound of the GPU that should match it
     rows.append(gpu_row(spec, canon, case, want, atol, rtol))
     self_judged = str(judged_by).startswith("converted checkpoint")  # the conversion's own output: no judge
     for row in rows:
         row.setdefault("judge", judged_by if row["passed"] is not None else None)
-        row["stack"] = stack["variable"]
+        row["stack"] = stack.variable
         if self_judged and row["passed"] and row.get("judge") == judged_by:
             row.update(passed=None, unjudged=True, note="; ".join(filter(None, [
                 row.get("note"), f"agrees with {str(judged_by).split(' (')[0]}, which is the conversion's own output: "
@@ -124,9 +124,9 @@ def _independent_stack(manifest, source, variable, spec):
     canonical cells: their tensors by TF1's names and gate orders; a stock Keras layer: its kernels by Keras' math),
     so that the per-stack judge shares nothing with the reader or rewrite the artifacts came through; None for a
     source whose stacks are buffers as saved."""
-    judge = source_type(manifest["source"]["checkpoint"]).judge  # the source file's own rule, by the registry
+    judge = source_type(manifest.source.checkpoint).judge  # the source file's own rule, by the registry
     if judge is not None:
-        return _call(judge, manifest["source"]["checkpoint"], variable, spec)
+        return _call(judge, manifest.source.checkpoint, variable, spec)
     if variable in getattr(source, "canonical", {}):  # TF1 canonical cells, no buffer: the reader packed one
         checkpoint = source.checkpoint
         return (tf1_weights.stack_from_checkpoint(checkpoint.get, checkpoint.shapes, variable, spec),

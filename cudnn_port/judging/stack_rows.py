@@ -29,11 +29,11 @@ def checkpoint_judge(manifest: "Manifest", out: str, stack: "StackRecord", spec:
                      atol: float, rtol: float) -> Dict[str, Any]:
     """OUT/checkpoint restored by name into the stock components of its style, against the reference."""
     x, lengths, h, c = batch
-    style, prefix, ckpt_dir = manifest.get("style"), stack.get("prefix", ""), os.path.join(out, "checkpoint")
+    style, prefix, ckpt_dir = manifest.style, stack.prefix, os.path.join(out, "checkpoint")
     name = f"checkpoint ({style} style)"
     try:
         if style == "tf1":
-            got = tf1_cells(spec, prefix, ckpt_dir, x, lengths, h, c, legacy=stack.get("scheme") == "legacy")
+            got = tf1_cells(spec, prefix, ckpt_dir, x, lengths, h, c, legacy=stack.scheme == "legacy")
             return dict(compare(name, got, want, atol, rtol), judge_of_artifact="TF1 cells restored by name")
         tf = import_tf()
         stored = tf.train.load_checkpoint(tf.train.latest_checkpoint(ckpt_dir))
@@ -46,7 +46,7 @@ def checkpoint_judge(manifest: "Manifest", out: str, stack: "StackRecord", spec:
                        for v in ("kernel", "recurrent_kernel", "bias")}
             return compare(name, keras_layers(spec, tensors, scope, x, lengths, h, c), want, atol, rtol)
         start = f"{prefix}/" if prefix else ""
-        state = {n[len(start):]: stored.get_tensor(n) for n in stack["targets"]}
+        state = {n[len(start):]: stored.get_tensor(n) for n in stack.targets}
         try:
             return compare(name, torch_modules(spec, state, x, lengths, h, c), want, atol, rtol)
         except ImportError:
@@ -67,7 +67,7 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
     names_in, _ = io_names(spec)
     fed = dict(zip(names_in, (x, lengths, h, c)))
     plain = {"inputs": x, "sequence_lengths": lengths}  # the states left out: zeros
-    arts, rows = stack.get("artifacts", {}), []
+    arts, rows = stack.artifacts, []
     for key, rel, fmt, artifact, runtime, missing in stack_runtimes(arts):
         calls = {"none": [("", plain, want_zero, atol[1])], "required": [("", fed, want, atol[0])],
                  "optional": [(", states fed", fed, want, atol[0]),
@@ -78,7 +78,7 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
         if missing:
             rows += [skipped_row(label, f"{missing[0]} is not installed") for label in labels]
             continue
-        say(f"{stack['variable']}: {where}")
+        say(f"{stack.variable}: {where}")
         try:
             run = runtime.open(os.path.join(out, rel), StackJob(spec))  # loaded once, called the ways users call it
         except Exception as e:  # an artifact that fails to load is a failed check, not a crash
@@ -93,7 +93,7 @@ def stack_artifact_rows(out: str, stack: "StackRecord", spec: "RNNSpec", canon: 
             except Exception as e:  # an artifact that fails to run is a failed check, not a crash
                 rows.append(failed_row(label, e))
     if any(key in arts for key in derived_keys("int8")):
-        say(f"{stack['variable']}: onnx int8")
+        say(f"{stack.variable}: onnx int8")
         rows += int8_rows(out, arts, spec, canon, fed, want, plain, want_zero)
     return rows
 

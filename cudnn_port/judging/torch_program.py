@@ -234,10 +234,10 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
                  say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """verify's rows of a converted ``.pt2`` (none for other sources): every whole-model artifact at two lengths
     other than the exported one against :class:`Interpreter`; failed rows saying why where it cannot run."""
-    if not translated_from(manifest["source"].get("format")):
+    if not translated_from(manifest.source.format):
         return []
     name = "whole model against PyTorch's kernels"
-    path = manifest["source"].get("checkpoint", "")
+    path = manifest.source.checkpoint
     try:
         # lazy: torch, loaded on first use (import cudnn_port stays light)
         import torch  # noqa: F401
@@ -251,11 +251,11 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
         interpreter = Interpreter(path)
     except Exception as e:  # noqa: BLE001 (a program the judge cannot read is a failed check)
         return [dict(failed_row(name, e), stack="(whole model)", judge=None)]
-    specs = from_records(manifest.get("model_input_specs"))
+    specs = from_records(manifest.model_input_specs)
     assert specs is not None  # convert records a program's input specs
-    names = manifest.get("model_inputs") or [s.name for s in specs]
+    names = manifest.model_inputs or [s.name for s in specs]
     # each artifact input's program name (the forward's argument, which may not be a signature's: `_x` is `x` there)
-    own = {r["name"]: r.get("program_name", r["name"]) for r in manifest.get("model_input_specs") or []}
+    own = {r.name: r.program_name or r.name for r in manifest.model_input_specs or []}
     vocab = interpreter.vocabularies()
     rows = []
     for steps in lengths_to_judge(interpreter.steps or 7):
@@ -280,8 +280,7 @@ def program_rows(manifest: "Manifest", out: str, atol: float, rtol: float, seed:
         except Exception as e:  # noqa: BLE001
             rows.append(dict(failed_row(f"{name} at {steps} steps", e), stack="(whole model)", judge=None))
             continue
-        job = ModelJob(None, specs, out, None)
-        job.manifest = manifest
+        job = ModelJob(None, specs, out, None, manifest=manifest, count=len(want))
         say(f"PyTorch's kernels at {steps} steps")
         for row in model_artifact_rows(out, job, feeds, want, atol, rtol, say):
             rows.append(dict(row, artifact=f"{row['artifact']} at {steps} steps", stack="(whole model)",

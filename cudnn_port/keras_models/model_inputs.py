@@ -21,6 +21,7 @@ import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..deps import import_tf
 from ..errors import CudnnPortError
+from ..manifest_records import TensorSpecRecord
 
 TF_INPUT_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")  # an input name a SavedModel signature keeps
 IDS_DTYPES = ("int32", "int64", "float32")  # what --ids-dtype takes: the dtypes an Embedding's ids come in
@@ -171,10 +172,10 @@ def to_records(specs: Sequence["tf.TensorSpec"]) -> List[Dict[str, Any]]:
     return [{"name": s.name, "dtype": s.dtype.name, "shape": s.shape.as_list()} for s in specs]
 
 
-def from_records(records: Optional[Sequence[Dict[str, Any]]]) -> Optional[List["tf.TensorSpec"]]:
+def from_records(records: Optional[Sequence[TensorSpecRecord]]) -> Optional[List["tf.TensorSpec"]]:
     """The manifest's records back as TensorSpecs (None when the manifest has none)."""
     if not records:
         return None
 
     tf = import_tf()
-    return [tf.TensorSpec(r["shape"], tf.as_dtype(r["dtype"]), name=r["name"]) for r in records]
+    return [tf.TensorSpec(r.shape, tf.as_dtype(r.dtype), name=r.name) for r in records]

@@ -17,6 +17,7 @@ from ..graphs.nodes import load_proto
 from ..graphs.prune import drop_slot_references
 from ..graphs.reach import describe, dropped_summary, reach
 from ..manifest import Manifest, new_manifest
+from ..manifest_records import DroppedRecord, NodeRecord
 from ..outdir import OutputFolder, finish
 from ..paths import refuse_links_out, require_file, sha256
 from ..progress import say_to
@@ -71,17 +72,18 @@ def convert_saved_model(source: str, out: str, formats: Optional[Iterable[str]] 
     def write(tmp):
         manifest = new_manifest(source, f"SavedModel with {len(nodes)} cuDNN node{'s' * (len(nodes) > 1)}",
                                 "signatures, inputs and outputs keep their names", formats, road="graph")
-        manifest.update(nodes=[n.to_dict() for n in nodes], uncalled_functions_dropped=dropped_summary(dropped),
-                        gpu_alternatives=describe(reached["gpu_alternatives"], True), params_reordered=reordered)
+        manifest.nodes = [NodeRecord.of(n.to_dict()) for n in nodes]
+        manifest.uncalled_functions_dropped = DroppedRecord.of(dropped_summary(dropped))
+        manifest.gpu_alternatives = [NodeRecord.of(n) for n in describe(reached["gpu_alternatives"], True)]
+        manifest.params_reordered = reordered
         job = GraphJob(source, proto, nodes, reordered, say, lambda what: user_graph(source, what),
-                       lambda signature: original_on_cpu(source, proto, signature))
-        job.manifest = manifest
+                       lambda signature: original_on_cpu(source, proto, signature), manifest=manifest)
         manifest.model_artifacts = write_road("graph", job, tmp, manifest, say, formats)
         arts = manifest.model_artifacts
-        if "saved_model" in arts and "onnx" in arts and "onnx_input" not in manifest:
+        if "saved_model" in arts and "onnx" in arts and manifest.onnx_input is None:
             say("running model.onnx once on the inputs verify draws")
             run_onnx_once(os.path.join(tmp, arts["saved_model"]), os.path.join(tmp, arts["onnx"]),
-                          manifest["onnx_signature"])
+                          manifest.onnx_signature)
         files = [os.path.join(root, f) for root, _, fs in os.walk(source) for f in fs]
         manifest.source.files = {os.path.relpath(f, source): sha256(f) for f in sorted(files)}
         return finish(manifest, tmp)

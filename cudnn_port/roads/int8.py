@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from ..errors import CudnnPortError, NotWritten
 from ..exports.onnx_portable import scan_form
 from ..formats import derived
+from ..manifest_records import Int8Record
 
 if TYPE_CHECKING:
     from ..layout import RNNSpec
@@ -45,9 +46,9 @@ def quantize_outputs(manifest: "Manifest", tmp: str, say: Callable[[str], None])
                     skipped.append(f"{what}: no int8 model ({e})")
                 continue
             artifacts[form.key(key)] = form.path(rel)
-            written.append({"artifact": form.path(rel), **{k: report[k] for k in (
-                "settings", "bytes", "quantized", "float32_left", "warnings")}})
+            written.append(Int8Record.of({"artifact": form.path(rel), **{k: report[k] for k in (
+                "settings", "bytes", "quantized", "float32_left", "warnings")}}))
     if not written:
         raise CudnnPortError(NOTHING_TO_QUANTIZE)
-    manifest["int8"] = written
+    manifest.int8 = written
     manifest.warnings.extend(skipped)

@@ -47,6 +47,7 @@ import numpy as np
 from ..deps import available
 from ..errors import CudnnPortError, ParityError, short
 from ..manifest import Manifest, warn
+from ..manifest_records import ModelLayerRecord, ParityRecord, PrecisionRecord, StreamRecord, TensorSpecRecord
 from ..outdir import OutputFolder, finish
 from ..paths import sha256
 from ..judging.parity import ATOL, RTOL, write_report
@@ -125,14 +126,15 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
     chosen = _chosen_formats(formats, quantize)
     original = model
     judged, policy = float32_twin(model)  # a mixed-precision model's artifacts compute in float32: so does the judge
-    judged, streams = streaming_twin(judged)  # stateful layers: states in, states out
+    judged, stream_dicts = streaming_twin(judged)  # stateful layers: states in, states out
+    streams = [StreamRecord.of(record) for record in stream_dicts]
     for record in streams:
-        if record.get("given_initial_state"):
-            say(f"stateful layer {record['layer']}: given initial_state by the model, which Keras starts every call "
+        if record.given_initial_state:
+            say(f"stateful layer {record.layer}: given initial_state by the model, which Keras starts every call "
                 "from, so it computes as a stateless layer (no state inputs of its own)")
             continue
-        say(f"stateful layer {record['layer']}: exported as a streaming model, its states are inputs "
-            f"{', '.join(record['state_inputs'])} and outputs {', '.join(record['state_outputs'])} (zeros start a "
+        say(f"stateful layer {record.layer}: exported as a streaming model, its states are inputs "
+            f"{', '.join(record.state_inputs)} and outputs {', '.join(record.state_outputs or [])} (zeros start a "
             "stream; feed each call's final states into the next)")
     model = rewrite(judged, say)  # stock LSTM / GRU fused; the model as given is saved, and (in float32) judges
     specs, input_warnings = signature_specs(model, ids_dtype)
@@ -149,48 +151,48 @@ def _export(model, out, *, style, force, progress, seed, path, xla, quantize, ke
         manifest = write_stacks(source, stacks, tmp, style=style, formats=chosen, layer_dir="layers", xla=xla,
                                 say=say, batch=declared_batch(original))
         manifest.road = "model"
-        manifest["model_inputs"] = [s.name for s in specs]  # the names every whole-model artifact takes
-        manifest["model_input_specs"] = to_records(specs)
-        for record in manifest["model_input_specs"] if program_names else []:
-            record["program_name"] = program_names[record["name"]]  # a .pt2's argument, as PyTorch's kernels take it
+        manifest.model_inputs = [s.name for s in specs]  # the names every whole-model artifact takes
+        inputs = manifest.model_input_specs = [TensorSpecRecord.of(r) for r in to_records(specs)]
+        for record in inputs if program_names else []:
+            record.program_name = program_names[record.name]  # a .pt2's argument, as PyTorch's kernels take it
         if streams:
-            manifest["streaming"] = streams
+            manifest.streaming = streams
         for message in input_warnings + [renamed_inputs(program_names or {})]:
             if message:
                 warn(manifest, say, message)
         if path:
             manifest.source.files = {os.path.basename(path): sha256(path)}
-        job = ModelJob(model, specs, tmp, lambda on: traced(model, specs, on))
-        job.manifest, job.batch, job.axes = manifest, declared_batch(original), axes
+        job = ModelJob(model, specs, tmp, lambda on: traced(model, specs, on), manifest=manifest,
+                       batch=declared_batch(original), axes=axes)
         manifest.model_artifacts = write_road("model", job, tmp, manifest, say, formats=chosen)
         if formats is not None:
-            manifest["not_asked_for"] = [f for f in whole_model_formats() if f not in chosen]
-        manifest["model_layers"] = [dict(source.layer_of(s.variable), spec=s.spec.to_dict(), stack=s.variable)
-                                    for s in stacks]
+            manifest.not_asked_for = [f for f in whole_model_formats() if f not in chosen]
+        manifest.model_layers = [ModelLayerRecord.of(dict(source.layer_of(s.variable), spec=s.spec.to_dict(),
+                                                          stack=s.variable)) for s in stacks]
         outputs = job.traced("cpu").structured_outputs
-        manifest["model_output_specs"] = [{"name": k, "dtype": v.dtype.name, "shape": v.shape.as_list()}
-                                          for k, v in sorted(outputs.items(), key=lambda kv: Outputs.number(kv[0]))]
-        for record, key in zip(manifest["model_output_specs"], output_keys(original)):
-            record["key"] = key  # a dict of outputs: output_0 ... are its values in sorted key order
-        for record in manifest["model_input_specs"] + manifest["model_output_specs"] if axes else []:
-            record["axes"] = axes.get(record["name"])  # where the batch is not first (time-major inputs)
+        manifest.model_output_specs = [TensorSpecRecord(name=k, dtype=v.dtype.name, shape=v.shape.as_list())
+                                       for k, v in sorted(outputs.items(), key=lambda kv: Outputs.number(kv[0]))]
+        for record, key in zip(manifest.model_output_specs, output_keys(original)):
+            record.key = key  # a dict of outputs: output_0 ... are its values in sorted key order
+        for record in inputs + manifest.model_output_specs if axes else []:
+            record.axes = axes.get(record.name)  # where the batch is not first (time-major inputs)
         write_whole_model(tmp, lambda where: original.save(where), manifest, say)
         task = load_task(path) if path else None
         if task:
             write_report(os.path.join(tmp, TASK), task)
-            manifest["task"] = TASK
+            manifest.task = TASK
         if quantize:
             quantize_outputs(manifest, tmp, say)
-        manifest["parity"] = _parity(job, judged, seed, say, original if policy else None, policy)
-        if not manifest["parity"]["passed"] and not keep_failed:
-            raise ParityError(_failure(manifest["parity"], "nothing was written; pass keep_failed=True "
-                                       "(--keep-failed) to keep the output for inspection"), manifest["parity"])
+        parity = manifest.parity = _parity(job, judged, seed, say, original if policy else None, policy)
+        if not parity.passed and not keep_failed:
+            raise ParityError(_failure(parity, "nothing was written; pass keep_failed=True "
+                                       "(--keep-failed) to keep the output for inspection"), parity.to_dict())
         return finish(manifest, tmp)
 
     manifest = folder.build(write, say)
-    if not manifest["parity"]["passed"]:
+    if not manifest.parity.passed:
         report = os.path.join(folder.out, PARITY)
-        raise ParityError(_failure(manifest["parity"], f"the output was kept; see {report}"), manifest["parity"],
+        raise ParityError(_failure(manifest.parity, f"the output was kept; see {report}"), manifest.parity.to_dict(),
                           report)
     return manifest
 
@@ -232,7 +234,7 @@ def _chosen_formats(formats, quantize):
 
 
 def _failure(parity, what):
-    failed = [row[0] for row in parity["rows"] if row[2] is False]
+    failed = [row[0] for row in parity.rows if row[2] is False]
     return f"whole-model parity FAILED for {', '.join(failed)}; {what}"
 
 
@@ -255,13 +257,13 @@ def _parity(job, judged, seed, say, mixed=None, policy=None):
             warn(job.manifest, say, f"{row['artifact']} not checked: {row['note'].replace('skipped: ', '', 1)}")
     if mixed is not None:
         rows, judge_name = rows + [precision_row(mixed, policy, run)], f"{judge_name}, rebuilt in float32"
-        job.manifest["precision"] = {"policy": policy, "artifacts": "float32", "judge": "the model in float32",
-                                     "max_abs_to_original": rows[-1]["max_abs"]}
+        job.manifest.precision = PrecisionRecord(policy=policy, artifacts="float32", judge="the model in float32",
+                                                 max_abs_to_original=rows[-1]["max_abs"])
     report = {"judge": judge_name, "atol": ATOL, "rtol": RTOL, "seed": seed, "rows": rows,
               "passed": all(r["passed"] is not False for r in rows)}
     write_report(os.path.join(job.tmp, PARITY), report)
-    return {"passed": report["passed"], "judge": judge_name,
-            "rows": [(r["artifact"], r["max_abs"], r["passed"]) for r in rows]}
+    return ParityRecord(passed=report["passed"], judge=judge_name,
+                        rows=[(r["artifact"], r["max_abs"], r["passed"]) for r in rows])
 
 
 def export_keras_file(path: "os.PathLike[str] | str", out: "os.PathLike[str] | str", style: Optional[str] = None,

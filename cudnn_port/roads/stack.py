@@ -22,6 +22,7 @@ from ..formats.jobs import StackJob
 from ..formats.keras import write_whole_model
 from ..layout import unpack
 from ..manifest import Manifest, StackRecord, new_manifest
+from ..manifest_records import SlotRecord, SpecRecord, StoredCanonicalRecord, StoredTensorRecord
 from ..outdir import OutputFolder, finish
 from ..paths import sha256
 from ..readers import open_source
@@ -116,20 +117,21 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
     say = say_to(say)
     owned = {s.variable for s in stacks} | {slot for s in stacks for slot in s.slots}
     manifest = new_manifest(source.prefix, source.format, source.names_note, formats, style)
-    manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=[], replaced={})
+    dropped: List[str] = []
+    manifest.update(slot_policy=SLOT_POLICY, name_map={}, copied=[], dropped=dropped, replaced={})
     if "saved_model" in formats:
-        manifest["saved_model_xla"] = xla
+        manifest.saved_model_xla = xla
     for stack in stacks:
         manifest.stacks.append(_write_stack_artifacts(source, stack, tmp, style, formats, layer_dir,
                                                       {"xla": xla, "batch": batch}, several=len(stacks) > 1,
                                                       manifest=manifest, say=say))
         if drop_slots:
-            manifest["dropped"] += stack.slots
+            dropped += stack.slots
     if "keras" in formats and source.model_config:
         rebuilt = cast("KerasH5", source)  # a model config is a Keras 2 .h5 file's (readers.keras_h5)
         write_whole_model(tmp, lambda path: save_keras3_model(rebuilt, path), manifest, say)
     items = _checkpoint_items(source, stacks, manifest, style, owned, drop_slots, allow_nonfinite)
-    total = sum(int(np.prod(shape)) for name, shape in source.shapes.items() if name not in manifest["dropped"]) * 4
+    total = sum(int(np.prod(shape)) for name, shape in source.shapes.items() if name not in dropped) * 4
 
     def shard_done(done):
         if total > 2 ** 27:
@@ -146,17 +148,17 @@ def write_stacks(source: "Source", stacks: Sequence[Stack], tmp: str, *, style: 
 
 
 def _write_stack_artifacts(source, stack, tmp, style, formats, layer_dir, options, several, manifest, say):
-    entry = StackRecord(variable=stack.variable, prefix=stack.prefix, label=stack.label, spec=stack.spec.to_dict(),
-                        param_count=stack.size, spec_source=stack.how)
+    entry = StackRecord(variable=stack.variable, prefix=stack.prefix, label=stack.label,
+                        spec=SpecRecord.of(stack.spec.to_dict()), param_count=stack.size, spec_source=stack.how)
     if stack.warning:
         manifest.warnings.append(stack.warning)
     scheme = getattr(target_for(style, source.shapes, stack.prefix), "scheme", None)
     if scheme:
-        entry["scheme"] = scheme
+        entry.scheme = scheme
     if stack.stored:
         worst = max((a.get("max_abs_diff", np.inf) for a in stack.stored.values()), default=0.0)
-        entry["stored_canonical"] = {"count": len(stack.stored), "max_abs_diff": worst,
-                                     "agree": all(a["agrees"] for a in stack.stored.values())}
+        entry.stored_canonical = StoredCanonicalRecord(count=len(stack.stored), max_abs_diff=worst,
+                                                       agree=all(a["agrees"] for a in stack.stored.values()))
     canon = unpack(stack.spec, stack.blob)
     for name in formats:
         fmt = registry.get(name)
@@ -187,24 +189,24 @@ def _checkpoint_items(source, stacks, manifest, style, owned, drop_slots, allow_
         for name_in, suffix in sources:
             blob = stack.blob if not suffix else read_finite(source, name_in, allow_nonfinite)
             canon = unpack(stack.spec, blob)
-            names = manifest["name_map"][name_in] = []
+            names = manifest.name_map[name_in] = []
             for layer, direction, params in canon.pseudo_layers():
                 for name, value in target.write_layer(stack.spec, stack.prefix, layer, direction, params,
                                                       slot=bool(suffix)).items():
                     name = f"{name}/{suffix}" if suffix else name
                     if name in stack.stored:
-                        manifest["replaced"][name] = stack.stored[name]
+                        manifest.replaced[name] = StoredTensorRecord.of(stack.stored[name])
                     names.append(name)
                     converted.add(name)
                     yield name, contiguous(value), source.dtypes[name_in]
             if suffix:
                 gap = max(float(np.max(np.abs(p.b_W - p.b_R), initial=0.0)) for p in canon.layers)
-                entry.slots[name_in] = {"targets": names, "max_abs_b_W_minus_b_R": gap}
+                entry.slots[name_in] = SlotRecord(targets=names, max_abs_b_W_minus_b_R=gap)
             else:
                 entry.targets = names
         stack.blob = None  # let the buffer go once its tensors are written
     for name in source.names:
         if name not in owned and name not in converted:
-            manifest["copied"].append(name)
-            manifest["name_map"][name] = [name]
+            manifest.copied.append(name)
+            manifest.name_map[name] = [name]
             yield name, source.get(name), source.dtypes[name]
