@@ -10,12 +10,13 @@ process so its peak RSS is its own. Exit 1 when the peak RSS target (<= 3x the b
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from fresh_process import parse_or_run_child, run_child, status_mib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -31,14 +32,6 @@ def spec_for(params):
     base = RNNSpec("lstm", 4, 1024, 1, True)
     per_input = 2 * 4 * 1024
     return RNNSpec("lstm", 4, 1024, max(1, round((params - base.param_count) / per_input) + 1), True)
-
-
-def status_mib(field):
-    """VmRSS (now) or VmHWM (peak of this process image: unlike ru_maxrss it is not inherited across exec)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
 
 
 def child(mode, src, out):
@@ -59,21 +52,11 @@ def child(mode, src, out):
     print(json.dumps({"seconds": seconds, "baseline_rss_mib": base, "peak_rss_mib": peak}))
 
 
-def run_child(mode, src, out):
-    proc = subprocess.run([sys.executable, __file__, "--child", mode, src, out], capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"bench child {mode} failed: {proc.stderr.strip().splitlines()[-1]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, default=100e6)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        return child(*args.child)
+    args = parse_or_run_child(parser, child)
 
     from cudnn_port.checkpoint import write_checkpoint
 
@@ -87,8 +70,8 @@ def main():
             np.copy(blob)
         copy_s = (time.perf_counter() - start) / 3
         del blob
-        through = run_child("copy", src, os.path.join(tmp, "through"))
-        conv = run_child("convert", src, os.path.join(tmp, "out"))
+        through = run_child(__file__, "copy", src, os.path.join(tmp, "through"))
+        conv = run_child(__file__, "convert", src, os.path.join(tmp, "out"))
     result = {
         "spec": spec.describe(), "params": spec.param_count, "blob_mib": round(mib, 1),
         "convert_s": round(conv["seconds"], 3), "params_per_s": round(spec.param_count / conv["seconds"]),

@@ -45,6 +45,7 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures", "torch"))  # make_torch_programs: the models users write
 
 STEPS, TARGET, ATOL, RTOL = 50, 1.0, 1e-5, 1e-4
 NAMES = ("char_lm", "classifier", "seq2seq")
@@ -55,15 +56,11 @@ def modules():
     import torch
     import torch.nn as nn
 
-    class CharLM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb, self.lstm, self.head = nn.Embedding(100, 64), nn.LSTM(64, 256, 2, batch_first=True), \
-                nn.Linear(256, 100)
+    from make_torch_programs import EmbeddingTagger  # Embedding -> recurrent stack -> Linear, as the fixtures export
 
-        def forward(self, ids):
-            y, _ = self.lstm(self.emb(ids))
-            return self.head(y)
+    def char_lm():
+        return EmbeddingTagger(emb=nn.Embedding(100, 64), lstm=nn.LSTM(64, 256, 2, batch_first=True),
+                               head=nn.Linear(256, 100))
 
     class Classifier(nn.Module):
         def __init__(self):
@@ -95,7 +92,7 @@ def modules():
             return tuple(torch.randint(0, vocab, (batch, steps), generator=g) for _ in range(count))
         return make
 
-    return {"char_lm": (CharLM, ids(100), ["ids"]), "classifier": (Classifier, ids(5000), ["ids"]),
+    return {"char_lm": (char_lm, ids(100), ["ids"]), "classifier": (Classifier, ids(5000), ["ids"]),
             "seq2seq": (Seq2Seq, ids(1000, 2), ["src", "tgt"])}
 
 

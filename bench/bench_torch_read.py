@@ -13,20 +13,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+from fresh_process import parse_or_run_child, run_child, status_mib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-
-
-def status_mib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
 
 
 def child(reader, path, tiny):
@@ -49,24 +43,13 @@ def child(reader, path, tiny):
     print(json.dumps({"seconds": seconds, "rss_growth_mib": status_mib("VmHWM") - base}))
 
 
-def run_child(reader, path, tiny):
-    done = subprocess.run([sys.executable, __file__, "--child", reader, path, tiny], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
-    if done.returncode:
-        raise SystemExit(f"{reader} failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hidden", type=int, default=640)
     parser.add_argument("--target", type=float, default=2.0)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        return child(*args.child)
+    args = parse_or_run_child(parser, child)
     import torch
 
     torch.manual_seed(0)
@@ -84,7 +67,7 @@ def main():
         growth = []
         for _ in range(args.rounds):
             for reader in ("torch", "inspect"):
-                row = run_child(reader, path, tiny)
+                row = run_child(__file__, reader, path, tiny, env=dict(os.environ, PYTHONPATH=ROOT))
                 times[reader].append(row["seconds"])
                 if reader == "inspect":
                     growth.append(row["rss_growth_mib"])

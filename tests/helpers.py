@@ -17,6 +17,7 @@ CHAR_LM = os.path.join(ROOT, "models", "char_lm", "model.keras")  # the bundled 
 
 # fp32 parity bound from issue 2; measured max |error| for these sizes is ~2e-7.
 ATOL_FP32 = 1e-5
+WHOLE_TOLERANCE = (1e-5, 1e-4)  # a whole model's artifacts against Keras: |err| <= ATOL + RTOL * |Keras|
 INPUT, HIDDEN = 6, 5  # distinct on purpose: I != H catches transposed or swapped regions
 CONFIGS = [(mode, layers, bi) for mode, layers, bi in itertools.product(("lstm", "gru"), (1, 2, 3), (False, True))]
 CONFIG_IDS = [f"{m}-L{n}-{'bi' if b else 'uni'}" for m, n, b in CONFIGS]
@@ -343,3 +344,28 @@ def convert_whole(folder, name, want):
     artifacts = set(manifest["model_artifacts"])
     assert manifest["parity"]["passed"] and {"saved_model", "graphdef", "onnx", "tflite"} <= artifacts, artifacts
     return out, manifest, done.stdout
+
+
+def assert_runtimes_match_keras(out, probe, want, openvino=True):
+    """OUT/model.onnx in onnxruntime (and in OpenVINO, unless ``openvino`` is False) and OUT/model.tflite in LiteRT,
+    run by the runtimes themselves on ``probe``, each within :data:`WHOLE_TOLERANCE` of ``want`` (Keras' outputs)."""
+    results = onnx_and_tflite_outputs(out, probe)
+    if openvino:
+        import openvino as ov
+
+        compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        results.append((compiled({0: probe})[compiled.outputs[0]], "openvino"))
+    atol, rtol = WHOLE_TOLERANCE
+    for got, what in results:
+        assert got.shape == want.shape, what
+        assert np.all(np.abs(got - want) <= atol + rtol * np.abs(want)), (what, float(np.abs(got - want).max()))
+
+
+def convert_fitted(files, name):
+    """:func:`convert_whole` of ``name`` in the folder of ``files`` (the folder, then what
+    :func:`fit_ids_model_and_save` returns), its ONNX and TFLite run against Keras' outputs on the probe:
+    (out, stdout)."""
+    folder, probe, want = files
+    out, _, stdout = convert_whole(folder, name, want)
+    assert_runtimes_match_keras(out, probe, want, openvino=False)
+    return out, stdout

@@ -30,14 +30,15 @@ import json
 import numpy as np
 import pytest
 
-from helpers import cli, convert_whole, fit_ids_model_and_save, onnx_and_tflite_outputs, op_codes
+from helpers import (WHOLE_TOLERANCE, assert_runtimes_match_keras, cli, convert_fitted, convert_whole,
+                     fit_ids_model_and_save, op_codes)
 
 from cudnn_port import reference
 from cudnn_port.canonical import CanonicalRNN, LayerParams
 from cudnn_port.layout import RNNSpec
 from cudnn_port.stored_spec import spec_from_vector, spec_to_vector
 
-ATOL, RTOL = 1e-5, 1e-4  # the whole-model tolerance: |err| <= ATOL + RTOL * |Keras|
+ATOL, RTOL = WHOLE_TOLERANCE  # the whole-model tolerance: |err| <= ATOL + RTOL * |Keras|
 
 
 def test_the_spec_says_reset_before_in_every_record():
@@ -475,8 +476,7 @@ def reset_before_files(tmp_path_factory):
 def test_stock_reset_before_gru_model_converts_judged_by_keras(reset_before_files, name):
     import onnx
 
-    folder, probe, want = reset_before_files
-    out, _, stdout = convert_whole(folder, name, want)
+    out, stdout = convert_fitted(reset_before_files, name)
     assert "GRU (reset before)" in stdout and "linear_before_reset=0" in stdout, stdout
 
     grus = [n for n in onnx.load(str(out / "model.onnx")).graph.node if n.op_type == "GRU"]
@@ -484,24 +484,8 @@ def test_stock_reset_before_gru_model_converts_judged_by_keras(reset_before_file
     builtin, custom = op_codes(out / "model.tflite")
     assert not custom and "WHILE" in builtin, (builtin, custom)
 
-    for got, what in onnx_and_tflite_outputs(out, probe):
-        assert got.shape == want.shape, what
-        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
-
     verified = cli("verify", out)
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr
-
-
-def assert_runtimes_match_keras(out, probe, want):
-    """OUT/model.onnx in onnxruntime and OpenVINO and OUT/model.tflite in LiteRT, run by the runtimes themselves on
-    ``probe``, each within 1e-5 + 1e-4 relative of ``want`` (Keras' outputs)."""
-    import openvino as ov
-
-    compiled = ov.Core().compile_model(str(out / "model.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    results = onnx_and_tflite_outputs(out, probe) + [(compiled({0: probe})[compiled.outputs[0]], "openvino")]
-    for got, what in results:
-        assert got.shape == want.shape, what
-        assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want)), (what, float(np.abs(got - want).max()))
 
 
 @pytest.mark.slow

@@ -192,37 +192,40 @@ class Interpreter:
                     env[t["name"]] = item
 
     def _arg(self, arg, env, swap):
-        torch = self.torch
+        """One argument of a node: a literal as it stands, any other kind decoded by ``DECODE``."""
         if not arg:
             return None
         kind, v = next(iter(arg.items()))
-        if kind == "as_tensor":
-            return env[v["name"]]
-        if kind == "as_tensors":
-            return [env[t["name"]] for t in v]
-        if kind == "as_optional_tensors":
-            return [None if "as_none" in t else env[t["as_tensor"]["name"]] for t in v]
-        if kind == "as_int":
+        if kind in LITERALS:
             return v
-        if kind == "as_ints":
-            return [swap.get(i, i) for i in v]
-        if kind == "as_sym_int":
-            return env[v["as_name"]] if "as_name" in v else v["as_int"]
-        if kind == "as_sym_ints":
-            return [env[s["as_name"]] if "as_name" in s else swap.get(s["as_int"], s["as_int"]) for s in v]
-        if kind in ("as_float", "as_bool", "as_string", "as_floats", "as_bools"):
-            return v
-        if kind == "as_scalar_type":
-            return getattr(torch, DTYPES[v])
-        if kind == "as_device":
-            return torch.device("cpu")
-        if kind == "as_layout":
-            return torch.strided
-        if kind == "as_memory_format":
-            return torch.contiguous_format
-        if kind == "as_none":
-            return None
-        raise ValueError(f"an argument of kind {kind}, which this judge does not read")
+        if kind not in DECODE:
+            raise ValueError(f"an argument of kind {kind}, which this judge does not read")
+        return DECODE[kind](v, env, swap, self.torch)
+
+
+def _listed_size(entry, env, swap):
+    """A size in a list of sizes: a named one's value, a number swapped where it is the exported length."""
+    return env[entry["as_name"]] if "as_name" in entry else swap.get(entry["as_int"], entry["as_int"])
+
+
+# the serialized argument kinds (torch/_export/serde/schema.py Argument) read as they stand
+LITERALS = ("as_int", "as_float", "as_bool", "as_string", "as_floats", "as_bools")
+# every other kind the judge reads: kind -> f(entry, the values computed so far, the sizes swapped, torch); a size
+# written as a number in a list of sizes is swapped, a lone symbolic size's literal is left to its node
+DECODE: Dict[str, Callable[[Any, Dict[str, Any], Dict[int, int], Any], Any]] = {
+    "as_none": lambda v, env, swap, torch: None,
+    "as_tensor": lambda v, env, swap, torch: env[v["name"]],
+    "as_tensors": lambda v, env, swap, torch: [env[t["name"]] for t in v],
+    "as_optional_tensors": lambda v, env, swap, torch: [None if "as_none" in t else env[t["as_tensor"]["name"]]
+                                                        for t in v],
+    "as_ints": lambda v, env, swap, torch: [swap.get(i, i) for i in v],
+    "as_sym_int": lambda v, env, swap, torch: env[v["as_name"]] if "as_name" in v else v["as_int"],
+    "as_sym_ints": lambda v, env, swap, torch: [_listed_size(s, env, swap) for s in v],
+    "as_scalar_type": lambda v, env, swap, torch: getattr(torch, DTYPES[v]),
+    "as_device": lambda v, env, swap, torch: torch.device("cpu"),
+    "as_layout": lambda v, env, swap, torch: torch.strided,
+    "as_memory_format": lambda v, env, swap, torch: torch.contiguous_format,
+}
 
 
 def lengths_to_judge(exported: int) -> List[int]:
