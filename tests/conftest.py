@@ -35,6 +35,24 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+FILE_TIMES = {}  # test file -> seconds of its tests' setups, calls and teardowns, summed (the xdist controller's)
+
+
+def pytest_runtest_logreport(report):
+    name = report.nodeid.split("::")[0]
+    FILE_TIMES[name] = FILE_TIMES.get(name, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """With ``--durations``: the 25 test files that took longest, their tests' times summed, so that HEAVY_FIRST
+    can follow them (a heavy file started last is the run's tail)."""
+    if not terminalreporter.config.getoption("durations", None) or not FILE_TIMES:
+        return
+    terminalreporter.write_sep("=", "heaviest test files (seconds, setups + calls + teardowns)")
+    for name, seconds in sorted(FILE_TIMES.items(), key=lambda item: -item[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {name}")
+
+
 def pytest_collection_modifyitems(items):
     """Heavy files first (:data:`HEAVY_FIRST`), the rest in their order; a file's tests stay together."""
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
