@@ -37,8 +37,7 @@ def load_keras_file(path: str) -> "keras.Model":
     # lazy: Keras, loaded on first use (import cudnn_port stays light)
     import keras
 
-    from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
-    from . import aten_layers  # noqa: F401  (registers AtenOp)
+    from .. import aten_layers, layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU, and AtenOp)
 
     with tempfile.TemporaryDirectory(prefix="cudnn-port-keras-") as tmp:
         target = path
@@ -134,8 +133,7 @@ def load_keras_h5(path: str) -> "keras.Model":
         check_config_sizes(config, stored, path, "the file")
     import keras
 
-    from .. import layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU)
-    from . import aten_layers  # noqa: F401  (registers AtenOp)
+    from .. import aten_layers, layers  # noqa: F401  (registers CudnnLSTM / CudnnGRU, and AtenOp)
 
     with tempfile.TemporaryDirectory(prefix="cudnn-port-h5-") as tmp:
         target = path

@@ -11,7 +11,7 @@ read, ``torch.export.load`` never runs), each node translated in order into a Ke
   the module's stack as :class:`~cudnn_port.readers.pytorch.PyTorchSource` reads it (states in PyTorch's
   ``[L*D, batch, S]`` layout outside the layer, batch-major inside; ``batch_first=False``: transposed around it);
 - ``embedding`` Keras' ``Embedding``, ``linear`` of parameters Keras' ``Dense``; every other supported op one
-  :class:`~cudnn_port.readers.aten_layers.AtenOp`;
+  :class:`~cudnn_port.aten_layers.AtenOp`;
 - a size the program recorded as numbers (``view(x, [s0, 7, 4])``) keeps a dimension free where it comes from a free
   dimension of the input: sizes are aligned with the input's recorded sizes group by group, and a group holding a
   free dimension is read from the tensors when the model runs.

@@ -2,7 +2,7 @@
 translation :mod:`.torch_program` drives): an ``aten.lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu`` node one fused
 layer of :mod:`cudnn_port.layers` holding its module's stack as the file's
 :class:`~cudnn_port.readers.pytorch.PyTorchSource` reads it, ``embedding`` and ``linear`` of parameters Keras
-layers, every other supported op one :class:`.aten_layers.AtenOp`, and an op on parameters alone folded
+layers, every other supported op one :class:`~cudnn_port.aten_layers.AtenOp`, and an op on parameters alone folded
 to an array once. The weights are assigned once the model is built (``pending``).
 """
 import json
@@ -100,7 +100,7 @@ class Translator:
         # lazy: Keras, loaded on first use (import cudnn_port stays light)
         import keras
 
-        from .aten_layers import AtenOp, run_op
+        from ..aten_layers import AtenOp, run_op
 
         tensors: List[Any] = []
         constants: List[Any] = []
@@ -176,7 +176,7 @@ class Translator:
             weight, ids = a[0], a[1]
             if not isinstance(weight, np.ndarray):
                 raise UnsupportedError(f"{self.p.path}: an embedding of a computed table (from {module_of(node)})")
-            from .aten_layers import TorchEmbedding
+            from ..aten_layers import TorchEmbedding
 
             layer = TorchEmbedding(weight.shape[0], weight.shape[1], name=self.unique(module_path(node) or name))
             result = layer(ids)

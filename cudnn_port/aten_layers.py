@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Sequence
 
 import keras
 
-from ..deps import import_tf
+from .deps import import_tf
 
 
 def _resolve(arg, tensors, constants):
