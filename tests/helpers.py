@@ -305,12 +305,21 @@ def reference_outputs(model, inputs):
         return model_outputs(model(inputs if len(inputs) > 1 else inputs[0], training=False))
 
 
+def compile_eagerly(model, *args, **kwargs):
+    """``model.compile(*args, **kwargs)`` as a user calls it, then ``fit`` and ``predict`` run eagerly. For the few
+    steps a test trains, tracing Keras' train step (each recurrent layer's loop and its gradient) took longer than
+    running it: 9.0 s against 3.5 s for test_stock_cells' six-layer model. The file saved is the same: run_eagerly is
+    set after compile, so the compile config Keras saves is the user's."""
+    model.compile(*args, **kwargs)
+    model.run_eagerly = True
+
+
 def fit_ids_model_and_save(model, folder, target_shape):
     """A model over padded int ids (``Embedding(mask_zero=True)`` first) trained by ``fit`` for one epoch, saved as
     ``model.keras`` and ``model.h5`` in ``folder``: (a right-padded probe batch of 4 x 7 ids, Keras' outputs on it)."""
     ids = np.random.default_rng(0).integers(1, 30, size=(64, 10))
     ids[::3, 6:] = 0  # right-padded rows, which the mask skips
-    model.compile("adam", "mse")
+    compile_eagerly(model, "adam", "mse")
     model.fit(ids, np.random.default_rng(1).normal(size=(64, *target_shape)), epochs=1, batch_size=16, verbose=0)
     for name in ("model.keras", "model.h5"):
         model.save(folder / name)

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, cli, compile_eagerly
 
 pytestmark = pytest.mark.slow
 # lines of TensorFlow's, absl's, LiteRT's or Python's logging: none may reach stderr from cudnn-port's calls
@@ -77,7 +77,7 @@ def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
 
     source = os.path.join(ROOT, "models", "first_model", "model.h5")
     out = tmp_path / "out"
-    done = _cli("convert", source, out, "--ids-dtype", dtype)
+    done = cli("convert", source, out, "--ids-dtype", dtype)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     spec = json.loads((out / "manifest.json").read_text())["model_input_specs"][0]
     assert spec["dtype"] == dtype and spec["shape"] == [None, None], spec
@@ -100,15 +100,15 @@ def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match="data type"):
         session.run(None, {spec["name"]: ids.astype("int32" if dtype != "int32" else "int64")})
-    verified = _cli("verify", out)
+    verified = cli("verify", out)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr
     if dtype == "int64":
-        shown = _cli("inspect", source, "--ids-dtype", dtype, "--json")
+        shown = cli("inspect", source, "--ids-dtype", dtype, "--json")
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["model_inputs"][0]["dtype"] == dtype, shown.stdout
         checkpoint = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
         for argv in (("convert", checkpoint, tmp_path / "o2"), ("inspect", checkpoint)):
-            refused = _cli(*argv, "--ids-dtype", dtype)
+            refused = cli(*argv, "--ids-dtype", dtype)
             assert_clean_error(refused.returncode, refused.stderr, "--ids-dtype applies to a Keras 3 model")
         assert not (tmp_path / "o2").exists()
 
@@ -134,7 +134,7 @@ def test_dict_inputs_shared_masked_embedding_and_eleven_outputs_convert(tmp_path
     model = keras.Model({"q": q, "p": p}, heads)
     rng = np.random.default_rng(0)
     ids = {name: rng.integers(1, 30, size=(32, 6)) for name in ("q", "p")}
-    model.compile("adam", ["mse"] * 11)
+    compile_eagerly(model, "adam", ["mse"] * 11)
     model.fit(ids, [rng.normal(size=(32, k + 1)) for k in range(11)], epochs=1, batch_size=16, verbose=0)
     model.save(tmp_path / "model.keras")
     probe = {name: rng.integers(0, 30, size=(3, 5)).astype("int32") for name in ("q", "p")}
@@ -175,7 +175,7 @@ def _mixed_model(steps, policy="mixed_float16"):
         model = keras.Sequential([keras.Input((steps, 5)), L.Bidirectional(L.LSTM(12, return_sequences=True)),
                                   L.LayerNormalization(), L.Dropout(0.1), L.GRU(8, unroll=True),
                                   L.Dense(3, dtype="float32")])
-        model.compile("adam", "mse")
+        compile_eagerly(model, "adam", "mse")
         rng = np.random.default_rng(1)
         model.fit(rng.normal(size=(64, steps, 5)), rng.normal(size=(64, 3)), epochs=1, batch_size=16, verbose=0)
     finally:
@@ -232,7 +232,7 @@ def test_functional_seq2seq_with_states_batch_norm_and_time_distributed(tmp_path
     y = L.LSTM(16, return_sequences=True)(tgt, initial_state=[h, c])
     tokens = L.TimeDistributed(L.Dense(4))(L.Dropout(0.2)(y))  # Keras: a per-step loop where time is dynamic
     model = keras.Model([src, tgt], {"tokens": tokens, "summary": L.Dense(2)(h)})  # a dict of outputs
-    model.compile("adam", "mse")
+    compile_eagerly(model, "adam", "mse")
     rng = np.random.default_rng(0)
     model.fit([rng.normal(size=(64, 8, 6)), rng.normal(size=(64, 5, 4))],
               {"tokens": rng.normal(size=(64, 5, 4)), "summary": rng.normal(size=(64, 2))}, epochs=1, batch_size=16,
@@ -286,7 +286,7 @@ def test_a_fit_built_model_that_needs_its_length_keeps_it_with_a_warning(tmp_pat
     L = keras.layers
     keras.utils.set_random_seed(5)
     model = keras.Sequential([L.LSTM(6, return_sequences=True), L.Flatten(), L.Dense(2)])
-    model.compile("adam", "mse")
+    compile_eagerly(model, "adam", "mse")
     rng = np.random.default_rng(0)
     model.fit(rng.normal(size=(64, 10, 3)), rng.normal(size=(64, 2)), batch_size=32, epochs=1, verbose=0)
     manifest = cudnn_port.export(model, tmp_path / "out", formats=["onnx"])
@@ -313,7 +313,7 @@ def test_a_model_fit_on_rows_that_do_not_divide_into_batches_takes_any_length(tm
     L = keras.layers
     keras.utils.set_random_seed(6)
     model = keras.Sequential([L.Embedding(50, 8), L.LSTM(6), L.Dense(3)])
-    model.compile("adam", "mse")
+    model.compile("adam", "mse")  # not eagerly: an eager fit builds on its first batch, [32, 20]
     rng = np.random.default_rng(0)
     model.fit(rng.integers(0, 50, size=(70, 20)), rng.normal(size=(70, 3)), batch_size=32, epochs=1, verbose=0)
     assert list(model.inputs[0].shape) == [None, 20]
@@ -341,7 +341,7 @@ def test_reshape_dense_repeat_vector_and_time_distributed_around_lstms_keep_mode
     y = L.LSTM(4, return_sequences=True)(L.RepeatVector(3)(code))
     y = L.TimeDistributed(L.Dense(2))(L.TimeDistributed(L.BatchNormalization())(y))
     model = keras.Model(x, y)
-    model.compile("adam", "mse")
+    compile_eagerly(model, "adam", "mse")
     rng = np.random.default_rng(3)
     model.fit(rng.normal(size=(64, 12)), rng.normal(size=(64, 3, 2)), epochs=1, batch_size=16, verbose=0)
     model.save(tmp_path / "ae.keras")
@@ -367,7 +367,7 @@ def test_cnn_lstm_of_time_distributed_conv_keeps_model_tflite_on_any_batch(tmp_p
     model = keras.Sequential([keras.Input((None, 8, 8, 1)), L.TimeDistributed(L.Conv2D(4, 3, activation="relu")),
                               L.TimeDistributed(L.MaxPooling2D()), L.TimeDistributed(L.Flatten()), L.LSTM(6),
                               L.Dense(2)])
-    model.compile("adam", "mse")
+    compile_eagerly(model, "adam", "mse")
     rng = np.random.default_rng(4)
     model.fit(rng.normal(size=(32, 5, 8, 8, 1)), rng.normal(size=(32, 2)), epochs=1, batch_size=8, verbose=0)
     model.save(tmp_path / "cnn_lstm.keras")
@@ -418,7 +418,7 @@ def test_recurrent_layers_inside_time_distributed_run_as_one_batch_of_sequences(
     tags = L.TimeDistributed(L.GRU(4, reset_after=False), name="gru_v1")(tags)
     tags = L.Dense(3, kernel_initializer=keras.initializers.RandomNormal(stddev=3.0), name="tags")(tags)
     model = keras.Model(words, {"topic": topic, "tags": tags})
-    model.compile("adam", {"topic": "mse"})  # Keras carries the [batch, words, chars] mask to a loss on "tags"
+    compile_eagerly(model, "adam", {"topic": "mse"})  # Keras carries the [batch, words, chars] mask to a loss on "tags"
     model.fit(chars(16, 5), {"topic": rng.normal(size=(16, 2))}, epochs=1, batch_size=8, verbose=0)
     model.save(tmp_path / "words.keras")
     manifest = convert(tmp_path / "words.keras", tmp_path / "out", quantize="int8")
@@ -453,7 +453,7 @@ def test_a_mixed_precision_sequential_built_by_fit_takes_float32_inputs():
     keras.config.set_dtype_policy("mixed_float16")
     try:
         model = keras.Sequential([L.LSTM(4), L.Dense(1, dtype="float32")])
-        model.compile("adam", "mse")
+        compile_eagerly(model, "adam", "mse")
         model.fit(np.zeros((8, 5, 3)), np.zeros((8, 1)), epochs=1, batch_size=4, verbose=0)
     finally:
         keras.config.set_dtype_policy(before)

@@ -30,7 +30,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import (WHOLE_TOLERANCE, assert_runtimes_match_keras, cli, convert_fitted, convert_whole,
+from helpers import (WHOLE_TOLERANCE, assert_runtimes_match_keras, cli, compile_eagerly, convert_fitted, convert_whole,
                      fit_ids_model_and_save, op_codes)
 
 from cudnn_port import reference
@@ -433,7 +433,7 @@ def test_tutorial_relu_lstm_converts_with_fused_nodes(tmp_path):
     x = rng.normal(size=(64, 10, 3)).astype("float32")
     model = keras.Sequential([keras.Input((None, 3)), L.LSTM(16, activation="relu", return_sequences=True),
                               L.LSTM(8, activation="relu"), L.Dense(1)])
-    model.compile("adam", "mse")
+    compile_eagerly(model, "adam", "mse")
     model.fit(x, x.sum(axis=(1, 2))[:, None], epochs=1, batch_size=16, verbose=0)
     model.save(tmp_path / "relu.keras")
     manifest = convert(tmp_path / "relu.keras", tmp_path / "relu")
