@@ -15,17 +15,19 @@ pytest_plugins = ["pytester"]
 collect_ignore = ["fixtures/gpu_keras/train_on_gpu.py"]  # a GPU script kept with the fixtures it made (needs a GPU)
 
 
-# Test files by their time (seconds summed over their tests, `python -m pytest -n 3 --durations=0`, 2026-12-07),
-# heaviest first: xdist's --dist loadfile hands files to workers in collection order, and a heavy file started last
-# is the run's tail (alphabetical order left test_sources.py and test_verify_tamper.py, about 200 s each, to the end).
-HEAVY_FIRST = ("test_keras_user_models.py", "test_stock_cells.py", "test_verify_tamper.py", "test_untrusted_graphs.py",
-               "test_stock_keras.py", "test_sources.py", "test_tf_keras_saved_models.py", "test_torch_programs.py",
-               "test_torch_published_programs.py",
-               "test_tf_keras_build_saved_models.py", "test_gpu_trained.py", "test_saved_model_text_and_tf20.py",
-               "test_tf_loop.py", "test_quiet.py", "test_parity_failures.py", "test_keras3_rocm_exports.py",
-               "test_hardening.py", "test_layers.py", "test_readme.py", "test_stock_masks.py",
-               "test_torchscript_programs.py", "test_exports.py", "test_signals.py", "test_whole_model_openvino.py",
-               "test_tf1_canonical.py", "test_registry.py")
+# Test files by their time (seconds summed over their tests' setups, calls and teardowns at both version sets, as
+# CI's `--durations` summary prints them, 2026-12-07), heaviest first: xdist's --dist loadfile hands files to workers
+# in collection order, and a heavy file started last is the run's tail (alphabetical order left test_sources.py and
+# test_verify_tamper.py, about 200 s each, to the end).
+HEAVY_FIRST = ("test_stock_cells.py", "test_keras_user_models.py", "test_sources.py", "test_verify_tamper.py",
+               "test_tf_keras_saved_models.py", "test_saved_model_text_and_tf20.py", "test_untrusted_graphs.py",
+               "test_layers.py", "test_tf_keras_build_saved_models.py", "test_torch_programs.py",
+               "test_stock_keras.py", "test_exports.py", "test_gpu_trained.py", "test_torch_published_programs.py",
+               "test_hardening.py", "test_tf_loop.py", "test_keras3_rocm_exports.py", "test_quiet.py",
+               "test_stock_masks.py", "test_parity_failures.py", "test_signals.py", "test_simple_rnn.py",
+               "test_whole_model_openvino.py", "test_cudnn_fixtures.py", "test_tf_keras_mixed_precision.py",
+               "test_keras2_files.py", "test_examples.py", "test_torchscript_programs.py", "test_registry.py",
+               "test_readme.py", "test_verify_masks.py", "test_tf1_canonical.py")
 
 
 def pytest_configure(config):
