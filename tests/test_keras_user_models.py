@@ -108,7 +108,7 @@ def test_ids_dtype_makes_every_artifact_take_ids_of_that_dtype(tmp_path, dtype):
         assert json.loads(shown.stdout)["model_inputs"][0]["dtype"] == dtype, shown.stdout
         checkpoint = os.path.join(ROOT, "models", "tf1_bilstm", "model.ckpt")
         for argv in (("convert", checkpoint, tmp_path / "o2"), ("inspect", checkpoint)):
-            refused = cli(*argv, "--ids-dtype", dtype)
+            refused = _cli(*argv, "--ids-dtype", dtype)  # a fresh process: its whole stderr is the one line
             assert_clean_error(refused.returncode, refused.stderr, "--ids-dtype applies to a Keras 3 model")
         assert not (tmp_path / "o2").exists()
 

@@ -7,7 +7,6 @@ right too; those of :func:`cudnn_port.exports.onnx.stack_graph` where it has non
 is right everywhere)."""
 import contextlib
 import logging
-import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -17,6 +16,7 @@ from .onnx import IR_VERSION, OPSET, layer_weights, stack_graph
 from .onnx_ctc import ctc_greedy_decoder_handler
 from .onnx_passes import sequence_inputs_apart, squeeze_pairs_cancelled, unread_outputs_dropped
 from .onnx_guard import guard_empty
+from .onnx_optimize import optimized_without_copies
 from .onnx_scan import sequence_nodes_expanded
 from .onnx_portable import portable_stack_graph
 from ..errors import CudnnPortError
@@ -219,7 +219,7 @@ def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], out
                                       custom_op_handlers=handlers, tensors_to_rename=renames)[0]
 
     with quiet_converters():
-        model = _optimized_without_copies(tf2onnx_of, graph_def)
+        model = optimized_without_copies(tf2onnx_of, graph_def)
     model.ir_version = IR_VERSION
     squeeze_pairs_cancelled(model.graph)
     unread_outputs_dropped(model.graph)
@@ -229,29 +229,6 @@ def write_graph_onnx(graph_def: "graph_pb2.GraphDef", inputs: Sequence[str], out
     if path is not None:
         onnx.save(model, str(path))
     return model
-
-
-def _optimized_without_copies(tf2onnx_of: Callable[[Any], "onnx.ModelProto"],
-                               graph_def: "graph_pb2.GraphDef") -> "onnx.ModelProto":
-    """``tf2onnx_of(graph_def)`` with tf2onnx's optimizers run on the graph itself. By default tf2onnx deep-copies the
-    whole ONNX graph before each of its optimizer passes (about 36 per conversion), to fall back to the copy if a pass
-    raises: on a masked tf_keras model that was 9 of the 19 seconds tf2onnx took. ``TF2ONNX_CATCH_ERRORS`` set turns
-    the copies off (tf2onnx reads any value as false). Should a pass raise without them, the conversion runs again as
-    tf2onnx runs it by default, so the ONNX written is the same either way. A value the user set is left alone; the
-    variable is removed again after (a library call leaves ``os.environ`` as it found it)."""
-    name = "TF2ONNX_CATCH_ERRORS"
-    if name in os.environ:
-        return tf2onnx_of(graph_def)
-    first = type(graph_def)()
-    first.CopyFrom(graph_def)
-    os.environ[name] = "false"
-    try:
-        return tf2onnx_of(first)
-    except Exception:  # a pass that raises: tf2onnx's own way, which skips that pass on a copy
-        pass
-    finally:
-        os.environ.pop(name, None)
-    return tf2onnx_of(graph_def)
 
 
 def _unique_returns(library):
