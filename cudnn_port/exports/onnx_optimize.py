@@ -28,11 +28,9 @@ def optimized_without_copies(tf2onnx_of: Callable[[Any], "onnx.ModelProto"],
     with _TF2ONNX:
         if name in os.environ:
             return tf2onnx_of(graph_def)
-        first = type(graph_def)()
-        first.CopyFrom(graph_def)
         os.environ[name] = "false"
-        try:
-            return tf2onnx_of(first)
+        try:  # tf2onnx reads graph_def (imports it, copies it for Grappler) and never writes it: a retry gets it whole
+            return tf2onnx_of(graph_def)
         except CudnnPortError:  # our own handlers' refusal: the same on a second run
             raise
         except Exception:  # a pass that raises: tf2onnx's own way, which skips that pass on a copy
