@@ -4,7 +4,8 @@
 training: per layer and direction the recurrence is one ``tf.custom_gradient`` whose forward loop keeps each step's
 gate activations and whose backward loop computes only each step's gate gradients ``dg_t`` and
 ``dh_{t-1} = dg_t @ R^T`` (plus the state's direct terms), with TensorFlow's own ``SigmoidGrad`` / ``TanhGrad``
-kernels; the forward loops' sigmoid is ``1 / (1 + exp(-x))`` (:func:`_sigmoid`). What autodiff of the export
+kernels; the forward loops' sigmoid is ``1 / (1 + exp(-x))`` (:func:`_sigmoid`) and the LSTM's ``tanh(c)`` is
+computed in float64 (:func:`_tanh`). What autodiff of the export
 path's loop does on top, and this one does not: write a whole ``[T, B, G*H]`` zero-padded gradient of the step's
 input projection at every step (at batches of 8 or more; below, its four-step loop reads rows by a gather), and
 accumulate ``dR`` inside the loop. ``dR`` is summed after the loop, two steps per product; the input projection
@@ -13,14 +14,14 @@ time-ordered inputs (no reverse_sequence).
 
 On a 2-core CPU (``python bench/bench_training.py --mode both``: 3-layer bidirectional stacks, input 128, hidden
 256, 50 steps, batch 32) a training step ran at 2.12-2.24x (LSTM) and 1.54-1.60x (GRU) the speed of Keras' stacked
-layers with ``tf.sigmoid`` in the loops (:func:`_sigmoid` adds 1%-6% to a step's CPU time), and at about 2x
-that of autodiff of the export path's one-step-per-iteration loop. Outputs, states and the gradients w.r.t. the
-buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's do
+layers with ``tf.sigmoid`` in the loops (:func:`_sigmoid` adds 1%-6% to a step's CPU time, :func:`_tanh` 5%-6% to an
+LSTM's), and at about 2x that of autodiff of the export path's one-step-per-iteration loop. Outputs, states and the
+gradients w.r.t. the buffer, the inputs and the initial states equal real cuDNN's as closely as the export path's do
 (``tests/test_cudnn_fixtures.py``), and on a 3-layer bidirectional stack of hidden 128 over 60 steps sit within
-1.0x-1.2x (RMS) of PyTorch's fp32 error against float64 with TensorFlow 2.21, LSTM outputs at 1.9x with 2.16
-(``tests/test_tf_train.py``; docs/performance.md, "The training path's sigmoid"). An LSTM with projection,
-the plain RNNs (``rnn_tanh`` / ``rnn_relu``) and the cells cuDNN does not compute (a reset-before GRU, another
-activation) fall back to autodiff of the export path.
+1.0x-1.5x (RMS) of PyTorch's fp32 error against float64 at both version sets (an AMD EPYC; LSTM outputs 1.23x and
+1.46x, the inputs' gradient 1.45x and 1.52x; ``tests/test_tf_train.py``; docs/performance.md, "The training path's
+sigmoid"). An LSTM with projection, the plain RNNs (``rnn_tanh`` / ``rnn_relu``) and the cells cuDNN does not
+compute (a reset-before GRU, another activation) fall back to autodiff of the export path.
 """
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
@@ -86,11 +87,13 @@ def _sigmoid(x):
 
 
 def _tanh(x):
-    """tanh(x) rounded once from float64, the loops' tanh: TensorFlow 2.16's float32 ``tf.tanh`` put the outputs of
-    the realistic-size test (``tests/test_tf_train.py``: 3-layer bidirectional LSTM, hidden 128, 60 steps) at 2.05x
-    PyTorch's fp32 error against float64 (RMS) on an AMD EPYC, against 1.87x on an Intel Xeon, over the test's 2x
-    bound; this form puts them at 1.20x at both version sets (TensorFlow 2.21's ``tf.tanh``: 1.27x). The backward
-    pass differentiates with :func:`_tanh_grad`, so only the value is this form's."""
+    """tanh(x) computed in float64 and rounded to float32, the LSTM loop's ``tanh(c)`` (forward, and its recomputation
+    in the backward loop): with TensorFlow 2.16's float32 ``tf.tanh`` there, the outputs of the realistic-size test
+    (``tests/test_tf_train.py``: 3-layer bidirectional LSTM, hidden 128, 60 steps) sat at 2.05x PyTorch's fp32 error
+    against float64 (RMS) on an AMD EPYC (1.87x on an Intel Xeon), over the test's 2x bound; with this form 1.46x
+    (TensorFlow 2.21: 1.27x -> 1.23x), for 5%-6% more CPU time an LSTM training step. The candidate's tanh stays
+    float32: in float64 too it took the outputs to 1.20x for 8%-10% (docs/performance.md). The backward pass
+    differentiates with :func:`_tanh_grad`, so only the value is this form's."""
     tf = import_tf()
     return tf.cast(tf.tanh(tf.cast(x, tf.float64)), x.dtype)
 
@@ -158,7 +161,7 @@ def _lstm_direction(tf, xw, b, lengths, h0, c0, Rh, reverse):
             keep = t < lengths_col  # [B, 1]: steps at or past a length keep the state
             g = xs.read(t) + tf.matmul(h, Rh)
             i, f, _, o = tf.split(_sigmoid(g), 4, axis=-1)  # one sigmoid over all four blocks: fewer ops a step
-            cc = _tanh(tf.split(g, 4, axis=-1)[2])
+            cc = tf.tanh(tf.split(g, 4, axis=-1)[2])
             c = tf.where(keep, f * c + i * cc, c)
             h = tf.where(keep, o * _tanh(c), h)
             return n + 1, h, c, hs.write(t, h), acts.write(t, tf.concat([i, f, cc, o], -1)), cs.write(t, c)
@@ -223,7 +226,7 @@ def _gru_direction(tf, xw, b, lengths, h0, Rh, bh, reverse):
             x_r, x_z, x_h = tf.split(xs.read(t), 3, axis=-1)
             hh = hr[:, 2 * H:] + bh  # R_h h + b_R_h, on the h block alone
             r, z = _sigmoid(x_r + hr[:, :H]), _sigmoid(x_z + hr[:, H:2 * H])
-            cand = _tanh(x_h + r * hh)
+            cand = tf.tanh(x_h + r * hh)
             h = tf.where(keep, (1.0 - z) * cand + z * h, h)
             return n + 1, h, hs.write(t, h), saved.write(t, tf.concat([r, z, cand, hh], -1))
 
