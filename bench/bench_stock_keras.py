@@ -199,7 +199,8 @@ SERVING_KERAS_TARGET, SERVING_FORM_TARGET = 1.0, 1.1  # SavedModel / Keras' own,
 
 
 # the sizes of the five speed models: (LSTM units and embedding width of the language model, the seq2seq's units
-# and features, the BiGRU's units, layers and features, the tagger's units, the masked GRU's units and features).
+# and features, the BiGRU's units, layers and features, the tagger's units (its embedding 64 wide in both), the
+# masked GRU's units and features).
 # SIZES is the set the loops were tuned on; HELD_OUT (--held-out) the same five kinds at other realistic sizes,
 # never used to choose a form, to check that the targets hold beyond the tuned set
 SIZES = {"lm": (256, 64), "seq2seq": (128, 32), "bigru": (96, 2, 32), "tagger": 128, "masked_gru": (128, 32)}
@@ -207,8 +208,9 @@ HELD_OUT = {"lm": (512, 128), "seq2seq": (256, 64), "bigru": (160, 3, 40), "tagg
 
 
 def speed_models(sizes=None):
-    """The five stock models of the speed table at ``sizes`` (:data:`SIZES` unless given; :data:`HELD_OUT`), the
-    sizes users train them at (random weights, scale 0.1), by a name that says each one's kind and sizes."""
+    """The five stock models of the speed table at ``sizes`` (:data:`SIZES` unless given, e.g. :data:`HELD_OUT`),
+    the sizes users train them at (random weights, scale 0.1): {name saying its kind and sizes: (its key in SIZES,
+    the model)}."""
     import keras
 
     L, out, size = keras.layers, {}, sizes or SIZES
@@ -235,7 +237,7 @@ def speed_models(sizes=None):
     rng = np.random.default_rng(0)
     for model in out.values():
         model.set_weights([(rng.normal(size=w.shape) * 0.1).astype(w.dtype) for w in model.get_weights()])
-    return out
+    return {name: (kind, model) for kind, (name, model) in zip(SIZES, out.items())}  # built in SIZES' order
 
 
 def speed_feeds(model, batch):
@@ -329,8 +331,8 @@ def _dense(g, layer, x):
     return g("Add", [g("MatMul", [x, g.const(layer.kernel.numpy())]), g.const(layer.bias.numpy())])
 
 
-def minimal_graph(name, model):
-    """The least ONNX graph of the same fused nodes as ``model`` (speed_models' ``name``), written by hand: the
+def minimal_graph(kind, model):
+    """The least ONNX graph of the same fused nodes as ``model`` (of ``kind``, its key in SIZES), written by hand: the
     bound an export of it can reach. Masked models take lengths from the ids / the non-zero rows (right-padded
     batches only), which onnxruntime honours as ``sequence_lens``."""
     g = _Graph()
@@ -340,26 +342,26 @@ def minimal_graph(name, model):
     inputs = [(t.name.split(":")[0], len(t.shape) == 2, t.shape[-1]) for t in model.inputs]
     first = inputs[0][0]
     T = [1, 0, 2]
-    if name.startswith("Emb ->"):
+    if kind == "lm":
         x = g("Transpose", [g("Gather", [g.const(embedding.embeddings.numpy()), first])], perm=T)
         x = _seq(g, _rnn(g, rnns[0], x)[0], False)
         h = _rnn(g, rnns[1], x)[1]
         out = _dense(g, dense, g("Squeeze", [h, g.const(np.array([0]))]))
-    elif " encoder -> " in name:
+    elif kind == "seq2seq":
         _, h, c = _rnn(g, rnns[0], g("Transpose", [first], perm=T))
         y = _rnn(g, rnns[1], g("Transpose", [inputs[1][0]], perm=T), "", (h, c))[0]
         out = _dense(g, dense, g("Transpose", [_seq(g, y, False)], perm=T))
-    elif name.startswith("Bidirectional(GRU"):
+    elif kind == "bigru":
         x = g("Transpose", [first], perm=T)
         for layer in rnns:
             x = _seq(g, _rnn(g, layer, x)[0], True)
         out = _dense(g, dense, g("Transpose", [x], perm=T))
-    elif name.startswith("Emb(mask_zero)"):
+    elif kind == "tagger":
         valid = g("Not", [g("Equal", [first, g.const(np.array(0, np.int32))])])
         lengths = g("ReduceSum", [g("Cast", [valid], to=6), g.const(np.array([1]))], keepdims=0)
         x = g("Transpose", [g("Gather", [g.const(embedding.embeddings.numpy()), first])], perm=T)
         out = _dense(g, dense, g("Transpose", [_seq(g, _rnn(g, rnns[0], x, lengths)[0], True)], perm=T))
-    else:  # Masking -> GRU
+    else:  # masked_gru: Masking -> GRU
         rows = g("Not", [g("Equal", [first, g.const(np.array(0, np.float32))])])
         valid = g("ReduceMax", [g("Cast", [rows], to=6)], axes=[2], keepdims=0)
         lengths = g("ReduceSum", [valid, g.const(np.array([1]))], keepdims=0)
@@ -368,7 +370,7 @@ def minimal_graph(name, model):
     return g.model(inputs, out, len(model.outputs[0].shape))
 
 
-def fused_tf_saved_model(name, model, folder):
+def fused_tf_saved_model(kind, model, folder):
     """For the unmasked LSTM models: a SavedModel of TensorFlow's own fused CPU LSTM kernel (``BlockLSTMV2``, the
     one sequence op TensorFlow runs on a CPU without XLA), the weights constants, written to ``folder``: the least a
     plain-ops SavedModel of the model can cost. None for the others: TensorFlow has no fused CPU GRU kernel, and
@@ -376,7 +378,7 @@ def fused_tf_saved_model(name, model, folder):
     import tensorflow as tf
 
     rnns = [layer for layer in model.layers if type(layer).__name__ == "LSTM"]
-    if not (name.startswith("Emb ->") or " encoder -> " in name):
+    if kind not in ("lm", "seq2seq"):
         return None
     dense = [layer for layer in model.layers if type(layer).__name__ == "Dense"][0]
 
@@ -401,7 +403,7 @@ def fused_tf_saved_model(name, model, folder):
         return tf.matmul(y, tf.constant(kernel)) + tf.constant(bias)
 
     specs = [tf.TensorSpec([None] + list(t.shape[1:]), t.dtype, name=t.name.split(":")[0]) for t in model.inputs]
-    if name.startswith("Emb ->"):
+    if kind == "lm":
         table = next(v for v in model.layers if type(v).__name__ == "Embedding").embeddings.numpy()
 
         def call(ids):
@@ -458,7 +460,7 @@ def speed(repeat, rounds, sizes=None):
     import cudnn_port
 
     rows = []
-    for name, model in speed_models(sizes).items():
+    for name, (kind, model) in speed_models(sizes).items():
         with tempfile.TemporaryDirectory() as tmp:
             keras_path, out = os.path.join(tmp, "keras.onnx"), os.path.join(tmp, "out")
             inputs = list(speed_feeds(model, 1).values())
@@ -469,14 +471,14 @@ def speed(repeat, rounds, sizes=None):
             fused = "Loop" not in keras_ops and "Scan" not in keras_ops
             ours_path = os.path.join(out, "model.onnx")
             nodes = {"keras": len(onnx.load(keras_path).graph.node), "ours": len(onnx.load(ours_path).graph.node)}
-            minimal = minimal_graph(name, model)
+            minimal = minimal_graph(kind, model)
             nodes["minimal"] = len(onnx.load_from_string(minimal).graph.node) - 1
             runs = {"keras": _session(keras_path), "ours": _session(ours_path), "minimal": _session(minimal)}
             serving = _saved_model(os.path.join(out, "saved_model"))
             floor = _saved_model(_identity_saved_model(os.path.join(out, "saved_model"), tmp))
             model.export(os.path.join(tmp, "keras_saved_model"), format="tf_saved_model", verbose=False)
             keras_serving = _saved_model(os.path.join(tmp, "keras_saved_model"))
-            fused_tf = fused_tf_saved_model(name, model, os.path.join(tmp, "fused_tf"))
+            fused_tf = fused_tf_saved_model(kind, model, os.path.join(tmp, "fused_tf"))
             fused_tf = fused_tf and _saved_model(fused_tf)
             vino = {}
             for key, path in (("ours", ours_path), ("keras", keras_path)):
