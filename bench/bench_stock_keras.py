@@ -215,29 +215,29 @@ def speed_models(sizes=None):
 
     L, out, size = keras.layers, {}, sizes or SIZES
     units, width = size["lm"]
-    out[f"Emb -> LSTM({units}) x2 -> Dense"] = keras.Sequential(
+    out[f"Emb -> LSTM({units}) x2 -> Dense"] = "lm", keras.Sequential(
         [keras.Input((None,), dtype="int32"), L.Embedding(VOCAB, width), L.LSTM(units, return_sequences=True),
          L.LSTM(units), L.Dense(10)])
     units, width = size["seq2seq"]
     enc, dec = keras.Input((None, width), name="enc"), keras.Input((None, width), name="dec")
     _, h, c = L.LSTM(units, return_state=True)(enc)
-    out[f"LSTM({units}) encoder -> states -> decoder"] = keras.Model(
+    out[f"LSTM({units}) encoder -> states -> decoder"] = "seq2seq", keras.Model(
         [enc, dec], L.Dense(width)(L.LSTM(units, return_sequences=True)(dec, initial_state=[h, c])))
     units, layers, width = size["bigru"]
     y = x = keras.Input((None, width), name="x")
     for _ in range(layers):
         y = L.Bidirectional(L.GRU(units, return_sequences=True))(y)
-    out[f"Bidirectional(GRU({units})) x{layers}"] = keras.Model(x, L.Dense(5)(y))
+    out[f"Bidirectional(GRU({units})) x{layers}"] = "bigru", keras.Model(x, L.Dense(5)(y))
     ids = keras.Input((None,), dtype="int32", name="tokens")
     y = L.Bidirectional(L.LSTM(size["tagger"], return_sequences=True))(L.Embedding(VOCAB, 64, mask_zero=True)(ids))
-    out[f"Emb(mask_zero) -> BiLSTM({size['tagger']}) tagger"] = keras.Model(ids, L.Dense(9)(y))
+    out[f"Emb(mask_zero) -> BiLSTM({size['tagger']}) tagger"] = "tagger", keras.Model(ids, L.Dense(9)(y))
     units, width = size["masked_gru"]
     x = keras.Input((None, width), name="x")
-    out[f"Masking -> GRU({units})"] = keras.Model(x, L.Dense(3)(L.GRU(units)(L.Masking()(x))))
+    out[f"Masking -> GRU({units})"] = "masked_gru", keras.Model(x, L.Dense(3)(L.GRU(units)(L.Masking()(x))))
     rng = np.random.default_rng(0)
-    for model in out.values():
+    for _, model in out.values():
         model.set_weights([(rng.normal(size=w.shape) * 0.1).astype(w.dtype) for w in model.get_weights()])
-    return {name: (kind, model) for kind, (name, model) in zip(SIZES, out.items())}  # built in SIZES' order
+    return out
 
 
 def speed_feeds(model, batch):
